@@ -1,0 +1,198 @@
+"""Forq's HTTP API (SPEC §1) as async Django views.
+
+Each view parses and validates the request, calls one service function on a database thread and
+maps the outcome to Forq's status codes. ``forq_serve`` routes these paths straight to the views
+(:mod:`forqapp.asgi`); mounted with ``include("forqapp.urls")`` they run under any Django server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+from pathlib import Path
+
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+
+from .. import db, errors, services, validation
+from ..conf import forq_settings
+from ..errors import ForqError
+from ..notify import notifier_for
+from .auth import client_address, key_matches, throttle
+
+logger = logging.getLogger("forqapp.api")
+
+RECEIPT_HEADER = "X-Forq-Receipt"
+
+
+def error_response(code: str, status: int | None = None) -> JsonResponse:
+    return JsonResponse({"code": code}, status=status or errors.STATUS[code])
+
+
+def secure(response: HttpResponse) -> HttpResponse:
+    response["X-Content-Type-Options"] = "nosniff"
+    response["X-Frame-Options"] = "DENY"
+    response["Referrer-Policy"] = "no-referrer"
+    if forq_settings.FORQ_ENV == "pro":
+        response["Strict-Transport-Security"] = "max-age=31536000; includeSubDomains"
+    return response
+
+
+def _authorize(request: HttpRequest, secret_setting: str) -> None:
+    if key_matches(request.headers.get("X-API-Key"), getattr(forq_settings, secret_setting)):
+        return  # a valid key always passes, even from a throttled address
+    address = client_address(request)
+    if throttle.blocked(address):
+        raise ForqError(errors.TOO_MANY_REQUESTS)
+    throttle.fail(address)
+    raise ForqError(errors.UNAUTHORIZED)
+
+
+def endpoint(*methods: str, key: str | None = "FORQ_AUTH_SECRET"):
+    """Method check, API key, Forq's error mapping and security headers, for every API view."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        async def wrapper(request: HttpRequest, **kwargs) -> HttpResponse:
+            try:
+                if request.method not in methods:
+                    response = HttpResponseNotAllowed(methods)
+                else:
+                    if key:
+                        _authorize(request, key)
+                    response = await view(request, **kwargs)
+            except ForqError as exc:
+                response = error_response(exc.code, exc.status)
+            except Exception:
+                logger.exception("%s %s failed", request.method, request.path)
+                response = error_response(errors.INTERNAL)
+            return secure(response)
+
+        wrapper.csrf_exempt = True
+        return wrapper
+
+    return decorate
+
+
+def _json_body(request: HttpRequest) -> dict:
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        raise ForqError(errors.BODY_INVALID, "body is not JSON") from None
+    if not isinstance(body, dict):
+        raise ForqError(errors.BODY_INVALID, "body is not a JSON object")
+    return body
+
+
+def _receipt(request: HttpRequest) -> int:
+    return validation.receipt(request.headers.get(RECEIPT_HEADER))
+
+
+# --- health and metrics ----------------------------------------------------------------------
+
+
+@endpoint("GET", "HEAD", key=None)
+async def healthcheck(request: HttpRequest) -> HttpResponse:
+    if await db.run(services.healthy):
+        return HttpResponse(status=204)
+    return error_response(errors.UNHEALTHY)
+
+
+@endpoint("GET", key="FORQ_METRICS_AUTH_SECRET")
+async def metrics(request: HttpRequest) -> HttpResponse:
+    from ..metrics import exposition
+
+    body, content_type = exposition()
+    return HttpResponse(body, content_type=content_type)
+
+
+async def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: 404 unless ``FORQ_METRICS_ENABLED`` (checked before the key)."""
+    if not forq_settings.FORQ_METRICS_ENABLED:
+        return secure(HttpResponse(status=404))
+    return await metrics(request)
+
+
+metrics_view.csrf_exempt = True
+
+_OPENAPI = Path(__file__).with_name("openapi.json")
+
+
+@endpoint("GET", key=None)
+async def openapi(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(_OPENAPI.read_bytes(), content_type="application/json")
+
+
+# --- messages --------------------------------------------------------------------------------
+
+
+@endpoint("GET", "POST")
+async def messages(request: HttpRequest, queue: str) -> HttpResponse:
+    if request.method == "POST":
+        return await produce(request, queue)
+    return await consume(request, queue)
+
+
+async def produce(request: HttpRequest, queue: str) -> HttpResponse:
+    validation.queue_name(queue, produce=True)
+    body = _json_body(request)
+    await db.run(services.send, queue, body.get("content"), body.get("processAfter"))
+    return HttpResponse(status=204)
+
+
+async def _claim(queue: str):
+    """Claim on a database thread; if the waiting request is cancelled (client gone) while the
+    claim runs, give the message back instead of losing it to a closed connection."""
+    future = db.submit(services.claim, queue)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        def give_back(f: asyncio.Future) -> None:
+            if not f.cancelled() and f.exception() is None and f.result() is not None:
+                db.pool().submit(services.release, f.result())
+
+        future.add_done_callback(give_back)
+        raise
+
+
+async def consume(request: HttpRequest, queue: str) -> HttpResponse:
+    validation.queue_name(queue)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + forq_settings.FORQ_LONG_POLL_SECONDS
+    notifier = notifier_for(services.alias())
+    while True:
+        message = await _claim(queue)
+        if message is not None:
+            response = JsonResponse(
+                {"id": message.id, "content": message.content, "receipt": str(message.receipt)}
+            )
+            response[RECEIPT_HEADER] = str(message.receipt)
+            return response
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return HttpResponse(status=204)
+        await notifier.wait_async(queue, remaining)
+
+
+@endpoint("POST")
+async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
+    queue, message_id, receipt = _delivery(request, queue, message_id)
+    await db.run(services.ack_delivery, queue, message_id, receipt)
+    return HttpResponse(status=204)
+
+
+@endpoint("POST")
+async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
+    queue, message_id, receipt = _delivery(request, queue, message_id)
+    await db.run(services.nack_delivery, queue, message_id, receipt)
+    return HttpResponse(status=204)
+
+
+def _delivery(request: HttpRequest, queue: str, message_id: str) -> tuple[str, str, int]:
+    return validation.queue_name(queue), validation.message_id(message_id), _receipt(request)
+
+
+def not_found(request: HttpRequest, exception=None) -> HttpResponse:
+    return secure(HttpResponse(status=404))
+

@@ -1,0 +1,135 @@
+"""The ASGI application of the API listener.
+
+It serves :mod:`forqapp.api.urls` and nothing else, calling the views directly: Django's own
+``ASGIHandler`` spends ~1 ms of thread hand-offs per request (request signals and middleware run
+through ``sync_to_async``), which would cap the API far below what SQLite can take. What the
+middleware would have added, the views add themselves (security headers, errors as JSON).
+
+It also does two things a queue needs from its server:
+
+* the 2 MiB body cap is enforced while the body arrives, so an oversized request is refused
+  (413) before it is read whole; and
+* a long-polling consume is cancelled as soon as the client goes away, so it never claims a
+  message for a connection nobody listens to (a claim already running is given back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+
+import django
+from django.core.handlers.asgi import ASGIRequest
+from django.urls import Resolver404, get_resolver
+
+logger = logging.getLogger("forqapp.api")
+
+
+class APIApplication:
+    urlconf = "forqapp.api.urls"
+
+    def __init__(self):
+        django.setup(set_prefix=False)
+        from . import errors
+        from .api import views
+        from .conf import forq_settings
+
+        self._views = views
+        self._errors = errors
+        self._settings = forq_settings
+        self._resolver = get_resolver(self.urlconf)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        try:
+            match = self._resolver.resolve(scope["path"])
+        except Resolver404:
+            await self._respond(send, self._views.not_found(None))
+            return
+        body = await self._read_body(scope, receive)
+        if body is None:
+            code = self._errors.CONTENT_EXCEEDS_LIMIT
+            await self._respond(send, self._views.secure(self._views.error_response(code, 413)))
+            return
+        request = ASGIRequest(scope, io.BytesIO(body))
+        view = match.func(request, *match.args, **match.kwargs)
+        if scope["method"] == "GET" and match.url_name == "forq-messages":
+            response = await self._unless_disconnected(view, receive)
+            if response is None:
+                return
+        else:
+            response = await view
+        await self._respond(send, response)
+
+    async def _read_body(self, scope, receive) -> bytes | None:
+        """The whole body, or None as soon as it is known to exceed the cap."""
+        limit = self._settings.FORQ_MAX_BODY_BYTES
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    if int(value) > limit:
+                        return None
+                except ValueError:
+                    pass
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return b""
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    @staticmethod
+    async def _unless_disconnected(view, receive):
+        task = asyncio.ensure_future(view)
+        listener = asyncio.ensure_future(receive())
+        try:
+            while True:
+                done, _ = await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
+                if task in done:
+                    return task.result()
+                if listener.result()["type"] == "http.disconnect":
+                    task.cancel()
+                    try:
+                        await task
+                    except asyncio.CancelledError:
+                        pass
+                    return None
+                listener = asyncio.ensure_future(receive())
+        finally:
+            listener.cancel()
+            if not task.done():
+                task.cancel()
+
+    @staticmethod
+    async def _respond(send, response) -> None:
+        content = response.content
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
+        headers.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    @staticmethod
+    async def _lifespan(receive, send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def api_application():
+    """Factory for ASGI servers: ``granian --interface asgi --factory forqapp.asgi:api_application``."""
+    return APIApplication()

@@ -1,0 +1,49 @@
+"""Database calls from async code: a small pool of threads that keep their Django connections.
+
+Django's own ``sync_to_async`` runs each request's database work on a new thread with a new
+connection; the API's hot paths instead hand it to these long-lived threads, whose connections
+stay open (and whose SQLite pragmas are set once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from django.db import DatabaseError, connections
+
+from .conf import forq_settings
+
+_pool: ThreadPoolExecutor | None = None
+_lock = threading.Lock()
+
+
+def pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        with _lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(
+                    max_workers=int(forq_settings.FORQ_DB_THREADS), thread_name_prefix="forq-db"
+                )
+    return _pool
+
+
+def _call(fn, args, kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except DatabaseError:
+        connections[forq_settings.FORQ_DATABASE].close_if_unusable_or_obsolete()
+        raise
+
+
+def submit(fn, *args, **kwargs) -> asyncio.Future:
+    """Run ``fn`` on a database thread; returns an awaitable future."""
+    loop = asyncio.get_running_loop()
+    return loop.run_in_executor(pool(), functools.partial(_call, fn, args, kwargs))
+
+
+async def run(fn, *args, **kwargs):
+    return await submit(fn, *args, **kwargs)

@@ -1,0 +1,50 @@
+"""Forq's error codes, and the exception that carries one (used by the Python API and the HTTP API)."""
+
+from __future__ import annotations
+
+CONTENT_EXCEEDS_LIMIT = "bad_request.body.content.exceeds_limit"
+PROCESS_AFTER_IN_PAST = "bad_request.body.processAfter.in_past"
+PROCESS_AFTER_TOO_FAR = "bad_request.body.processAfter.too_far"
+BODY_INVALID = "bad_request.body.invalid"
+QUEUE_INVALID_NAME = "bad_request.queue.invalid_name"
+MESSAGE_ID_INVALID = "bad_request.messageId.invalid"
+PRODUCE_TO_DLQ = "bad_request.queue.produce_to_dlq"
+DLQ_ONLY_OPERATION = "bad_request.dlq_only_operation"
+RECEIPT_MISSING = "bad_request.receipt.missing"
+RECEIPT_INVALID = "bad_request.receipt.invalid"
+UNAUTHORIZED = "unauthorized"
+TOO_MANY_REQUESTS = "too_many_requests"
+NOT_FOUND_MESSAGE = "not_found.message"
+UNHEALTHY = "forq.unhealthy"
+INTERNAL = "internal"
+
+STATUS = {
+    CONTENT_EXCEEDS_LIMIT: 400,
+    PROCESS_AFTER_IN_PAST: 400,
+    PROCESS_AFTER_TOO_FAR: 400,
+    BODY_INVALID: 400,
+    QUEUE_INVALID_NAME: 400,
+    MESSAGE_ID_INVALID: 400,
+    PRODUCE_TO_DLQ: 400,
+    DLQ_ONLY_OPERATION: 400,
+    RECEIPT_MISSING: 400,
+    RECEIPT_INVALID: 400,
+    UNAUTHORIZED: 401,
+    NOT_FOUND_MESSAGE: 404,
+    TOO_MANY_REQUESTS: 429,
+    INTERNAL: 500,
+    UNHEALTHY: 503,
+}
+
+
+class ForqError(Exception):
+    """A request forqapp refuses, with Forq's error ``code`` and the HTTP ``status`` it maps to."""
+
+    def __init__(self, code: str, message: str | None = None, *, status: int | None = None):
+        self.code = code
+        self.status = status or STATUS.get(code, 400)
+        super().__init__(message or code)
+
+
+class FatalError(Exception):
+    """Raised by a consumer to fail a message at once, without retries (it goes to the DLQ)."""

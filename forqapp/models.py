@@ -1,0 +1,104 @@
+"""The single ``messages`` table of Forq, as a Django model.
+
+Times are Unix milliseconds (integers), exactly as Forq stores them. Queues are virtual: a queue is
+the set of rows with the same ``queue`` value; the dead-letter queue of ``emails`` is
+``emails-dlq`` with ``is_dlq`` set. Every write of the queue goes through :mod:`forqapp.store`; the
+model is for reading (admin, UI, analytics) and for the schema.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+DLQ_SUFFIX = "-dlq"
+
+
+class Status(models.IntegerChoices):
+    READY = 0, "ready"
+    PROCESSING = 1, "processing"
+    FAILED = 2, "failed"
+
+
+class MessageQuerySet(models.QuerySet):
+    def in_queue(self, queue: str) -> MessageQuerySet:
+        return self.filter(queue=queue)
+
+    def regular(self) -> MessageQuerySet:
+        return self.filter(is_dlq=False)
+
+    def dlq(self) -> MessageQuerySet:
+        return self.filter(is_dlq=True)
+
+    def ready(self) -> MessageQuerySet:
+        return self.filter(status=Status.READY)
+
+    def processing(self) -> MessageQuerySet:
+        return self.filter(status=Status.PROCESSING)
+
+    def failed(self) -> MessageQuerySet:
+        return self.filter(status=Status.FAILED)
+
+    def due(self, now_ms: int) -> MessageQuerySet:
+        return self.ready().filter(process_after__lte=now_ms)
+
+    def delayed(self, now_ms: int) -> MessageQuerySet:
+        return self.ready().filter(process_after__gt=now_ms)
+
+    def expired(self, now_ms: int) -> MessageQuerySet:
+        return self.exclude(status=Status.PROCESSING).filter(expires_after__lt=now_ms)
+
+
+class Message(models.Model):
+    id = models.CharField(primary_key=True, max_length=36, editable=False)  # UUIDv7, text
+    queue = models.CharField(max_length=128)
+    is_dlq = models.BooleanField(default=False)
+    content = models.TextField()
+    status = models.IntegerField(choices=Status.choices, default=Status.READY)
+    attempts = models.IntegerField(default=0)
+    process_after = models.BigIntegerField()
+    processing_started_at = models.BigIntegerField(null=True, blank=True)
+    failure_reason = models.TextField(null=True, blank=True)
+    received_at = models.BigIntegerField()
+    updated_at = models.BigIntegerField()
+    expires_after = models.BigIntegerField()
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        db_table = "messages"
+        ordering = ["received_at"]
+        indexes = [
+            # The claim path: FIFO by receive time among ready rows; covering (id is in every index).
+            models.Index(
+                fields=["queue", "status", "received_at", "process_after"],
+                condition=Q(status=0),
+                name="idx_queue_ready_for_consuming",
+            ),
+            models.Index(fields=["queue", "is_dlq"], name="idx_for_queue_depth"),
+            models.Index(fields=["status", "is_dlq", "expires_after"], name="idx_expired"),
+            models.Index(fields=["queue", "status"], name="idx_for_requeueing"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.id}"
+
+    @property
+    def regular_queue(self) -> str:
+        return self.queue.removesuffix(DLQ_SUFFIX) if self.is_dlq else self.queue
+
+
+class DeadLetterManager(models.Manager.from_queryset(MessageQuerySet)):
+    def get_queryset(self) -> MessageQuerySet:
+        return super().get_queryset().filter(is_dlq=True)
+
+
+class DeadLetter(Message):
+    """Messages in dead-letter queues (a proxy of :class:`Message`, for its own admin list)."""
+
+    objects = DeadLetterManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"

@@ -1,0 +1,169 @@
+"""Wake-ups for consumers waiting on empty queues (HTTP long polls, ``receive(wait=…)``, workers).
+
+One :class:`Notifier` per process and database. While anyone waits, its thread watches the database
+for writes from any process — on SQLite ``PRAGMA data_version``, which changes when another
+connection commits and costs no I/O, checked every ``FORQ_WAKE_POLL_MS`` (5 ms); on PostgreSQL the
+``LISTEN`` notifications counted by the store — and a write in this process wakes it at once. On a
+change it asks the database (a read, no write lock) how many messages are due in the queues people
+wait on, and wakes that many waiters per queue, oldest waiter first, so a produce never stampedes a
+herd of consumers. Every ``FORQ_WAKE_FALLBACK_MS`` it checks anyway, which is how delayed messages
+that become due are noticed. Nobody waiting: the thread sleeps and touches nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+
+from django.db import connections
+
+from . import store
+from .conf import forq_settings
+
+logger = logging.getLogger(__name__)
+
+
+class _Waiter:
+    __slots__ = ("queue", "event", "loop", "future")
+
+    def __init__(self, queue: str, loop: asyncio.AbstractEventLoop | None = None):
+        self.queue = queue
+        self.loop = loop
+        if loop is None:
+            self.event = threading.Event()
+            self.future = None
+        else:
+            self.event = None
+            self.future = loop.create_future()
+
+    def wake(self) -> None:
+        if self.loop is None:
+            self.event.set()
+        else:
+            self.loop.call_soon_threadsafe(_resolve, self.future)
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Notifier:
+    def __init__(self, alias: str):
+        self.alias = alias
+        self._cond = threading.Condition()
+        self._waiters: dict[str, deque[_Waiter]] = {}
+        self._kicked = False
+        self._thread: threading.Thread | None = None
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def wait(self, queue: str, timeout: float) -> None:
+        """Block until a message may be due in ``queue`` (or ``timeout`` seconds pass)."""
+        waiter = _Waiter(queue)
+        self._add(waiter)
+        try:
+            waiter.event.wait(timeout)
+        finally:
+            self._remove(waiter)
+
+    async def wait_async(self, queue: str, timeout: float) -> None:
+        waiter = _Waiter(queue, asyncio.get_running_loop())
+        self._add(waiter)
+        try:
+            await asyncio.wait_for(waiter.future, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._remove(waiter)
+
+    def kick(self) -> None:
+        """Something was written in this process: look now rather than at the next poll."""
+        with self._cond:
+            self._kicked = True
+            self._cond.notify()
+
+    def waiting(self) -> int:
+        with self._cond:
+            return sum(len(w) for w in self._waiters.values())
+
+    def _add(self, waiter: _Waiter) -> None:
+        with self._cond:
+            self._waiters.setdefault(waiter.queue, deque()).append(waiter)
+            self._kicked = True  # a new waiter may already have something due
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name=f"forq-notifier-{self.alias}", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _remove(self, waiter: _Waiter) -> None:
+        with self._cond:
+            waiters = self._waiters.get(waiter.queue)
+            if waiters is not None:
+                try:
+                    waiters.remove(waiter)
+                except ValueError:
+                    pass  # already woken
+                if not waiters:
+                    del self._waiters[waiter.queue]
+
+    # -- the watching thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        last_version = None
+        last_check = 0.0
+        while True:
+            try:
+                with self._cond:
+                    while not self._waiters:
+                        self._cond.wait()
+                    kicked, self._kicked = self._kicked, False
+                    wanted = {q: len(w) for q, w in self._waiters.items()}
+                connection = connections[self.alias]
+                st = store.for_connection(connection)
+                conn = store.raw(connection)
+                version = st.data_version(conn)
+                now = time.monotonic()
+                fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
+                if kicked or version != last_version or now - last_check >= fallback:
+                    last_version, last_check = version, now
+                    due = st.has_due(conn, list(wanted), time.time_ns() // 1_000_000, max(wanted.values()))
+                    if due:
+                        self._wake(due)
+                with self._cond:
+                    if not self._kicked and self._waiters:
+                        self._cond.wait(st.poll_interval(forq_settings.FORQ_WAKE_POLL_MS / 1000))
+            except Exception:
+                logger.exception("forqapp notifier: checking for due messages failed; retrying")
+                try:
+                    connections[self.alias].close()
+                except Exception:  # noqa: BLE001
+                    pass
+                time.sleep(0.5)
+
+    def _wake(self, due: dict[str, int]) -> None:
+        with self._cond:
+            for queue, n in due.items():
+                waiters = self._waiters.get(queue)
+                while waiters and n > 0:
+                    waiters.popleft().wake()
+                    n -= 1
+                if waiters is not None and not waiters:
+                    del self._waiters[queue]
+
+
+_notifiers: dict[str, Notifier] = {}
+_notifiers_lock = threading.Lock()
+
+
+def notifier_for(alias: str) -> Notifier:
+    try:
+        return _notifiers[alias]
+    except KeyError:
+        with _notifiers_lock:
+            return _notifiers.setdefault(alias, Notifier(alias))

@@ -1,0 +1,305 @@
+"""The queue's operations: validation → store (SQL) → metrics and wake-ups.
+
+The HTTP API, the Python API (:mod:`forqapp.api` re-exported from ``forqapp``), the worker, the
+admin, the UI pages and the jobs all call these functions; none of them writes SQL.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections, transaction
+from . import errors, ids, metrics, store, validation
+from .conf import forq_settings
+from .errors import ForqError
+from .models import DLQ_SUFFIX
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def alias() -> str:
+    return forq_settings.FORQ_DATABASE
+
+
+def _db(using: str | None = None):
+    connection = connections[using or alias()]
+    return store.for_connection(connection), store.raw(connection), connection
+
+
+def queue_type(queue: str) -> str:
+    return "dlq" if queue.endswith(DLQ_SUFFIX) else "regular"
+
+
+@dataclass
+class ReceivedMessage:
+    """A delivered message. ``receipt`` names this delivery: ack/nack must echo it."""
+
+    id: str
+    queue: str
+    content: str
+    attempts: int
+    receipt: int
+
+    @classmethod
+    def from_row(cls, row) -> ReceivedMessage:
+        return cls(id=row[0], queue=row[1], content=row[2], attempts=row[3], receipt=row[4])
+
+    def json(self) -> Any:
+        """``content`` parsed as JSON."""
+        import json
+
+        return json.loads(self.content)
+
+
+# --- produce --------------------------------------------------------------------------------
+
+
+def _new_row(message_id: str, queue: str, content: Any, process_after: Any, now: int, ttl_ms: int) -> tuple:
+    due = validation.process_after(process_after, now)
+    return (message_id, queue, validation.content(content), due, now, due + ttl_ms)
+
+
+def _after_produce(connection, queue: str, count: int) -> None:
+    metrics.produced(queue, count)
+    from .notify import notifier_for
+
+    notifier = notifier_for(connection.alias)
+    if connection.in_atomic_block:
+        transaction.on_commit(notifier.kick, using=connection.alias)
+    else:
+        notifier.kick()
+
+
+def send(queue: str, content: str, process_after: int | None = None, *, using: str | None = None) -> str:
+    """Put one message on ``queue``; returns its id. Inside the caller's ``transaction.atomic()`` on
+    the same database, the message commits or rolls back with the caller's own writes."""
+    queue = validation.queue_name(queue, produce=True)
+    now = now_ms()
+    row = _new_row(ids.new_id(), queue, content, process_after, now, forq_settings.queue_ttl_ms)
+    st, conn, connection = _db(using)
+    st.insert(conn, [row])
+    _after_produce(connection, queue, 1)
+    return row[0]
+
+
+def send_many(queue: str, contents, process_after: int | None = None, *, using: str | None = None) -> list[str]:
+    """Put many messages on ``queue`` in one transaction; returns their ids, in order.
+
+    ``contents`` holds strings, or ``{"content": ..., "processAfter": ...}`` dicts."""
+    queue = validation.queue_name(queue, produce=True)
+    now = now_ms()
+    ttl = forq_settings.queue_ttl_ms
+    contents = list(contents)
+    rows = []
+    for message_id, item in zip(ids.new_ids(len(contents)), contents):
+        if isinstance(item, dict):
+            rows.append(_new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, ttl))
+        else:
+            rows.append(_new_row(message_id, queue, item, process_after, now, ttl))
+    if not rows:
+        return []
+    st, conn, connection = _db(using)
+    with transaction.atomic(using=connection.alias):
+        st.insert(conn, rows)
+    _after_produce(connection, queue, len(rows))
+    return [r[0] for r in rows]
+
+
+# --- consume --------------------------------------------------------------------------------
+
+
+def claim(queue: str, *, using: str | None = None) -> ReceivedMessage | None:
+    """Take the oldest due message of ``queue`` now, or None (no waiting)."""
+    queue = validation.queue_name(queue)
+    st, conn, _ = _db(using)
+    row = st.claim(conn, queue, now_ms())
+    if row is None:
+        return None
+    metrics.consumed(queue, 1)
+    return ReceivedMessage.from_row(row)
+
+
+def claim_many(queue: str, limit: int, *, using: str | None = None) -> list[ReceivedMessage]:
+    queue = validation.queue_name(queue)
+    st, conn, _ = _db(using)
+    rows = st.claim_many(conn, queue, now_ms(), limit)
+    if rows:
+        metrics.consumed(queue, len(rows))
+    return [ReceivedMessage.from_row(r) for r in rows]
+
+
+def receive(queue: str, wait: float = 0, *, using: str | None = None) -> ReceivedMessage | None:
+    """Take the oldest due message of ``queue``, waiting up to ``wait`` seconds for one."""
+    from .notify import notifier_for
+
+    deadline = time.monotonic() + wait
+    notifier = notifier_for(using or alias())
+    while True:
+        message = claim(queue, using=using)
+        remaining = deadline - time.monotonic()
+        if message is not None or remaining <= 0:
+            return message
+        notifier.wait(queue, remaining)
+
+
+def _settle(op: str, queue: str, message_id: str, receipt: int, using: str | None, *args) -> None:
+    queue = validation.queue_name(queue)
+    message_id = validation.message_id(message_id)
+    st, conn, _ = _db(using)
+    if not getattr(st, op)(conn, queue, message_id, receipt, *args):
+        raise ForqError(errors.NOT_FOUND_MESSAGE, "no such delivery (wrong receipt, queue or id)")
+
+
+def ack(message: ReceivedMessage, *, using: str | None = None) -> None:
+    ack_delivery(message.queue, message.id, message.receipt, using=using)
+
+
+def nack(message: ReceivedMessage, *, using: str | None = None) -> None:
+    nack_delivery(message.queue, message.id, message.receipt, using=using)
+
+
+def ack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None = None) -> None:
+    _settle("ack", queue, message_id, receipt, using)
+    metrics.acked(queue, 1)
+
+
+def nack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None = None) -> None:
+    _settle("nack", queue, message_id, receipt, using, now_ms(), forq_settings.FORQ_MAX_ATTEMPTS,
+            tuple(forq_settings.FORQ_BACKOFF_MS))
+    metrics.nacked(queue, 1)
+
+
+def ack_many(queue: str, deliveries, *, using: str | None = None) -> int:
+    """Ack [(id, receipt)] in one transaction; returns how many were still current."""
+    queue = validation.queue_name(queue)
+    deliveries = [(validation.message_id(m), int(r)) for m, r in deliveries]
+    st, conn, connection = _db(using)
+    with transaction.atomic(using=connection.alias):
+        n = st.ack_many(conn, queue, deliveries)
+    metrics.acked(queue, n)
+    return n
+
+
+def fail(message: ReceivedMessage, *, using: str | None = None) -> None:
+    """Fail a delivery at once, without retries: the failed job moves it to the DLQ."""
+    _settle("fail", message.queue, message.id, message.receipt, using, now_ms())
+
+
+def release(message: ReceivedMessage, *, using: str | None = None) -> bool:
+    """Give back a claimed message that no consumer saw (its attempt is not counted)."""
+    st, conn, connection = _db(using)
+    done = st.release(conn, message.queue, message.id, message.receipt, now_ms())
+    if done:
+        from .notify import notifier_for
+
+        notifier_for(connection.alias).kick()
+    return done
+
+
+def extend(message: ReceivedMessage, *, using: str | None = None) -> bool:
+    """Renew the lease of a delivery (heartbeat); updates ``message.receipt``. False if it was lost."""
+    st, conn, _ = _db(using)
+    receipt = st.extend(conn, message.queue, message.id, message.receipt, now_ms())
+    if receipt is None:
+        return False
+    message.receipt = receipt
+    return True
+
+
+# --- admin: dead-letter queues --------------------------------------------------------------
+
+
+def requeue(dlq: str, message_id: str | None = None, *, using: str | None = None) -> int:
+    """Move one message (or all) of a DLQ back to its queue, ready, keeping its FIFO place."""
+    dlq = validation.dlq_name(dlq)
+    if message_id is not None:
+        message_id = validation.message_id(message_id)
+    st, conn, connection = _db(using)
+    n = st.requeue(conn, dlq, message_id, now_ms(), forq_settings.queue_ttl_ms)
+    if n:
+        metrics.requeued(dlq.removesuffix(DLQ_SUFFIX), n)
+        from .notify import notifier_for
+
+        notifier_for(connection.alias).kick()
+    return n
+
+
+def delete_dead(dlq: str, message_id: str | None = None, *, using: str | None = None) -> int:
+    """Delete one message (or all) of a DLQ."""
+    dlq = validation.dlq_name(dlq)
+    if message_id is not None:
+        message_id = validation.message_id(message_id)
+    st, conn, _ = _db(using)
+    n = st.delete_dlq(conn, dlq, message_id)
+    metrics.cleaned_up("deleted_by_user", n)
+    return n
+
+
+# --- bulk (the Spark connector) -------------------------------------------------------------
+
+STAGE_TTL_MS = 24 * 3_600_000
+
+
+def stage(queue: str, token: str, items, *, using: str | None = None) -> int:
+    """Write messages that stay invisible until :func:`publish_staged` (or are discarded)."""
+    queue = validation.queue_name(queue, produce=True)
+    now = now_ms()
+    st, conn, connection = _db(using)
+    name = st.stage_name(token, queue)
+    items = list(items)
+    rows = []
+    for message_id, item in zip(ids.new_ids(len(items)), items):
+        row = _new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, 0)
+        rows.append((row[0], name, row[2], row[3], now, now + STAGE_TTL_MS))
+    with transaction.atomic(using=connection.alias):
+        st.insert(conn, rows, is_dlq=True)
+    return len(rows)
+
+
+def publish_staged(staged, *, using: str | None = None) -> int:
+    """Make all rows staged under [(token, queue)] visible, in one transaction."""
+    st, conn, connection = _db(using)
+    with transaction.atomic(using=connection.alias):
+        published = st.publish_staged(conn, staged, now_ms(), forq_settings.queue_ttl_ms)
+    for queue, n in published.items():
+        if n:
+            _after_produce(connection, queue, n)
+    return sum(published.values())
+
+
+def discard_staged(staged, *, using: str | None = None) -> int:
+    st, conn, connection = _db(using)
+    with transaction.atomic(using=connection.alias):
+        return st.discard_staged(conn, staged)
+
+
+def snapshot_page(queue: str, after: str = "", upto: str | None = None, limit: int = 1000, *,
+                  using: str | None = None) -> list[dict]:
+    queue = validation.queue_name(queue)
+    st, conn, _ = _db(using)
+    keys = ("id", "queue", "content", "status", "attempts", "received_at", "process_after",
+            "failure_reason")
+    return [dict(zip(keys, r)) for r in st.snapshot_page(conn, queue, after, upto, limit)]
+
+
+def snapshot_bounds(queue: str, *, using: str | None = None) -> dict:
+    queue = validation.queue_name(queue)
+    st, conn, _ = _db(using)
+    count, lo, hi = st.snapshot_bounds(conn, queue)
+    return {"count": count, "minId": lo, "maxId": hi}
+
+
+# --- health ---------------------------------------------------------------------------------
+
+
+def healthy(*, using: str | None = None) -> bool:
+    try:
+        st, conn, _ = _db(using)
+        st.ping(conn)
+        return True
+    except Exception:  # noqa: BLE001 - any failure to reach the database is "unhealthy"
+        return False

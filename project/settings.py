@@ -1,0 +1,121 @@
+"""The demo / deployable project around forqapp.
+
+Configuration comes from the environment with Forq's variable names (see README, "Configuration").
+Bad values are reported by forqapp's system checks (``manage.py check``) and stop ``forq_serve``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from forqapp.envconfig import env_bool, env_int, env_str, sqlite_database
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+FORQ_ENV = env_str("FORQ_ENV", "local")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or (
+    # Local only: derived from the API secret so a restart keeps sessions; forqapp.E010 refuses this in pro.
+    "forq-local-" + os.environ.get("FORQ_AUTH_SECRET", "unset")
+)
+ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env_str("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "django_prometheus",
+    "forqapp",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = "project.wsgi.application"
+ASGI_APPLICATION = "project.asgi.application"
+
+# SQLite at FORQ_DB_PATH (default var/forq.sqlite3 under the repository), tuned for the queue:
+# WAL (set by the migrations), synchronous=NORMAL, busy timeout, BEGIN IMMEDIATE for transactions.
+FORQ_DB_PATH = env_str("FORQ_DB_PATH", str(BASE_DIR / "var" / "forq.sqlite3"))
+DATABASES = {"default": sqlite_database(FORQ_DB_PATH)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "forqapp-ui:login"
+LOGIN_REDIRECT_URL = "forqapp-ui:dashboard"
+LOGOUT_REDIRECT_URL = "forqapp-ui:login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# Security by default.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "no-referrer"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+if FORQ_ENV == "pro":
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = 31_536_000
+
+# forqapp, from Forq's environment variables.
+FORQ_AUTH_SECRET = env_str("FORQ_AUTH_SECRET", "")
+FORQ_METRICS_ENABLED = env_bool("FORQ_METRICS_ENABLED", False)
+FORQ_METRICS_AUTH_SECRET = env_str("FORQ_METRICS_AUTH_SECRET", "")
+FORQ_QUEUE_TTL_HOURS = env_int("FORQ_QUEUE_TTL_HOURS", 24)
+FORQ_DLQ_TTL_HOURS = env_int("FORQ_DLQ_TTL_HOURS", 168)
+FORQ_API_ADDR = env_str("FORQ_API_ADDR", "localhost:8080")
+FORQ_UI_ADDR = env_str("FORQ_UI_ADDR", "localhost:8081")
+FORQ_UI_ENABLED = env_bool("FORQ_UI_ENABLED", True)
+FORQ_TRUST_PROXY_HEADERS = env_bool("FORQ_TRUST_PROXY_HEADERS", False)
+FORQ_API_WORKERS = env_int("FORQ_API_WORKERS", 1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"forqapp": {"level": env_str("FORQ_LOG_LEVEL", "INFO")}},
+}

@@ -1,0 +1,15 @@
+"""Test settings: the demo project, with the queue in a file-based SQLite database (the tests run
+several processes and threads on it, as production does) or, with DATABASE_URL, PostgreSQL."""
+
+import os
+import tempfile
+
+os.environ.setdefault("FORQ_AUTH_SECRET", "test-secret-0123456789abcdef-0123456789")
+os.environ.setdefault("FORQ_DB_PATH", os.path.join(tempfile.gettempdir(), f"forq-test-{os.getpid()}.sqlite3"))
+
+from project.settings import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+FORQ_WAKE_FALLBACK_MS = 100
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["FORQ_DB_PATH"] + ".test"}  # noqa: F405
