@@ -27,10 +27,10 @@ logger = logging.getLogger(__name__)
 
 
 class _Waiter:
-    __slots__ = ("queue", "event", "loop", "future")
+    __slots__ = ("queues", "event", "loop", "future")
 
-    def __init__(self, queue: str, loop: asyncio.AbstractEventLoop | None = None):
-        self.queue = queue
+    def __init__(self, queues: tuple[str, ...], loop: asyncio.AbstractEventLoop | None = None):
+        self.queues = queues
         self.loop = loop
         if loop is None:
             self.event = threading.Event()
@@ -63,7 +63,11 @@ class Notifier:
 
     def wait(self, queue: str, timeout: float) -> None:
         """Block until a message may be due in ``queue`` (or ``timeout`` seconds pass)."""
-        waiter = _Waiter(queue)
+        self.wait_any((queue,), timeout)
+
+    def wait_any(self, queues, timeout: float) -> None:
+        """Block until a message may be due in any of ``queues`` (or ``timeout`` seconds pass)."""
+        waiter = _Waiter(tuple(queues))
         self._add(waiter)
         try:
             waiter.event.wait(timeout)
@@ -71,7 +75,7 @@ class Notifier:
             self._remove(waiter)
 
     async def wait_async(self, queue: str, timeout: float) -> None:
-        waiter = _Waiter(queue, asyncio.get_running_loop())
+        waiter = _Waiter((queue,), asyncio.get_running_loop())
         self._add(waiter)
         try:
             await asyncio.wait_for(waiter.future, timeout)
@@ -87,12 +91,14 @@ class Notifier:
             self._cond.notify()
 
     def waiting(self) -> int:
+        """How many waits are registered, per queue waited on."""
         with self._cond:
             return sum(len(w) for w in self._waiters.values())
 
     def _add(self, waiter: _Waiter) -> None:
         with self._cond:
-            self._waiters.setdefault(waiter.queue, deque()).append(waiter)
+            for queue in waiter.queues:
+                self._waiters.setdefault(queue, deque()).append(waiter)
             self._kicked = True  # a new waiter may already have something due
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -103,14 +109,18 @@ class Notifier:
 
     def _remove(self, waiter: _Waiter) -> None:
         with self._cond:
-            waiters = self._waiters.get(waiter.queue)
+            self._unlink(waiter)
+
+    def _unlink(self, waiter: _Waiter) -> None:
+        for queue in waiter.queues:
+            waiters = self._waiters.get(queue)
             if waiters is not None:
                 try:
                     waiters.remove(waiter)
                 except ValueError:
                     pass  # already woken
                 if not waiters:
-                    del self._waiters[waiter.queue]
+                    del self._waiters[queue]
 
     # -- the watching thread ---------------------------------------------------------------
 
@@ -149,12 +159,11 @@ class Notifier:
     def _wake(self, due: dict[str, int]) -> None:
         with self._cond:
             for queue, n in due.items():
-                waiters = self._waiters.get(queue)
-                while waiters and n > 0:
-                    waiters.popleft().wake()
+                while n > 0 and self._waiters.get(queue):
+                    waiter = self._waiters[queue][0]
+                    self._unlink(waiter)
+                    waiter.wake()
                     n -= 1
-                if waiters is not None and not waiters:
-                    del self._waiters[queue]
 
 
 _notifiers: dict[str, Notifier] = {}
