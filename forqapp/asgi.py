@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 
 import django
 from django.core.handlers.asgi import ASGIRequest
@@ -121,15 +122,47 @@ class APIApplication:
 
     @staticmethod
     async def _lifespan(receive, send) -> None:
+        watcher = None
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                drain_file = os.environ.get("FORQ_DRAIN_FILE")
+                if drain_file:
+                    watcher = asyncio.ensure_future(_watch_drain_file(drain_file))
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                from .api import views
+
+                views.drain()
+                if watcher is not None:
+                    watcher.cancel()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def _watch_drain_file(path: str) -> None:
+    """``forq_serve`` creates this file when it is told to stop. The server then waits for
+    in-flight requests before it shuts the app down, so waiting long polls must end first: they
+    answer 204 at once instead of holding the shutdown for up to 30 s."""
+    from .api import views
+
+    while not os.path.exists(path):
+        await asyncio.sleep(0.2)
+    views.drain()
 
 
 def api_application():
     """Factory for ASGI servers: ``granian --interface asgi --factory forqapp.asgi:api_application``."""
     return APIApplication()
+
+
+def ui_application():
+    """The UI listener: Django's ASGI handler on ``FORQ_UI_URLCONF`` (admin and UI pages, no API)."""
+    django.setup(set_prefix=False)
+    from django.conf import settings
+    from django.core.asgi import get_asgi_application
+
+    urlconf = getattr(settings, "FORQ_UI_URLCONF", None)
+    if urlconf:
+        settings.ROOT_URLCONF = urlconf  # this process serves the UI only
+    return get_asgi_application()

@@ -90,6 +90,13 @@ class Notifier:
             self._kicked = True
             self._cond.notify()
 
+    def wake_all(self) -> None:
+        with self._cond:
+            waiters = {w for ws in self._waiters.values() for w in ws}
+            self._waiters.clear()
+        for waiter in waiters:
+            waiter.wake()
+
     def waiting(self) -> int:
         """How many waits are registered, per queue waited on."""
         with self._cond:

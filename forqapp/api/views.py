@@ -156,12 +156,22 @@ async def _claim(queue: str):
         raise
 
 
+_draining = False
+
+
+def drain() -> None:
+    """The server is stopping: long polls stop waiting (they answer 204)."""
+    global _draining
+    _draining = True
+    notifier_for(services.alias()).wake_all()
+
+
 async def consume(request: HttpRequest, queue: str) -> HttpResponse:
     validation.queue_name(queue)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + forq_settings.FORQ_LONG_POLL_SECONDS
     notifier = notifier_for(services.alias())
-    while True:
+    while not _draining:
         message = await _claim(queue)
         if message is not None:
             response = JsonResponse(
@@ -173,6 +183,7 @@ async def consume(request: HttpRequest, queue: str) -> HttpResponse:
         if remaining <= 0:
             return HttpResponse(status=204)
         await notifier.wait_async(queue, remaining)
+    return HttpResponse(status=204)
 
 
 @endpoint("POST")

@@ -1,0 +1,178 @@
+"""``manage.py forq_serve``: the API on FORQ_API_ADDR and the admin UI on FORQ_UI_ADDR.
+
+Both run on granian (Rust HTTP server, ASGI): the API through forqapp's own ASGI application (long
+polls are coroutines, so hundreds of idle consumers cost no threads), the UI through Django's ASGI
+handler. Each listener is a granian process tree of its own; this command supervises them, passes
+SIGTERM/SIGINT on (granian stops accepting, lets in-flight requests finish, and waiting long polls
+answer 204 at once), and exits when they have.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
+
+from ...checks import parse_addr, serve_problems
+from ...conf import forq_settings
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = "Serve forqapp's HTTP API (FORQ_API_ADDR) and admin UI (FORQ_UI_ADDR) with granian."
+    requires_system_checks: list = []  # checked below, with one-line messages
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--api-workers",
+            type=_positive,
+            default=None,
+            help="API worker processes (default FORQ_API_WORKERS, 1).",
+        )
+        parser.add_argument(
+            "--ui-workers",
+            type=_positive,
+            default=None,
+            help="UI worker processes (default FORQ_UI_WORKERS, 1).",
+        )
+        parser.add_argument("--no-ui", action="store_true", help="Serve the API only.")
+
+    def handle(self, *args, **options):
+        problems = serve_problems()
+        problems += self._migration_problems()
+        if problems:
+            raise CommandError("cannot start: " + "; ".join(problems))
+        env = self._environment()
+        drain_file = Path(tempfile.mkdtemp(prefix="forq-serve-")) / "draining"
+        env["FORQ_DRAIN_FILE"] = str(drain_file)
+        api_host, api_port = parse_addr(forq_settings.FORQ_API_ADDR)
+        procs = {
+            "API": self._granian(
+                env,
+                "forqapp.asgi:api_application",
+                api_host,
+                api_port,
+                options["api_workers"] or forq_settings.FORQ_API_WORKERS,
+            ),
+        }
+        self.stdout.write(f"forqapp API listening on http://{api_host}:{api_port}")
+        if forq_settings.FORQ_UI_ENABLED and not options["no_ui"]:
+            ui_host, ui_port = parse_addr(forq_settings.FORQ_UI_ADDR)
+            procs["UI"] = self._granian(
+                env,
+                "forqapp.asgi:ui_application",
+                ui_host,
+                ui_port,
+                options["ui_workers"] or forq_settings.FORQ_UI_WORKERS,
+                static=True,
+                lifespan=False,
+            )
+            self.stdout.write(f"forqapp admin UI on http://{ui_host}:{ui_port}/")
+        self.stdout.flush()
+        try:
+            self._supervise(procs, drain_file)
+        finally:
+            shutil.rmtree(drain_file.parent, ignore_errors=True)
+
+    def _migration_problems(self) -> list[str]:
+        connection = connections[forq_settings.FORQ_DATABASE]
+        try:
+            executor = MigrationExecutor(connection)
+            pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        except Exception as exc:  # noqa: BLE001 - reported in one line
+            return [f"database {connection.settings_dict['NAME']!s} unusable ({exc})"]
+        finally:
+            connection.close()
+        if pending:
+            return ["the database has unapplied migrations: run `python manage.py migrate`"]
+        return []
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("DJANGO_SETTINGS_MODULE", os.environ.get("DJANGO_SETTINGS_MODULE", "project.settings"))
+        if forq_settings.FORQ_METRICS_ENABLED and not env.get("PROMETHEUS_MULTIPROC_DIR"):
+            # Several processes serve: prometheus_client adds their values up from this directory.
+            directory = (
+                Path(settings.BASE_DIR if hasattr(settings, "BASE_DIR") else ".") / "var" / "prometheus"
+            )
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+        return env
+
+    def _granian(self, env, target, host, port, workers, static=False, lifespan=True) -> subprocess.Popen:
+        command = [
+            sys.executable,
+            "-m",
+            "granian",
+            "--interface",
+            "asgi" if lifespan else "asginl",
+            "--factory",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--loop",
+            "uvloop" if sys.platform != "win32" else "auto",
+            "--backlog",
+            "4096",
+            "--log-level",
+            "warning",
+            "--workers-kill-timeout",
+            "35",
+        ]
+        static_root = getattr(settings, "STATIC_ROOT", None)
+        if static and static_root and Path(static_root).is_dir():
+            command += [
+                "--static-path-route",
+                "/" + settings.STATIC_URL.strip("/"),
+                "--static-path-mount",
+                str(static_root),
+            ]
+        return subprocess.Popen(command + [target], env=env)
+
+    def _supervise(self, procs: dict[str, subprocess.Popen], drain_file: Path) -> None:
+        stopping = False
+
+        def stop(signum, frame):
+            nonlocal stopping
+            drain_file.touch()
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL if stopping else signal.SIGTERM)
+            stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        while all(proc.poll() is None for proc in procs.values()):
+            time.sleep(0.2)
+        if not stopping:
+            for name, proc in procs.items():
+                if proc.returncode is not None:
+                    self.stderr.write(f"forqapp {name} server exited ({proc.returncode}); stopping")
+            stop(signal.SIGTERM, None)
+            stopping = False
+        for proc in procs.values():
+            proc.wait()
+        if stopping:
+            self.stdout.write("forqapp stopped")
+            return
+        sys.exit(1)
