@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `make run`: everything a first-time user needs, then the server (API + admin UI) on SQLite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+mkdir -p var
+# Local secrets: made once, kept in var/local.env (git-ignored), reused on every run.
+if [ ! -f var/local.env ]; then
+  gen() { .venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(32))'; }
+  umask 077
+  {
+    echo "FORQ_AUTH_SECRET=$(gen)"
+    echo "FORQ_METRICS_AUTH_SECRET=$(gen)"
+    echo "DJANGO_SECRET_KEY=$(gen)$(gen)"
+    echo "FORQ_ADMIN_PASSWORD=$(gen | cut -c1-16)"
+  } > var/local.env
+  echo "==> generated local secrets in var/local.env"
+fi
+set -a
+# shellcheck disable=SC1091
+. var/local.env
+set +a
+# Values already in the environment win over the generated ones.
+export FORQ_AUTH_SECRET=${FORQ_AUTH_SECRET_OVERRIDE:-$FORQ_AUTH_SECRET}
+export FORQ_DB_PATH=${FORQ_DB_PATH:-$PWD/var/forq.sqlite3}
+export FORQ_API_ADDR=${FORQ_API_ADDR:-localhost:8080}
+export FORQ_UI_ADDR=${FORQ_UI_ADDR:-localhost:8081}
+export DJANGO_SETTINGS_MODULE=project.settings
+PY=.venv/bin/python
+$PY manage.py migrate --noinput -v0
+$PY manage.py collectstatic --noinput -v0
+$PY manage.py shell -c "
+import os
+from django.contrib.auth import get_user_model
+User = get_user_model()
+if not User.objects.filter(username='admin').exists():
+    User.objects.create_superuser('admin', '', os.environ['FORQ_ADMIN_PASSWORD'])
+    print('==> created staff user admin')
+"
+api="http://${FORQ_API_ADDR/localhost/127.0.0.1}"
+cat <<MSG
+
+  forqapp is starting — SQLite database: $FORQ_DB_PATH
+
+  API      $api        (X-API-Key: $FORQ_AUTH_SECRET)
+  Admin    http://${FORQ_UI_ADDR}/   (user admin, password $FORQ_ADMIN_PASSWORD)
+
+  Try it from another terminal:
+    curl -i -X POST -H 'X-API-Key: $FORQ_AUTH_SECRET' -d '{"content":"hello"}' $api/api/v1/queues/demo/messages
+    curl -s -H 'X-API-Key: $FORQ_AUTH_SECRET' $api/api/v1/queues/demo/messages
+    curl -i -X POST -H 'X-API-Key: $FORQ_AUTH_SECRET' -H 'X-Forq-Receipt: <receipt>' $api/api/v1/queues/demo/messages/<id>/ack
+
+  Secrets live in var/local.env. Ctrl-C stops the server.
+
+MSG
+exec $PY manage.py forq_serve

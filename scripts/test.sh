@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# `make test`: installs what the tests need, then runs the whole suite on SQLite and on PostgreSQL.
+# Tests that need Java (Spark), Chromium (browser) or PostgreSQL skip with a reason where those
+# can't be installed; on CI (CI=true) a missing one is an error instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+scripts/ensure-system-deps.sh || { [ "${CI:-}" != "true" ] || exit 1; }
+PY=.venv/bin/python
+echo "==> tests on SQLite"
+$PY -m pytest -p no:cacheprovider "$@"
+if scripts/ensure-postgres.sh; then
+  echo "==> tests on PostgreSQL"
+  DATABASE_URL=${FORQ_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/forq_test} \
+    $PY -m pytest -p no:cacheprovider -m "not spark and not browser" "$@"
+elif [ "${CI:-}" = "true" ]; then
+  echo "PostgreSQL is required on CI" >&2
+  exit 1
+else
+  echo "==> skipped the PostgreSQL run: no PostgreSQL reachable and none could be installed"
+fi
