@@ -65,10 +65,30 @@ TEMPLATES = [
 WSGI_APPLICATION = "project.wsgi.application"
 ASGI_APPLICATION = "project.asgi.application"
 
-# SQLite at FORQ_DB_PATH (default var/forq.sqlite3 under the repository), tuned for the queue:
+# DATABASE_URL=postgres://user:pass@host:5432/name selects PostgreSQL (several API and worker hosts on
+# one database); persistent connections (a worker must hold its connection), checked before reuse.
+# FORQ_DB_CONN_MAX_AGE (seconds, default 600) and FORQ_DB_PREPARE_THRESHOLD (default 5; "none" behind
+# a pgbouncer in transaction mode older than 1.21) tune it.
+# Absent: SQLite at FORQ_DB_PATH (default var/forq.sqlite3 under the repository), tuned for the queue:
 # WAL (set by the migrations), synchronous=NORMAL, busy timeout, BEGIN IMMEDIATE for transactions.
 FORQ_DB_PATH = env_str("FORQ_DB_PATH", str(BASE_DIR / "var" / "forq.sqlite3"))
-DATABASES = {"default": sqlite_database(FORQ_DB_PATH)}
+DATABASE_URL = env_str("DATABASE_URL", "")
+if DATABASE_URL:
+    import dj_database_url
+
+    DATABASES = {
+        "default": dj_database_url.parse(
+            DATABASE_URL,
+            conn_max_age=env_int("FORQ_DB_CONN_MAX_AGE", 600),
+            conn_health_checks=True,
+        )
+    }
+    _prepare = env_str("FORQ_DB_PREPARE_THRESHOLD", "5").strip().lower()
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        int(_prepare) if _prepare.isdigit() else None
+    )
+else:
+    DATABASES = {"default": sqlite_database(FORQ_DB_PATH)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -110,6 +130,7 @@ FORQ_UI_ADDR = env_str("FORQ_UI_ADDR", "localhost:8081")
 FORQ_UI_ENABLED = env_bool("FORQ_UI_ENABLED", True)
 FORQ_TRUST_PROXY_HEADERS = env_bool("FORQ_TRUST_PROXY_HEADERS", False)
 FORQ_API_WORKERS = env_int("FORQ_API_WORKERS", 1)
+FORQ_LONG_POLL_SECONDS = env_int("FORQ_LONG_POLL_SECONDS", 30)
 FORQ_UI_URLCONF = "project.urls_ui"  # the UI listener: admin and UI pages, no API
 
 LOGGING = {

@@ -1,0 +1,534 @@
+"""Every SQL statement of the queue, for PostgreSQL: the same functions, with the same meaning, as
+:mod:`forqapp.store.sqlite`. Nothing else in forqapp writes SQL for PostgreSQL.
+
+Each function takes the DB-API connection (the ``psycopg.Connection`` under Django's wrapper: in
+autocommit, unless the caller is inside ``transaction.atomic()``) and plain values. Every write is
+one statement, so it is atomic on its own.
+
+Concurrency: claims pick their row with ``FOR UPDATE SKIP LOCKED``, so any number of consumers, in
+any number of processes and hosts, take different messages from the same queue head without ever
+waiting on one another; the jobs skip locked rows the same way.
+
+Receipts are as on SQLite: a delivery is named by the ``processing_started_at`` its claim wrote,
+``GREATEST(now, updated_at + 1)``, and every write keeps ``updated_at`` from going back.
+
+Wake-ups: every statement that makes a message ready runs ``pg_notify('forq', queue)`` in the same
+transaction, so a send inside the caller's ``atomic()`` notifies on commit only (and never on
+rollback). The notifier's connection ``LISTEN``s; :func:`data_version` counts what it received.
+
+Statements are sent with server-side parameter binding (``psycopg.Cursor``), whatever cursor class
+Django configured, so they can be prepared when the connection's ``prepare_threshold`` allows it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Sequence
+
+import psycopg
+
+READY, PROCESSING, FAILED = 0, 1, 2
+DLQ_SUFFIX = "-dlq"
+MAX_ATTEMPTS_REACHED = "max_attempts_reached"
+MESSAGE_EXPIRED = "message_expired"
+STAGE_PREFIX = "~stage~"  # staged rows (Spark writes) live in queues no client can name
+CHANNEL = "forq"  # the LISTEN/NOTIFY channel; the payload is the queue name
+
+Row = tuple  # (id, queue, content, process_after, received_at, expires_after)
+
+
+def _cursor(conn) -> psycopg.Cursor:
+    return psycopg.Cursor(conn)
+
+
+def _execute(conn, sql: str, params=None) -> psycopg.Cursor:
+    cur = _cursor(conn)
+    cur.execute(sql, params)
+    return cur
+
+
+def _rowcount(conn, sql: str, params=None) -> int:
+    cur = _execute(conn, sql, params)
+    n = cur.rowcount
+    cur.close()
+    return n
+
+
+def _fetchall(conn, sql: str, params=None) -> list:
+    cur = _execute(conn, sql, params)
+    rows = cur.fetchall()
+    cur.close()
+    return rows
+
+
+_INSERT = """
+WITH ins AS (
+    INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
+                          processing_started_at, failure_reason, received_at, updated_at, expires_after)
+    SELECT i, %(queue)s, %(is_dlq)s, c, 0, 0, p, NULL, NULL, r, r, e
+    FROM unnest(%(ids)s::text[], %(contents)s::text[], %(process_after)s::bigint[],
+                %(received_at)s::bigint[], %(expires_after)s::bigint[]) AS t(i, c, p, r, e)
+)
+SELECT pg_notify('forq', %(queue)s)"""
+
+_INSERT_ONE = """
+WITH ins AS (
+    INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
+                          processing_started_at, failure_reason, received_at, updated_at, expires_after)
+    VALUES (%(id)s, %(queue)s, %(is_dlq)s, %(content)s, 0, 0, %(process_after)s, NULL, NULL,
+            %(received_at)s, %(received_at)s, %(expires_after)s)
+)
+SELECT pg_notify('forq', %(queue)s)"""
+
+_INSERT_STAGED = """
+INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
+                      processing_started_at, failure_reason, received_at, updated_at, expires_after)
+SELECT i, q, %(is_dlq)s, c, 0, 0, p, NULL, NULL, r, r, e
+FROM unnest(%(ids)s::text[], %(queues)s::text[], %(contents)s::text[], %(process_after)s::bigint[],
+            %(received_at)s::bigint[], %(expires_after)s::bigint[]) AS t(i, q, c, p, r, e)"""
+
+
+def insert(conn, rows: Sequence[Row], *, is_dlq: bool = False) -> None:
+    """Insert new ready messages: ``rows`` of (id, queue, content, process_after, received_at, expires_after).
+
+    One statement per queue (rows are batched through arrays), which also notifies listeners —
+    on commit of the caller's transaction, if there is one. Staged rows notify nobody."""
+    if not rows:
+        return
+    by_queue: dict[str, list] = {}
+    for r in rows:
+        by_queue.setdefault(r[1], []).append(r)
+    for queue, group in by_queue.items():
+        if queue.startswith(STAGE_PREFIX) or is_dlq:
+            _rowcount(conn, _INSERT_STAGED, {
+                "is_dlq": bool(is_dlq),
+                "ids": [r[0] for r in group], "queues": [r[1] for r in group],
+                "contents": [r[2] for r in group], "process_after": [r[3] for r in group],
+                "received_at": [r[4] for r in group], "expires_after": [r[5] for r in group],
+            })
+        elif len(group) == 1:
+            r = group[0]
+            _fetchall(conn, _INSERT_ONE, {
+                "id": r[0], "queue": queue, "is_dlq": False, "content": r[2],
+                "process_after": r[3], "received_at": r[4], "expires_after": r[5],
+            })
+        else:
+            _fetchall(conn, _INSERT, {
+                "queue": queue, "is_dlq": False,
+                "ids": [r[0] for r in group], "contents": [r[2] for r in group],
+                "process_after": [r[3] for r in group], "received_at": [r[4] for r in group],
+                "expires_after": [r[5] for r in group],
+            })
+
+
+# The row is picked and locked by the CTE (FOR UPDATE SKIP LOCKED: a row another consumer is taking
+# right now is passed over, not waited for), then updated, in one statement.
+_CLAIM = """
+WITH picked AS (
+    SELECT id FROM messages
+    WHERE queue = %(queue)s AND status = 0 AND process_after <= %(now)s
+    ORDER BY received_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE messages AS m
+SET status = 1,
+    attempts = m.attempts + 1,
+    processing_started_at = GREATEST(%(now)s, m.updated_at + 1),
+    updated_at = GREATEST(%(now)s, m.updated_at + 1)
+FROM picked
+WHERE m.id = picked.id
+RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.received_at"""
+
+
+def claim(conn, queue: str, now: int):
+    """Take the oldest due message of ``queue``: (id, queue, content, attempts, receipt) or None."""
+    rows = _fetchall(conn, _CLAIM, {"queue": queue, "now": now, "limit": 1})
+    return tuple(rows[0][:5]) if rows else None
+
+
+def claim_many(conn, queue: str, now: int, limit: int) -> list:
+    """Take up to ``limit`` due messages of ``queue`` at once, oldest first."""
+    rows = _fetchall(conn, _CLAIM, {"queue": queue, "now": now, "limit": limit})
+    rows.sort(key=lambda r: (r[5], r[0]))  # RETURNING order is unspecified
+    return [tuple(r[:5]) for r in rows]
+
+
+def ack(conn, queue: str, message_id: str, receipt: int) -> bool:
+    return _rowcount(
+        conn,
+        "DELETE FROM messages WHERE id = %s AND queue = %s AND status = 1 AND processing_started_at = %s",
+        (message_id, queue, receipt),
+    ) == 1
+
+
+def ack_many(conn, queue: str, deliveries: Iterable[tuple[str, int]]) -> int:
+    deliveries = list(deliveries)
+    if not deliveries:
+        return 0
+    return _rowcount(
+        conn,
+        """
+        DELETE FROM messages AS m
+        USING unnest(%(ids)s::text[], %(receipts)s::bigint[]) AS d(id, receipt)
+        WHERE m.id = d.id AND m.queue = %(queue)s AND m.status = 1
+          AND m.processing_started_at = d.receipt""",
+        {"ids": [d[0] for d in deliveries], "receipts": [int(d[1]) for d in deliveries], "queue": queue},
+    )
+
+
+def _backoff_case(backoff_ms: Sequence[int]) -> str:
+    whens = " ".join(f"WHEN {i} THEN {int(ms)}" for i, ms in enumerate(backoff_ms[:-1], start=1))
+    return f"CASE attempts {whens} ELSE {int(backoff_ms[-1])} END"
+
+
+def nack(conn, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
+         backoff_ms: Sequence[int]) -> bool:
+    """Back to ready after the backoff of its attempt number, or failed when out of attempts."""
+    return _rowcount(
+        conn,
+        f"""
+        UPDATE messages
+        SET status = CASE WHEN attempts >= %(max)s THEN 2 ELSE 0 END,
+            process_after = %(now)s + {_backoff_case(backoff_ms)},
+            processing_started_at = NULL,
+            updated_at = GREATEST(%(now)s, updated_at)
+        WHERE id = %(id)s AND queue = %(queue)s AND status = 1 AND processing_started_at = %(receipt)s""",
+        {"max": max_attempts, "now": now, "id": message_id, "queue": queue, "receipt": receipt},
+    ) == 1
+
+
+def fail(conn, queue: str, message_id: str, receipt: int, now: int) -> bool:
+    """Fail a message at once, whatever its attempts (a consumer's fatal error)."""
+    return _rowcount(
+        conn,
+        """
+        UPDATE messages SET status = 2, processing_started_at = NULL,
+                            updated_at = GREATEST(%s::bigint, updated_at)
+        WHERE id = %s AND queue = %s AND status = 1 AND processing_started_at = %s""",
+        (now, message_id, queue, receipt),
+    ) == 1
+
+
+def release(conn, queue: str, message_id: str, receipt: int, now: int) -> bool:
+    """Undo a claim whose message never reached a consumer: ready again, attempt not counted."""
+    rows = _fetchall(
+        conn,
+        """
+        WITH r AS (
+            UPDATE messages
+            SET status = 0, attempts = attempts - 1, processing_started_at = NULL,
+                updated_at = GREATEST(%(now)s::bigint, updated_at)
+            WHERE id = %(id)s AND queue = %(queue)s AND status = 1 AND processing_started_at = %(receipt)s
+            RETURNING queue
+        )
+        SELECT pg_notify('forq', queue) FROM r""",
+        {"now": now, "id": message_id, "queue": queue, "receipt": receipt},
+    )
+    return len(rows) == 1
+
+
+def extend(conn, queue: str, message_id: str, receipt: int, now: int) -> int | None:
+    """Renew a delivery's lease (heartbeat). Returns the new receipt, or None if it is not current."""
+    rows = _fetchall(
+        conn,
+        """
+        UPDATE messages
+        SET processing_started_at = GREATEST(%(now)s, updated_at + 1),
+            updated_at = GREATEST(%(now)s, updated_at + 1)
+        WHERE id = %(id)s AND queue = %(queue)s AND status = 1 AND processing_started_at = %(receipt)s
+        RETURNING processing_started_at""",
+        {"now": now, "id": message_id, "queue": queue, "receipt": receipt},
+    )
+    return rows[0][0] if rows else None
+
+
+def has_due(conn, queues: Sequence[str], now: int, limit: int) -> dict[str, int]:
+    """How many due messages (up to ``limit`` each) the given queues have, in one read."""
+    if not queues:
+        return {}
+    rows = _fetchall(
+        conn,
+        """
+        SELECT q.name, c.n
+        FROM unnest(%(queues)s::text[]) AS q(name)
+        CROSS JOIN LATERAL (
+            SELECT COUNT(*) AS n FROM (
+                SELECT 1 FROM messages
+                WHERE queue = q.name AND status = 0 AND process_after <= %(now)s
+                LIMIT %(limit)s
+            ) AS due
+        ) AS c
+        WHERE c.n > 0""",
+        {"queues": list(queues), "now": now, "limit": limit},
+    )
+    return {q: int(n) for q, n in rows}
+
+
+# --- Wake-ups: LISTEN/NOTIFY ----------------------------------------------------------------------
+
+# Per listening connection: how many notifications it has received. Keyed weakly, so a connection
+# that Django closed and replaced is forgotten, and its successor LISTENs again.
+_received: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def data_version(conn) -> int:
+    """Changes when any connection, on any host, commits something that makes a message ready.
+
+    The first call on a connection makes it ``LISTEN``; later calls drain the notifications
+    that arrived since (no round trip: it reads what the socket already holds)."""
+    count = _received.get(conn)
+    if count is None:
+        _execute(conn, f"LISTEN {CHANNEL}").close()
+        _received[conn] = count = 0
+    for _ in conn.notifies(timeout=0):
+        count += 1
+    _received[conn] = count
+    return count
+
+
+def ping(conn) -> None:
+    _fetchall(conn, "SELECT 1 FROM messages LIMIT 1")
+
+
+# --- Admin: dead-letter queues ------------------------------------------------------------------
+
+_REQUEUE = """
+WITH moved AS (
+    UPDATE messages
+    SET queue = %(dest)s, is_dlq = FALSE, status = 0, attempts = 0, process_after = %(now)s,
+        processing_started_at = NULL, failure_reason = NULL, updated_at = GREATEST(%(now)s, updated_at),
+        expires_after = %(now)s + %(ttl)s
+    WHERE queue = %(queue)s AND is_dlq AND status != 1 {extra}
+    RETURNING 1
+), n AS (SELECT COUNT(*) AS n FROM moved)
+SELECT n, CASE WHEN n > 0 THEN pg_notify('forq', %(dest)s) END FROM n"""
+
+
+def requeue(conn, dlq: str, message_id: str | None, now: int, queue_ttl_ms: int) -> int:
+    """Move one (or, with ``message_id=None``, every) DLQ message back to its queue, keeping its
+    original ``received_at`` (its FIFO place). Messages in processing are left alone."""
+    params = {"dest": dlq.removesuffix(DLQ_SUFFIX), "now": now, "ttl": queue_ttl_ms, "queue": dlq}
+    if message_id is None:
+        sql = _REQUEUE.format(extra="")
+    else:
+        sql = _REQUEUE.format(extra="AND id = %(id)s")
+        params["id"] = message_id
+    return int(_fetchall(conn, sql, params)[0][0])
+
+
+def delete_dlq(conn, dlq: str, message_id: str | None) -> int:
+    if message_id is None:
+        return _rowcount(conn, "DELETE FROM messages WHERE queue = %s AND is_dlq", (dlq,))
+    return _rowcount(
+        conn, "DELETE FROM messages WHERE id = %s AND queue = %s AND is_dlq", (message_id, dlq)
+    )
+
+
+# --- Background jobs (each skips messages in processing, and rows another job holds) -------------
+
+BATCH = 1_000
+
+
+def _batched(conn, sql: str, params: dict, batch: int) -> int:
+    total = 0
+    while True:
+        n = _rowcount(conn, sql, {**params, "batch": batch})
+        total += n
+        if n < batch:
+            return total
+
+
+def move_expired_to_dlq(conn, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
+    return _batched(
+        conn,
+        """
+        UPDATE messages
+        SET attempts = 0, status = 0, queue = queue || '-dlq', is_dlq = TRUE, process_after = %(now)s,
+            processing_started_at = NULL, failure_reason = 'message_expired',
+            updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + %(ttl)s
+        WHERE id IN (SELECT id FROM messages
+                     WHERE status IN (0, 2) AND NOT is_dlq AND expires_after < %(now)s
+                     LIMIT %(batch)s FOR UPDATE SKIP LOCKED)""",
+        {"now": now, "ttl": dlq_ttl_ms},
+        batch,
+    )
+
+
+def move_failed_to_dlq(conn, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
+    return _batched(
+        conn,
+        """
+        UPDATE messages
+        SET attempts = 0, status = 0, queue = queue || '-dlq', is_dlq = TRUE, process_after = %(now)s,
+            processing_started_at = NULL, failure_reason = 'max_attempts_reached',
+            updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + %(ttl)s
+        WHERE id IN (SELECT id FROM messages WHERE status = 2 AND NOT is_dlq
+                     LIMIT %(batch)s FOR UPDATE SKIP LOCKED)""",
+        {"now": now, "ttl": dlq_ttl_ms},
+        batch,
+    )
+
+
+def recover_stale(conn, now: int, visibility_ms: int, max_attempts: int, batch: int = BATCH) -> int:
+    total = 0
+    while True:
+        rows = _fetchall(
+            conn,
+            """
+            WITH r AS (
+                UPDATE messages
+                SET status = CASE WHEN attempts >= %(max)s THEN 2 ELSE 0 END, process_after = %(now)s,
+                    processing_started_at = NULL, updated_at = GREATEST(%(now)s, updated_at)
+                WHERE id IN (SELECT id FROM messages
+                             WHERE status = 1 AND processing_started_at < %(cutoff)s
+                             LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+                RETURNING queue, status
+            ), woken AS (
+                SELECT pg_notify('forq', queue) FROM (SELECT DISTINCT queue FROM r WHERE status = 0) AS q
+            )
+            SELECT (SELECT COUNT(*) FROM r), (SELECT COUNT(*) FROM woken)""",
+            {"now": now, "max": max_attempts, "cutoff": now - visibility_ms, "batch": batch},
+        )
+        n = int(rows[0][0])
+        total += n
+        if n < batch:
+            return total
+
+
+def delete_expired_dlq(conn, now: int, batch: int = BATCH) -> int:
+    return _batched(
+        conn,
+        """DELETE FROM messages WHERE id IN (SELECT id FROM messages
+           WHERE status IN (0, 2) AND is_dlq AND expires_after < %(now)s
+           LIMIT %(batch)s FOR UPDATE SKIP LOCKED)""",
+        {"now": now},
+        batch,
+    )
+
+
+def delete_failed_dlq(conn, batch: int = BATCH) -> int:
+    return _batched(
+        conn,
+        """DELETE FROM messages WHERE id IN (SELECT id FROM messages
+           WHERE status = 2 AND is_dlq LIMIT %(batch)s FOR UPDATE SKIP LOCKED)""",
+        {},
+        batch,
+    )
+
+
+def count_expired(conn, now: int, is_dlq: bool) -> int:
+    return _fetchall(
+        conn,
+        "SELECT COUNT(*) FROM messages WHERE status IN (0, 2) AND is_dlq = %s AND expires_after < %s",
+        (bool(is_dlq), now),
+    )[0][0]
+
+
+def count_failed(conn, is_dlq: bool) -> int:
+    return _fetchall(
+        conn, "SELECT COUNT(*) FROM messages WHERE status = 2 AND is_dlq = %s", (bool(is_dlq),)
+    )[0][0]
+
+
+def count_stale(conn, now: int, visibility_ms: int) -> int:
+    return _fetchall(
+        conn,
+        "SELECT COUNT(*) FROM messages WHERE status = 1 AND processing_started_at < %s",
+        (now - visibility_ms,),
+    )[0][0]
+
+
+def optimize(conn) -> None:
+    """SQLite's ``PRAGMA optimize``; on PostgreSQL autovacuum and autoanalyze do this (the
+    migration tunes them for the ``messages`` table), so there is nothing to do."""
+
+
+def queue_depths(conn) -> list[tuple[str, bool, int]]:
+    """(queue, is_dlq, messages) for every queue, staged rows excluded."""
+    return [
+        (q, bool(d), int(n))
+        for q, d, n in _fetchall(
+            conn, "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_dlq ORDER BY queue"
+        )
+        if not q.startswith(STAGE_PREFIX)
+    ]
+
+
+# --- Bulk: staged writes (exactly-once Spark jobs) and snapshot reads ---------------------------
+
+
+def stage_name(token: str, queue: str) -> str:
+    return f"{STAGE_PREFIX}{token}~{queue}"
+
+
+def publish_staged(conn, staged: Sequence[tuple[str, str]], now: int, queue_ttl_ms: int) -> dict[str, int]:
+    """Make staged rows visible in their queue: ``staged`` is [(token, queue)]; returns how many
+    per queue. Staged rows are kept as DLQ rows with an expiry, so the expired-dlq job deletes
+    abandoned ones."""
+    published: dict[str, int] = {}
+    for token, queue in staged:
+        rows = _fetchall(
+            conn,
+            """
+            WITH moved AS (
+                UPDATE messages
+                SET queue = %(queue)s, is_dlq = FALSE, received_at = %(now)s, updated_at = %(now)s,
+                    process_after = GREATEST(process_after, %(now)s - 10000),
+                    expires_after = GREATEST(process_after, %(now)s) + %(ttl)s
+                WHERE queue = %(staged)s
+                RETURNING 1
+            ), n AS (SELECT COUNT(*) AS n FROM moved)
+            SELECT n, CASE WHEN n > 0 THEN pg_notify('forq', %(queue)s) END FROM n""",
+            {"queue": queue, "now": now, "ttl": queue_ttl_ms, "staged": stage_name(token, queue)},
+        )
+        published[queue] = published.get(queue, 0) + int(rows[0][0])
+    return published
+
+
+def discard_staged(conn, staged: Sequence[tuple[str, str]]) -> int:
+    return sum(
+        _rowcount(conn, "DELETE FROM messages WHERE queue = %s", (stage_name(t, q),))
+        for t, q in staged
+    )
+
+
+_SNAPSHOT_COLUMNS = (
+    "id, queue, content, status, attempts, received_at, process_after, failure_reason"
+)
+
+
+def snapshot_page(conn, queue: str, after: str, upto: str | None, limit: int) -> list:
+    """Rows of ``queue`` with ``after < id <= upto``, in id order (keyset paging; ids compare
+    bytewise, the columns are ``COLLATE "C"``). A read: takes no lease and changes nothing."""
+    is_dlq = queue.endswith(DLQ_SUFFIX)
+    if upto is None:
+        return [tuple(r) for r in _fetchall(
+            conn,
+            f"""SELECT {_SNAPSHOT_COLUMNS} FROM messages
+                WHERE queue = %s AND is_dlq = %s AND id > %s ORDER BY id LIMIT %s""",
+            (queue, is_dlq, after, limit),
+        )]
+    return [tuple(r) for r in _fetchall(
+        conn,
+        f"""SELECT {_SNAPSHOT_COLUMNS} FROM messages
+            WHERE queue = %s AND is_dlq = %s AND id > %s AND id <= %s ORDER BY id LIMIT %s""",
+        (queue, is_dlq, after, upto, limit),
+    )]
+
+
+def snapshot_bounds(conn, queue: str) -> tuple[int, str | None, str | None]:
+    """(count, smallest id, largest id) of ``queue``."""
+    is_dlq = queue.endswith(DLQ_SUFFIX)
+    count, lo, hi = _fetchall(
+        conn,
+        "SELECT COUNT(*), MIN(id), MAX(id) FROM messages WHERE queue = %s AND is_dlq = %s",
+        (queue, is_dlq),
+    )[0]
+    return (int(count), lo, hi)
+
+
+def poll_interval(default_s: float) -> float:
+    """How long the notifier sleeps between ``data_version`` checks while consumers wait: each
+    check only reads the notifications already on the socket, so the SQLite interval is fine."""
+    return default_s
