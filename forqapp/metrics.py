@@ -88,3 +88,57 @@ def exposition() -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+# --- worker and jobs (issue 3) ---------------------------------------------------------------
+# In multiprocess mode, ``forq_worker`` marks its live gauges dead on exit (mark_process_dead).
+
+from prometheus_client import Histogram  # noqa: E402
+
+worker_handler_duration_seconds = Histogram(
+    "forq_worker_handler_duration_seconds",
+    "Time a consumer took to handle a message, by queue.",
+    ("queue_name",),
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+)
+worker_in_flight = Gauge(
+    "forq_worker_in_flight",
+    "Messages claimed by forq_worker and not yet settled, by queue.",
+    ("queue_name",),
+    multiprocess_mode="livesum",
+)
+worker_handled_total = Counter(
+    "forq_worker_handled_total",
+    "Messages handled by forq_worker, by queue and outcome (ack, nack, fail, lost).",
+    ("queue_name", "outcome"),
+)
+job_runs_total = Counter(
+    "forq_job_runs_total", "Background job runs, by job and result (ok, error).", ("job", "result")
+)
+
+
+def handled(queue: str, outcome: str, seconds: float | None = None) -> None:
+    worker_handled_total.labels(queue, outcome).inc()
+    if seconds is not None:
+        worker_handler_duration_seconds.labels(queue).observe(seconds)
+
+
+def in_flight(queue: str, delta: int) -> None:
+    worker_in_flight.labels(queue).inc(delta)
+
+
+def set_queue_depths(depths, previous=()) -> set:
+    """Set the depth gauge from [(queue, is_dlq, n)]; queues seen before and now empty go to 0.
+    Returns the label set, to pass back as ``previous`` next time."""
+    seen = set()
+    for queue, is_dlq, n in depths:
+        labels = (queue, "dlq" if is_dlq else "regular")
+        queue_depth.labels(*labels).set(n)
+        seen.add(labels)
+    for labels in set(previous) - seen:
+        queue_depth.labels(*labels).set(0)
+    return seen
+
+
+def job_ran(job: str, ok: bool) -> None:
+    job_runs_total.labels(job, "ok" if ok else "error").inc()

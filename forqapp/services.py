@@ -303,3 +303,73 @@ def healthy(*, using: str | None = None) -> bool:
         return True
     except Exception:  # noqa: BLE001 - any failure to reach the database is "unhealthy"
         return False
+
+
+# --- background jobs (issue 3): thin wrappers over the store's job SQL, counting metrics ---------
+
+
+def move_expired_to_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
+    """Expired regular messages (ready or failed, never processing) → their DLQ."""
+    st, conn, _ = _db(using)
+    if dry_run:
+        return st.count_expired(conn, now_ms(), False)
+    n = st.move_expired_to_dlq(conn, now_ms(), forq_settings.dlq_ttl_ms)
+    metrics.moved_to_dlq("expired", n)
+    return n
+
+
+def move_failed_to_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
+    """Failed regular messages → their DLQ (failure_reason max_attempts_reached)."""
+    st, conn, _ = _db(using)
+    if dry_run:
+        return st.count_failed(conn, False)
+    n = st.move_failed_to_dlq(conn, now_ms(), forq_settings.dlq_ttl_ms)
+    metrics.moved_to_dlq("failed", n)
+    return n
+
+
+def recover_stale(*, dry_run: bool = False, using: str | None = None) -> int:
+    """Deliveries older than the visibility timeout → ready (or failed when out of attempts)."""
+    st, conn, connection = _db(using)
+    visibility = int(forq_settings.FORQ_VISIBILITY_TIMEOUT_MS)
+    if dry_run:
+        return st.count_stale(conn, now_ms(), visibility)
+    n = st.recover_stale(conn, now_ms(), visibility, int(forq_settings.FORQ_MAX_ATTEMPTS))
+    metrics.stale_recovered(n)
+    if n:
+        from .notify import notifier_for
+
+        notifier_for(connection.alias).kick()
+    return n
+
+
+def delete_expired_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
+    st, conn, _ = _db(using)
+    if dry_run:
+        return st.count_expired(conn, now_ms(), True)
+    n = st.delete_expired_dlq(conn, now_ms())
+    metrics.cleaned_up("expired", n)
+    return n
+
+
+def delete_failed_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
+    st, conn, _ = _db(using)
+    if dry_run:
+        return st.count_failed(conn, True)
+    n = st.delete_failed_dlq(conn)
+    metrics.cleaned_up("failed", n)
+    return n
+
+
+def optimize_database(*, dry_run: bool = False, using: str | None = None) -> int:
+    """``PRAGMA optimize`` on SQLite (the store decides what "optimize" means for its database)."""
+    st, conn, _ = _db(using)
+    if not dry_run and hasattr(st, "optimize"):
+        st.optimize(conn)
+    return 0
+
+
+def queue_depths(*, using: str | None = None) -> list[tuple[str, bool, int]]:
+    """(queue, is_dlq, messages) for every queue."""
+    st, conn, _ = _db(using)
+    return st.queue_depths(conn)

@@ -1,0 +1,317 @@
+"""The worker behind ``manage.py forq_worker``: runs the registered consumers on their queues.
+
+One dispatcher (the thread that calls :meth:`Worker.run`) does every database write of the worker,
+through the service layer: it claims due messages in batches (``claim_many``), hands them to a pool
+of handler threads, and settles the results — successes acked together in one transaction per queue,
+failures nacked, :class:`~forqapp.FatalError` failed at once. It also renews the lease of every
+message it holds (heartbeat, every third of ``FORQ_VISIBILITY_TIMEOUT_MS``), so a slow healthy
+handler keeps its message, while a crashed worker's messages come back after the visibility timeout.
+It never holds more messages than it has handler threads (``prefetch``), so a crash costs few
+innocent deliveries. When there is nothing to claim it sleeps on the process's notifier, which
+wakes it within a few milliseconds of a produce in any process.
+
+Poison messages: a handler that kills the process leaves its message in processing with the attempt
+counted. The stale job hands it out again after the visibility timeout, and once it is out of
+attempts makes it failed; the failed job moves it to the DLQ. Run the jobs (``forq_jobs``, or
+``forq_worker --with-jobs``) and a poison message reaches the DLQ after ``FORQ_MAX_ATTEMPTS`` crashes.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_module
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, close_old_connections, connections, reset_queries
+
+from . import metrics, services
+from .conf import forq_settings
+from .consumers import Consumer
+from .errors import FatalError, ForqError
+from .notify import notifier_for
+
+logger = logging.getLogger(__name__)
+
+ACK, NACK, FAIL = "ack", "nack", "fail"
+REPORT_EVERY_S = 10.0
+IDLE_WAIT_S = 1.0  # longest sleep on the notifier with nothing in flight
+BUSY_WAIT_S = 0.01  # sleep between result checks while handlers run and the queues are empty
+
+
+@dataclass
+class _Held:
+    """A message the worker holds: claimed, maybe running, not yet settled."""
+
+    message: services.ReceivedMessage
+    consumer: Consumer
+    renewed: float = field(default_factory=time.monotonic)
+    lost: bool = False
+
+
+class Worker:
+    """Claims messages of ``consumers`` (queue → :class:`Consumer`) and runs them on
+    ``concurrency`` threads until :meth:`stop` (or, with ``burst``, until nothing is due)."""
+
+    def __init__(
+        self,
+        consumers: dict[str, Consumer],
+        *,
+        concurrency: int = 1,
+        prefetch: int | None = None,
+        burst: bool = False,
+        max_messages: int | None = None,
+        using: str | None = None,
+        report_every: float = REPORT_EVERY_S,
+    ):
+        if not consumers:
+            raise ValueError("a worker needs at least one consumer")
+        self.consumers = consumers
+        self.queues = list(consumers)
+        self.concurrency = concurrency
+        self.prefetch = max(concurrency, prefetch or concurrency)
+        self.burst = burst
+        self.max_messages = max_messages
+        self.using = using or services.alias()
+        self.report_every = report_every
+        self._stop = threading.Event()
+        self._work: queue_module.Queue = queue_module.Queue()
+        self._results: queue_module.Queue = queue_module.Queue()
+        self._held: dict[str, _Held] = {}
+        self._threads: list[threading.Thread] = []
+        self._next_queue = 0
+        self.claimed = 0
+        self.processed = 0
+        self._counts: dict[str, int] = defaultdict(int)
+
+    # -- control ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; :meth:`run` returns once the messages in flight are settled."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def heartbeat_s(self) -> float:
+        return max(0.05, forq_settings.FORQ_VISIBILITY_TIMEOUT_MS / 3000)
+
+    # -- the dispatcher --------------------------------------------------------------------
+
+    def run(self) -> dict[str, int]:
+        """Process messages until stopped; returns counts by outcome (ack, nack, fail, lost)."""
+        for i in range(self.concurrency):
+            thread = threading.Thread(target=self._handle_loop, name=f"forq-worker-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        logger.info("forq_worker: %d thread(s) on %s", self.concurrency, ", ".join(self.queues))
+        last_report, reported = time.monotonic(), 0
+        try:
+            while True:
+                reset_queries()
+                self._settle(self._drain_results())
+                self._heartbeat()
+                now = time.monotonic()
+                if now - last_report >= self.report_every:
+                    logger.info(
+                        "forq_worker: %d messages in %.0fs (%.0f/s), %d in flight, %d in total",
+                        self.processed - reported, now - last_report,
+                        (self.processed - reported) / (now - last_report), len(self._held), self.processed,
+                    )
+                    last_report, reported = now, self.processed
+                if self._stop.is_set() or self._claims_left() == 0:
+                    if self._stop.is_set():
+                        self._release_unstarted()
+                    if not self._held:
+                        break
+                    self._wait_result(0.1)
+                    continue
+                capacity = min(self.prefetch - len(self._held), self._claims_left())
+                if capacity <= 0:
+                    self._wait_result(0.1)
+                    continue
+                if self._claim(capacity):
+                    continue
+                if not self._held:
+                    if self.burst:
+                        break
+                    notifier_for(self.using).wait_any(self.queues, IDLE_WAIT_S)
+                else:
+                    self._wait_result(BUSY_WAIT_S)
+        finally:
+            self._shutdown()
+        return dict(self._counts)
+
+    def _claims_left(self) -> int | float:
+        if self.max_messages is None:
+            return float("inf")
+        return self.max_messages - self.claimed
+
+    def _claim(self, capacity: int) -> int:
+        """Claim up to ``capacity`` messages, queue by queue (round robin); returns how many."""
+        got = 0
+        for _ in range(len(self.queues)):
+            if got >= capacity:
+                break
+            queue = self.queues[self._next_queue]
+            self._next_queue = (self._next_queue + 1) % len(self.queues)
+            try:
+                messages = services.claim_many(queue, int(capacity - got), using=self.using)
+            except DatabaseError:
+                self._database_trouble("claiming")
+                return got
+            for message in messages:
+                held = _Held(message, self.consumers[queue])
+                self._held[message.id] = held
+                metrics.in_flight(queue, 1)
+                self._work.put(held)
+            got += len(messages)
+            self.claimed += len(messages)
+        return got
+
+    def _wait_result(self, timeout: float) -> None:
+        try:
+            item = self._results.get(timeout=timeout)
+        except queue_module.Empty:
+            return
+        self._settle([item, *self._drain_results()])
+
+    def _drain_results(self) -> list:
+        items = []
+        while True:
+            try:
+                items.append(self._results.get_nowait())
+            except queue_module.Empty:
+                return items
+
+    def _settle(self, results: list) -> None:
+        if not results:
+            return
+        acks: dict[str, list[_Held]] = defaultdict(list)
+        for held, outcome in results:
+            self._held.pop(held.message.id, None)
+            queue = held.message.queue
+            metrics.in_flight(queue, -1)
+            self.processed += 1
+            if held.lost:
+                self._count(queue, "lost")
+                logger.warning("forq_worker: lost the lease of %s on %s before it finished; not settled",
+                               held.message.id, queue)
+                continue
+            if outcome == ACK:
+                acks[queue].append(held)
+                continue
+            try:
+                if outcome == FAIL:
+                    services.fail(held.message, using=self.using)
+                else:
+                    services.nack(held.message, using=self.using)
+                self._count(queue, outcome)
+            except ForqError:
+                self._count(queue, "lost")
+            except DatabaseError:
+                self._count(queue, "lost")
+                self._database_trouble(f"settling {held.message.id}")
+        for queue, helds in acks.items():
+            try:
+                n = services.ack_many(queue, [(h.message.id, h.message.receipt) for h in helds],
+                                      using=self.using)
+            except DatabaseError:
+                self._database_trouble("acking")
+                continue
+            if n < len(helds):
+                logger.warning("forq_worker: %d of %d acks on %s came too late (lease lost)",
+                               len(helds) - n, len(helds), queue)
+                continue
+            for _ in helds:
+                self._count(queue, ACK)
+
+    def _count(self, queue: str, outcome: str) -> None:
+        self._counts[outcome] += 1
+        metrics.handled(queue, outcome)
+
+    def _heartbeat(self) -> None:
+        if not self._held:
+            return
+        due = time.monotonic() - self.heartbeat_s
+        for held in list(self._held.values()):
+            if held.renewed > due or held.lost:
+                continue
+            try:
+                if not services.extend(held.message, using=self.using):
+                    held.lost = True
+            except DatabaseError:
+                self._database_trouble("renewing leases")
+                return
+            held.renewed = time.monotonic()
+
+    def _database_trouble(self, doing: str) -> None:
+        logger.exception("forq_worker: database error while %s; reconnecting", doing)
+        try:
+            connections[self.using].close()
+        except DatabaseError:
+            pass
+        self._stop.wait(0.5)
+
+    def _shutdown(self) -> None:
+        self._release_unstarted()
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join(1.0)
+        self._settle(self._drain_results())
+        logger.info("forq_worker: stopped after %d messages (%s)", self.processed,
+                    ", ".join(f"{k} {v}" for k, v in sorted(self._counts.items())) or "none")
+        connections[self.using].close()
+
+    def _release_unstarted(self) -> None:
+        """Give back messages claimed but not yet started (their attempt is not counted)."""
+        while True:
+            try:
+                held = self._work.get_nowait()
+            except queue_module.Empty:
+                break
+            if held is None:
+                continue
+            self._held.pop(held.message.id, None)
+            metrics.in_flight(held.message.queue, -1)
+            try:
+                services.release(held.message, using=self.using)
+            except (ForqError, DatabaseError):
+                logger.warning("forq_worker: could not release %s", held.message.id)
+
+    # -- handler threads -------------------------------------------------------------------
+
+    def _handle_loop(self) -> None:
+        try:
+            while True:
+                held = self._work.get()
+                if held is None:
+                    return
+                self._results.put((held, *self._handle(held)))
+        finally:
+            connections.close_all()
+
+    def _handle(self, held: _Held) -> tuple[str]:
+        message = held.message
+        started = time.perf_counter()
+        close_old_connections()
+        try:
+            held.consumer(message)
+            outcome = ACK
+        except FatalError as exc:
+            logger.warning("forq_worker: %s on %s failed for good: %s", message.id, message.queue, exc)
+            outcome = FAIL
+        except Exception:
+            logger.exception("forq_worker: %s on %s (attempt %d) raised; nacking",
+                             message.id, message.queue, message.attempts)
+            outcome = NACK
+        finally:
+            close_old_connections()
+        seconds = time.perf_counter() - started
+        metrics.worker_handler_duration_seconds.labels(message.queue).observe(seconds)
+        return (outcome,)
