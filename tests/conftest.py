@@ -1,11 +1,28 @@
-"""Shared fixtures. Tests that need a live server use ``live_api`` (a real ``forq_serve`` API
-listener in a subprocess, on a file database shared with the test process)."""
+"""Shared fixtures.
+
+``live_api`` is a real API server (``manage.py forq_serve --no-ui``, granian) in a subprocess,
+serving the test database, for black-box tests of the HTTP contract. Tests that use it must be
+``django_db(transaction=True)`` so what they write is committed and visible to the server.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
 import pytest
+from django.conf import settings
 
 from forqapp.api.auth import throttle
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "test-api-secret-0123456789abcdef-0123"
+METRICS_SECRET = "test-metrics-secret-0123456789abcdef"
 
 
 @pytest.fixture(autouse=True)
@@ -13,3 +30,91 @@ def _reset_throttle():
     throttle.reset()
     yield
     throttle.reset()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def database_env() -> dict[str, str]:
+    """Environment that points a subprocess (server, worker) at the test database."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        return {"FORQ_DB_PATH": str(db["NAME"])}
+    user = db.get("USER") or "postgres"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return {"DATABASE_URL": f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"}
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DATABASE_URL"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="project.settings",
+        FORQ_AUTH_SECRET=SECRET,
+        FORQ_METRICS_AUTH_SECRET=METRICS_SECRET,
+        PYTHONPATH=str(ROOT),
+        **database_env(),
+    )
+    env.update(extra)
+    return env
+
+
+class LiveAPI:
+    def __init__(self, url: str, proc: subprocess.Popen):
+        self.url = url
+        self.proc = proc
+        self.client = httpx.Client(base_url=url, timeout=40, headers={"X-API-Key": SECRET})
+
+    def produce(self, queue: str, content: str = "hello", **fields) -> httpx.Response:
+        return self.client.post(f"/api/v1/queues/{queue}/messages", json={"content": content, **fields})
+
+    def consume(self, queue: str, **kw) -> httpx.Response:
+        return self.client.get(f"/api/v1/queues/{queue}/messages", **kw)
+
+    def settle(self, op: str, queue: str, message_id: str, receipt) -> httpx.Response:
+        headers = {} if receipt is None else {"X-Forq-Receipt": str(receipt)}
+        return self.client.post(f"/api/v1/queues/{queue}/messages/{message_id}/{op}", headers=headers)
+
+
+def start_server(extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ("--no-ui",)):
+    port = free_port()
+    env = subprocess_env(
+        FORQ_API_ADDR=f"127.0.0.1:{port}", FORQ_LONG_POLL_SECONDS="2",
+        FORQ_TRUST_PROXY_HEADERS="true", FORQ_METRICS_ENABLED="true", **(extra_env or {})
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "forq_serve", *args], env=env, cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"forq_serve exited: {proc.stdout.read()}")
+        try:
+            if httpx.get(url + "/healthcheck", timeout=1).status_code == 204:
+                return LiveAPI(url, proc)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("forq_serve did not answer /healthcheck within 30 s")
+
+
+def stop_server(api: LiveAPI) -> None:
+    api.client.close()
+    api.proc.terminate()
+    try:
+        api.proc.wait(20)
+    except subprocess.TimeoutExpired:
+        api.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def live_api(django_db_setup, django_db_blocker):
+    api = start_server()
+    yield api
+    stop_server(api)

@@ -116,12 +116,23 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
 
 metrics_view.csrf_exempt = True
 
-_OPENAPI = Path(__file__).with_name("openapi.json")
+@functools.cache
+def _openapi_document() -> bytes:
+    """forqapp/api/openapi.json, with the bulk endpoints' paths (openapi_bulk.json) merged in."""
+    here = Path(__file__).parent
+    document = json.loads((here / "openapi.json").read_text())
+    bulk = here / "openapi_bulk.json"
+    if bulk.exists():
+        extra = json.loads(bulk.read_text())
+        document["paths"].update(extra.get("paths", {}))
+        for kind, items in extra.get("components", {}).items():
+            document["components"].setdefault(kind, {}).update(items)
+    return json.dumps(document).encode()
 
 
 @endpoint("GET", key=None)
 async def openapi(request: HttpRequest) -> HttpResponse:
-    return HttpResponse(_OPENAPI.read_bytes(), content_type="application/json")
+    return HttpResponse(_openapi_document(), content_type="application/json")
 
 
 # --- messages --------------------------------------------------------------------------------

@@ -1,0 +1,309 @@
+"""The HTTP contract (SPEC §1), case by case, against a real server process."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import httpx
+import pytest
+
+import forqapp
+from forqapp import services
+from forqapp.models import Message, Status
+
+from .conftest import SECRET
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECURITY_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+}
+
+
+def code(response: httpx.Response) -> str:
+    return response.json()["code"]
+
+
+def consume_one(live_api, queue: str) -> dict:
+    response = live_api.consume(queue)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+# --- happy path ----------------------------------------------------------------------------
+
+
+def test_produce_consume_ack(live_api):
+    response = live_api.produce("orders", "first")
+    assert response.status_code == 204
+    assert response.content == b""
+    body = consume_one(live_api, "orders")
+    assert set(body) == {"id", "content", "receipt"}
+    assert body["content"] == "first"
+    assert uuid.UUID(body["id"]).version == 7
+    assert body["receipt"].isdigit()
+    assert live_api.settle("ack", "orders", body["id"], body["receipt"]).status_code == 204
+    assert not Message.objects.filter(id=body["id"]).exists()
+
+
+def test_every_response_has_security_headers(live_api):
+    for response in (
+        live_api.client.get("/healthcheck"),
+        live_api.produce("hdr", "x"),
+        live_api.produce("bad name", "x"),
+        httpx.get(live_api.url + "/api/v1/queues/hdr/messages", timeout=5),
+        live_api.client.delete("/api/v1/queues/hdr/messages"),
+    ):
+        for name, value in SECURITY_HEADERS.items():
+            assert response.headers.get(name) == value, (response.status_code, name)
+
+
+def test_healthcheck_needs_no_key(live_api):
+    assert httpx.get(live_api.url + "/healthcheck", timeout=5).status_code == 204
+
+
+def test_fifo_by_receive_time(live_api):
+    for i in range(5):
+        assert live_api.produce("fifo", f"m{i}").status_code == 204
+    got = []
+    for _ in range(5):
+        body = consume_one(live_api, "fifo")
+        got.append(body["content"])
+        live_api.settle("ack", "fifo", body["id"], body["receipt"])
+    assert got == [f"m{i}" for i in range(5)]
+
+
+def test_unknown_fields_are_ignored(live_api):
+    response = live_api.client.post("/api/v1/queues/extra/messages", json={"content": "x", "priority": 9})
+    assert response.status_code == 204
+
+
+def test_consume_empty_queue_long_polls_then_204(live_api):
+    start = time.monotonic()
+    response = live_api.consume("empty")
+    assert response.status_code == 204
+    assert time.monotonic() - start >= 1.5  # the fixture's server waits FORQ_LONG_POLL_SECONDS=2
+
+
+def test_consume_from_dlq_is_allowed(live_api):
+    assert live_api.consume("orders-dlq").status_code == 204
+
+
+# --- delayed messages, nack backoff, failure ---------------------------------------------------
+
+
+def test_delayed_message_is_not_due_before_process_after(live_api):
+    due = services.now_ms() + 1500
+    assert live_api.produce("later", "x", processAfter=due).status_code == 204
+    response = live_api.client.get("/api/v1/queues/later/messages", timeout=10)
+    assert response.status_code == 200
+    assert services.now_ms() >= due
+
+
+def test_nack_backs_off_then_fails_after_max_attempts(live_api, settings):
+    live_api.produce("retry", "x")
+    body = consume_one(live_api, "retry")
+    nacked_at = services.now_ms()
+    assert live_api.settle("nack", "retry", body["id"], body["receipt"]).status_code == 204
+    row = Message.objects.get(id=body["id"])
+    assert row.status == Status.READY and row.attempts == 1
+    assert 1000 <= row.process_after - nacked_at <= 1100  # first backoff: 1 s
+    # Attempts 2..5: skip the waiting by making it due, then nack again.
+    for attempt in range(2, 6):
+        Message.objects.filter(id=body["id"]).update(process_after=0)
+        body = consume_one(live_api, "retry")
+        assert live_api.settle("nack", "retry", body["id"], body["receipt"]).status_code == 204
+        row = Message.objects.get(id=body["id"])
+        assert row.attempts == attempt
+    assert row.status == Status.FAILED
+
+
+# --- receipts ---------------------------------------------------------------------------------
+
+
+def test_old_receipt_no_longer_matches_after_redelivery(live_api):
+    live_api.produce("fence", "x")
+    first = consume_one(live_api, "fence")
+    # The delivery goes stale and the message is delivered again.
+    Message.objects.filter(id=first["id"]).update(processing_started_at=1, updated_at=1)
+    forqapp_jobs_recover_stale()
+    second = consume_one(live_api, "fence")
+    assert second["id"] == first["id"] and second["receipt"] != first["receipt"]
+    assert code(live_api.settle("ack", "fence", first["id"], first["receipt"])) == "not_found.message"
+    assert live_api.settle("ack", "fence", second["id"], second["receipt"]).status_code == 204
+
+
+def forqapp_jobs_recover_stale() -> None:
+    from django.db import connection
+
+    from forqapp import store
+
+    store.for_connection(connection).recover_stale(store.raw(connection), services.now_ms(), 1000, 5)
+
+
+@pytest.mark.parametrize("op", ["ack", "nack"])
+def test_receipt_rules(live_api, op):
+    live_api.produce("rcpt", "x")
+    body = consume_one(live_api, "rcpt")
+    missing = live_api.settle(op, "rcpt", body["id"], None)
+    assert (missing.status_code, code(missing)) == (400, "bad_request.receipt.missing")
+    invalid = live_api.settle(op, "rcpt", body["id"], "abc")
+    assert (invalid.status_code, code(invalid)) == (400, "bad_request.receipt.invalid")
+    wrong = live_api.settle(op, "rcpt", body["id"], int(body["receipt"]) + 1)
+    assert (wrong.status_code, code(wrong)) == (404, "not_found.message")
+    other_queue = live_api.settle(op, "other", body["id"], body["receipt"])
+    assert (other_queue.status_code, code(other_queue)) == (404, "not_found.message")
+    assert live_api.settle(op, "rcpt", body["id"], body["receipt"]).status_code == 204
+    again = live_api.settle(op, "rcpt", body["id"], body["receipt"])
+    assert (again.status_code, code(again)) == (404, "not_found.message")
+
+
+def test_unknown_message_is_404(live_api):
+    response = live_api.settle("ack", "q", str(uuid.uuid4()), 1)
+    assert (response.status_code, code(response)) == (404, "not_found.message")
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("queue", ["bad name", "a" * 65, "col:on", "ünï", "semi;colon"])
+def test_invalid_queue_names(live_api, queue):
+    for response in (live_api.produce(queue, "x"), live_api.consume(queue)):
+        assert (response.status_code, code(response)) == (400, "bad_request.queue.invalid_name")
+
+
+def test_longest_valid_queue_name(live_api):
+    assert live_api.produce("a._-Z9" + "b" * 58, "x").status_code == 204
+
+
+def test_produce_to_dlq_is_refused(live_api):
+    response = live_api.produce("emails-dlq", "x")
+    assert (response.status_code, code(response)) == (400, "bad_request.queue.produce_to_dlq")
+
+
+@pytest.mark.parametrize("message_id", ["not-a-uuid", "1234", "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz"])
+def test_invalid_message_id(live_api, message_id):
+    response = live_api.settle("ack", "q", message_id, 1)
+    assert (response.status_code, code(response)) == (400, "bad_request.messageId.invalid")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"[1,2]", b'"text"', b"{}", b'{"content": 5}', b'{"content": null}', b'{"content": ""}',
+     b'{"content": "x", "processAfter": "soon"}', b'{"content": "x", "processAfter": 1.5}',
+     b'{"content": "x", "processAfter": true}', b"\xff\xfe"],
+)
+def test_invalid_bodies(live_api, body):
+    response = live_api.client.post("/api/v1/queues/q/messages", content=body)
+    assert (response.status_code, code(response)) == (400, "bad_request.body.invalid")
+
+
+def test_content_limit_counts_utf8_bytes(live_api):
+    assert live_api.produce("big", "x" * 262_144).status_code == 204
+    too_big = live_api.produce("big", "é" * 131_073)  # 262,146 bytes in UTF-8
+    assert (too_big.status_code, code(too_big)) == (400, "bad_request.body.content.exceeds_limit")
+
+
+def test_body_over_2_mib_is_refused_with_413(live_api):
+    payload = json.dumps({"content": "x" * (2 * 1024 * 1024 + 10)}).encode()
+    response = live_api.client.post("/api/v1/queues/q/messages", content=payload)
+    assert (response.status_code, code(response)) == (413, "bad_request.body.content.exceeds_limit")
+
+
+def test_process_after_bounds(live_api):
+    now = services.now_ms()
+    past = live_api.produce("pa", "x", processAfter=now - 11_000)
+    assert (past.status_code, code(past)) == (400, "bad_request.body.processAfter.in_past")
+    far = live_api.produce("pa", "x", processAfter=now + 367 * 24 * 3600 * 1000)
+    assert (far.status_code, code(far)) == (400, "bad_request.body.processAfter.too_far")
+    assert live_api.produce("pa", "x", processAfter=now - 5_000).status_code == 204
+    assert live_api.produce("pa", "x", processAfter=now + 365 * 24 * 3600 * 1000).status_code == 204
+
+
+def test_wrong_method_is_405(live_api):
+    assert live_api.client.delete("/api/v1/queues/q/messages").status_code == 405
+    assert live_api.client.get(f"/api/v1/queues/q/messages/{uuid.uuid4()}/ack").status_code == 405
+
+
+# --- auth and throttling --------------------------------------------------------------------
+
+
+def _as(address: str, key: str | None) -> dict:
+    headers = {"X-Forwarded-For": f"10.9.9.9, {address}"}
+    if key is not None:
+        headers["X-API-Key"] = key
+    return headers
+
+
+def test_missing_or_wrong_key_is_401(live_api):
+    url = live_api.url + "/api/v1/queues/q/messages"
+    for key in (None, "wrong", SECRET + "x", SECRET[:-1]):
+        response = httpx.post(url, json={"content": "x"}, headers=_as(f"192.0.2.{len(key or '')}", key))
+        assert (response.status_code, code(response)) == (401, "unauthorized")
+
+
+def test_throttle_after_five_failures_but_valid_key_passes(live_api):
+    url = live_api.url + "/api/v1/queues/q/messages"
+    address = "198.51.100.77"
+    for _ in range(5):
+        assert httpx.post(url, json={"content": "x"}, headers=_as(address, "nope")).status_code == 401
+    blocked = httpx.post(url, json={"content": "x"}, headers=_as(address, "nope"))
+    assert (blocked.status_code, code(blocked)) == (429, "too_many_requests")
+    assert httpx.post(url, json={"content": "x"}, headers=_as(address, None)).status_code == 429
+    assert httpx.post(url, json={"content": "x"}, headers=_as(address, SECRET)).status_code == 204
+    other = httpx.post(url, json={"content": "x"}, headers=_as("198.51.100.78", "nope"))
+    assert other.status_code == 401
+
+
+def test_metrics_needs_its_own_key(live_api):
+    assert httpx.get(live_api.url + "/metrics", headers=_as("203.0.113.5", SECRET)).status_code == 401
+    from .conftest import METRICS_SECRET
+
+    response = httpx.get(live_api.url + "/metrics", headers=_as("203.0.113.6", METRICS_SECRET))
+    assert response.status_code == 200
+    assert "forq_messages_produced_total" in response.text
+
+
+# --- long poll --------------------------------------------------------------------------------
+
+
+def test_long_poll_wakes_on_produce_from_another_process(live_api):
+    result = {}
+
+    def poll():
+        start = time.monotonic()
+        response = live_api.client.get("/api/v1/queues/wake/messages")
+        result["status"], result["elapsed"] = response.status_code, time.monotonic() - start
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    time.sleep(0.5)
+    sent_at = time.monotonic()
+    forqapp.send("wake", "now")  # this test process is not the server process
+    thread.join(10)
+    assert result["status"] == 200
+    # Woken by the write itself, not by the end of the 2 s poll (benchmarks measure the latency).
+    assert time.monotonic() - sent_at < 1.0
+
+
+def test_abandoned_long_poll_does_not_swallow_a_message(live_api):
+    with pytest.raises(httpx.ReadTimeout):
+        live_api.client.get("/api/v1/queues/gone/messages", timeout=0.5)
+    time.sleep(0.3)
+    live_api.produce("gone", "x")
+    time.sleep(0.3)
+    row = Message.objects.get(queue="gone")
+    assert row.status == Status.READY and row.attempts == 0
+    assert consume_one(live_api, "gone")["content"] == "x"
+
+
+def test_openapi_document(live_api):
+    doc = httpx.get(live_api.url + "/api/v1/openapi.json", timeout=5).json()
+    assert doc["openapi"].startswith("3.1")
+    assert "/api/v1/queues/{queue}/messages" in doc["paths"]
+    assert "/api/v1/queues/{queue}/messages/{messageId}/ack" in doc["paths"]
