@@ -12,3 +12,18 @@ urlpatterns = [
     path("api/v1/queues/<str:queue>/messages/<str:message_id>/ack", views.ack, name="forq-ack"),
     path("api/v1/queues/<str:queue>/messages/<str:message_id>/nack", views.nack, name="forq-nack"),
 ]
+
+# Bulk endpoints (the Spark connector): forqapp/api/bulk.py, documented in openapi_bulk.json
+from . import bulk  # noqa: E402
+
+urlpatterns += [
+    path("api/v1/queues/<str:queue>/messages/batch", bulk.batch, name="forq-batch"),
+    path("api/v1/queues/<str:queue>/messages/claim", bulk.claim, name="forq-claim"),
+    path("api/v1/queues/<str:queue>/messages/ack", bulk.ack, name="forq-ack-many"),
+    path("api/v1/queues/<str:queue>/messages/release", bulk.release, name="forq-release-many"),
+    path("api/v1/queues/<str:queue>/staged/<str:token>", bulk.stage, name="forq-stage"),
+    path("api/v1/staged/publish", bulk.publish, name="forq-publish-staged"),
+    path("api/v1/staged/discard", bulk.discard, name="forq-discard-staged"),
+    path("api/v1/queues/<str:queue>/snapshot", bulk.snapshot, name="forq-snapshot"),
+    path("api/v1/queues/<str:queue>/snapshot/bounds", bulk.snapshot_bounds, name="forq-snapshot-bounds"),
+]

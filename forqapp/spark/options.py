@@ -1,0 +1,100 @@
+"""The ``forq`` format's options: strings in a case-insensitive map, parsed and checked here with
+messages that say which option is wrong and why."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_QUEUE = re.compile(r"[a-zA-Z0-9._-]{1,64}")
+
+
+class ForqOptionError(ValueError):
+    """An option of the ``forq`` format is missing or invalid."""
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    value = options.get(name)
+    if value is None:
+        lowered = name.lower()
+        for key, v in options.items():
+            if key.lower() == lowered:
+                return v
+    return value
+
+
+def _int(options: Mapping[str, str], name: str, default: int | None, lo: int, hi: int) -> int | None:
+    raw = _get(options, name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ForqOptionError(f"forq option {name!r} must be an integer, not {raw!r}") from None
+    if not lo <= value <= hi:
+        raise ForqOptionError(f"forq option {name!r} must be from {lo} to {hi}, not {value}")
+    return value
+
+
+def _float(options: Mapping[str, str], name: str, default: float, lo: float, hi: float) -> float:
+    raw = _get(options, name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ForqOptionError(f"forq option {name!r} must be a number, not {raw!r}") from None
+    if not lo <= value <= hi:
+        raise ForqOptionError(f"forq option {name!r} must be from {lo:g} to {hi:g}, not {value:g}")
+    return value
+
+
+@dataclass(frozen=True)
+class ForqOptions:
+    url: str
+    api_key: str
+    queue: str
+    batch_size: int = 500  # write: messages per staged request
+    num_partitions: int | None = None  # read: id-range partitions (default: one per 250,000 rows)
+    page_size: int = 5000  # read: rows per snapshot page
+    max_messages_per_batch: int = 1000  # stream: messages claimed per micro-batch
+    wait_seconds: float = 1.0  # stream: how long a claim waits for a message when the queue is idle
+    timeout: float = 300.0  # seconds per HTTP request
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ForqOptions:
+        url = (_get(options, "url") or "").strip()
+        if not url:
+            raise ForqOptionError("forq option 'url' is required (the forqapp API base URL, "
+                                  "e.g. http://forq.internal:8080)")
+        if not url.startswith(("http://", "https://")):
+            raise ForqOptionError(f"forq option 'url' must start with http:// or https://, not {url!r}")
+        api_key = _get(options, "apiKey")
+        if not api_key:
+            raise ForqOptionError("forq option 'apiKey' is required (forqapp's FORQ_AUTH_SECRET)")
+        queue = (_get(options, "queue") or "").strip()
+        if not queue:
+            raise ForqOptionError("forq option 'queue' is required")
+        if not _QUEUE.fullmatch(queue):
+            raise ForqOptionError(f"forq option 'queue' must match ^[a-zA-Z0-9._-]{{1,64}}$, not {queue!r}")
+        return cls(
+            url=url,
+            api_key=api_key,
+            queue=queue,
+            batch_size=_int(options, "batchSize", 500, 1, 10_000),
+            num_partitions=_int(options, "numPartitions", None, 1, 10_000),
+            page_size=_int(options, "pageSize", 5000, 1, 10_000),
+            max_messages_per_batch=_int(options, "maxMessagesPerBatch", 1000, 1, 100_000),
+            wait_seconds=_float(options, "waitSeconds", 1.0, 0.0, 30.0),
+            timeout=_float(options, "timeout", 300.0, 1.0, 3600.0),
+        )
+
+    def client(self):
+        from .client import ForqClient
+
+        return ForqClient(self.url, self.api_key, timeout=self.timeout)
+
+    @property
+    def is_dlq(self) -> bool:
+        return self.queue.endswith("-dlq")
