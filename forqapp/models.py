@@ -102,3 +102,23 @@ class DeadLetter(Message):
         proxy = True
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
+
+
+class QueueDepthSample(models.Model):
+    """One queue's depth at one moment, written by the queue-depth job (``forqapp.ui.history``) for
+    the UI's 24-hour charts. Samples older than 24 hours are pruned as new ones are written."""
+
+    queue = models.CharField(max_length=128)
+    is_dlq = models.BooleanField(default=False)
+    depth = models.BigIntegerField()
+    sampled_at = models.BigIntegerField()  # Unix ms
+
+    class Meta:
+        db_table = "forq_queue_depth_samples"
+        indexes = [
+            # Covering for the chart read (a time range, grouped by queue) and for pruning.
+            models.Index(fields=["sampled_at", "queue", "is_dlq", "depth"], name="idx_depth_samples_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}={self.depth}@{self.sampled_at}"

@@ -1,8 +1,16 @@
-"""URLs of the UI listener (FORQ_UI_ADDR): the admin and forqapp's pages — never the API."""
+"""The UI listener's routes (``FORQ_UI_ADDR``): the HTMX pages at the root, login, and Django's
+admin; none of the API's. ``forq_serve`` serves this with ``ROOT_URLCONF = "project.urls_ui"``.
+
+Static files (htmx, the CSS) are served here too, from the app directories through the
+staticfiles finders: a handful of small files for staff, on a listener that is not the API.
+"""
 
 from django.contrib import admin
-from django.urls import path
+from django.contrib.staticfiles.views import serve
+from django.urls import include, path, re_path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("", include("forqapp.ui.urls")),
+    re_path(r"^static/(?P<path>.*)$", serve, {"insecure": True}),
 ]

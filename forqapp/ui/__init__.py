@@ -1,0 +1,1 @@
+"""forqapp's HTMX admin pages: dashboard, queue pages, DLQ actions (staff only)."""

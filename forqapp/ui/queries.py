@@ -1,0 +1,152 @@
+"""The UI's and the admin's reads, through the ORM (the same on SQLite and PostgreSQL).
+
+Counts are aggregates that the covering indexes answer (``idx_for_requeueing`` on (queue, status),
+the partial ``idx_queue_ready_for_consuming`` for ready rows): two grouped queries for every queue
+at once, never one query per queue. Staged rows (queues named ``~stage~…``) are hidden everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db.models import Count
+from django.db.models.functions import Length, Substr
+
+from ..conf import forq_settings
+from ..models import DLQ_SUFFIX, Message, Status
+
+STAGE_PREFIX = "~stage~"
+PAGE_SIZE = 50
+PREVIEW_CHARS = 160
+
+
+def messages(using: str | None = None):
+    return Message.objects.using(using or forq_settings.FORQ_DATABASE)
+
+
+def visible(queue: str) -> bool:
+    return not queue.startswith(STAGE_PREFIX)
+
+
+@dataclass
+class QueueStats:
+    """Counts of one queue (regular or DLQ)."""
+
+    name: str
+    ready: int = 0  # due now
+    delayed: int = 0  # ready, due later
+    processing: int = 0
+    failed: int = 0
+
+    @property
+    def is_dlq(self) -> bool:
+        return self.name.endswith(DLQ_SUFFIX)
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.delayed + self.processing + self.failed
+
+
+@dataclass
+class QueueRow:
+    """A dashboard row: a regular queue and its dead-letter queue."""
+
+    name: str
+    queue: QueueStats
+    dlq: QueueStats
+    exists: bool = False  # the regular queue holds messages
+    history: list | None = None
+    dlq_history: list | None = None
+
+    @property
+    def dlq_name(self) -> str:
+        return self.name + DLQ_SUFFIX
+
+
+@dataclass
+class Overview:
+    rows: list[QueueRow] = field(default_factory=list)
+
+    @property
+    def queues(self) -> int:
+        return sum(r.exists for r in self.rows) + sum(r.dlq.total > 0 for r in self.rows)
+
+    @property
+    def messages(self) -> int:
+        return sum(r.queue.total for r in self.rows)
+
+    @property
+    def dlq_messages(self) -> int:
+        return sum(r.dlq.total for r in self.rows)
+
+    @property
+    def dlqs(self) -> int:
+        return sum(r.dlq.total > 0 for r in self.rows)
+
+
+def queue_stats(now: int, queue: str | None = None, *, using: str | None = None) -> dict[str, QueueStats]:
+    """{queue: QueueStats} for every visible queue (or just ``queue``), in two grouped queries."""
+    qs = messages(using).order_by()
+    if queue is not None:
+        qs = qs.filter(queue=queue)
+    stats: dict[str, QueueStats] = {}
+    for name, status, n in qs.values_list("queue", "status").annotate(n=Count("*")):
+        if not visible(name):
+            continue
+        s = stats.setdefault(name, QueueStats(name))
+        if status == Status.READY:
+            s.ready += n
+        elif status == Status.PROCESSING:
+            s.processing += n
+        else:
+            s.failed += n
+    for name, n in qs.filter(status=Status.READY, process_after__gt=now).values_list("queue").annotate(
+        n=Count("*")
+    ):
+        if name in stats:
+            stats[name].delayed = n
+            stats[name].ready -= n
+    return stats
+
+
+def overview(now: int, *, using: str | None = None) -> Overview:
+    stats = queue_stats(now, using=using)
+    rows: dict[str, QueueRow] = {}
+    for name, s in stats.items():
+        base = name.removesuffix(DLQ_SUFFIX) if s.is_dlq else name
+        row = rows.setdefault(base, QueueRow(base, QueueStats(base), QueueStats(base + DLQ_SUFFIX)))
+        if s.is_dlq:
+            row.dlq = s
+        else:
+            row.queue, row.exists = s, True
+    return Overview(rows=sorted(rows.values(), key=lambda r: r.name))
+
+
+def page(queue: str, before: str | None = None, *, limit: int = PAGE_SIZE, using: str | None = None) -> list:
+    """Newest first, ``limit`` at a time, keyset on the time-ordered id (never OFFSET). Content is
+    cut to a preview in SQL, so a page never loads whole large messages."""
+    qs = messages(using).filter(queue=queue, is_dlq=queue.endswith(DLQ_SUFFIX))
+    if before:
+        qs = qs.filter(id__lt=before)
+    return list(
+        qs.order_by("-id")
+        .annotate(preview=Substr("content", 1, PREVIEW_CHARS), size=Length("content"))
+        .only("id", "queue", "is_dlq", "status", "attempts", "process_after", "received_at",
+              "updated_at", "failure_reason", "expires_after", "processing_started_at")
+        [: limit + 1]
+    )
+
+
+def message(queue: str, message_id: str, *, using: str | None = None) -> Message | None:
+    """One message, read-only (a peek: its status and attempts do not change)."""
+    return messages(using).filter(queue=queue, id=message_id).first()
+
+
+def queue_names(*, using: str | None = None) -> list[str]:
+    """Every visible queue name (for the admin's filter), one grouped read of an index."""
+    qs = messages(using).order_by().values_list("queue").annotate(n=Count("*"))
+    return sorted(q for q, _ in qs if visible(q))
+
+
+__all__ = ["Overview", "QueueRow", "QueueStats", "message", "overview", "page", "queue_names",
+           "queue_stats"]

@@ -1,0 +1,19 @@
+"""The UI's routes (namespace ``forqapp-ui``). Mounted at ``ui/`` by :mod:`forqapp.urls` and at the
+root of the UI listener by ``project.urls_ui``."""
+
+from django.urls import path
+
+from . import views
+
+app_name = "forqapp-ui"
+
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("login/", views.login, name="login"),
+    path("logout/", views.logout, name="logout"),
+    path("queues/<str:queue>/", views.queue_page, name="queue"),
+    path("queues/<str:queue>/messages/", views.queue_messages, name="messages"),
+    path("queues/<str:queue>/messages/requeue/", views.requeue_all, name="requeue-all"),
+    path("queues/<str:queue>/messages/<str:message_id>/", views.message_detail, name="message"),
+    path("queues/<str:queue>/messages/<str:message_id>/requeue/", views.requeue_message, name="requeue"),
+]

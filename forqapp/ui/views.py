@@ -1,0 +1,297 @@
+"""The HTMX pages. Reads go through :mod:`.queries` (ORM); every change goes through
+:mod:`forqapp.services` (validation, SQL in the store, metrics). GET never changes anything.
+
+An htmx request (that is not a history restore) gets the page's ``_partial`` template; anything
+else gets the full page, so every URL also works as a plain link or after a reload.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from functools import wraps
+
+from django.contrib import messages as flash
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.views import redirect_to_login
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse, reverse_lazy
+from django.views.decorators.clickjacking import xframe_options_deny
+from django.views.decorators.http import require_http_methods
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.middleware import HtmxDetails
+
+from .. import services
+from ..errors import ForqError
+from ..models import DLQ_SUFFIX, Status
+from ..validation import message_id as valid_message_id
+from ..validation import queue_name as valid_queue_name
+from . import charts, history, queries
+
+REFRESH_SECONDS = 5
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _partial(request: HtmxHttpRequest) -> bool:
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+def staff_required(view):
+    """Active staff only; anyone else goes to the login page (htmx: a full-page redirect)."""
+
+    @wraps(view)
+    def wrapper(request: HtmxHttpRequest, *args, **kwargs):
+        user = request.user
+        if user.is_active and user.is_staff:
+            return view(request, *args, **kwargs)
+        login_url = reverse("forqapp-ui:login")
+        if request.htmx:
+            return HttpResponseClientRedirect(login_url)
+        return redirect_to_login(request.get_full_path(), login_url)
+
+    return wrapper
+
+
+def ui_view(*methods: str):
+    """Staff only, the allowed methods, DENY framing, and a cache key that varies on HX-Request."""
+
+    def decorate(view):
+        view = staff_required(view)
+        view = require_http_methods(list(methods))(view)
+        view = vary_on_headers("HX-Request")(view)
+        return xframe_options_deny(view)
+
+    return decorate
+
+
+def _queue(queue: str) -> str:
+    try:
+        return valid_queue_name(queue)
+    except ForqError:
+        raise Http404("no such queue") from None
+
+
+def _message_id(message_id: str) -> str:
+    try:
+        return valid_message_id(message_id)
+    except ForqError:
+        raise Http404("no such message") from None
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _decorate(message, now: int):
+    """Display values for a message row (times as datetimes, ready-but-not-due as delayed)."""
+    message.received_dt = _dt(message.received_at)
+    message.due_dt = _dt(message.process_after)
+    message.updated_dt = _dt(message.updated_at)
+    message.expires_dt = _dt(message.expires_after)
+    message.started_dt = _dt(message.processing_started_at)
+    if message.status == Status.READY and message.process_after > now:
+        message.state = "delayed"
+    else:
+        message.state = Status(message.status).label
+    return message
+
+
+def _pretty(content: str) -> tuple[str, bool]:
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return content, False
+    if not isinstance(value, dict | list):
+        return content, False
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False), True
+
+
+# --- auth -------------------------------------------------------------------------------------
+
+login = xframe_options_deny(
+    auth_views.LoginView.as_view(
+        template_name="forqapp/login.html",
+        authentication_form=AdminAuthenticationForm,  # active staff only
+        next_page=reverse_lazy("forqapp-ui:dashboard"),
+    )
+)
+logout = xframe_options_deny(auth_views.LogoutView.as_view(next_page=reverse_lazy("forqapp-ui:login")))
+
+
+# --- dashboard --------------------------------------------------------------------------------
+
+
+def _overview_context(now: int) -> dict:
+    overview = queries.overview(now)
+    names = [r.name for r in overview.rows] + [r.dlq_name for r in overview.rows]
+    series = history.depth_series(names, now=now, buckets=96) if names else {}
+    for row in overview.rows:
+        row.chart = charts.sparkline(
+            [series.get(row.name), series.get(row.dlq_name)], label=f"{row.name} depth, last 24 hours"
+        )
+    return {"overview": overview, "refresh": REFRESH_SECONDS, "now": _dt(now)}
+
+
+@ui_view("GET")
+def dashboard(request: HtmxHttpRequest) -> HttpResponse:
+    context = _overview_context(_now_ms())
+    if _partial(request):
+        return render(request, "forqapp/_overview.html", context)
+    return render(request, "forqapp/dashboard.html", context)
+
+
+# --- queue page -------------------------------------------------------------------------------
+
+
+def _stats_context(queue: str, now: int) -> dict:
+    stats = queries.queue_stats(now, queue).get(queue) or queries.QueueStats(queue)
+    return {"stats": stats}
+
+
+def _page_context(queue: str, now: int, before: str | None = None) -> dict:
+    rows = queries.page(queue, before)
+    more = len(rows) > queries.PAGE_SIZE
+    rows = [_decorate(m, now) for m in rows[: queries.PAGE_SIZE]]
+    return {
+        "queue": queue,
+        "is_dlq": queue.endswith(DLQ_SUFFIX),
+        "rows": rows,
+        "next_before": rows[-1].id if more and rows else None,
+    }
+
+
+def _queue_context(queue: str, now: int) -> dict:
+    is_dlq = queue.endswith(DLQ_SUFFIX)
+    series = history.depth_series([queue], now=now, buckets=288).get(queue)
+    return {
+        **_stats_context(queue, now),
+        **_page_context(queue, now),
+        "regular_queue": queue.removesuffix(DLQ_SUFFIX) if is_dlq else queue,
+        "dlq_name": queue if is_dlq else queue + DLQ_SUFFIX,
+        "chart": charts.chart(series, label=f"{queue} depth, last 24 hours",
+                              css="line-dlq" if is_dlq else "line-queue"),
+    }
+
+
+@ui_view("GET")
+def queue_page(request: HtmxHttpRequest, queue: str) -> HttpResponse:
+    queue = _queue(queue)
+    context = _queue_context(queue, _now_ms())
+    if _partial(request):
+        return render(request, "forqapp/_queue_body.html", context)
+    return render(request, "forqapp/queue.html", context)
+
+
+@ui_view("GET", "DELETE", "POST")
+def queue_messages(request: HtmxHttpRequest, queue: str) -> HttpResponse:
+    """GET: the next page of rows ("load more"). DELETE (or POST): delete every message of a DLQ."""
+    queue = _queue(queue)
+    if request.method == "GET":
+        before = request.GET.get("before")
+        if before:
+            before = _message_id(before)
+        if not _partial(request):
+            return redirect("forqapp-ui:queue", queue=queue)
+        return render(request, "forqapp/_message_rows.html", _page_context(queue, _now_ms(), before))
+    return _bulk(request, queue, "delete")
+
+
+@ui_view("POST")
+def requeue_all(request: HtmxHttpRequest, queue: str) -> HttpResponse:
+    return _bulk(request, _queue(queue), "requeue")
+
+
+@ui_view("GET", "DELETE", "POST")
+def message_detail(request: HtmxHttpRequest, queue: str, message_id: str) -> HttpResponse:
+    """GET: the message row, opened (or closed with ``?closed=1``); a peek, never a consume.
+    DELETE (or POST): delete this DLQ message."""
+    queue, message_id = _queue(queue), _message_id(message_id)
+    if request.method != "GET":
+        return _single(request, queue, message_id, "delete")
+    message = queries.message(queue, message_id)
+    if message is None:
+        raise Http404("no such message")
+    now = _now_ms()
+    _decorate(message, now)
+    opened = request.GET.get("closed") != "1"
+    if opened:
+        message.pretty, message.is_json = _pretty(message.content)
+    message.preview = message.content[: queries.PREVIEW_CHARS]
+    message.size = len(message.content)
+    context = {"m": message, "queue": queue, "is_dlq": queue.endswith(DLQ_SUFFIX), "open": opened}
+    if not _partial(request):
+        return render(request, "forqapp/message.html", context)
+    return render(request, "forqapp/_message.html", context)
+
+
+@ui_view("POST")
+def requeue_message(request: HtmxHttpRequest, queue: str, message_id: str) -> HttpResponse:
+    return _single(request, _queue(queue), _message_id(message_id), "requeue")
+
+
+# --- DLQ actions ------------------------------------------------------------------------------
+
+
+def _plural(n: int) -> str:
+    return f"{n} message" if n == 1 else f"{n} messages"
+
+
+def _run(queue: str, message_id: str | None, action: str) -> tuple[int, str, str]:
+    """Do the action through the services; returns (count, flash level, text)."""
+    if not queue.endswith(DLQ_SUFFIX):
+        return 0, "error", "Requeue and delete are for dead-letter queues only."
+    target = queue.removesuffix(DLQ_SUFFIX)
+    if action == "requeue":
+        n = services.requeue(queue, message_id)
+        text = f"Requeued {_plural(n)} to {target}."
+    else:
+        n = services.delete_dead(queue, message_id)
+        text = f"Deleted {_plural(n)} from {queue}."
+    if n == 0:
+        gone = "it was already requeued or deleted, or is" if message_id else "messages in processing are"
+        return 0, "warning", f"{text[:-1]}: {gone} left alone."
+    return n, "success", text
+
+
+def _single(request: HtmxHttpRequest, queue: str, message_id: str, action: str) -> HttpResponse:
+    n, level, text = _run(queue, message_id, action)
+    if not request.htmx:
+        getattr(flash, level)(request, text)
+        return redirect("forqapp-ui:queue", queue=queue)
+    now = _now_ms()
+    context = {"queue": queue, "flash": {"level": level, "text": text}, "count": n, "message_id": message_id,
+               "oob": True, **_stats_context(queue, now)}
+    if n == 0 and level == "error":
+        response = render(request, "forqapp/_flash.html", context)
+        response["HX-Reswap"] = "none"
+        return response
+    # The row goes away (or is refreshed when nothing changed); counts and the message update out of band.
+    message = queries.message(queue, message_id)
+    if message is not None:
+        context.update(m=_decorate(message, now), is_dlq=True, open=False)
+        message.preview = message.content[: queries.PREVIEW_CHARS]
+        message.size = len(message.content)
+    return render(request, "forqapp/_action_single.html", context)
+
+
+def _bulk(request: HtmxHttpRequest, queue: str, action: str) -> HttpResponse:
+    n, level, text = _run(queue, None, action)
+    if not request.htmx:
+        getattr(flash, level)(request, text)
+        return redirect("forqapp-ui:queue", queue=queue)
+    now = _now_ms()
+    context = {**_stats_context(queue, now), **_page_context(queue, now),
+               "flash": {"level": level, "text": text}, "count": n, "oob": True}
+    return render(request, "forqapp/_action_bulk.html", context)
+
