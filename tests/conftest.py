@@ -82,10 +82,10 @@ class LiveAPI:
 
 def start_server(extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ("--no-ui",)):
     port = free_port()
-    env = subprocess_env(
-        FORQ_API_ADDR=f"127.0.0.1:{port}", FORQ_LONG_POLL_SECONDS="2",
-        FORQ_TRUST_PROXY_HEADERS="true", FORQ_METRICS_ENABLED="true", **(extra_env or {})
-    )
+    env = subprocess_env(**{
+        "FORQ_API_ADDR": f"127.0.0.1:{port}", "FORQ_LONG_POLL_SECONDS": "2",
+        "FORQ_TRUST_PROXY_HEADERS": "true", "FORQ_METRICS_ENABLED": "true", **(extra_env or {}),
+    })
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "forq_serve", *args], env=env, cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -1,0 +1,134 @@
+"""The Python API: validation like the HTTP API, receipts, and the transactional outbox."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import transaction
+
+import forqapp
+from forqapp import services
+from forqapp.errors import ForqError
+from forqapp.models import Message, Status
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.parametrize(
+    ("queue", "content", "process_after", "code"),
+    [
+        ("bad name", "x", None, "bad_request.queue.invalid_name"),
+        ("jobs-dlq", "x", None, "bad_request.queue.produce_to_dlq"),
+        ("jobs", 5, None, "bad_request.body.invalid"),
+        ("jobs", "", None, "bad_request.body.invalid"),
+        ("jobs", "x" * 262_145, None, "bad_request.body.content.exceeds_limit"),
+        ("jobs", "x", 1, "bad_request.body.processAfter.in_past"),
+        ("jobs", "x", 2**62, "bad_request.body.processAfter.too_far"),
+        ("jobs", "x", "soon", "bad_request.body.invalid"),
+    ],
+)
+def test_send_validates_like_the_http_api(queue, content, process_after, code):
+    with pytest.raises(ForqError) as caught:
+        forqapp.send(queue, content, process_after)
+    assert caught.value.code == code
+    assert not Message.objects.exists()
+
+
+def test_send_receive_nack_ack():
+    message_id = forqapp.send("jobs", "payload")
+    message = forqapp.receive("jobs")
+    assert (message.id, message.queue, message.content, message.attempts) == (message_id, "jobs", "payload", 1)
+    forqapp.nack(message)
+    assert forqapp.receive("jobs") is None  # backing off for 1 s
+    Message.objects.filter(id=message_id).update(process_after=0)
+    again = forqapp.receive("jobs")
+    assert again.attempts == 2 and again.receipt > message.receipt
+    with pytest.raises(ForqError) as caught:
+        forqapp.ack(message)  # the first delivery's receipt
+    assert caught.value.code == "not_found.message"
+    forqapp.ack(again)
+    assert not Message.objects.exists()
+
+
+def test_send_many_is_one_transaction():
+    ids = forqapp.send_many("bulk", ["a", "b", {"content": "c", "processAfter": services.now_ms() + 60_000}])
+    assert len(ids) == 3 and ids == sorted(ids)
+    assert Message.objects.filter(queue="bulk").count() == 3
+    with pytest.raises(ForqError):
+        forqapp.send_many("bulk", ["d", ""])  # one bad item: nothing is written
+    assert Message.objects.filter(queue="bulk").count() == 3
+    got = [forqapp.receive("bulk").content for _ in range(2)]
+    assert got == ["a", "b"] and forqapp.receive("bulk") is None  # "c" is delayed
+
+
+def test_outbox_commits_with_the_callers_transaction():
+    with transaction.atomic():
+        User.objects.create(username="ada")
+        forqapp.send("welcome", "ada")
+    assert User.objects.filter(username="ada").exists()
+    assert forqapp.receive("welcome").content == "ada"
+
+
+def test_outbox_rolls_back_with_the_callers_transaction():
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            User.objects.create(username="bob")
+            forqapp.send("welcome", "bob")
+            raise RuntimeError("the view failed")
+    assert not User.objects.filter(username="bob").exists()
+    assert not Message.objects.filter(queue="welcome").exists()
+
+
+def test_receive_waits_and_wakes_on_send_from_another_thread():
+    def later():
+        time.sleep(0.3)
+        forqapp.send("waiting", "here")
+
+    threading.Thread(target=later).start()
+    start = time.monotonic()
+    message = forqapp.receive("waiting", wait=5)
+    assert message is not None and message.content == "here"
+    assert time.monotonic() - start < 2
+
+
+def test_receive_wait_times_out_with_none():
+    start = time.monotonic()
+    assert forqapp.receive("nothing", wait=0.3) is None
+    assert time.monotonic() - start >= 0.3
+
+
+def test_fail_and_extend_are_fenced():
+    forqapp.send("fence", "x")
+    message = forqapp.receive("fence")
+    old = message.receipt
+    assert forqapp.extend(message) and message.receipt > old
+    stale = services.ReceivedMessage(message.id, "fence", "x", 1, old)
+    with pytest.raises(ForqError):
+        forqapp.fail(stale)
+    forqapp.fail(message)
+    row = Message.objects.get(id=message.id)
+    assert row.status == Status.FAILED and row.attempts == 1
+
+
+def test_requeue_and_delete_are_dlq_only():
+    with pytest.raises(ForqError) as caught:
+        services.requeue("jobs")
+    assert caught.value.code == "bad_request.dlq_only_operation"
+    with pytest.raises(ForqError):
+        services.delete_dead("jobs")
+
+
+def test_requeue_keeps_the_fifo_place():
+    first = forqapp.send("emails", "first")
+    forqapp.send("emails", "second")
+    received_at = Message.objects.get(id=first).received_at
+    Message.objects.filter(id=first).update(queue="emails-dlq", is_dlq=True, attempts=3,
+                                            failure_reason="max_attempts_reached")
+    assert services.requeue("emails-dlq") == 1
+    row = Message.objects.get(id=first)
+    assert (row.queue, row.is_dlq, row.attempts, row.status, row.failure_reason) == ("emails", False, 0, 0, None)
+    assert row.received_at == received_at
+    assert forqapp.receive("emails").content == "first"
