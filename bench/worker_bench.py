@@ -166,7 +166,7 @@ def main() -> None:
     directory = Path(tempfile.mkdtemp(prefix="forq-bench-"))
     setup_django(directory)
     n = args.messages
-    print(f"| system | setting | messages | msgs/s |\n| --- | --- | --- | --- |")
+    print("| system | setting | messages | msgs/s |\n| --- | --- | --- | --- |")
     print(f"| forq send_many (1,000/txn) | | {n} | {send('bench-warm', n):,.0f} |", flush=True)
     for c in args.concurrency:
         print(f"| forq_worker (in-process) | --concurrency {c} | {n} | {forq_threads(n, c, None):,.0f} |",

@@ -70,7 +70,10 @@ def queue_depth(*, dry_run: bool = False, using: str | None = None) -> int:
     except ImportError:
         pass
     else:
-        record_depth_samples(depths)
+        try:
+            record_depth_samples(depths)
+        except Exception:  # the gauge is set; the UI's history must not fail the job
+            logger.exception("forqapp job queue-depth: recording the depth history failed")
     return len(depths)
 
 

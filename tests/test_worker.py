@@ -1,0 +1,162 @@
+"""``manage.py forq_worker`` in a subprocess on the test database file: the ack / nack / fatal
+paths, graceful and immediate shutdown, crash recovery, heartbeats, poison messages."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+import forqapp
+from forqapp import jobs, services
+from forqapp.models import Message
+
+from .workerproc import WorkerProc
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def worker(tmp_path):
+    procs = {}
+
+    def make(overrides=None, env=None):
+        procs["w"] = WorkerProc(tmp_path, overrides, env)
+        return procs["w"]
+
+    yield make
+    if "w" in procs:
+        procs["w"].stop_all()
+
+
+def row(message_id):
+    return Message.objects.filter(id=message_id).first()
+
+
+def starts(w, message_id):
+    return [e for e in w.events() if e[0] == "start" and e[2] == message_id]
+
+
+def test_ack_nack_and_fatal_paths(worker):
+    w = worker()
+    ok = forqapp.send("work", "ok")
+    boom = forqapp.send("work", "boom")
+    fatal = forqapp.send("work", "fatal")
+    js = forqapp.send("jsonq", '{"n": 7}')
+    bad_json = forqapp.send("jsonq", "not json")
+    result = w.run("--burst", "--concurrency", "3")
+    assert result.returncode == 0, result.stderr
+    assert "ack 2, fail 2, nack 1" in result.stdout
+    assert row(ok) is None and row(js) is None
+    m = row(boom)
+    assert (m.status, m.attempts) == (0, 1) and m.process_after > services.now_ms()  # Forq's backoff
+    assert (row(fatal).status, row(fatal).attempts) == (2, 1)  # failed at once, for the failed job
+    assert row(bad_json).status == 2
+    assert ("json", js, 1, "7") in [(e[0], e[2], e[3], e[4]) for e in w.events()]
+    assert jobs.failed() == 2 and row(fatal).queue == "work-dlq"
+
+
+def test_max_messages_and_named_queues(worker):
+    w = worker()
+    forqapp.send_many("work", ["ok"] * 5)
+    forqapp.send("jsonq", "{}")
+    result = w.run("work", "--max-messages", "2", "--burst")
+    assert result.returncode == 0, result.stderr
+    assert Message.objects.filter(queue="work").count() == 3
+    assert Message.objects.filter(queue="jsonq").count() == 1
+
+
+def test_bad_arguments_are_usage_errors(worker):
+    w = worker()
+    for args in (["--concurrency", "0"], ["--max-messages", "x"], ["bad name!"]):
+        result = w.run(*args)
+        assert result.returncode == 2 and "usage:" in result.stderr and "Traceback" not in result.stderr
+    result = w.run("nosuchqueue")
+    assert result.returncode == 1 and "no consumer registered" in result.stderr
+
+
+def test_sigterm_finishes_in_flight_messages_then_exits(worker):
+    w = worker()
+    slow = forqapp.send("work", "slow:1.5")
+    proc = w.start("--concurrency", "2")
+    w.wait_for(lambda: starts(w, slow), what="the slow handler to start")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    later = forqapp.send("work", "ok")  # sent after the signal: not claimed
+    assert proc.wait(timeout=20) == 0
+    assert [e[0] for e in w.events() if e[2] == slow] == ["start", "done"]
+    assert row(slow) is None
+    assert (row(later).status, row(later).attempts) == (0, 0)
+
+
+def test_second_signal_exits_at_once_and_nothing_is_lost(worker):
+    w = worker()
+    slow = forqapp.send("work", "slow:30")
+    proc = w.start()
+    w.wait_for(lambda: starts(w, slow), what="the slow handler to start")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=5) == 1
+    assert (row(slow).status, row(slow).attempts) == (1, 1)  # back after the visibility timeout
+
+
+def test_kill_9_mid_handler_is_redelivered_and_nothing_is_lost(worker):
+    w = worker({"FORQ_VISIBILITY_TIMEOUT_MS": 1500})
+    slow = forqapp.send("work", "slow:1")
+    oks = forqapp.send_many("work", ["ok"] * 20)
+    proc = w.start()
+    w.wait_for(lambda: starts(w, slow), what="the slow handler to start")
+    proc.kill()
+    proc.wait()
+    assert (row(slow).status, row(slow).attempts) == (1, 1)
+    proc = w.start("--with-jobs", "--concurrency", "2")
+    w.wait_for(lambda: not Message.objects.filter(queue="work").exists(), what="the queue to empty")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    events = w.events()
+    assert [(e[0], e[3]) for e in events if e[2] == slow] == [("start", 1), ("start", 2), ("done", 2)]
+    for message_id in oks:
+        assert [e[0] for e in events if e[2] == message_id] == ["start", "done"]
+
+
+def test_heartbeat_keeps_a_slow_handlers_message(worker, settings):
+    settings.FORQ_VISIBILITY_TIMEOUT_MS = 1000
+    w = worker({"FORQ_VISIBILITY_TIMEOUT_MS": 1000})
+    slow = forqapp.send("work", "slow:3.5")
+    proc = w.start("--burst")
+    w.wait_for(lambda: starts(w, slow), what="the slow handler to start")
+    recovered = 0
+    while proc.poll() is None:
+        recovered += jobs.stale()  # as often as any scheduler would
+        m = row(slow)
+        assert m is None or (m.status, m.attempts) == (1, 1)
+        time.sleep(0.1)
+    assert proc.returncode == 0 and recovered == 0
+    assert [e[0] for e in w.events() if e[2] == slow] == ["start", "done"]
+    assert row(slow) is None
+
+
+def test_poison_message_ends_in_the_dlq(worker):
+    w = worker({"FORQ_VISIBILITY_TIMEOUT_MS": 500, "FORQ_JOB_INTERVALS": {"stale": 0.1, "failed": 0.1}})
+    poison = forqapp.send("work", "poison")
+    ok = forqapp.send("work", "ok")
+    crashes = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        m = row(poison)
+        if m.queue == "work-dlq":
+            break
+        proc = w.procs[-1] if w.procs and w.procs[-1].poll() is None else None
+        if proc is None:
+            if w.procs:
+                assert w.procs[-1].returncode == 3
+                crashes += 1
+            w.start("--with-jobs")  # a supervisor restarting the worker
+        time.sleep(0.05)
+    m = row(poison)
+    assert (m.queue, m.is_dlq, m.failure_reason) == ("work-dlq", True, "max_attempts_reached")
+    assert [e[3] for e in starts(w, poison)] == [1, 2, 3, 4, 5]
+    assert crashes == 5
+    assert [e[0] for e in w.events() if e[2] == ok] == ["start", "done"]

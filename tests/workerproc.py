@@ -1,0 +1,68 @@
+"""Run ``manage.py forq_worker`` / ``forq_jobs`` in a subprocess against the test database file,
+with the ``tests.workerapp`` consumers, and read what its handlers logged."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerProc:
+    def __init__(self, tmp_path: Path, overrides: dict | None = None, env: dict | None = None):
+        self.log = tmp_path / "handlers.log"
+        self.env = {
+            **os.environ,
+            "FORQ_DB_PATH": str(settings.DATABASES["default"]["NAME"]),
+            "DJANGO_SETTINGS_MODULE": "tests.workerapp.settings",
+            "FORQ_TEST_LOG": str(self.log),
+            "FORQ_TEST_SETTINGS": json.dumps(overrides or {}),
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        }
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args: str, command: str = "forq_worker") -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), command, *args],
+            cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def run(self, *args: str, command: str = "forq_worker", timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), command, *args],
+            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout,
+        )
+
+    def events(self) -> list[tuple[str, str, str, int, str]]:
+        """(event, pid, id, attempts, content) for each line the handlers logged."""
+        if not self.log.exists():
+            return []
+        out = []
+        for line in self.log.read_text().splitlines():
+            event, pid, message_id, attempts, content = line.split(" ", 4)
+            out.append((event, pid, message_id, int(attempts), content))
+        return out
+
+    def wait_for(self, predicate, timeout: float = 20.0, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}; handler log: {self.events()}")
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
