@@ -1,0 +1,428 @@
+"""PostgreSQL-only behaviour: SKIP LOCKED claims, LISTEN/NOTIFY wake-ups, the schema, and the
+multi-host rehearsal (2 API servers + 2 workers on one database).
+
+Runs when DATABASE_URL is a postgres:// URL (the test command's second run:
+``scripts/ensure-postgres.sh && DATABASE_URL=$FORQ_TEST_DATABASE_URL pytest``); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+
+import forqapp
+from forqapp import services, store
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "rehearsal-secret-0123456789abcdef-0123456789"  # noqa: S105
+
+ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://", "pgsql://"))
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(not ON_POSTGRES, reason="needs PostgreSQL: set DATABASE_URL=postgres://… "
+                                                 "(scripts/ensure-postgres.sh starts one)"),
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _disconnect_other_sessions_before_teardown(django_db_setup, django_db_blocker):
+    """Notifier and database threads keep their connections (as production wants); PostgreSQL
+    refuses to drop a database in use, so end those sessions before pytest-django drops it."""
+    yield
+    with django_db_blocker.unblock(), connection.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    connection.close()
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def dsn() -> str:
+    """libpq URL of the test database (pytest-django's test_… database)."""
+    db = settings.DATABASES["default"]
+    user = db.get("USER") or "postgres"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgresql://{user}{password}@{host}:{port}/{db['NAME']}"
+
+
+def other_session():
+    """A second PostgreSQL session, as another host would have (autocommit)."""
+    import psycopg
+
+    return psycopg.connect(dsn(), autocommit=True)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(DJANGO_SETTINGS_MODULE="project.settings", FORQ_AUTH_SECRET=SECRET,
+               PYTHONPATH=str(ROOT), DATABASE_URL=dsn().replace("postgresql://", "postgres://", 1),
+               FORQ_LOG_LEVEL="WARNING")
+    env.update(extra)
+    return env
+
+
+def insert_raw(conn, queue: str, n: int = 1, *, notify: bool = True, tag: str = "raw") -> list[str]:
+    """Produce from another session, through the store (which NOTIFYs) or bare SQL (which doesn't)."""
+    from forqapp import ids
+    from forqapp.store import postgresql
+
+    now = services.now_ms()
+    rows = [(i, queue, f"{tag}-{k}", now, now, now + 3_600_000) for k, i in enumerate(ids.new_ids(n))]
+    if notify:
+        postgresql.insert(conn, rows)
+    else:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,"
+                " received_at, updated_at, expires_after) VALUES (%s, %s, FALSE, %s, 0, 0, %s, %s, %s, %s)",
+                [(r[0], r[1], r[2], r[3], r[4], r[4], r[5]) for r in rows],
+            )
+    return [r[0] for r in rows]
+
+
+# --- schema -----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_migration_creates_table_and_partial_index():
+    assert connection.vendor == "postgresql"
+    assert store.for_connection(connection).__name__ == "forqapp.store.postgresql"
+    with connection.cursor() as cur:
+        cur.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages'")
+        indexes = dict(cur.fetchall())
+        cur.execute("""SELECT column_name, collation_name FROM information_schema.columns
+                       WHERE table_name = 'messages' AND column_name IN ('id', 'queue')""")
+        collations = dict(cur.fetchall())
+    assert set(indexes) == {"messages_pkey", "idx_queue_ready_for_consuming", "idx_for_queue_depth",
+                            "idx_expired", "idx_for_requeueing"}  # no varchar_pattern_ops copies
+    assert indexes["idx_queue_ready_for_consuming"].endswith("WHERE (status = 0)")
+    assert collations == {"id": "C", "queue": "C"}
+
+
+@pytest.mark.django_db
+def test_claim_uses_the_partial_index():
+    with connection.cursor() as cur:
+        cur.execute("SET enable_seqscan = off")
+        cur.execute("""EXPLAIN SELECT id FROM messages WHERE queue = 'q' AND status = 0
+                       AND process_after <= 1 ORDER BY received_at LIMIT 1 FOR UPDATE SKIP LOCKED""")
+        plan = "\n".join(r[0] for r in cur.fetchall())
+        cur.execute("RESET enable_seqscan")
+    assert "idx_queue_ready_for_consuming" in plan
+
+
+# --- SKIP LOCKED ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_locked_head_does_not_block_other_consumers():
+    first, second = forqapp.send_many("head", ["first", "second"])
+    with other_session() as other:
+        other.execute("BEGIN")
+        other.execute("SELECT 1 FROM messages WHERE id = %s FOR UPDATE", (first,))
+        with connection.cursor() as cur:
+            cur.execute("SET lock_timeout = '200ms'")  # a wait on the lock would fail the claim
+        started = time.monotonic()
+        message = services.claim("head")
+        assert time.monotonic() - started < 0.2
+        assert message.id == second
+        assert services.claim("head") is None  # the head is skipped, not waited for
+        other.execute("ROLLBACK")
+    assert services.claim("head").id == first
+
+
+CLAIMER = r"""
+import sys, django
+django.setup()
+from forqapp import services
+got = []
+while True:
+    batch = services.claim_many("race", 7)
+    if not batch:
+        break
+    services.ack_many("race", [(m.id, m.receipt) for m in batch])
+    got += [m.id for m in batch]
+print("\n".join(got))
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_many_threads_and_processes_claim_each_message_exactly_once():
+    sent = set(forqapp.send_many("race", [f"m{i}" for i in range(3000)]))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CLAIMER], env=child_env(), cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def consume(single: bool) -> None:
+        from django.db import connections
+
+        try:
+            while True:
+                if single:
+                    message = services.claim("race")
+                    batch = [message] if message else []
+                else:
+                    batch = services.claim_many("race", 5)
+                if not batch:
+                    return
+                for m in batch:
+                    forqapp.ack(m)
+                with lock:
+                    got.extend(m.id for m in batch)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(consume, [i % 2 == 0 for i in range(8)]))
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        got.extend(line for line in out.splitlines() if line)
+    assert len(got) == len(sent)  # nothing claimed twice
+    assert set(got) == sent  # nothing lost
+
+
+@pytest.mark.django_db(transaction=True)
+def test_receipts_fence_settlement_across_sessions():
+    forqapp.send("fence", "x")
+    message = forqapp.receive("fence")
+    with other_session() as other:
+        from forqapp.store import postgresql
+
+        # another host can't ack with a wrong receipt, nor twice
+        assert not postgresql.ack(other, "fence", message.id, message.receipt + 1)
+        assert postgresql.extend(other, "fence", message.id, message.receipt, services.now_ms()) > message.receipt
+    with pytest.raises(forqapp.ForqError):
+        forqapp.ack(message)  # its receipt was renewed elsewhere
+
+
+# --- LISTEN/NOTIFY ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_produce_on_another_host_wakes_a_waiting_consumer_fast(settings):
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000  # only a notification can wake it in time
+    latencies = []
+    with other_session() as other:
+        for round_ in range(8):
+            result = {}
+
+            def wait(result=result):
+                result["message"] = forqapp.receive("wake", wait=5)
+                result["at"] = time.monotonic()
+
+            waiter = threading.Thread(target=wait)
+            waiter.start()
+            time.sleep(0.15)  # the consumer is waiting on an empty queue
+            sent_at = time.monotonic()
+            (message_id,) = insert_raw(other, "wake", tag=f"r{round_}")
+            waiter.join(6)
+            assert result["message"] is not None and result["message"].id == message_id
+            latencies.append(result["at"] - sent_at)
+            forqapp.ack(result["message"])
+    assert statistics.median(latencies) < 0.05, latencies
+    assert max(latencies) < 0.5, latencies
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_notification_costs_at_most_the_fallback(settings):
+    settings.FORQ_WAKE_FALLBACK_MS = 250
+    result = {}
+
+    def wait():
+        result["message"] = forqapp.receive("lost", wait=5)
+        result["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.3)
+    with other_session() as other:
+        sent_at = time.monotonic()
+        insert_raw(other, "lost", notify=False)  # no NOTIFY at all
+    waiter.join(6)
+    assert result["message"] is not None
+    assert result["at"] - sent_at < 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_send_notifies_on_commit_only():
+    with other_session() as listener:
+        listener.execute("LISTEN forq")
+
+        def received(timeout: float) -> list[str]:
+            return [n.payload for n in listener.notifies(timeout=timeout)]
+
+        with transaction.atomic():
+            forqapp.send("outbox", "kept")
+            assert received(0.2) == []  # not before the commit
+        assert received(0.5) == ["outbox"]
+        with pytest.raises(RuntimeError):
+            with transaction.atomic():
+                forqapp.send("outbox", "rolled back")
+                raise RuntimeError
+        assert received(0.3) == []  # never for a rollback
+    assert [m.content for m in services.claim_many("outbox", 10)] == ["kept"]
+
+
+# --- multi-host rehearsal ---------------------------------------------------------------------
+
+WORKER = r"""
+import sys, threading, django
+django.setup()
+from forqapp import consumers
+out = open(sys.argv[1], "a", buffering=1)
+lock = threading.Lock()
+
+def handle(message):
+    with lock:
+        out.write(message.content + "\n")
+
+consumers.register("rehearsal", handle)
+try:
+    from forqapp.management.commands import forq_worker  # noqa: F401
+except ImportError:  # no worker command in this tree: the same loop by hand
+    import signal
+    from forqapp import services
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    while not stop.is_set():
+        batch = services.claim_many("rehearsal", 50)
+        for m in batch:
+            handle(m)
+        services.ack_many("rehearsal", [(m.id, m.receipt) for m in batch])
+        if not batch:
+            from forqapp.notify import notifier_for
+            notifier_for("default").wait("rehearsal", 1.0)
+else:
+    from django.core.management import call_command
+    call_command("forq_worker", "rehearsal", "--concurrency", "4", "--prefetch", "64", verbosity=0)
+"""
+
+
+def start_api_server(port: int) -> subprocess.Popen:
+    env = child_env(FORQ_API_ADDR=f"127.0.0.1:{port}", FORQ_LONG_POLL_SECONDS="2")
+    if (ROOT / "forqapp" / "management" / "commands" / "forq_serve.py").exists():
+        cmd = [sys.executable, str(ROOT / "manage.py"), "forq_serve", "--no-ui"]
+    else:
+        cmd = [str(Path(sys.executable).parent / "granian"), "--interface", "asgi", "--factory",
+               "--loop", "uvloop", "--host", "127.0.0.1", "--port", str(port),
+               "forqapp.asgi:api_application"]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"API server exited: {proc.stderr.read()}")
+        try:
+            if httpx.get(url + "/healthcheck", timeout=1).status_code == 204:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer /healthcheck within 30 s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    import signal
+
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_rehearsal_two_servers_two_workers_exactly_once(tmp_path):
+    """Two API hosts and two worker hosts on one PostgreSQL: 20,000 messages produced over HTTP to
+    both servers, consumed by both workers while they arrive — each exactly once, none lost."""
+    import httpx
+
+    total, producers = 20_000, 16
+    ports = [free_port(), free_port()]
+    servers = [start_api_server(p) for p in ports]
+    outputs = [tmp_path / "worker-0.txt", tmp_path / "worker-1.txt"]
+    workers = []
+    try:
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        for url, proc in zip(urls, servers, strict=True):
+            wait_healthy(url, proc)
+        workers = [
+            subprocess.Popen([sys.executable, "-c", WORKER, str(out)], env=child_env(), cwd=ROOT,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+            for out in outputs
+        ]
+
+        def produce(k: int) -> int:
+            ok = 0
+            with httpx.Client(base_url=urls[k % 2], headers={"X-API-Key": SECRET}, timeout=30) as client:
+                for i in range(k, total, producers):
+                    r = client.post("/api/v1/queues/rehearsal/messages", json={"content": f"m{i}"})
+                    assert r.status_code == 204, r.text
+                    ok += 1
+            return ok
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(producers) as pool:
+            assert sum(pool.map(produce, range(producers))) == total
+        produced_s = time.monotonic() - started
+
+        deadline = time.monotonic() + 180
+        remaining = None
+        while time.monotonic() < deadline:
+            with connection.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM messages WHERE queue IN ('rehearsal', 'rehearsal-dlq')")
+                (remaining,) = cur.fetchone()
+            if remaining == 0:
+                break
+            for w in workers:
+                assert w.poll() is None, w.stderr.read()
+            time.sleep(0.2)
+        drained_s = time.monotonic() - started
+        assert remaining == 0, f"{remaining} messages left after 180 s"
+    finally:
+        for proc in workers + servers:
+            stop(proc)
+    lines = [out.read_text().splitlines() for out in outputs]
+    seen = [x for part in lines for x in part]
+    assert len(seen) == total, f"{len(seen) - len(set(seen))} duplicates"
+    assert set(seen) == {f"m{i}" for i in range(total)}
+    assert all(len(part) > total // 10 for part in lines), [len(p) for p in lines]  # both worked
+    print(f"\nrehearsal: produced {total} over HTTP in {produced_s:.1f} s, all consumed after "
+          f"{drained_s:.1f} s; worker split {[len(p) for p in lines]}")
