@@ -1,0 +1,62 @@
+"""Metrics after a scripted run: a worker and a jobs process in multiprocess mode, added up the way
+``GET /metrics`` adds them; and the worker metrics in this process."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, multiprocess
+
+import forqapp
+from forqapp import metrics
+
+from .workerproc import WorkerProc
+
+
+def collected(directory) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(directory))
+    return registry
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_worker_and_jobs_metrics_add_up_across_processes(tmp_path):
+    directory = tmp_path / "prom"
+    directory.mkdir()
+    w = WorkerProc(tmp_path, env={"PROMETHEUS_MULTIPROC_DIR": str(directory)})
+    forqapp.send_many("work", ["ok", "ok", "ok", "boom", "fatal"])
+    forqapp.send("jsonq", "{}")
+    result = w.run("--burst", "--concurrency", "2")
+    assert result.returncode == 0, result.stderr
+    assert w.run("run", "failed", command="forq_jobs").returncode == 0
+    registry = collected(directory)
+
+    def value(name, **labels):
+        return registry.get_sample_value(name, labels)
+
+    regular = {"queue_type": "regular"}
+    assert value("forq_messages_consumed_total", queue_name="work", **regular) == 5
+    assert value("forq_messages_consumed_total", queue_name="jsonq", **regular) == 1
+    assert value("forq_messages_acked_total", queue_name="work", **regular) == 3
+    assert value("forq_messages_nacked_total", queue_name="work", **regular) == 1
+    assert value("forq_worker_handled_total", queue_name="work", outcome="fail") == 1
+    assert value("forq_worker_handled_total", queue_name="work", outcome="ack") == 3
+    assert value("forq_worker_handler_duration_seconds_count", queue_name="work") == 5
+    assert value("forq_messages_moved_to_dlq_total", reason="failed") == 1
+    assert value("forq_job_runs_total", job="failed", result="ok") == 1
+    # Live gauges of exited processes are dropped (mark_process_dead): nothing in flight.
+    assert not value("forq_worker_in_flight", queue_name="work")
+
+
+def test_worker_metric_helpers():
+    from prometheus_client import REGISTRY
+
+    before = REGISTRY.get_sample_value("forq_worker_handled_total", {"queue_name": "m", "outcome": "ack"}) or 0
+    metrics.handled("m", "ack", 0.002)
+    metrics.in_flight("m", 2)
+    metrics.in_flight("m", -1)
+    assert REGISTRY.get_sample_value("forq_worker_handled_total", {"queue_name": "m", "outcome": "ack"}) == before + 1
+    assert REGISTRY.get_sample_value("forq_worker_in_flight", {"queue_name": "m"}) == 1
+    assert REGISTRY.get_sample_value("forq_worker_handler_duration_seconds_bucket",
+                                     {"queue_name": "m", "le": "0.005"}) >= 1
+    metrics.in_flight("m", -1)
