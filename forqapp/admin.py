@@ -17,7 +17,7 @@ from django.utils.html import format_html
 
 from . import services
 from .models import DLQ_SUFFIX, DeadLetter, Message
-from .ui import queries
+from .ui import freshness, queries
 
 STAGE_PREFIX = "~stage~"
 
@@ -33,7 +33,7 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request, model_admin):
-        names = queries.queue_names()
+        names = freshness.counts("queue-names", queries.queue_names)
         if model_admin.model is DeadLetter:
             names = [n for n in names if n.endswith(DLQ_SUFFIX)]
         return [(n, n) for n in names]

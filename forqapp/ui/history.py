@@ -18,6 +18,7 @@ from ..conf import forq_settings
 from ..models import QueueDepthSample
 
 WINDOW_MS = 24 * 3_600_000
+SLOT_MS = 5 * 60_000  # one round of samples per 5 minutes: 288 points a queue over 24 hours
 STAGE_PREFIX = "~stage~"
 
 
@@ -29,14 +30,19 @@ def record_depth_samples(depths: Iterable[tuple[str, bool, int]], *, now: int | 
                          using: str | None = None) -> int:
     """Store one sample per queue: ``depths`` is [(queue, is_dlq, count)]. A queue that had a
     sample last time and is absent now (it was drained) gets a 0, so its chart falls to zero.
-    Prunes samples older than 24 hours. Returns how many samples were written."""
+
+    One round is kept per 5-minute slot (the job runs every 30 s; later calls in a slot that
+    already has its round write nothing), which keeps the charts' reads small. Prunes samples older
+    than 24 hours. Returns how many samples were written."""
     using = using or forq_settings.FORQ_DATABASE
     now = _now_ms() if now is None else now
     rows = {(q, bool(d)): int(n) for q, d, n in depths if not q.startswith(STAGE_PREFIX)}
     manager = QueueDepthSample.objects.using(using)
     with transaction.atomic(using=using):
         last = manager.filter(sampled_at__gte=now - WINDOW_MS).aggregate(t=Max("sampled_at"))["t"]
-        if last is not None and last < now:
+        if last is not None and last // SLOT_MS >= now // SLOT_MS:
+            return 0
+        if last is not None:
             for q, d, n in manager.filter(sampled_at=last).values_list("queue", "is_dlq", "depth"):
                 if n and (q, d) not in rows:
                     rows[(q, d)] = 0

@@ -129,7 +129,9 @@ def page(queue: str, before: str | None = None, *, limit: int = PAGE_SIZE, using
     if before:
         qs = qs.filter(id__lt=before)
     return list(
-        qs.order_by("-id")
+        # Same order as "-id" (queue and is_dlq are fixed), spelled so the planner walks
+        # idx_for_queue_depth (queue, is_dlq, id) backwards instead of sorting the queue.
+        qs.order_by("-queue", "-is_dlq", "-id")
         .annotate(preview=Substr("content", 1, PREVIEW_CHARS), size=Length("content"))
         .only("id", "queue", "is_dlq", "status", "attempts", "process_after", "received_at",
               "updated_at", "failure_reason", "expires_after", "processing_started_at")

@@ -7,6 +7,7 @@ else gets the full page, so every URL also works as a plain link or after a relo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ from ..errors import ForqError
 from ..models import DLQ_SUFFIX, Status
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
-from . import charts, history, queries
+from . import charts, freshness, history, queries
 
 REFRESH_SECONDS = 5
 
@@ -133,7 +134,8 @@ logout = xframe_options_deny(auth_views.LogoutView.as_view(next_page=reverse_laz
 
 
 def _overview_context(now: int) -> dict:
-    overview = queries.overview(now)
+    overview = freshness.counts("overview", lambda: queries.overview(_now_ms()))
+    overview = dataclasses.replace(overview, rows=[dataclasses.replace(r) for r in overview.rows])  # shared
     names = [r.name for r in overview.rows] + [r.dlq_name for r in overview.rows]
     series = history.depth_series(names, now=now, buckets=96) if names else {}
     for row in overview.rows:
@@ -155,7 +157,8 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _stats_context(queue: str, now: int) -> dict:
-    stats = queries.queue_stats(now, queue).get(queue) or queries.QueueStats(queue)
+    stats = freshness.counts(("queue", queue), lambda: queries.queue_stats(_now_ms(), queue).get(queue))
+    stats = stats or queries.QueueStats(queue)
     return {"stats": stats}
 
 
@@ -258,6 +261,7 @@ def _run(queue: str, message_id: str | None, action: str) -> tuple[int, str, str
     else:
         n = services.delete_dead(queue, message_id)
         text = f"Deleted {_plural(n)} from {queue}."
+    freshness.invalidate()
     if n == 0:
         gone = "it was already requeued or deleted, or is" if message_id else "messages in processing are"
         return 0, "warning", f"{text[:-1]}: {gone} left alone."
