@@ -1,0 +1,318 @@
+"""The HTMX pages: permissions, CSRF, escaping, every DLQ action's effect, partial vs full."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+
+import forqapp
+from forqapp import ids as forq_ids
+from forqapp import services
+from forqapp.models import Message, QueueDepthSample
+from forqapp.store import sqlite as sqlite_store
+from forqapp.ui import freshness, history, queries
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+XSS = '<script>alert("x")</script>'
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture(autouse=True)
+def _live_counts(settings):
+    settings.FORQ_UI_LIVE_COUNTS_MS = 10**9  # always count live in tests
+    freshness.clear()
+    yield
+    freshness.clear()
+
+
+@pytest.fixture
+def staff(db):
+    return User.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def staff_client(staff):
+    c = Client()
+    c.force_login(staff)
+    return c
+
+
+def dead_letters(queue: str, contents: list[str]) -> list[str]:
+    """Put messages in ``queue``-dlq the way the jobs do (the store's insert, as DLQ rows)."""
+    now = services.now_ms()
+    ids = forq_ids.new_ids(len(contents))
+    rows = [(i, queue + "-dlq", c, now, now, now + 3_600_000) for i, c in zip(ids, contents)]
+    connection.ensure_connection()
+    sqlite_store.insert(connection.connection, rows, is_dlq=True)
+    Message.objects.filter(id__in=ids).update(failure_reason="max_attempts_reached")
+    return ids
+
+
+# --- permissions ------------------------------------------------------------------------------
+
+URLS = ["/ui/", "/ui/queues/emails/", "/ui/queues/emails-dlq/messages/"]
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_anonymous_gets_the_login_page(client, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/ui/login/?next=")
+    assert client.get(response["Location"]).status_code == 200
+
+
+def test_htmx_anonymous_gets_a_client_redirect(client):
+    response = client.get("/ui/", **HX)
+    assert response.headers["HX-Redirect"] == "/ui/login/"
+
+
+def test_non_staff_gets_the_login_page_and_cannot_log_in(client):
+    User.objects.create_user("joe", password="pw-joe-12345")
+    client.login(username="joe", password="pw-joe-12345")
+    response = client.get("/ui/")
+    assert response.status_code == 302 and response["Location"].startswith("/ui/login/")
+    page = client.get(response["Location"])
+    assert b"not staff" in page.content
+    response = client.post("/ui/login/", {"username": "joe", "password": "pw-joe-12345"})
+    assert response.status_code == 200  # the form again, with an error
+    assert b"staff account" in response.content
+
+
+def test_non_staff_cannot_act(client):
+    ids = dead_letters("emails", ["a"])
+    User.objects.create_user("joe", password="pw-joe-12345")
+    client.login(username="joe", password="pw-joe-12345")
+    assert client.post("/ui/queues/emails-dlq/messages/requeue/").status_code == 302
+    assert client.delete(f"/ui/queues/emails-dlq/messages/{ids[0]}/").status_code == 302
+    assert Message.objects.filter(queue="emails-dlq").count() == 1
+
+
+def test_staff_logs_in_and_out(client, staff):
+    response = client.post("/ui/login/", {"username": "staff", "password": "pw-staff-123"})
+    assert response.status_code == 302 and response["Location"] == "/ui/"
+    assert client.get("/ui/").status_code == 200
+    assert client.get("/ui/logout/").status_code == 405  # no state change on GET
+    response = client.post("/ui/logout/")
+    assert response.status_code == 302 and response["Location"] == "/ui/login/"
+    assert client.get("/ui/").status_code == 302
+
+
+# --- pages ------------------------------------------------------------------------------------
+
+
+def test_dashboard_counts(staff_client):
+    forqapp.send("emails", "a")
+    forqapp.send("emails", "b")
+    forqapp.send("emails", "later", process_after=services.now_ms() + 60_000)
+    forqapp.send("sms", "c")
+    services.claim("sms")
+    dead_letters("emails", ["x", "y"])
+    dead_letters("ghost", ["z"])  # a DLQ whose queue is empty
+    # staged (Spark) rows are hidden
+    services.stage("emails", "tok", [{"content": "staged"}])
+    response = staff_client.get("/ui/")
+    assert response.status_code == 200
+    overview = response.context["overview"]
+    rows = {r.name: r for r in overview.rows}
+    assert set(rows) == {"emails", "sms", "ghost"}
+    assert (rows["emails"].queue.ready, rows["emails"].queue.delayed, rows["emails"].dlq.total) == (2, 1, 2)
+    assert rows["sms"].queue.processing == 1
+    assert not rows["ghost"].exists and rows["ghost"].dlq.total == 1
+    assert (overview.queues, overview.messages, overview.dlq_messages) == (4, 4, 3)
+    assert b"~stage~" not in response.content
+    assert b'hx-trigger="every 5s"' in response.content
+
+
+def test_dashboard_query_count_does_not_grow_with_queues(staff_client, django_assert_max_num_queries):
+    for i in range(15):
+        forqapp.send(f"q{i}", "m")
+        dead_letters(f"q{i}", ["d"])
+    staff_client.get("/ui/")  # session etc. warmed
+    with django_assert_max_num_queries(6):
+        staff_client.get("/ui/", **HX)
+
+
+def test_partial_vs_full(staff_client):
+    forqapp.send("emails", "a")
+    full = staff_client.get("/ui/")
+    assert b"<!doctype html>" in full.content and b'id="overview"' in full.content
+    assert full["Vary"] and "HX-Request" in full["Vary"]
+    partial = staff_client.get("/ui/", **HX)
+    assert b"<!doctype html>" not in partial.content and partial.content.lstrip().startswith(b'<div id="overview"')
+    restore = staff_client.get("/ui/", HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true")
+    assert b"<!doctype html>" in restore.content
+    page = staff_client.get("/ui/queues/emails/", **HX)
+    assert b"<!doctype html>" not in page.content and b'id="queue-body"' in page.content
+    assert b"<!doctype html>" in staff_client.get("/ui/queues/emails/").content
+
+
+def test_security_headers_and_csrf_token_on_body(staff_client):
+    response = staff_client.get("/ui/")
+    assert response["X-Frame-Options"] == "DENY"
+    assert b'hx-headers=\'{"X-CSRFToken": "' in response.content
+    assert b"/static/django_htmx/htmx-2.min.js" in response.content  # self-hosted, no CDN
+    assert b"https://" not in response.content.split(b"<body")[0]
+
+
+def test_queue_page_newest_first_with_keyset_load_more(staff_client):
+    ids = forqapp.send_many("emails", [f"m{i}" for i in range(120)])
+    response = staff_client.get("/ui/queues/emails/")
+    rows = response.context["rows"]
+    assert [m.id for m in rows] == ids[::-1][:50]
+    assert response.context["next_before"] == ids[70]
+    more = staff_client.get(f"/ui/queues/emails/messages/?before={ids[70]}", **HX)
+    assert [m.id for m in more.context["rows"]] == ids[::-1][50:100]
+    last = staff_client.get(f"/ui/queues/emails/messages/?before={ids[20]}", **HX)
+    assert [m.id for m in last.context["rows"]] == ids[::-1][100:]
+    assert last.context["next_before"] is None and b"Load more" not in last.content
+    assert b"OFFSET" not in str(queries.messages().filter(id__lt="x").order_by("-id")[:51].query).encode()
+
+
+def test_details_are_a_peek_not_a_consume(staff_client):
+    message_id = forqapp.send("emails", '{"to": "a@example.com", "n": [1, 2]}')
+    before = Message.objects.get(id=message_id)
+    response = staff_client.get(f"/ui/queues/emails/messages/{message_id}/", **HX)
+    assert response.status_code == 200
+    assert b"&quot;to&quot;: &quot;a@example.com&quot;" in response.content  # pretty-printed JSON
+    assert b'class="msg open"' in response.content
+    after = Message.objects.get(id=message_id)
+    assert (after.status, after.attempts, after.updated_at) == (before.status, before.attempts, before.updated_at)
+    closed = staff_client.get(f"/ui/queues/emails/messages/{message_id}/?closed=1", **HX)
+    assert b'class="msg"' in closed.content and b"<pre" not in closed.content
+    assert forqapp.receive("emails").id == message_id  # still there to consume
+
+
+def test_unknown_queue_or_message(staff_client):
+    assert staff_client.get("/ui/queues/bad name!/").status_code == 404
+    assert staff_client.get("/ui/queues/emails/messages/not-a-uuid/", **HX).status_code == 404
+    assert staff_client.get(
+        "/ui/queues/emails/messages/0190a0b0-0000-7000-8000-000000000000/", **HX).status_code == 404
+
+
+# --- XSS ------------------------------------------------------------------------------------------
+
+
+def test_content_is_escaped_everywhere(staff_client):
+    message_id = forqapp.send("emails", XSS)
+    dead_id = dead_letters("emails", [XSS])[0]
+    pages = [
+        staff_client.get("/ui/queues/emails/"),
+        staff_client.get(f"/ui/queues/emails/messages/{message_id}/", **HX),
+        staff_client.get(f"/ui/queues/emails-dlq/messages/{dead_id}/", **HX),
+        staff_client.get(f"/ui/queues/emails-dlq/messages/{dead_id}/"),
+    ]
+    for page in pages:
+        assert page.status_code == 200
+        assert XSS.encode() not in page.content
+        assert b"&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page.content
+
+
+# --- DLQ actions ----------------------------------------------------------------------------------
+
+
+def test_requeue_one(staff_client):
+    ids = dead_letters("emails", ["a", "b"])
+    original = Message.objects.get(id=ids[0]).received_at
+    response = staff_client.post(f"/ui/queues/emails-dlq/messages/{ids[0]}/requeue/", **HX)
+    assert response.status_code == 200
+    assert b"Requeued 1 message to emails." in response.content
+    assert b'id="flash"' in response.content and b'hx-swap-oob="true"' in response.content
+    assert f'id="m-{ids[0]}"'.encode() not in response.content  # the row goes away
+    m = Message.objects.get(id=ids[0])
+    assert (m.queue, m.is_dlq, m.status, m.attempts, m.failure_reason, m.received_at) == (
+        "emails", False, 0, 0, None, original)
+    assert Message.objects.filter(queue="emails-dlq").count() == 1
+
+
+def test_requeue_all(staff_client):
+    dead_letters("emails", ["a", "b", "c"])
+    response = staff_client.post("/ui/queues/emails-dlq/messages/requeue/", **HX)
+    assert b"Requeued 3 messages to emails." in response.content
+    assert b'id="message-list"' in response.content and b"This queue is empty." in response.content
+    assert Message.objects.filter(queue="emails", is_dlq=False, status=0).count() == 3
+    assert not Message.objects.filter(queue="emails-dlq").exists()
+
+
+def test_delete_one(staff_client):
+    ids = dead_letters("emails", ["a", "b"])
+    response = staff_client.delete(f"/ui/queues/emails-dlq/messages/{ids[1]}/", **HX)
+    assert b"Deleted 1 message from emails-dlq." in response.content
+    assert list(Message.objects.values_list("id", flat=True)) == [ids[0]]
+    again = staff_client.delete(f"/ui/queues/emails-dlq/messages/{ids[1]}/", **HX)
+    assert b"Deleted 0 messages" in again.content
+
+
+def test_delete_all(staff_client):
+    dead_letters("emails", ["a", "b", "c"])
+    forqapp.send("emails", "keep me")
+    response = staff_client.delete("/ui/queues/emails-dlq/messages/", **HX)
+    assert b"Deleted 3 messages from emails-dlq." in response.content
+    assert list(Message.objects.values_list("content", flat=True)) == ["keep me"]
+
+
+def test_actions_without_htmx_redirect_with_a_message(staff_client):
+    dead_letters("emails", ["a", "b"])
+    response = staff_client.post("/ui/queues/emails-dlq/messages/requeue/", follow=True)
+    assert response.redirect_chain[-1][0] == "/ui/queues/emails-dlq/"
+    assert b"Requeued 2 messages to emails." in response.content
+
+
+def test_actions_are_dlq_only(staff_client):
+    message_id = forqapp.send("emails", "a")
+    response = staff_client.post(f"/ui/queues/emails/messages/{message_id}/requeue/", **HX)
+    assert b"dead-letter queues only" in response.content
+    staff_client.delete("/ui/queues/emails/messages/", **HX)
+    staff_client.delete(f"/ui/queues/emails/messages/{message_id}/", **HX)
+    assert Message.objects.filter(id=message_id, queue="emails").exists()
+
+
+def test_no_state_change_on_get(staff_client):
+    ids = dead_letters("emails", ["a"])
+    assert staff_client.get("/ui/queues/emails-dlq/messages/requeue/").status_code == 405
+    assert staff_client.get(f"/ui/queues/emails-dlq/messages/{ids[0]}/requeue/").status_code == 405
+    staff_client.get("/ui/queues/emails-dlq/messages/", **HX)
+    staff_client.get(f"/ui/queues/emails-dlq/messages/{ids[0]}/", **HX)
+    assert Message.objects.filter(queue="emails-dlq").count() == 1
+
+
+def test_csrf_is_enforced(staff):
+    ids = dead_letters("emails", ["a", "b"])
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(staff)
+    assert c.post("/ui/queues/emails-dlq/messages/requeue/", **HX).status_code == 403
+    assert c.delete(f"/ui/queues/emails-dlq/messages/{ids[0]}/", **HX).status_code == 403
+    assert c.delete("/ui/queues/emails-dlq/messages/", **HX).status_code == 403
+    assert Message.objects.filter(queue="emails-dlq").count() == 2
+    # With the token htmx sends (hx-headers on <body>), it works.
+    page = c.get("/ui/queues/emails-dlq/")
+    token = page.context["csrf_token"]
+    ok = c.delete(f"/ui/queues/emails-dlq/messages/{ids[0]}/", HTTP_X_CSRFTOKEN=str(token), **HX)
+    assert ok.status_code == 200
+    assert Message.objects.filter(queue="emails-dlq").count() == 1
+
+
+# --- history and charts ----------------------------------------------------------------------------
+
+
+def test_depth_history_records_prunes_and_charts(staff_client):
+    now = services.now_ms()
+    day = 24 * 3_600_000
+    assert history.record_depth_samples([("emails", False, 9)], now=now - day - 600_000) == 1
+    assert history.record_depth_samples([("emails", False, 3), ("emails-dlq", True, 2),
+                                         ("~stage~t~emails", True, 5)], now=now - 3_600_000) == 2
+    # the same 5-minute slot: nothing more
+    assert history.record_depth_samples([("emails", False, 4)], now=now - 3_600_000 + 1) == 0
+    # the DLQ was drained: it gets a 0; the day-old sample is pruned
+    assert history.record_depth_samples([("emails", False, 7)], now=now) == 2
+    samples = set(QueueDepthSample.objects.values_list("queue", "depth", "sampled_at"))
+    assert samples == {("emails", 3, now - 3_600_000), ("emails-dlq", 2, now - 3_600_000),
+                       ("emails", 7, now), ("emails-dlq", 0, now)}
+    series = history.depth_series(now=now, buckets=24)
+    assert series["emails"][:22] == [None] * 22 and series["emails"][22:] == [3, 7]
+    assert series["emails-dlq"][22:] == [2, 0]
+    forqapp.send("emails", "x")
+    page = staff_client.get("/ui/")
+    assert b"<svg" in page.content and b"<polyline" in page.content
