@@ -1,0 +1,142 @@
+"""The UI in Debian's Chromium (pytest-playwright): log in, dashboard, DLQ, requeue all, delete
+one with confirmation; screenshots (light and dark) under test-artifacts/screenshots/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from forqapp.ui import freshness
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Chromium not installed at {CHROMIUM} "
+                       "(apt-get install -y chromium)"),
+]
+playwright_sync = pytest.importorskip("playwright.sync_api", reason="pytest-playwright is not installed")
+
+
+@pytest.fixture
+def browser_page():
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs a loop
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"],
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 860})
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        yield page
+        context.close()
+        browser.close()
+
+
+@pytest.fixture
+def data():
+    from django.contrib.auth.models import User
+    from django.db import connection
+
+    import forqapp
+    from forqapp import ids, services
+    from forqapp.store import sqlite as store
+    from forqapp.ui.history import record_depth_samples
+
+    freshness.clear()
+    User.objects.create_user("admin", password="pw-admin-123", is_staff=True, is_superuser=True)
+    forqapp.send_many("emails", [f'{{"to": "user{i}@example.com", "template": "welcome"}}' for i in range(30)])
+    forqapp.send_many("payments", [f'{{"order": {i}, "amount": {i * 3}.50}}' for i in range(12)])
+    forqapp.send("payments", "later", process_after=services.now_ms() + 600_000)
+    services.claim_many("payments", 3)
+    forqapp.send_many("sms", ["hi"] * 4)
+    now = services.now_ms()
+    dead = ids.new_ids(6)
+    rows = [(m, "emails-dlq", f'{{"to": "bounce{i}@example.com", "error": "<script>alert(1)</script>"}}',
+             now, now, now + 86_400_000) for i, m in enumerate(dead)]
+    connection.ensure_connection()
+    store.insert(connection.connection, rows, is_dlq=True)
+    for k in range(288):
+        wave = 1 + (k % 96) / 96
+        record_depth_samples([("emails", False, int(20 * wave)), ("payments", False, int(8 + k % 30)),
+                              ("sms", False, 4), ("emails-dlq", True, k // 40)],
+                             now=now - (287 - k) * 300_000)
+    return dead
+
+
+def shot(page, name: str) -> Path:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def test_dashboard_dlq_requeue_all_and_delete_one(live_server, browser_page, data):
+    page = browser_page
+    page.goto(live_server.url + "/ui/")
+    assert "/ui/login/" in page.url
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "pw-admin-123")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#overview")
+    assert page.inner_text("[data-testid=dlq-messages]") == "6"
+    assert page.locator("table.queues tbody tr").count() == 3
+    path = shot(page, "dashboard-light")
+    (ROOT / "docs").mkdir(exist_ok=True)
+    shutil.copy(path, ROOT / "docs" / "screenshot-dashboard.png")
+    page.emulate_media(color_scheme="dark")
+    shot(page, "dashboard-dark")
+    page.emulate_media(color_scheme="light")
+
+    # Open the DLQ from the dashboard; peek at a message (the <script> stays text).
+    page.click("a.pill.danger")
+    page.wait_for_selector("tbody.msg")
+    assert page.locator("tbody.msg").count() == 6
+    page.locator("tbody.msg button.link").first.click()
+    page.wait_for_selector("pre.content")
+    assert "<script>alert(1)</script>" in page.inner_text("pre.content")
+    shot(page, "dlq-light")
+    page.emulate_media(color_scheme="dark")
+    shot(page, "dlq-dark")
+    page.emulate_media(color_scheme="light")
+
+    # Delete one, behind the confirmation dialog: cancel first, then confirm.
+    first = page.locator("tbody.msg").first
+    first_id = first.get_attribute("id")
+    first.locator("button.danger").click()
+    page.wait_for_selector("#confirm-dialog[open]")
+    shot(page, "dlq-confirm")
+    page.click("#confirm-dialog button[value=cancel]")
+    assert page.locator("tbody.msg").count() == 6
+    first.locator("button.danger").click()
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("[data-testid=flash]")
+    assert page.inner_text("[data-testid=flash]") == "Deleted 1 message from emails-dlq."
+    assert page.locator(f"#{first_id}").count() == 0
+    assert page.locator("tbody.msg").count() == 5
+    assert page.inner_text("[data-testid=total]") == "5"
+
+    # Requeue all.
+    page.click("text=Requeue all")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("[data-testid=empty]")
+    assert page.inner_text("[data-testid=flash]") == "Requeued 5 messages to emails."
+    from forqapp.models import Message
+
+    assert Message.objects.filter(queue="emails-dlq").count() == 0
+    assert Message.objects.filter(queue="emails").count() == 35
+
+    # A regular queue page, light and dark.
+    page.goto(live_server.url + "/ui/queues/payments/")
+    page.wait_for_selector("tbody.msg")
+    shot(page, "queue-light")
+    page.emulate_media(color_scheme="dark")
+    shot(page, "queue-dark")
