@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 SECRET = "bench-secret-0123456789abcdef-0123456789"
 CONTENT = "x" * 100
 
@@ -108,10 +109,45 @@ async def drain(host, port, queue, total, concurrency):
     return done / (time.perf_counter() - start), latencies
 
 
+async def wake_latency(host, port, samples=50):
+    """A consumer long-polls an empty queue; a message arrives. Time from the produce to the
+    consumer holding it: produced over HTTP (same server process) and with the Python API from
+    this process (another process: the server notices through the database alone)."""
+    import forqapp  # Django is set up by main()
+
+    out = {}
+    for how in ("HTTP produce", "send() in another process"):
+        waits = []
+        for i in range(samples):
+            consumer = await Conn(host, port).open()
+            producer = await Conn(host, port).open()
+            poll = asyncio.ensure_future(consumer.request("GET", "/api/v1/queues/wake/messages"))
+            await asyncio.sleep(0.02)
+            t = time.perf_counter()
+            if how == "HTTP produce":
+                await producer.request("POST", "/api/v1/queues/wake/messages",
+                                       json.dumps({"content": CONTENT}).encode())
+            else:
+                await asyncio.to_thread(forqapp.send, "wake", CONTENT)
+            status, payload = await poll
+            waits.append(time.perf_counter() - t)
+            assert status == 200, status
+            message = json.loads(payload)
+            await consumer.request("POST", f"/api/v1/queues/wake/messages/{message['id']}/ack",
+                                   headers={"X-Forq-Receipt": message["receipt"]})
+            consumer.close()
+            producer.close()
+        out[how] = waits
+    return out
+
+
 def run_http(args, env, port):
     results = []
 
     async def main():
+        for how, waits in (await wake_latency("127.0.0.1", port)).items():
+            results.append((f"long-poll wake-up after {how}", len(waits) / sum(waits), pct(waits, 0.5),
+                            pct(waits, 0.99)))
         for c in (1, 10):
             rate, lat = await produce("127.0.0.1", port, f"bench-{c}", args.messages, c)
             results.append((f"HTTP produce, {c} producer(s)", rate, pct(lat, 0.5), pct(lat, 0.99)))
@@ -176,6 +212,10 @@ def main() -> None:
         t = time.perf_counter()
         subprocess.run([py, "-c", PRELOAD, str(args.preload)], cwd=ROOT, env=env, check=True)
         print(f"preloaded {args.preload:,} messages in 20 other queues in {time.perf_counter() - t:.0f} s")
+    os.environ.update(env)
+    import django
+
+    django.setup()
     server = subprocess.Popen([py, "manage.py", "forq_serve", "--no-ui"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL)
     try:
