@@ -17,6 +17,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--db", default="/tmp/forq-ui-bench.sqlite3", help="SQLite file (kept between runs)")
+    p.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "forq-ui-bench.sqlite3"), help="SQLite file (kept between runs)")
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--queues", type=int, default=20)
     p.add_argument("--repeat", type=int, default=20)
@@ -85,7 +86,7 @@ def fill(args) -> None:
     dlqs = [f"queue-{q:02d}-dlq" for q in range(0, args.queues, 2)]
     from forqapp import ids
 
-    for i, dlq in enumerate(dlqs):
+    for dlq in dlqs:
         n = dead // len(dlqs)
         rows = [(mid, dlq, f'{{"dead": {j}}}', now, now, now + 7 * 86_400_000) for j, mid in enumerate(ids.new_ids(n))]
         with connection.cursor():

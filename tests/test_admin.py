@@ -1,3 +1,4 @@
+# ruff: noqa: S106  (test passwords)
 """Django admin: read-only lists and detail, escaped content, DLQ-only actions with confirmation."""
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from django.test import Client
 
 import forqapp
 from forqapp import ids as forq_ids
-from forqapp import services
+from forqapp import services, store
 from forqapp.models import Message
-from forqapp.store import sqlite as sqlite_store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 XSS = '{"html": "<script>alert(1)</script>"}'
@@ -29,7 +29,7 @@ def dead(queue: str, n: int) -> list[str]:
     now = services.now_ms()
     ids = forq_ids.new_ids(n)
     connection.ensure_connection()
-    sqlite_store.insert(connection.connection, [(i, queue + "-dlq", XSS, now, now, now + 1000) for i in ids],
+    store.for_connection(connection).insert(connection.connection, [(i, queue + "-dlq", XSS, now, now, now + 1000) for i in ids],
                         is_dlq=True)
     return ids
 

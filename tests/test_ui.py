@@ -1,3 +1,4 @@
+# ruff: noqa: S106  (test passwords)
 """The HTMX pages: permissions, CSRF, escaping, every DLQ action's effect, partial vs full."""
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from django.test import Client
 
 import forqapp
 from forqapp import ids as forq_ids
-from forqapp import services
+from forqapp import services, store
 from forqapp.models import Message, QueueDepthSample
-from forqapp.store import sqlite as sqlite_store
 from forqapp.ui import freshness, history, queries
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,9 +44,9 @@ def dead_letters(queue: str, contents: list[str]) -> list[str]:
     """Put messages in ``queue``-dlq the way the jobs do (the store's insert, as DLQ rows)."""
     now = services.now_ms()
     ids = forq_ids.new_ids(len(contents))
-    rows = [(i, queue + "-dlq", c, now, now, now + 3_600_000) for i, c in zip(ids, contents)]
+    rows = [(i, queue + "-dlq", c, now, now, now + 3_600_000) for i, c in zip(ids, contents, strict=True)]
     connection.ensure_connection()
-    sqlite_store.insert(connection.connection, rows, is_dlq=True)
+    store.for_connection(connection).insert(connection.connection, rows, is_dlq=True)
     Message.objects.filter(id__in=ids).update(failure_reason="max_attempts_reached")
     return ids
 

@@ -1,3 +1,4 @@
+# ruff: noqa: S106  (test passwords)
 """The UI in Debian's Chromium (pytest-playwright): log in, dashboard, DLQ, requeue all, delete
 one with confirmation; screenshots (light and dark) under test-artifacts/screenshots/."""
 

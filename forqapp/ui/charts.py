@@ -22,7 +22,7 @@ def _points(values: Sequence[int | None], width: float, height: float, top: int,
 def sparkline(series: Sequence[Sequence[int | None] | None], *, label: str, width: int = 160,
               height: int = 36, classes: Sequence[str] = ("line-queue", "line-dlq")) -> SafeString:
     """A small line chart of one or more series (same length), scaled to their common maximum."""
-    lines = [(s, c) for s, c in zip(series, classes) if s and any(v is not None for v in s)]
+    lines = [(s, c) for s, c in zip(series, classes, strict=False) if s and any(v is not None for v in s)]
     if not lines:
         return format_html(
             '<svg class="spark spark-empty" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
