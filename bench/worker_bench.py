@@ -69,13 +69,11 @@ def manage(*args: str, env: dict | None = None) -> subprocess.Popen:
                             env={**os.environ, **(env or {})})
 
 
-def forq_processes(n: int, processes: int, concurrency: int) -> float:
+def forq_processes(n: int, processes: int, concurrency: int, prefetch: int) -> float:
     send("bench-noop", n)
     started = time.perf_counter()
-    procs = [manage("forq_worker", "bench-noop", "--burst", "-c", str(concurrency), "-v0")
-             for _ in range(processes)]
-    for p in procs:
-        p.wait()
+    manage("forq_worker", "bench-noop", "--burst", "--processes", str(processes), "-c", str(concurrency),
+           "--prefetch", str(prefetch), "-v0").wait()
     elapsed = time.perf_counter() - started
     from forqapp import services
 
@@ -175,9 +173,10 @@ def main() -> None:
         rate = forq_threads(n, c, 100)
         print(f"| forq_worker (in-process) | --concurrency {c} --prefetch 100 | {n} | {rate:,.0f} |", flush=True)
     if args.processes > 1:
-        rate = forq_processes(n, args.processes, 4)
-        print(f"| forq_worker × {args.processes} processes (wall, incl. start-up) | -c 4 each | {n} | "
-              f"{rate:,.0f} |", flush=True)
+        for c, prefetch in ((4, 4), (4, 100), (16, 100)):
+            rate = forq_processes(n, args.processes, c, prefetch)
+            print(f"| forq_worker --processes {args.processes} (wall, incl. start-up) | -c {c} --prefetch "
+                  f"{prefetch} | {n} | {rate:,.0f} |", flush=True)
     p50, p99 = forq_latency(directory)
     print(f"\nforq_worker idle pickup latency (send → handler start, other process): "
           f"p50 {p50:.1f} ms, p99 {p99:.1f} ms", flush=True)

@@ -160,3 +160,19 @@ def test_poison_message_ends_in_the_dlq(worker):
     assert [e[3] for e in starts(w, poison)] == [1, 2, 3, 4, 5]
     assert crashes == 5
     assert [e[0] for e in w.events() if e[2] == ok] == ["start", "done"]
+
+
+def test_processes_share_the_queue_and_stop_together(worker):
+    w = worker()
+    ids = forqapp.send_many("work", ["ok"] * 200)
+    result = w.run("work", "--burst", "--processes", "2", "--concurrency", "2")
+    assert result.returncode == 0, result.stderr
+    events = w.events()
+    assert sorted(e[2] for e in events if e[0] == "done") == sorted(ids)  # each exactly once
+    assert len({e[1] for e in events}) >= 1
+    slow = forqapp.send("work", "slow:1")
+    proc = w.start("work", "--processes", "2")
+    w.wait_for(lambda: starts(w, slow), what="the slow handler to start")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert row(slow) is None

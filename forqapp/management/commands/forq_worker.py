@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import subprocess
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
@@ -51,6 +52,10 @@ class Command(BaseCommand):
                             help="Messages held at once, running or waiting for a thread "
                                  "(default: --concurrency). More drains no-op handlers faster; "
                                  "each held message counts an attempt if the process crashes.")
+        parser.add_argument("--processes", type=positive_int, default=1,
+                            help="Worker processes, each with --concurrency threads (default 1). "
+                                 "This process then supervises them (and runs the jobs with --with-jobs); "
+                                 "--max-messages applies to each.")
         parser.add_argument("--burst", action="store_true",
                             help="Drain what is due, then exit.")
         parser.add_argument("--max-messages", type=positive_int, default=None,
@@ -67,6 +72,8 @@ class Command(BaseCommand):
             raise CommandError(f"no consumer registered for {', '.join(missing)}")
         if not queues:
             raise CommandError("no consumers registered (use @forqapp.consumer or FORQ_CONSUMERS)")
+        if options["processes"] > 1:
+            return self._supervise(queues, options)
         worker = Worker(
             {q: consumers[q] for q in queues},
             concurrency=options["concurrency"],
@@ -112,3 +119,46 @@ class Command(BaseCommand):
             self.stdout.write(
                 "forq_worker: done, " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing to do")
             )
+
+    def _supervise(self, queues: list[str], options: dict) -> None:
+        """Run ``--processes`` children (``forq_worker --processes 1``), pass signals on, wait."""
+        from django.conf import settings
+
+        command = [sys.executable, "-m", "django", "forq_worker", *queues,
+                   "--concurrency", str(options["concurrency"]), "--verbosity", str(options["verbosity"]),
+                   "--settings", settings.SETTINGS_MODULE]
+        if options["prefetch"]:
+            command += ["--prefetch", str(options["prefetch"])]
+        if options["burst"]:
+            command.append("--burst")
+        if options["max_messages"]:
+            command += ["--max-messages", str(options["max_messages"])]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        children = [subprocess.Popen(command, env=env) for _ in range(options["processes"])]
+        scheduler = None
+        if options["with_jobs"]:
+            from ...jobs import Scheduler
+
+            scheduler = Scheduler()
+            scheduler.start_thread()
+        stops = 0
+
+        def on_signal(signum, frame):
+            nonlocal stops
+            stops += 1
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGKILL if stops > 1 else signal.SIGTERM)
+            if stops > 1:
+                os._exit(1)
+            if scheduler is not None:
+                scheduler.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        codes = [child.wait() for child in children]
+        if scheduler is not None:
+            scheduler.stop()
+            scheduler.join(5.0)
+        if any(codes):
+            raise CommandError(f"worker processes exited with {codes}")
