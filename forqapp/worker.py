@@ -292,7 +292,12 @@ class Worker:
                 held = self._work.get()
                 if held is None:
                     return
-                self._results.put((held, *self._handle(held)))
+                try:
+                    outcome = self._handle(held)
+                except BaseException:  # noqa: BLE001 - never lose a result, or shutdown would wait forever
+                    logger.exception("forq_worker: handling %s failed", held.message.id)
+                    outcome = (NACK,)
+                self._results.put((held, *outcome))
         finally:
             connections.close_all()
 
@@ -306,7 +311,7 @@ class Worker:
         except FatalError as exc:
             logger.warning("forq_worker: %s on %s failed for good: %s", message.id, message.queue, exc)
             outcome = FAIL
-        except Exception:
+        except BaseException:  # noqa: BLE001 - SystemExit in a handler thread nacks too
             logger.exception("forq_worker: %s on %s (attempt %d) raised; nacking",
                              message.id, message.queue, message.attempts)
             outcome = NACK

@@ -176,3 +176,21 @@ def test_processes_share_the_queue_and_stop_together(worker):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert row(slow) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_process_worker_survives_system_exit_and_counts_outcomes():
+    from forqapp.consumers import Consumer
+    from forqapp.worker import Worker
+
+    def handler(message):
+        if message.content == "exit":
+            raise SystemExit(3)
+        if message.content == "fatal":
+            raise forqapp.FatalError("no")
+
+    ids = forqapp.send_many("inproc", ["ok", "exit", "fatal", "ok"])
+    counts = Worker({"inproc": Consumer("inproc", handler)}, concurrency=2, burst=True).run()
+    assert counts == {"ack": 2, "nack": 1, "fail": 1}
+    assert [row(i) is None for i in ids] == [True, False, False, True]
+    assert row(ids[1]).status == 0 and row(ids[2]).status == 2
