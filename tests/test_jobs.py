@@ -185,3 +185,22 @@ def test_command_run_one_job_and_dry_run(capsys):
 def test_command_rejects_unknown_job():
     with pytest.raises(CommandError):
         call_command("forq_jobs", "run", "nope")
+
+
+@pytest.mark.slow
+def test_forq_jobs_process_runs_jobs_and_stops_on_sigterm(tmp_path):
+    import signal
+
+    from .workerproc import WorkerProc
+
+    w = WorkerProc(tmp_path, {"FORQ_JOB_INTERVALS": {"failed": 0.1}})
+    proc = w.start(command="forq_jobs")
+    try:
+        failed = craft("proc", status=2, attempts=5)
+        w.wait_for(lambda: get(failed).queue == "proc-dlq", what="the failed job")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert "forq_jobs: stopped" in out
+    finally:
+        w.stop_all()
