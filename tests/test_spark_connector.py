@@ -82,7 +82,9 @@ def start_live_forq(directory: Path):
     """Migrate a file database and serve the API on a free port; returns (LiveForq, process)."""
     db_path = directory / "forq.sqlite3"
     port = _free_port()
-    env = dict(os.environ, FORQ_AUTH_SECRET=SECRET, FORQ_DB_PATH=str(db_path),
+    # Its own SQLite file, read directly below, even in the PostgreSQL run of the suite.
+    base = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env = dict(base, FORQ_AUTH_SECRET=SECRET, FORQ_DB_PATH=str(db_path),
                DJANGO_SETTINGS_MODULE="project.settings", FORQ_API_ADDR=f"127.0.0.1:{port}",
                FORQ_UI_ENABLED="false", PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)

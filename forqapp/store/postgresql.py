@@ -178,6 +178,8 @@ def ack_many(conn, queue: str, deliveries: Iterable[tuple[str, int]]) -> int:
 
 
 def _backoff_case(backoff_ms: Sequence[int]) -> str:
+    if len(backoff_ms) == 1:
+        return str(int(backoff_ms[0]))
     whens = " ".join(f"WHEN {i} THEN {int(ms)}" for i, ms in enumerate(backoff_ms[:-1], start=1))
     return f"CASE attempts {whens} ELSE {int(backoff_ms[-1])} END"
 
