@@ -36,7 +36,6 @@ SNAPSHOT_SCHEMA = (
     "id STRING, queue STRING, content STRING, status STRING, attempts INT, "
     "received_at TIMESTAMP, process_after TIMESTAMP, failure_reason STRING"
 )
-STREAM_SCHEMA = "id STRING, queue STRING, content STRING, attempts INT"
 STATUS_NAMES = {0: "ready", 1: "processing", 2: "failed"}
 ROWS_PER_PARTITION = 250_000  # snapshot read: default partitioning
 
@@ -94,17 +93,17 @@ def _check_write_schema(schema: StructType) -> bool:
 
 
 def _task_token(job: str) -> str:
-    """A token unique to this task attempt (``job-partition-attempt-random``)."""
+    """A token unique to this task attempt: ``job-partition-attempt-taskAttemptId`` (the last is
+    unique in the Spark application, so even a zombie attempt of a retried stage has its own)."""
     try:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
     except Exception:  # noqa: BLE001 - no task context: a random token is unique all the same
         ctx = None
-    suffix = uuid.uuid4().hex[:8]
     if ctx is None:
-        return f"{job}-x-{suffix}"
-    return f"{job}-{ctx.stageId()}-{ctx.partitionId()}-{ctx.attemptNumber()}-{suffix}"
+        return f"{job}-x-{uuid.uuid4().hex[:12]}"
+    return f"{job}-{ctx.partitionId()}-{ctx.attemptNumber()}-{ctx.taskAttemptId()}"
 
 
 class ForqWriter(DataSourceArrowWriter):
@@ -162,7 +161,10 @@ class ForqWriter(DataSourceArrowWriter):
         logger.info("forq: published %d messages to %s (%d staged)", published, self.options.queue, expected)
 
     def abort(self, messages) -> None:
-        """The job failed: discard whatever the successful tasks staged."""
+        """The job failed: discard what the tasks that reported back staged. An attempt that
+        failed discarded its own rows; one killed mid-write (the job aborted under it) may leave
+        rows behind: they never become visible, and the server's cleanup job deletes them (staged
+        rows expire after 24 h)."""
         staged = self._staged(messages)
         if staged:
             with self.options.client() as client:
@@ -249,7 +251,7 @@ class ForqSnapshotReader(DataSourceReader):
 
 @dataclass
 class MessagesPartition(InputPartition):
-    rows: list  # (id, queue, content, attempts)
+    rows: list  # rows of the snapshot schema
 
 
 class ForqStreamReader(DataSourceStreamReader):
@@ -318,7 +320,10 @@ class ForqStreamReader(DataSourceStreamReader):
                 return {"seq": seq + 1, "deliveries": {}}  # an empty batch, so Spark commits the last
             return start
         end = seq + 1
-        self._held[end] = [(m["id"], self.options.queue, m["content"], m["attempts"]) for m in claimed]
+        # Same columns as a snapshot: the message is "processing" (leased to this query); the
+        # claim does not return times, so those are null.
+        self._held[end] = [(m["id"], self.options.queue, m["content"], "processing", m["attempts"],
+                            None, None, None) for m in claimed]
         self._pending[end] = [(m["id"], m["receipt"]) for m in claimed]
         deliveries: dict[str, list[str]] = {}
         for m in claimed:

@@ -1,0 +1,190 @@
+"""The ``forq`` data source on a real SparkSession (``local[2,2]``: two cores, failed tasks retried
+once), against a live forqapp server. Slow: the session alone takes 10-25 s to start."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'forqapp[spark]')")
+pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'forqapp[spark]')")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Java is not installed (apt-get install default-jre-headless)", allow_module_level=True)
+
+from tests.test_spark_connector import ROOT, start_live_forq, stop_live_forq  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def live_forq(tmp_path_factory):
+    forq, proc, log = start_live_forq(tmp_path_factory.mktemp("forq-spark-it"))
+    yield forq
+    stop_live_forq(proc, log)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    from pyspark.sql import SparkSession
+
+    from forqapp.spark import register
+
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("forqapp-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+def _contents(spark, n: int, partitions: int = 2):
+    return spark.range(0, n, 1, partitions).selectExpr("concat('m-', id) AS content")
+
+
+def test_round_trip_10k(spark, live_forq):
+    _contents(spark, 10_000).write.format("forq").options(**live_forq.options("rt", batchSize=500)) \
+        .mode("append").save()
+    assert live_forq.count("rt") == 10_000 and live_forq.staged_rows("rt") == 0
+    df = spark.read.format("forq").options(**live_forq.options("rt", numPartitions=4)).load()
+    assert df.count() == 10_000
+    assert df.select("content").distinct().count() == 10_000
+    assert df.select("id").distinct().count() == 10_000
+    assert {r.status for r in df.select("status").distinct().collect()} == {"ready"}
+
+
+def test_task_failure_mid_partition_leaves_no_duplicates(spark, live_forq):
+    from pyspark import TaskContext
+    from pyspark.sql.functions import udf
+
+    @udf("string")
+    def flaky(i):
+        ctx = TaskContext.get()
+        if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and i == 3000:
+            return ""  # refused by the server: this attempt fails after staging ~3000 rows
+        return f"m-{i}"
+
+    df = spark.range(0, 10_000, 1, 2).select(flaky("id").alias("content"))
+    df.write.format("forq").options(**live_forq.options("tf", batchSize=100)).mode("append").save()
+    rows = live_forq.sql("SELECT content FROM messages WHERE queue = 'tf'")
+    assert len(rows) == 10_000
+    assert len({r[0] for r in rows}) == 10_000
+    assert live_forq.staged_rows("tf") == 0
+
+
+def test_aborted_job_publishes_nothing(spark, live_forq):
+    from pyspark.sql.functions import udf
+
+    @udf("string")
+    def broken(i):
+        return "" if i == 9_000 else f"m-{i}"  # fails every attempt of partition 1
+
+    df = spark.range(0, 10_000, 1, 2).select(broken("id").alias("content"))
+    with pytest.raises(Exception, match="bad_request.body.invalid"):
+        df.write.format("forq").options(**live_forq.options("ab", batchSize=100)).mode("append").save()
+    assert live_forq.count("ab") == 0  # nothing published
+    # Partition 1's attempts discarded their own rows; partition 0's, when it finished before
+    # the job failed, were discarded by the job's abort. (If the abort killed it mid-write, its
+    # rows stay staged - invisible - until the cleanup job deletes them.)
+    staged = live_forq.sql("SELECT queue, COUNT(*) FROM messages WHERE queue LIKE '~stage~%~ab' GROUP BY 1")
+    assert all("-0-" in q for q, _ in staged), staged
+
+
+def test_other_save_modes_are_refused(spark, live_forq):
+    df = _contents(spark, 10)
+    with pytest.raises(Exception, match="only appends"):
+        df.write.format("forq").options(**live_forq.options("modes")).mode("overwrite").save()
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        df.write.format("forq").options(**live_forq.options("modes")).mode("error").save()
+    assert live_forq.count("modes") == 0
+
+
+def test_snapshot_counts_for_a_queue_and_its_dlq(spark, live_forq):
+    _contents(spark, 1234).write.format("forq").options(**live_forq.options("orders")).mode("append").save()
+    live_forq.add_dead("orders-dlq", 40, "max_attempts_reached")
+    live_forq.sql("UPDATE messages SET failure_reason = 'message_expired' WHERE queue = 'orders-dlq' "
+                  "AND content IN ('dead-1', 'dead-2', 'dead-3')")
+    read = spark.read.format("forq")
+    assert read.options(**live_forq.options("orders", numPartitions=3)).load().count() == 1234
+    dlq = read.options(**live_forq.options("orders-dlq")).load()
+    by_reason = {r.failure_reason: r["count"] for r in dlq.groupBy("failure_reason").count().collect()}
+    assert by_reason == {"max_attempts_reached": 37, "message_expired": 3}
+    assert live_forq.count("orders") == 1234  # still there: a snapshot takes nothing
+
+
+def _drain(spark, live_forq, queue, sink, checkpoint, per_batch=20, fail=None):
+    """Run a stream over ``queue`` into ``sink`` (foreachBatch) until the queue is empty."""
+    stream = spark.readStream.format("forq").options(
+        **live_forq.options(queue, maxMessagesPerBatch=per_batch, waitSeconds=0.2)).load()
+    query = stream.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)) \
+        .trigger(processingTime="200 milliseconds").start()
+    return query
+
+
+def test_streaming_acks_only_after_commit(spark, live_forq, tmp_path):
+    live_forq.client().send_batch("sa", [{"content": f"m{i}"} for i in range(50)])
+    seen, problems = [], []
+
+    def sink(batch_df, batch_id):
+        rows = batch_df.collect()
+        for r in rows:
+            status = live_forq.sql("SELECT status FROM messages WHERE id = ?", (r.id,))
+            if status != [(1,)]:
+                problems.append((r.id, status))  # must still be leased (not acked) while sinking
+        seen.extend(r.content for r in rows)
+
+    query = _drain(spark, live_forq, "sa", sink, tmp_path / "cp")
+    try:
+        deadline = time.monotonic() + 90
+        while (len(seen) < 50 or live_forq.count("sa")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # every message seen, and acked - the last batch too - while the query still runs
+        assert sorted(seen) == sorted(f"m{i}" for i in range(50))
+        assert live_forq.count("sa") == 0
+        assert problems == []
+    finally:
+        query.stop()
+
+
+def test_sink_failure_and_restart_lose_nothing(spark, live_forq, tmp_path):
+    live_forq.client().send_batch("sf", [{"content": f"m{i}"} for i in range(60)])
+    done: list[str] = []
+    batches = {"n": 0}
+
+    def failing_sink(batch_df, batch_id):
+        rows = batch_df.collect()
+        if rows:
+            batches["n"] += 1
+            if batches["n"] == 2:
+                raise RuntimeError("sink is down")
+        done.extend(r.content for r in rows)
+
+    query = _drain(spark, live_forq, "sf", failing_sink, tmp_path / "cp")
+    with pytest.raises(Exception, match="sink is down"):
+        query.awaitTermination(120)
+    assert 0 < len(done) < 60
+    assert live_forq.count("sf") == 60 - len(done)  # committed batches acked, the failed one not
+
+    restarted = _drain(spark, live_forq, "sf", lambda df, i: done.extend(r.content for r in df.collect()),
+                       tmp_path / "cp")
+    try:
+        deadline = time.monotonic() + 90
+        while (len(set(done)) < 60 or live_forq.count("sf")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert set(done) == {f"m{i}" for i in range(60)}
+        assert live_forq.count("sf") == 0
+    finally:
+        restarted.stop()
+
+
