@@ -160,5 +160,6 @@ class Command(BaseCommand):
         if scheduler is not None:
             scheduler.stop()
             scheduler.join(5.0)
-        if any(codes):
+        # A child that got the SIGTERM before installing its handler (still starting) held nothing.
+        if any(code and not (stops and code == -signal.SIGTERM) for code in codes):
             raise CommandError(f"worker processes exited with {codes}")
