@@ -23,6 +23,8 @@ MAX_DELIVERIES = 10_000  # deliveries in one ack or release
 MAX_STAGED = 10_000  # (token, queue) pairs in one publish or discard
 MAX_PAGE = 10_000  # rows in one snapshot page
 MAX_WAIT_S = 30.0
+SNAPSHOT_FIELDS = ("id", "queue", "content", "status", "attempts", "received_at", "process_after",
+                   "failure_reason")
 
 _TOKEN = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
@@ -191,7 +193,8 @@ def _id_param(request: HttpRequest, name: str) -> str | None:
 @endpoint("GET")
 async def snapshot(request: HttpRequest, queue: str) -> HttpResponse:
     """``GET /api/v1/queues/{queue}/snapshot?after=&upto=&limit=`` → ``{"messages": [...],
-    "next": id|null}``: rows with ``after < id <= upto`` in id order; ``next`` is the ``after`` of
+    "next": id|null}`` (or, with ``format=columns``, ``{"columns": {name: [values]}, "count",
+    "next"}``): rows with ``after < id <= upto`` in id order; ``next`` is the ``after`` of
     the following page (null on the last). A read: no lease taken, nothing changed."""
     queue = validation.queue_name(queue)
     after = _id_param(request, "after") or ""
@@ -200,8 +203,15 @@ async def snapshot(request: HttpRequest, queue: str) -> HttpResponse:
     if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_PAGE:
         raise _invalid(f"limit must be an integer from 1 to {MAX_PAGE}")
     limit = int(raw_limit)
+    shape = request.GET.get("format", "rows")
+    if shape not in ("rows", "columns"):
+        raise _invalid("format must be rows or columns")
     rows = await db.run(services.snapshot_page, queue, after, upto, limit)
-    return JsonResponse({"messages": rows, "next": rows[-1]["id"] if len(rows) == limit else None})
+    nxt = rows[-1]["id"] if len(rows) == limit else None
+    if shape == "columns":  # {"columns": {name: [values]}}: smaller and faster to encode and decode
+        columns = {key: [r[key] for r in rows] for key in SNAPSHOT_FIELDS}
+        return JsonResponse({"columns": columns, "count": len(rows), "next": nxt})
+    return JsonResponse({"messages": rows, "next": nxt})
 
 
 @endpoint("GET")

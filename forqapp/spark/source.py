@@ -36,7 +36,6 @@ SNAPSHOT_SCHEMA = (
     "id STRING, queue STRING, content STRING, status STRING, attempts INT, "
     "received_at TIMESTAMP, process_after TIMESTAMP, failure_reason STRING"
 )
-STATUS_NAMES = {0: "ready", 1: "processing", 2: "failed"}
 ROWS_PER_PARTITION = 250_000  # snapshot read: default partitioning
 
 
@@ -199,20 +198,24 @@ def split_id_range(lo: str, hi: str, parts: int) -> list[IdRange]:
     return ranges
 
 
-def _snapshot_batch(rows: list[dict]):
+def _snapshot_batch(columns: dict[str, list]):
+    """A page of columns from the server as an Arrow batch of :data:`SNAPSHOT_SCHEMA`."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     ts = pa.timestamp("us", tz="UTC")
+    status = pa.array(columns["status"], pa.int8())
+    names = pa.array(["ready", "processing", "failed"])
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([r["id"] for r in rows], pa.string()),
-            pa.array([r["queue"] for r in rows], pa.string()),
-            pa.array([r["content"] for r in rows], pa.string()),
-            pa.array([STATUS_NAMES.get(r["status"], str(r["status"])) for r in rows], pa.string()),
-            pa.array([r["attempts"] for r in rows], pa.int32()),
-            pa.array([r["received_at"] * 1000 for r in rows], pa.int64()).cast(ts),
-            pa.array([r["process_after"] * 1000 for r in rows], pa.int64()).cast(ts),
-            pa.array([r["failure_reason"] for r in rows], pa.string()),
+            pa.array(columns["id"], pa.string()),
+            pa.array(columns["queue"], pa.string()),
+            pa.array(columns["content"], pa.string()),
+            pc.take(names, status),
+            pa.array(columns["attempts"], pa.int32()),
+            pc.multiply(pa.array(columns["received_at"], pa.int64()), 1000).cast(ts),
+            pc.multiply(pa.array(columns["process_after"], pa.int64()), 1000).cast(ts),
+            pa.array(columns["failure_reason"], pa.string()),
         ],
         names=["id", "queue", "content", "status", "attempts", "received_at", "process_after",
                "failure_reason"],
@@ -238,9 +241,9 @@ class ForqSnapshotReader(DataSourceReader):
         with opts.client() as client:
             after = partition.after
             while True:
-                rows, nxt = client.snapshot_page(opts.queue, after, partition.upto, opts.page_size)
-                if rows:
-                    yield _snapshot_batch(rows)
+                columns, nxt = client.snapshot_columns(opts.queue, after, partition.upto, opts.page_size)
+                if columns["id"]:
+                    yield _snapshot_batch(columns)
                 if nxt is None:
                     return
                 after = nxt
