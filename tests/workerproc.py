@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from django.conf import settings
+from tests.conftest import database_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ class WorkerProc:
         self.log = tmp_path / "handlers.log"
         self.env = {
             **os.environ,
-            "FORQ_DB_PATH": str(settings.DATABASES["default"]["NAME"]),
+            **database_env(),  # the test database: FORQ_DB_PATH, or DATABASE_URL in the PostgreSQL run
             "DJANGO_SETTINGS_MODULE": "tests.workerapp.settings",
             "FORQ_TEST_LOG": str(self.log),
             "FORQ_TEST_SETTINGS": json.dumps(overrides or {}),
