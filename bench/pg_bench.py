@@ -55,6 +55,14 @@ def fresh_database(admin_url: str) -> str:
     return with_db(admin_url, DB_NAME)
 
 
+def vacuum(url: str) -> None:
+    """What autovacuum would have done by now (this bench's server may run with it off)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE) messages")
+
+
 def child_env(url: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ, DATABASE_URL=url, FORQ_AUTH_SECRET=SECRET, DJANGO_SETTINGS_MODULE="bench.settings",
                PYTHONPATH=str(ROOT), FORQ_LOG_LEVEL="WARNING")
@@ -81,7 +89,7 @@ def pending(queue: str) -> int:
 # --- service layer --------------------------------------------------------------------------------
 
 
-def bench_services(n: int) -> None:
+def bench_services(n: int, vacuum) -> None:
     from forqapp import services
 
     single = min(n, 5_000)
@@ -89,15 +97,18 @@ def bench_services(n: int) -> None:
     for _ in range(single):
         services.send("svc", PAYLOAD)
     row("service", "`send`, one at a time", single, rate(single, time.perf_counter() - started))
+    vacuum()
     started = time.perf_counter()
     for _ in range(single):
         message = services.claim("svc")
         services.ack(message)
     row("service", "`claim` + `ack`, one at a time", single, rate(single, time.perf_counter() - started))
+    vacuum()
     started = time.perf_counter()
     for i in range(0, n, 100):
         services.send_many("svc", [PAYLOAD] * min(100, n - i))
     row("service", "`send_many`, 100 per call", n, rate(n, time.perf_counter() - started))
+    vacuum()
     started = time.perf_counter()
     got = 0
     while batch := services.claim_many("svc", 100):
@@ -172,7 +183,7 @@ async def http_consume(port: int, n: int, clients: int) -> float:
     return elapsed
 
 
-def bench_http(url: str, n: int, workers: int) -> None:
+def bench_http(url: str, n: int, workers: int, vacuum) -> None:
     import socket
 
     with socket.socket() as s:
@@ -184,9 +195,11 @@ def bench_http(url: str, n: int, workers: int) -> None:
             count = min(n, 5_000) if clients == 1 else n
             elapsed = asyncio.run(http_produce(port, count, clients))
             row("HTTP", f"produce, {clients} connection{'s' if clients > 1 else ''}", count, rate(count, elapsed))
+            vacuum()
             elapsed = asyncio.run(http_consume(port, count, clients))
             row("HTTP", f"consume + ack, {clients} consumer{'s' if clients > 1 else ''}", count,
                 rate(count, elapsed))
+            vacuum()
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(20)
@@ -314,16 +327,21 @@ def main() -> None:
         version = cur.fetchone()[0].split(" on ")[0]
         cur.execute("SHOW synchronous_commit")
         sync = cur.fetchone()[0]
-    print(f"\n{version}, synchronous_commit={sync}, {os.cpu_count()} CPUs, {n:,} messages of 100 bytes\n")
+        cur.execute("SHOW autovacuum")
+        autovacuum = cur.fetchone()[0]
+    print(f"\n{version}, synchronous_commit={sync}, autovacuum={autovacuum} (the bench runs VACUUM ANALYZE "
+          f"between phases), {os.cpu_count()} CPUs, {n:,} messages of 100 bytes\n")
     row("layer", "operation", "messages", "per second")
     row("---", "---", "---:", "---:")
-    bench_services(n)
-    bench_http(url, n, args.api_workers)
+    bench_services(n, lambda: vacuum(url))
+    vacuum(url)
+    bench_http(url, n, args.api_workers, lambda: vacuum(url))
 
     print("\nforq_worker bench-noop --burst -c 4 --prefetch 100, in N processes:\n")
     row("processes", "messages", "drain /s (wall, incl. start-up)", "drain /s (first claim → empty)")
     row("---:", "---:", "---:", "---:")
     for p in args.processes:
+        vacuum(url)
         wall, drain = bench_workers(url, n, p)
         row(p, n, f"{wall:,.0f}", f"{drain:,.0f}")
 
@@ -331,6 +349,7 @@ def main() -> None:
         print("\nThe same no-op jobs with other PostgreSQL queues (1 worker process each):\n")
         row("system", "jobs", "enqueue /s (bulk)", "drain /s (wall, incl. start-up)")
         row("---", "---:", "---:", "---:")
+        vacuum(url)
         wall, _ = bench_workers(url, n, 1)
         row("forqapp `forq_worker` (send_many 1,000 per call)", n, "see above", f"{wall:,.0f}")
         enqueue, drain = asyncio.run(pgqueuer_drain(url, n))
