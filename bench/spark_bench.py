@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SECRET = "bench-secret-0123456789abcdef-0123456789"  # noqa: S105 - a throwaway local server
 
 
-def serve(directory: Path) -> tuple[str, subprocess.Popen]:
+def serve(directory: Path, workers: int) -> tuple[str, subprocess.Popen]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -31,7 +31,8 @@ def serve(directory: Path) -> tuple[str, subprocess.Popen]:
                DJANGO_SETTINGS_MODULE="project.settings", FORQ_API_ADDR=f"127.0.0.1:{port}",
                FORQ_UI_ENABLED="false")
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    proc = subprocess.Popen([sys.executable, "manage.py", "forq_serve", "--no-ui"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "manage.py", "forq_serve", "--no-ui", "--api-workers", str(workers)],
+                            cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -53,6 +54,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=5000, help="messages per staged request")
     parser.add_argument("--partitions", type=int, default=2, help="write tasks and read partitions")
     parser.add_argument("--content-bytes", type=int, default=100)
+    parser.add_argument("--delivery", default="exactlyOnce", choices=["exactlyOnce", "atLeastOnce"])
+    parser.add_argument("--api-workers", type=int, default=2, help="server processes (when serving itself)")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -62,7 +65,7 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory(prefix="forq-spark-bench-")
     url = args.url
     if url is None:
-        url, proc = serve(Path(tmp.name))
+        url, proc = serve(Path(tmp.name), args.api_workers)
     try:
         from pyspark.sql import SparkSession
 
@@ -82,7 +85,8 @@ def main() -> None:
             .options(**{**options, "queue": args.queue + "-warmup"}).mode("append").save()
 
         started = time.perf_counter()
-        df.write.format("forq").options(**options, batchSize=str(args.batch_size)).mode("append").save()
+        df.write.format("forq").options(**options, batchSize=str(args.batch_size), delivery=args.delivery) \
+            .mode("append").save()
         write_s = time.perf_counter() - started
 
         read = spark.read.format("forq").options(**options, numPartitions=str(args.partitions),
@@ -98,8 +102,8 @@ def main() -> None:
             proc.wait(30)
         tmp.cleanup()
     print(f"rows: {args.rows:,}  content: {args.content_bytes} B  partitions: {args.partitions}  "
-          f"batchSize: {args.batch_size}")
-    print(f"batch write (DataFrame -> staged -> published): {write_s:6.1f} s  {args.rows / write_s:10,.0f} msg/s")
+          f"batchSize: {args.batch_size}  api workers: {args.api_workers if args.url is None else '?'}")
+    print(f"batch write ({args.delivery}, DataFrame -> queue): {write_s:6.1f} s  {args.rows / write_s:10,.0f} msg/s")
     print(f"snapshot read (queue -> DataFrame, {n:,} rows):   {read_s:6.1f} s  {n / read_s:10,.0f} rows/s")
 
 

@@ -369,3 +369,13 @@ def test_stream_reader_restart_releases_uncommitted_batch_and_acks_committed(liv
     assert live_forq.count("rs") == 4
     r2.stop()  # uncommitted deliveries go back
     assert live_forq.count("rs", status=0) == 4
+
+
+def test_writer_at_least_once_sends_straight_to_the_queue(live_forq):
+    w = _writer(live_forq, "al", batchSize=100, delivery="atLeastOnce")
+    m = w.write(_batches([f"m{i}" for i in range(250)]))
+    assert live_forq.count("al") == 250 and live_forq.staged_rows("al") == 0  # visible at once
+    w.commit([m])
+    assert live_forq.count("al") == 250
+    with pytest.raises(ForqOptionError, match="'delivery' must be"):
+        ForqOptions.parse(live_forq.options("al", delivery="maybe"))

@@ -133,6 +133,10 @@ class ForqClient:
         """Like :meth:`stage`, with the JSON body already encoded (the writer's hot path)."""
         return self._raw("POST", f"/api/v1/queues/{self._q(queue)}/staged/{token}", body)["staged"]
 
+    def send_batch_raw(self, queue: str, body: bytes) -> int:
+        """Like :meth:`send_batch`, with the JSON body already encoded; returns how many."""
+        return len(self._raw("POST", f"/api/v1/queues/{self._q(queue)}/messages/batch", body)["ids"])
+
     def _raw(self, method: str, path: str, data: bytes) -> Any:
         headers = {"X-API-Key": self._api_key, "Content-Type": "application/json"}
         conn = self._connection()

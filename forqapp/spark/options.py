@@ -61,6 +61,7 @@ class ForqOptions:
     max_messages_per_batch: int = 1000  # stream: messages claimed per micro-batch
     wait_seconds: float = 1.0  # stream: how long a claim waits for a message when the queue is idle
     timeout: float = 300.0  # seconds per HTTP request
+    exactly_once: bool = True  # write: stage + publish on commit (False: produce batches directly)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ForqOptions:
@@ -78,7 +79,11 @@ class ForqOptions:
             raise ForqOptionError("forq option 'queue' is required")
         if not _QUEUE.fullmatch(queue):
             raise ForqOptionError(f"forq option 'queue' must match ^[a-zA-Z0-9._-]{{1,64}}$, not {queue!r}")
+        delivery = (_get(options, "delivery") or "exactlyOnce").strip()
+        if delivery.lower() not in ("exactlyonce", "atleastonce"):
+            raise ForqOptionError(f"forq option 'delivery' must be exactlyOnce or atLeastOnce, not {delivery!r}")
         return cls(
+            exactly_once=delivery.lower() == "exactlyonce",
             url=url,
             api_key=api_key,
             queue=queue,

@@ -1,7 +1,8 @@
 """The ``forq`` data source for PySpark (``pyspark.sql.datasource``): batch write, snapshot read,
 streaming read. Runs on the driver and on executors: no Django, HTTP only (:mod:`.client`).
 
-* **Write** (append only): each task attempt stages its rows under a token of its own; the job's
+* **Write** (append only; ``delivery=atLeastOnce`` sends batches straight to the queue instead,
+  faster, but a retried task sends its rows again): each task attempt stages its rows under a token of its own; the job's
   ``commit`` publishes every token in one transaction, ``abort`` discards them. A failed or
   retried task attempt's token is never published: no duplicates, nothing visible before commit.
 * **Snapshot read**: partitions are id ranges of the queue as it was when the read was planned
@@ -133,8 +134,13 @@ class ForqWriter(DataSourceArrowWriter):
                         items = [{"content": c} if a is None else {"content": c, "processAfter": a}
                                  for c, a in zip(chunk, afters[start:start + opts.batch_size], strict=True)]
                     body = json.dumps({"messages": items}, separators=(",", ":")).encode()
-                    count += client.stage_raw(opts.queue, token, body)
+                    if opts.exactly_once:
+                        count += client.stage_raw(opts.queue, token, body)
+                    else:  # visible at once; a retried task sends its rows again
+                        count += client.send_batch_raw(opts.queue, body)
         except BaseException:
+            if not opts.exactly_once:
+                raise
             # This attempt's rows will never be published; drop them now rather than leave them
             # to the cleanup job. Best effort: the error that matters is the one re-raised.
             try:
@@ -153,6 +159,8 @@ class ForqWriter(DataSourceArrowWriter):
 
     def commit(self, messages) -> None:
         """All tasks succeeded: publish every task's rows in one transaction."""
+        if not self.options.exactly_once:
+            return  # delivery=atLeastOnce: every batch was visible as soon as it was sent
         staged = self._staged(messages)
         with self.options.client() as client:
             published = client.publish(staged)
@@ -165,7 +173,7 @@ class ForqWriter(DataSourceArrowWriter):
         rows behind: they never become visible, and the server's cleanup job deletes them (staged
         rows expire after 24 h)."""
         staged = self._staged(messages)
-        if staged:
+        if staged and self.options.exactly_once:
             with self.options.client() as client:
                 client.discard(staged)
 
