@@ -123,6 +123,7 @@ def test_requeue_and_delete_are_dlq_only():
 
 def test_requeue_keeps_the_fifo_place():
     first = forqapp.send("emails", "first")
+    time.sleep(0.002)  # FIFO is by receive time (ms); messages of one ms are ordered by due time, then id
     forqapp.send("emails", "second")
     received_at = Message.objects.get(id=first).received_at
     Message.objects.filter(id=first).update(queue="emails-dlq", is_dlq=True, attempts=3,
