@@ -188,3 +188,21 @@ def test_sink_failure_and_restart_lose_nothing(spark, live_forq, tmp_path):
         restarted.stop()
 
 
+
+
+def test_example_pipelines(spark, live_forq, tmp_path, capsys):
+    from forqapp.spark.examples import bulk_load, dlq_report
+
+    csv = tmp_path / "in.csv"
+    csv.write_text('content,customer\nhello,1\nworld,2\n"with, comma",3\n')
+    common = ["--url", live_forq.url, "--api-key", live_forq.api_key]
+    assert bulk_load.main([*common, "--queue", "loaded", str(csv)]) == 0
+    assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'loaded'")) == [
+        "hello", "with, comma", "world"]
+    live_forq.add_dead("report-dlq", 25)
+    out = tmp_path / "report"
+    assert dlq_report.main([*common, "--queue", "report-dlq", "--out", str(out)]) == 0
+    assert (out / "dlq_report.png").stat().st_size > 1000
+    by_reason = spark.read.parquet(str(out / "by_reason.parquet")).collect()
+    assert [(r.failure_reason, r.messages) for r in by_reason] == [("max_attempts_reached", 25)]
+    assert "report-dlq: 25 messages" in capsys.readouterr().out

@@ -7,17 +7,20 @@ import sys
 
 
 def session(app_name: str, master: str):
+    """(spark, owned): ``owned`` is False when a session was already active (then the caller
+    must not stop it)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from forqapp.spark import register
 
+    owned = SparkSession.getActiveSession() is None
     spark = (SparkSession.builder.master(master).appName(app_name)
              .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    return spark
+    return spark, owned
 
 
 def add_connection_arguments(parser) -> None:

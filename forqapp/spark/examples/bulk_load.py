@@ -28,17 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.api_key:
         parser.error("--api-key (or FORQ_AUTH_SECRET) is required")
-    spark = session("forq-bulk-load", args.master)
+    spark, owned = session("forq-bulk-load", args.master)
     try:
         from pyspark.sql import functions as F
 
         path = args.file
         if path.lower().endswith(".csv"):
             df = spark.read.option("header", True).option("inferSchema", True).csv(path)
-        elif path.lower().endswith(".parquet") or not path.lower().endswith(".json"):
-            df = spark.read.parquet(path)
         else:
-            df = spark.read.json(path)
+            df = spark.read.parquet(path)
         has_after = "processAfter" in df.columns
         if args.json:
             body = F.to_json(F.struct(*[c for c in df.columns if c != "processAfter"]))
@@ -54,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         out.write.format("forq").options(url=args.url, apiKey=args.api_key, queue=args.queue,
                                          batchSize=str(args.batch_size)).mode("append").save()
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     print(f"enqueued {n:,} messages from {args.file} into {args.queue}")
     return 0
 

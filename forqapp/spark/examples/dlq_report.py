@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {args.queue!r} is not a dead-letter queue; reporting on it all the same", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    spark = session("forq-dlq-report", args.master)
+    spark, owned = session("forq-dlq-report", args.master)
     try:
         df = spark.read.format("forq").options(url=args.url, apiKey=args.api_key, queue=args.queue).load()
         df = df.drop("content").cache()
@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         reason_rows = [r.asDict() for r in by_reason.collect()]
         age_rows = [r.asDict() for r in by_age.collect()]
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     chart(reason_rows, age_rows, out / "dlq_report.png", f"{args.queue}: {total:,} messages")
     print(f"{args.queue}: {total:,} messages")
     for r in reason_rows:
