@@ -5,7 +5,8 @@
 
 Reads the DLQ as a snapshot (no message is taken or changed), aggregates by queue and failure
 reason (count, attempts, age in hours: mean and max) and by age bucket, and writes
-``OUT/by_reason.parquet``, ``OUT/by_age.parquet`` and ``OUT/dlq_report.png``.
+``OUT/by_reason.parquet``, ``OUT/by_age.parquet`` and ``OUT/dlq_report.png`` (the chart needs
+matplotlib).
 """
 
 from __future__ import annotations
@@ -59,8 +60,12 @@ def build_report(df):
     return by_reason, by_age
 
 
-def chart(by_reason_rows, by_age_rows, path: Path, title: str) -> None:
-    import matplotlib
+def chart(by_reason_rows, by_age_rows, path: Path, title: str) -> bool:
+    """Draw the PNG; False (nothing drawn) when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -87,6 +92,7 @@ def chart(by_reason_rows, by_age_rows, path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,12 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if owned:
             spark.stop()
-    chart(reason_rows, age_rows, out / "dlq_report.png", f"{args.queue}: {total:,} messages")
+    drawn = chart(reason_rows, age_rows, out / "dlq_report.png", f"{args.queue}: {total:,} messages")
     print(f"{args.queue}: {total:,} messages")
     for r in reason_rows:
         print(f"  {r['queue']:<24} {r['failure_reason']:<22} {r['messages']:>9,}  attempts avg "
               f"{r['avg_attempts'] or 0:.1f}  age avg {r['avg_age_hours'] or 0:.1f} h, max {r['max_age_hours'] or 0:.1f} h")
-    print(f"wrote {out / 'by_reason.parquet'}, {out / 'by_age.parquet'}, {out / 'dlq_report.png'}")
+    written = [out / "by_reason.parquet", out / "by_age.parquet"] + ([out / "dlq_report.png"] if drawn else [])
+    print("wrote " + ", ".join(map(str, written)))
+    if not drawn:
+        print("no chart: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
     return 0
 
 
