@@ -379,3 +379,11 @@ def test_writer_at_least_once_sends_straight_to_the_queue(live_forq):
     assert live_forq.count("al") == 250
     with pytest.raises(ForqOptionError, match="'delivery' must be"):
         ForqOptions.parse(live_forq.options("al", delivery="maybe"))
+
+
+def test_writer_refuses_null_content_clearly(live_forq):
+    w = _writer(live_forq, "nc")
+    batch = pa.RecordBatch.from_pydict({"content": ["ok", None]})
+    with pytest.raises(ValueError, match="null or empty"):
+        w.write(iter([batch]))
+    assert live_forq.count("nc") == 0 and live_forq.staged_rows("nc") == 0

@@ -38,6 +38,7 @@ SNAPSHOT_SCHEMA = (
     "received_at TIMESTAMP, process_after TIMESTAMP, failure_reason STRING"
 )
 ROWS_PER_PARTITION = 250_000  # snapshot read: default partitioning
+MAX_PUBLISH = 10_000  # write: tokens (task outputs) published in one request, one transaction
 
 
 class ForqDataSource(DataSource):
@@ -126,6 +127,9 @@ class ForqWriter(DataSourceArrowWriter):
                     afters = batch.column("processAfter").to_pylist()
                 else:
                     afters = None
+                if None in contents or "" in contents:
+                    raise ValueError('format "forq": column "content" holds a null or empty string '
+                                     "(filter those rows out first)")
                 for start in range(0, len(contents), opts.batch_size):
                     chunk = contents[start:start + opts.batch_size]
                     if afters is None:
@@ -162,6 +166,10 @@ class ForqWriter(DataSourceArrowWriter):
         if not self.options.exactly_once:
             return  # delivery=atLeastOnce: every batch was visible as soon as it was sent
         staged = self._staged(messages)
+        if len(staged) > MAX_PUBLISH:
+            # one publish request is one transaction; the job is aborted and nothing is visible
+            raise ForqOptionError(f'format "forq" publishes at most {MAX_PUBLISH} partitions in one job '
+                                  f"(this one has {len(staged)}): coalesce() or repartition() first")
         with self.options.client() as client:
             published = client.publish(staged)
         expected = sum(m.count for m in messages if isinstance(m, ForqCommitMessage))
