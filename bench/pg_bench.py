@@ -55,12 +55,13 @@ def fresh_database(admin_url: str) -> str:
     return with_db(admin_url, DB_NAME)
 
 
-def vacuum(url: str) -> None:
-    """What autovacuum would have done by now (this bench's server may run with it off)."""
+def vacuum(url: str, table: str | None = "messages") -> None:
+    """What autovacuum would have done by now (this bench's server may run with it off); with
+    ``table=None``, the whole database (the other queues' tables too)."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM (ANALYZE) messages")
+        conn.execute("VACUUM (ANALYZE)" + (f" {table}" if table else ""))
 
 
 def child_env(url: str, **extra: str) -> dict[str, str]:
@@ -208,11 +209,13 @@ def bench_http(url: str, n: int, workers: int, vacuum) -> None:
 # --- forq_worker processes ------------------------------------------------------------------------
 
 
-def bench_workers(url: str, n: int, processes: int) -> tuple[float, float]:
+def bench_workers(url: str, n: int, processes: int) -> tuple[float, float, float]:
     from forqapp import services
 
+    started = time.perf_counter()
     for i in range(0, n, 1000):
         services.send_many("bench-noop", [PAYLOAD] * min(1000, n - i))
+    enqueue = n / (time.perf_counter() - started)
     started = time.perf_counter()
     procs = [
         subprocess.Popen([sys.executable, "manage.py", "forq_worker", "bench-noop", "--burst", "-c", "4",
@@ -233,7 +236,7 @@ def bench_workers(url: str, n: int, processes: int) -> tuple[float, float]:
     drained = time.perf_counter()
     for p in procs:
         p.wait(60)
-    return n / (time.perf_counter() - started), n / (drained - (first or started))
+    return n / (time.perf_counter() - started), n / (drained - (first or started)), enqueue
 
 
 # --- pgqueuer and procrastinate -------------------------------------------------------------------
@@ -254,6 +257,7 @@ async def pgqueuer_drain(url: str, n: int) -> tuple[float, float]:
         await queries.enqueue(["noop"] * k, [payload] * k, [0] * k)
     enqueue = n / (time.perf_counter() - started)
     await conn.close()
+    vacuum(url, None)
 
     code = f"""
 import asyncio, time, psycopg
@@ -298,6 +302,7 @@ asyncio.run(main(sys.argv[1]))
 """
     out = subprocess.run([sys.executable, "-c", code, "enqueue"], check=True, capture_output=True, text=True)
     enqueue = float(out.stdout.strip().splitlines()[-1])
+    vacuum(url, None)
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", code, "drain"], check=True, capture_output=True, text=True)
     return enqueue, n / (time.perf_counter() - started)
@@ -311,6 +316,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--api-workers", type=int, default=1)
     parser.add_argument("--skip-others", action="store_true", help="skip pgqueuer and procrastinate")
+    parser.add_argument("--only-others", action="store_true", help="only the comparison table")
     args = parser.parse_args()
     n = args.messages
 
@@ -331,6 +337,14 @@ def main() -> None:
         autovacuum = cur.fetchone()[0]
     print(f"\n{version}, synchronous_commit={sync}, autovacuum={autovacuum} (the bench runs VACUUM ANALYZE "
           f"between phases), {os.cpu_count()} CPUs, {n:,} messages of 100 bytes\n")
+    if not args.only_others:
+        bench_forq(url, n, args)
+    if not args.skip_others:
+        bench_others(url, n)
+    print(f"\ncommand: .venv/bin/python bench/pg_bench.py --messages {n}")
+
+
+def bench_forq(url: str, n: int, args) -> None:
     row("layer", "operation", "messages", "per second")
     row("---", "---", "---:", "---:")
     bench_services(n, lambda: vacuum(url))
@@ -342,21 +356,22 @@ def main() -> None:
     row("---:", "---:", "---:", "---:")
     for p in args.processes:
         vacuum(url)
-        wall, drain = bench_workers(url, n, p)
+        wall, drain, _ = bench_workers(url, n, p)
         row(p, n, f"{wall:,.0f}", f"{drain:,.0f}")
 
-    if not args.skip_others:
-        print("\nThe same no-op jobs with other PostgreSQL queues (1 worker process each):\n")
-        row("system", "jobs", "enqueue /s (bulk)", "drain /s (wall, incl. start-up)")
-        row("---", "---:", "---:", "---:")
-        vacuum(url)
-        wall, _ = bench_workers(url, n, 1)
-        row("forqapp `forq_worker` (send_many 1,000 per call)", n, "see above", f"{wall:,.0f}")
-        enqueue, drain = asyncio.run(pgqueuer_drain(url, n))
-        row("pgqueuer (drain mode, batch 10)", n, f"{enqueue:,.0f}", f"{drain:,.0f}")
-        enqueue, drain = procrastinate_drain(url, n)
-        row("procrastinate (`wait=False`, concurrency 1)", n, f"{enqueue:,.0f}", f"{drain:,.0f}")
-    print(f"\ncommand: .venv/bin/python bench/pg_bench.py --messages {n}")
+
+def bench_others(url: str, n: int) -> None:
+    print("\nThe same no-op jobs with other PostgreSQL queues (1 worker process each):\n")
+    row("system", "jobs", "enqueue /s (bulk)", "drain /s (wall, incl. start-up)")
+    row("---", "---:", "---:", "---:")
+    vacuum(url)
+    wall, _, enqueue = bench_workers(url, n, 1)
+    row("forqapp `forq_worker -c 4 --prefetch 100` (`send_many`, 1,000 per call)", n, f"{enqueue:,.0f}",
+        f"{wall:,.0f}")
+    enqueue, drain = asyncio.run(pgqueuer_drain(url, n))
+    row("pgqueuer (drain mode, batch 10)", n, f"{enqueue:,.0f}", f"{drain:,.0f}")
+    enqueue, drain = procrastinate_drain(url, n)
+    row("procrastinate (`wait=False`, concurrency 1)", n, f"{enqueue:,.0f}", f"{drain:,.0f}")
 
 
 if __name__ == "__main__":
