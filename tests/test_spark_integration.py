@@ -72,7 +72,7 @@ def test_task_failure_mid_partition_leaves_no_duplicates(spark, live_forq):
     def flaky(i):
         ctx = TaskContext.get()
         if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and i == 3000:
-            return ""  # refused by the server: this attempt fails after staging ~3000 rows
+            return "x" * 300_000  # over the size limit: this attempt fails after staging 3000 rows
         return f"m-{i}"
 
     df = spark.range(0, 10_000, 1, 2).select(flaky("id").alias("content"))
@@ -88,10 +88,10 @@ def test_aborted_job_publishes_nothing(spark, live_forq):
 
     @udf("string")
     def broken(i):
-        return "" if i == 9_000 else f"m-{i}"  # fails every attempt of partition 1
+        return "x" * 300_000 if i == 9_000 else f"m-{i}"  # fails every attempt of partition 1
 
     df = spark.range(0, 10_000, 1, 2).select(broken("id").alias("content"))
-    with pytest.raises(Exception, match="bad_request.body.invalid"):
+    with pytest.raises(Exception, match="bad_request.body.content.exceeds_limit"):
         df.write.format("forq").options(**live_forq.options("ab", batchSize=100)).mode("append").save()
     assert live_forq.count("ab") == 0  # nothing published
     # Partition 1's attempts discarded their own rows; partition 0's, when it finished before
