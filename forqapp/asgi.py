@@ -27,6 +27,10 @@ from django.urls import Resolver404, get_resolver
 logger = logging.getLogger("forqapp.api")
 
 
+# Requests that may wait (long polls): cancelled as soon as their client disconnects.
+_WAITING = {("GET", "forq-messages"), ("POST", "forq-claim")}
+
+
 class APIApplication:
     urlconf = "forqapp.api.urls"
 
@@ -59,7 +63,7 @@ class APIApplication:
             return
         request = ASGIRequest(scope, io.BytesIO(body))
         view = match.func(request, *match.args, **match.kwargs)
-        if scope["method"] == "GET" and match.url_name == "forq-messages":
+        if (scope["method"], match.url_name) in _WAITING:
             response = await self._unless_disconnected(view, receive)
             if response is None:
                 return

@@ -307,3 +307,13 @@ def test_openapi_document(live_api):
     assert doc["openapi"].startswith("3.1")
     assert "/api/v1/queues/{queue}/messages" in doc["paths"]
     assert "/api/v1/queues/{queue}/messages/{messageId}/ack" in doc["paths"]
+
+
+def test_abandoned_bulk_claim_does_not_swallow_messages(live_api):
+    with pytest.raises(httpx.ReadTimeout):
+        live_api.client.post("/api/v1/queues/gone-bulk/messages/claim", json={"max": 5, "wait": 2}, timeout=0.5)
+    time.sleep(0.3)
+    live_api.produce("gone-bulk", "x")
+    time.sleep(0.3)
+    row = Message.objects.get(queue="gone-bulk")
+    assert row.status == Status.READY and row.attempts == 0

@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from .. import db, errors, services, validation
 from ..errors import ForqError
 from ..notify import notifier_for
-from .views import _json_body, endpoint
+from .views import _json_body, claim_for_client, endpoint
 
 MAX_BATCH = 10_000  # messages in one batch produce or staged write (the 2 MiB body cap applies too)
 MAX_CLAIM = 10_000  # messages in one claim
@@ -142,7 +142,7 @@ async def claim(request: HttpRequest, queue: str) -> HttpResponse:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
-        messages = await db.run(services.claim_many, queue, limit)
+        messages = await claim_for_client(services.claim_many, queue, limit)
         remaining = deadline - loop.time()
         if messages or remaining <= 0:
             break

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views
+from . import bulk, views
 
 urlpatterns = [
     path("healthcheck", views.healthcheck, name="forq-healthcheck"),
@@ -13,9 +13,7 @@ urlpatterns = [
     path("api/v1/queues/<str:queue>/messages/<str:message_id>/nack", views.nack, name="forq-nack"),
 ]
 
-# Bulk endpoints (the Spark connector): forqapp/api/bulk.py, documented in openapi_bulk.json
-from . import bulk  # noqa: E402
-
+# Bulk endpoints (the Spark connector): forqapp/api/bulk.py, documented in openapi_bulk.json.
 urlpatterns += [
     path("api/v1/queues/<str:queue>/messages/batch", bulk.batch, name="forq-batch"),
     path("api/v1/queues/<str:queue>/messages/claim", bulk.claim, name="forq-claim"),

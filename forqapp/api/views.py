@@ -152,16 +152,20 @@ async def produce(request: HttpRequest, queue: str) -> HttpResponse:
     return HttpResponse(status=204)
 
 
-async def _claim(queue: str):
-    """Claim on a database thread; if the waiting request is cancelled (client gone) while the
-    claim runs, give the message back instead of losing it to a closed connection."""
-    future = db.submit(services.claim, queue)
+async def claim_for_client(claim, *args):
+    """Run ``claim`` (one message or a list) on a database thread. If the waiting request is
+    cancelled meanwhile (its client went away), whatever the claim took is given back rather than
+    lost to a closed connection (the attempt is not counted)."""
+    future = db.submit(claim, *args)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
         def give_back(f: asyncio.Future) -> None:
-            if not f.cancelled() and f.exception() is None and f.result() is not None:
-                db.pool().submit(services.release, f.result())
+            if f.cancelled() or f.exception() is not None or not f.result():
+                return
+            result = f.result()
+            for message in result if isinstance(result, list) else [result]:
+                db.pool().submit(services.release, message)
 
         future.add_done_callback(give_back)
         raise
@@ -183,7 +187,7 @@ async def consume(request: HttpRequest, queue: str) -> HttpResponse:
     deadline = loop.time() + forq_settings.FORQ_LONG_POLL_SECONDS
     notifier = notifier_for(services.alias())
     while not _draining:
-        message = await _claim(queue)
+        message = await claim_for_client(services.claim, queue)
         if message is not None:
             response = JsonResponse(
                 {"id": message.id, "content": message.content, "receipt": str(message.receipt)}
