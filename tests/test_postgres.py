@@ -426,3 +426,43 @@ def test_rehearsal_two_servers_two_workers_exactly_once(tmp_path):
     assert all(len(part) > total // 10 for part in lines), [len(p) for p in lines]  # both worked
     print(f"\nrehearsal: produced {total} over HTTP in {produced_s:.1f} s, all consumed after "
           f"{drained_s:.1f} s; worker split {[len(p) for p in lines]}")
+
+
+# --- parity with the SQLite store ---------------------------------------------------------------
+
+
+def test_the_postgresql_store_has_every_function_of_the_sqlite_store():
+    import inspect
+
+    from forqapp.store import postgresql, sqlite
+
+    def public(module):
+        return {name: str(inspect.signature(fn)) for name, fn in inspect.getmembers(module, inspect.isfunction)
+                if fn.__module__ == module.__name__ and not name.startswith("_")}
+
+    assert public(postgresql) == public(sqlite)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_move_to_the_dlq_wakes_a_consumer_waiting_on_it(settings):
+    from forqapp.store import postgresql
+
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000  # only the notification can wake it in time
+    forqapp.send("doomed", "x")
+    message = forqapp.receive("doomed")
+    forqapp.fail(message)
+    result = {}
+
+    def wait():
+        result["message"] = forqapp.receive("doomed-dlq", wait=5)
+        result["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.2)
+    with other_session() as other:
+        moved_at = time.monotonic()
+        assert postgresql.move_failed_to_dlq(other, services.now_ms(), 3_600_000) == 1
+    waiter.join(6)
+    assert result["message"] is not None and result["message"].id == message.id
+    assert result["at"] - moved_at < 0.5

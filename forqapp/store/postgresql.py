@@ -99,7 +99,7 @@ def insert(conn, rows: Sequence[Row], *, is_dlq: bool = False) -> None:
     for r in rows:
         by_queue.setdefault(r[1], []).append(r)
     for queue, group in by_queue.items():
-        if queue.startswith(STAGE_PREFIX) or is_dlq:
+        if queue.startswith(STAGE_PREFIX):
             _rowcount(conn, _INSERT_STAGED, {
                 "is_dlq": bool(is_dlq),
                 "ids": [r[0] for r in group], "queues": [r[1] for r in group],
@@ -109,12 +109,12 @@ def insert(conn, rows: Sequence[Row], *, is_dlq: bool = False) -> None:
         elif len(group) == 1:
             r = group[0]
             _fetchall(conn, _INSERT_ONE, {
-                "id": r[0], "queue": queue, "is_dlq": False, "content": r[2],
+                "id": r[0], "queue": queue, "is_dlq": bool(is_dlq), "content": r[2],
                 "process_after": r[3], "received_at": r[4], "expires_after": r[5],
             })
         else:
             _fetchall(conn, _INSERT, {
-                "queue": queue, "is_dlq": False,
+                "queue": queue, "is_dlq": bool(is_dlq),
                 "ids": [r[0] for r in group], "contents": [r[2] for r in group],
                 "process_after": [r[3] for r in group], "received_at": [r[4] for r in group],
                 "expires_after": [r[5] for r in group],
@@ -341,33 +341,45 @@ def _batched(conn, sql: str, params: dict, batch: int) -> int:
             return total
 
 
+_MOVE_TO_DLQ = """
+WITH moved AS (
+    UPDATE messages
+    SET attempts = 0, status = 0, queue = queue || '-dlq', is_dlq = TRUE, process_after = %(now)s,
+        processing_started_at = NULL, failure_reason = %(reason)s,
+        updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + %(ttl)s
+    WHERE id IN (SELECT id FROM messages WHERE {where} LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+    RETURNING queue
+), woken AS (
+    SELECT pg_notify('forq', queue) FROM (SELECT DISTINCT queue FROM moved) AS q
+)
+SELECT (SELECT COUNT(*) FROM moved), (SELECT COUNT(*) FROM woken)"""
+
+
+def _move_to_dlq(conn, where: str, params: dict, batch: int) -> int:
+    """Move regular messages to their DLQ in batches; a consumer waiting on the DLQ is woken."""
+    sql = _MOVE_TO_DLQ.format(where=where)
+    total = 0
+    while True:
+        n = int(_fetchall(conn, sql, {**params, "batch": batch})[0][0])
+        total += n
+        if n < batch:
+            return total
+
+
 def move_expired_to_dlq(conn, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
-    return _batched(
+    return _move_to_dlq(
         conn,
-        """
-        UPDATE messages
-        SET attempts = 0, status = 0, queue = queue || '-dlq', is_dlq = TRUE, process_after = %(now)s,
-            processing_started_at = NULL, failure_reason = 'message_expired',
-            updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + %(ttl)s
-        WHERE id IN (SELECT id FROM messages
-                     WHERE status IN (0, 2) AND NOT is_dlq AND expires_after < %(now)s
-                     LIMIT %(batch)s FOR UPDATE SKIP LOCKED)""",
-        {"now": now, "ttl": dlq_ttl_ms},
+        "status IN (0, 2) AND NOT is_dlq AND expires_after < %(now)s",
+        {"now": now, "ttl": dlq_ttl_ms, "reason": MESSAGE_EXPIRED},
         batch,
     )
 
 
 def move_failed_to_dlq(conn, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
-    return _batched(
+    return _move_to_dlq(
         conn,
-        """
-        UPDATE messages
-        SET attempts = 0, status = 0, queue = queue || '-dlq', is_dlq = TRUE, process_after = %(now)s,
-            processing_started_at = NULL, failure_reason = 'max_attempts_reached',
-            updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + %(ttl)s
-        WHERE id IN (SELECT id FROM messages WHERE status = 2 AND NOT is_dlq
-                     LIMIT %(batch)s FOR UPDATE SKIP LOCKED)""",
-        {"now": now, "ttl": dlq_ttl_ms},
+        "status = 2 AND NOT is_dlq",
+        {"now": now, "ttl": dlq_ttl_ms, "reason": MAX_ATTEMPTS_REACHED},
         batch,
     )
 
