@@ -118,7 +118,7 @@ async def wake_latency(host, port, samples=50):
     out = {}
     for how in ("HTTP produce", "send() in another process"):
         waits = []
-        for i in range(samples):
+        for _ in range(samples):
             consumer = await Conn(host, port).open()
             producer = await Conn(host, port).open()
             poll = asyncio.ensure_future(consumer.request("GET", "/api/v1/queues/wake/messages"))

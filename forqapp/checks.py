@@ -59,5 +59,5 @@ def parse_addr(value: str) -> tuple[str, int]:
     host, sep, port = str(value).rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{value!r} is not host:port")
-    host = host.strip("[]") or "0.0.0.0"
+    host = host.strip("[]") or "0.0.0.0"  # noqa: S104 - Forq's ":8080" means every interface
     return ("127.0.0.1" if host == "localhost" else host), int(port)

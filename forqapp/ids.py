@@ -43,7 +43,7 @@ def new_ids(n: int) -> list[str]:
         high = ((ms & 0xFFFFFFFFFFFF) << 16) | 0x7000
         for i in range(chunk):
             low = (0x8000000000000000 | (int.from_bytes(rand[8 * i : 8 * i + 8]) >> 2))
-            h = "%012x%04x%016x" % (high >> 16, 0x7000 | ((seq + i) & 0xFFF), low)
+            h = f"{high >> 16:012x}{0x7000 | ((seq + i) & 0xFFF):04x}{low:016x}"
             out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
         n -= chunk
     return out

@@ -80,8 +80,13 @@ def exposition() -> tuple[bytes, str]:
     ``PROMETHEUS_MULTIPROC_DIR`` is set."""
     import os
 
-    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-    from prometheus_client import multiprocess
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        REGISTRY,
+        CollectorRegistry,
+        generate_latest,
+        multiprocess,
+    )
 
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()

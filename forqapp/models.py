@@ -58,7 +58,7 @@ class Message(models.Model):
     attempts = models.IntegerField(default=0)
     process_after = models.BigIntegerField()
     processing_started_at = models.BigIntegerField(null=True, blank=True)
-    failure_reason = models.TextField(null=True, blank=True)
+    failure_reason = models.TextField(null=True, blank=True)  # noqa: DJ001 - Forq's NULL = no failure
     received_at = models.BigIntegerField()
     updated_at = models.BigIntegerField()
     expires_after = models.BigIntegerField()

@@ -13,6 +13,7 @@ that become due are noticed. Nobody waiting: the thread sleeps and touches nothi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -157,10 +158,8 @@ class Notifier:
                         self._cond.wait(st.poll_interval(forq_settings.FORQ_WAKE_POLL_MS / 1000))
             except Exception:
                 logger.exception("forqapp notifier: checking for due messages failed; retrying")
-                try:
+                with contextlib.suppress(Exception):
                     connections[self.alias].close()
-                except Exception:  # noqa: BLE001
-                    pass
                 time.sleep(0.5)
 
     def _wake(self, due: dict[str, int]) -> None:

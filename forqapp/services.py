@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, transaction
+
 from . import errors, ids, metrics, store, validation
 from .conf import forq_settings
 from .errors import ForqError
@@ -95,7 +96,7 @@ def send_many(queue: str, contents, process_after: int | None = None, *, using: 
     ttl = forq_settings.queue_ttl_ms
     contents = list(contents)
     rows = []
-    for message_id, item in zip(ids.new_ids(len(contents)), contents):
+    for message_id, item in zip(ids.new_ids(len(contents)), contents, strict=True):
         if isinstance(item, dict):
             rows.append(_new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, ttl))
         else:
@@ -252,7 +253,7 @@ def stage(queue: str, token: str, items, *, using: str | None = None) -> int:
     name = st.stage_name(token, queue)
     items = list(items)
     rows = []
-    for message_id, item in zip(ids.new_ids(len(items)), items):
+    for message_id, item in zip(ids.new_ids(len(items)), items, strict=True):
         row = _new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, 0)
         rows.append((row[0], name, row[2], row[3], now, now + STAGE_TTL_MS))
     with transaction.atomic(using=connection.alias):
@@ -283,7 +284,7 @@ def snapshot_page(queue: str, after: str = "", upto: str | None = None, limit: i
     st, conn, _ = _db(using)
     keys = ("id", "queue", "content", "status", "attempts", "received_at", "process_after",
             "failure_reason")
-    return [dict(zip(keys, r)) for r in st.snapshot_page(conn, queue, after, upto, limit)]
+    return [dict(zip(keys, r, strict=True)) for r in st.snapshot_page(conn, queue, after, upto, limit)]
 
 
 def snapshot_bounds(queue: str, *, using: str | None = None) -> dict:

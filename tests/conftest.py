@@ -113,6 +113,21 @@ def stop_server(api: LiveAPI) -> None:
         api.proc.kill()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _disconnect_other_sessions_before_teardown(django_db_setup, django_db_blocker):
+    """Notifier and database threads keep their connections (as production wants); PostgreSQL
+    refuses to drop a database in use, so end those sessions before pytest-django drops it."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    connection.close()
+
+
 @pytest.fixture(scope="session")
 def live_api(django_db_setup, django_db_blocker):
     api = start_server()

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies
+from hypothesis import HealthCheck, settings, strategies
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from forqapp import services, store

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Sequence
 
 import psycopg
 
+from ._sql import backoff_case
+
 READY, PROCESSING, FAILED = 0, 1, 2
 DLQ_SUFFIX = "-dlq"
 MAX_ATTEMPTS_REACHED = "max_attempts_reached"
@@ -177,12 +179,6 @@ def ack_many(conn, queue: str, deliveries: Iterable[tuple[str, int]]) -> int:
     )
 
 
-def _backoff_case(backoff_ms: Sequence[int]) -> str:
-    if len(backoff_ms) == 1:
-        return str(int(backoff_ms[0]))
-    whens = " ".join(f"WHEN {i} THEN {int(ms)}" for i, ms in enumerate(backoff_ms[:-1], start=1))
-    return f"CASE attempts {whens} ELSE {int(backoff_ms[-1])} END"
-
 
 def nack(conn, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
          backoff_ms: Sequence[int]) -> bool:
@@ -192,7 +188,7 @@ def nack(conn, queue: str, message_id: str, receipt: int, now: int, max_attempts
         f"""
         UPDATE messages
         SET status = CASE WHEN attempts >= %(max)s THEN 2 ELSE 0 END,
-            process_after = %(now)s + {_backoff_case(backoff_ms)},
+            process_after = %(now)s + {backoff_case(backoff_ms)},
             processing_started_at = NULL,
             updated_at = GREATEST(%(now)s, updated_at)
         WHERE id = %(id)s AND queue = %(queue)s AND status = 1 AND processing_started_at = %(receipt)s""",

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ._sql import backoff_case
+
 READY, PROCESSING, FAILED = 0, 1, 2
 DLQ_SUFFIX = "-dlq"
 MAX_ATTEMPTS_REACHED = "max_attempts_reached"
@@ -98,12 +100,6 @@ def ack_many(conn, queue: str, deliveries: Iterable[tuple[str, int]]) -> int:
     return cur.rowcount
 
 
-def _backoff_case(backoff_ms: Sequence[int]) -> str:
-    if len(backoff_ms) == 1:
-        return str(int(backoff_ms[0]))
-    whens = " ".join(f"WHEN {i} THEN {int(ms)}" for i, ms in enumerate(backoff_ms[:-1], start=1))
-    return f"CASE attempts {whens} ELSE {int(backoff_ms[-1])} END"
-
 
 def nack(conn, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
          backoff_ms: Sequence[int]) -> bool:
@@ -112,7 +108,7 @@ def nack(conn, queue: str, message_id: str, receipt: int, now: int, max_attempts
         f"""
         UPDATE messages
         SET status = CASE WHEN attempts >= :max THEN 2 ELSE 0 END,
-            process_after = :now + {_backoff_case(backoff_ms)},
+            process_after = :now + {backoff_case(backoff_ms)},
             processing_started_at = NULL,
             updated_at = MAX(:now, updated_at)
         WHERE id = :id AND queue = :queue AND status = 1 AND processing_started_at = :receipt""",
