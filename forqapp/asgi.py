@@ -31,6 +31,30 @@ logger = logging.getLogger("forqapp.api")
 _WAITING = {("GET", "forq-messages"), ("POST", "forq-claim")}
 
 
+class DisconnectWatch:
+    """Cancels a waiting view's task when its client disconnects (ASGI ``http.disconnect``)."""
+
+    def __init__(self, task: asyncio.Task, receive):
+        self.task = task
+        self.receive = receive
+        self.listener: asyncio.Task | None = None
+        self.disconnected = False
+
+    def arm(self) -> None:
+        if self.listener is None:
+            self.listener = asyncio.ensure_future(self._listen())
+
+    async def _listen(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected = True
+        self.task.cancel()
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.cancel()
+
+
 class APIApplication:
     urlconf = "forqapp.api.urls"
 
@@ -64,7 +88,7 @@ class APIApplication:
         request = ASGIRequest(scope, io.BytesIO(body))
         view = match.func(request, *match.args, **match.kwargs)
         if (scope["method"], match.url_name) in _WAITING:
-            response = await self._unless_disconnected(view, receive)
+            response = await self._unless_disconnected(view, request, receive)
             if response is None:
                 return
         else:
@@ -95,26 +119,20 @@ class APIApplication:
                 return b"".join(chunks)
 
     @staticmethod
-    async def _unless_disconnected(view, receive):
+    async def _unless_disconnected(view, request, receive):
+        """Run a view that may wait; if its client disconnects while it waits, cancel it and
+        return None. The disconnect listener starts only when the view is about to wait
+        (``request.forq_watch.arm()``), so requests answered at once pay nothing for it."""
         task = asyncio.ensure_future(view)
-        listener = asyncio.ensure_future(receive())
+        watch = request.forq_watch = DisconnectWatch(task, receive)
         try:
-            while True:
-                done, _ = await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
-                if task in done:
-                    return task.result()
-                if listener.result()["type"] == "http.disconnect":
-                    task.cancel()
-                    try:
-                        await task
-                    except asyncio.CancelledError:
-                        pass
-                    return None
-                listener = asyncio.ensure_future(receive())
+            return await task
+        except asyncio.CancelledError:
+            if watch.disconnected:
+                return None
+            raise
         finally:
-            listener.cancel()
-            if not task.done():
-                task.cancel()
+            watch.close()
 
     @staticmethod
     async def _respond(send, response) -> None:

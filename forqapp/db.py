@@ -25,9 +25,11 @@ def pool() -> ThreadPoolExecutor:
     if _pool is None:
         with _lock:
             if _pool is None:
-                _pool = ThreadPoolExecutor(
-                    max_workers=int(forq_settings.FORQ_DB_THREADS), thread_name_prefix="forq-db"
-                )
+                threads = forq_settings.FORQ_DB_THREADS
+                if threads is None:
+                    vendor = connections[forq_settings.FORQ_DATABASE].vendor
+                    threads = 1 if vendor == "sqlite" else 4
+                _pool = ThreadPoolExecutor(max_workers=int(threads), thread_name_prefix="forq-db")
     return _pool
 
 

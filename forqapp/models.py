@@ -122,3 +122,16 @@ class QueueDepthSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}={self.depth}@{self.sampled_at}"
+
+
+class AuthThrottle(models.Model):
+    """Failed API-key checks per client address, shared by every server process and host (the
+    throttle of SPEC §1). Only requests with a wrong key read or write it."""
+
+    address = models.CharField(primary_key=True, max_length=100)
+    failures = models.IntegerField()
+    window_start = models.BigIntegerField()  # Unix ms of the first failure counted
+    blocked_until = models.BigIntegerField()  # Unix ms; 0 = not blocked
+
+    class Meta:
+        db_table = "forq_auth_throttle"

@@ -294,6 +294,23 @@ def snapshot_bounds(queue: str, *, using: str | None = None) -> dict:
     return {"count": count, "minId": lo, "maxId": hi}
 
 
+# --- API-key throttle -----------------------------------------------------------------------
+
+
+def auth_blocked(address: str, *, using: str | None = None) -> bool:
+    """Is ``address`` refused for too many wrong keys? (Shared by every process and host.)"""
+    st, conn, _ = _db(using)
+    return st.auth_blocked_until(conn, address[:100]) > now_ms()
+
+
+def auth_failed(address: str, *, using: str | None = None) -> None:
+    """Count a wrong key from ``address``: the ``FORQ_AUTH_MAX_FAILURES``-th within
+    ``FORQ_AUTH_FAILURE_WINDOW_S`` blocks it for ``FORQ_AUTH_BLOCK_S``."""
+    st, conn, _ = _db(using)
+    st.auth_failed(conn, address[:100], now_ms(), int(forq_settings.FORQ_AUTH_FAILURE_WINDOW_S) * 1000,
+                   int(forq_settings.FORQ_AUTH_MAX_FAILURES), int(forq_settings.FORQ_AUTH_BLOCK_S) * 1000)
+
+
 # --- health ---------------------------------------------------------------------------------
 
 

@@ -129,8 +129,8 @@ FORQ_API_ADDR = env_str("FORQ_API_ADDR", "localhost:8080")
 FORQ_UI_ADDR = env_str("FORQ_UI_ADDR", "localhost:8081")
 FORQ_UI_ENABLED = env_bool("FORQ_UI_ENABLED", True)
 FORQ_TRUST_PROXY_HEADERS = env_bool("FORQ_TRUST_PROXY_HEADERS", False)
-FORQ_API_WORKERS = env_int("FORQ_API_WORKERS", 1)
-FORQ_DB_THREADS = env_int("FORQ_DB_THREADS", 4)
+FORQ_API_WORKERS = env_int("FORQ_API_WORKERS", 2)
+FORQ_DB_THREADS = env_int("FORQ_DB_THREADS", 0) or None  # None: 1 on SQLite, 4 on PostgreSQL
 FORQ_LONG_POLL_SECONDS = env_int("FORQ_LONG_POLL_SECONDS", 30)
 FORQ_UI_URLCONF = "project.urls_ui"  # the UI listener: admin and UI pages, no API
 

@@ -18,18 +18,10 @@ import httpx
 import pytest
 from django.conf import settings
 
-from forqapp.api.auth import throttle
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "test-api-secret-0123456789abcdef-0123"
 METRICS_SECRET = "test-metrics-secret-0123456789abcdef"
-
-
-@pytest.fixture(autouse=True)
-def _reset_throttle():
-    throttle.reset()
-    yield
-    throttle.reset()
 
 
 def free_port() -> int:

@@ -317,3 +317,18 @@ def test_abandoned_bulk_claim_does_not_swallow_messages(live_api):
     time.sleep(0.3)
     row = Message.objects.get(queue="gone-bulk")
     assert row.status == Status.READY and row.attempts == 0
+
+
+def test_throttle_is_shared_by_every_server_process():
+    from .conftest import start_server, stop_server
+
+    api = start_server({"FORQ_API_WORKERS": "2"})
+    try:
+        url = api.url + "/api/v1/queues/q/messages"
+        address = "198.51.100.99"
+        # A new connection per request: the two worker processes take turns.
+        statuses = [httpx.post(url, json={"content": "x"}, headers=_as(address, "nope")).status_code
+                    for _ in range(8)]
+        assert statuses == [401] * 5 + [429] * 3
+    finally:
+        stop_server(api)

@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from .. import db, errors, services, validation
 from ..errors import ForqError
 from ..notify import notifier_for
-from .views import _json_body, claim_for_client, endpoint
+from .views import _json_body, claim_for_client, endpoint, watch_disconnect
 
 MAX_BATCH = 10_000  # messages in one batch produce or staged write (the 2 MiB body cap applies too)
 MAX_CLAIM = 10_000  # messages in one claim
@@ -146,6 +146,7 @@ async def claim(request: HttpRequest, queue: str) -> HttpResponse:
         remaining = deadline - loop.time()
         if messages or remaining <= 0:
             break
+        watch_disconnect(request)
         await notifier.wait_async(queue, remaining)
     return JsonResponse({"messages": [
         {"id": m.id, "content": m.content, "attempts": m.attempts, "receipt": str(m.receipt)}

@@ -19,7 +19,7 @@ from .. import db, errors, services, validation
 from ..conf import forq_settings
 from ..errors import ForqError
 from ..notify import notifier_for
-from .auth import client_address, key_matches, throttle
+from .auth import client_address, key_matches
 
 logger = logging.getLogger("forqapp.api")
 
@@ -39,13 +39,13 @@ def secure(response: HttpResponse) -> HttpResponse:
     return response
 
 
-def _authorize(request: HttpRequest, secret_setting: str) -> None:
+async def _authorize(request: HttpRequest, secret_setting: str) -> None:
     if key_matches(request.headers.get("X-API-Key"), getattr(forq_settings, secret_setting)):
-        return  # a valid key always passes, even from a throttled address
+        return  # a valid key always passes, even from a throttled address (and costs no query)
     address = client_address(request)
-    if throttle.blocked(address):
+    if await db.run(services.auth_blocked, address):
         raise ForqError(errors.TOO_MANY_REQUESTS)
-    throttle.fail(address)
+    await db.run(services.auth_failed, address)
     raise ForqError(errors.UNAUTHORIZED)
 
 
@@ -60,7 +60,7 @@ def endpoint(*methods: str, key: str | None = "FORQ_AUTH_SECRET"):
                     response = HttpResponseNotAllowed(methods)
                 else:
                     if key:
-                        _authorize(request, key)
+                        await _authorize(request, key)
                     response = await view(request, **kwargs)
             except ForqError as exc:
                 response = error_response(exc.code, exc.status)
@@ -171,6 +171,14 @@ async def claim_for_client(claim, *args):
         raise
 
 
+def watch_disconnect(request: HttpRequest) -> None:
+    """About to wait: under forqapp's ASGI app, a client that goes away now cancels the view.
+    (Under Django's own ASGI handler, Django cancels async views on disconnect by itself.)"""
+    watch = getattr(request, "forq_watch", None)
+    if watch is not None:
+        watch.arm()
+
+
 _draining = False
 
 
@@ -197,6 +205,7 @@ async def consume(request: HttpRequest, queue: str) -> HttpResponse:
         remaining = deadline - loop.time()
         if remaining <= 0:
             return HttpResponse(status=204)
+        watch_disconnect(request)
         await notifier.wait_async(queue, remaining)
     return HttpResponse(status=204)
 

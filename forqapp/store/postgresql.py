@@ -544,3 +544,34 @@ def poll_interval(default_s: float) -> float:
     """How long the notifier sleeps between ``data_version`` checks while consumers wait: each
     check only reads the notifications already on the socket, so the SQLite interval is fine."""
     return default_s
+
+
+# --- API-key throttle (every process and host shares it) ----------------------------------------
+
+_AUTH_FAILED = """
+INSERT INTO forq_auth_throttle (address, failures, window_start, blocked_until)
+VALUES (%(address)s, 1, %(now)s, CASE WHEN %(max)s <= 1 THEN %(now)s + %(block)s ELSE 0 END)
+ON CONFLICT (address) DO UPDATE SET
+    failures = CASE WHEN forq_auth_throttle.window_start <= %(now)s - %(window)s THEN 1
+                    ELSE forq_auth_throttle.failures + 1 END,
+    window_start = CASE WHEN forq_auth_throttle.window_start <= %(now)s - %(window)s THEN %(now)s
+                        ELSE forq_auth_throttle.window_start END,
+    blocked_until = CASE
+        WHEN (CASE WHEN forq_auth_throttle.window_start <= %(now)s - %(window)s THEN 1
+                   ELSE forq_auth_throttle.failures + 1 END) >= %(max)s
+        THEN %(now)s + %(block)s ELSE forq_auth_throttle.blocked_until END
+RETURNING blocked_until"""
+
+
+def auth_failed(conn, address: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+    """Count a failed key from ``address``; returns until when it is blocked (Unix ms, or 0)."""
+    params = {"address": address, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
+    rows = _fetchall(conn, _AUTH_FAILED, params)
+    _rowcount(conn, "DELETE FROM forq_auth_throttle WHERE window_start < %s AND blocked_until < %s",
+              (now - 2 * window_ms, now))
+    return rows[0][0]
+
+
+def auth_blocked_until(conn, address: str) -> int:
+    rows = _fetchall(conn, "SELECT blocked_until FROM forq_auth_throttle WHERE address = %s", (address,))
+    return rows[0][0] if rows else 0

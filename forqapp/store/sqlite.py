@@ -386,3 +386,31 @@ def snapshot_bounds(conn, queue: str) -> tuple[int, str | None, str | None]:
 def poll_interval(default_s: float) -> float:
     """How long the notifier sleeps between ``data_version`` checks while consumers wait."""
     return default_s
+
+
+# --- API-key throttle (every process and host shares it) ----------------------------------------
+
+_AUTH_FAILED = """
+INSERT INTO forq_auth_throttle (address, failures, window_start, blocked_until)
+VALUES (:address, 1, :now, CASE WHEN :max <= 1 THEN :now + :block ELSE 0 END)
+ON CONFLICT (address) DO UPDATE SET
+    failures = CASE WHEN window_start <= :now - :window THEN 1 ELSE failures + 1 END,
+    window_start = CASE WHEN window_start <= :now - :window THEN :now ELSE window_start END,
+    blocked_until = CASE
+        WHEN (CASE WHEN window_start <= :now - :window THEN 1 ELSE failures + 1 END) >= :max
+        THEN :now + :block ELSE blocked_until END
+RETURNING blocked_until"""
+
+
+def auth_failed(conn, address: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+    """Count a failed key from ``address``; returns until when it is blocked (Unix ms, or 0)."""
+    params = {"address": address, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
+    rows = conn.execute(_AUTH_FAILED, params).fetchall()
+    conn.execute("DELETE FROM forq_auth_throttle WHERE window_start < ? AND blocked_until < ?",
+                 (now - 2 * window_ms, now))
+    return rows[0][0]
+
+
+def auth_blocked_until(conn, address: str) -> int:
+    rows = conn.execute("SELECT blocked_until FROM forq_auth_throttle WHERE address = ?", (address,)).fetchall()
+    return rows[0][0] if rows else 0

@@ -43,7 +43,7 @@ class Command(BaseCommand):
             "--api-workers",
             type=_positive,
             default=None,
-            help="API worker processes (default FORQ_API_WORKERS, 1).",
+            help="API worker processes (default FORQ_API_WORKERS, 2).",
         )
         parser.add_argument(
             "--ui-workers",
