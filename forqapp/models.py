@@ -135,3 +135,6 @@ class AuthThrottle(models.Model):
 
     class Meta:
         db_table = "forq_auth_throttle"
+
+    def __str__(self) -> str:
+        return f"{self.address}: {self.failures} failures"

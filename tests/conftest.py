@@ -18,7 +18,6 @@ import httpx
 import pytest
 from django.conf import settings
 
-
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "test-api-secret-0123456789abcdef-0123"
 METRICS_SECRET = "test-metrics-secret-0123456789abcdef"

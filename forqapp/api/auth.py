@@ -6,6 +6,7 @@ every server process and host enforce one limit per address."""
 from __future__ import annotations
 
 import hmac
+
 from ..conf import forq_settings
 
 
