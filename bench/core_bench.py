@@ -141,6 +141,37 @@ async def wake_latency(host, port, samples=50):
     return out
 
 
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.body = '{"content":"%s"}'
+wrk.headers["X-API-Key"] = "%s"
+wrk.headers["Content-Type"] = "application/json"
+""" % (CONTENT, SECRET)
+
+
+def run_wrk(port, connections=10, seconds=10):
+    """HTTP produce measured by wrk (C, light on the shared CPU), when it is installed."""
+    import re
+    import shutil
+
+    if not shutil.which("wrk"):
+        return None
+    script = Path(tempfile.mkdtemp()) / "produce.lua"
+    script.write_text(WRK_SCRIPT)
+    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}", "--latency", "-s", str(script),
+                          f"http://127.0.0.1:{port}/api/v1/queues/bench-wrk/messages"],
+                         capture_output=True, text=True, check=True).stdout
+    if "Non-2xx" in out:
+        raise RuntimeError(out)
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+    def ms(label):
+        value, unit = re.search(rf"{label}%\s+([\d.]+)(us|ms|s)", out).groups()
+        return float(value) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
+
+    return (f"HTTP produce, {connections} connections (wrk)", rate, ms("50"), ms("99"))
+
+
 def run_http(args, env, port):
     results = []
 
@@ -198,7 +229,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--preload", type=int, default=0, help="messages to put in 20 other queues first")
-    parser.add_argument("--workers", type=int, default=1, help="API worker processes")
+    parser.add_argument("--workers", type=int, default=2, help="API worker processes (forq_serve default: 2)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="forq-bench-"))
@@ -221,6 +252,9 @@ def main() -> None:
     try:
         time.sleep(3)
         rows = run_http(args, env, port)
+        wrk_row = run_wrk(port)
+        if wrk_row:
+            rows.append(wrk_row)
     finally:
         server.terminate()
         server.wait()

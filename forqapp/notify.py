@@ -87,6 +87,8 @@ class Notifier:
 
     def kick(self) -> None:
         """Something was written in this process: look now rather than at the next poll."""
+        if not self._waiters:
+            return  # nobody waits (read without the lock: a waiter that comes now kicks itself)
         with self._cond:
             self._kicked = True
             self._cond.notify()
