@@ -29,7 +29,7 @@ export DJANGO_SETTINGS_MODULE=project.settings
 PY=.venv/bin/python
 $PY manage.py migrate --noinput -v0
 $PY manage.py collectstatic --noinput -v0
-$PY manage.py shell -c "
+$PY manage.py shell -v 0 -c "
 import os
 from django.contrib.auth import get_user_model
 User = get_user_model()
