@@ -81,12 +81,7 @@ class Command(BaseCommand):
             burst=options["burst"],
             max_messages=options["max_messages"],
         )
-        scheduler = None
-        if options["with_jobs"]:
-            from ...jobs import Scheduler
-
-            scheduler = Scheduler()
-            scheduler.start_thread()
+        scheduler = _start_scheduler(options)
         stops = 0
 
         def on_signal(signum, frame):
@@ -135,12 +130,7 @@ class Command(BaseCommand):
             command += ["--max-messages", str(options["max_messages"])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         children = [subprocess.Popen(command, env=env) for _ in range(options["processes"])]
-        scheduler = None
-        if options["with_jobs"]:
-            from ...jobs import Scheduler
-
-            scheduler = Scheduler()
-            scheduler.start_thread()
+        scheduler = _start_scheduler(options)
         stops = 0
 
         def on_signal(signum, frame):
@@ -163,3 +153,14 @@ class Command(BaseCommand):
         # A child that got the SIGTERM before installing its handler (still starting) held nothing.
         if any(code and not (stops and code == -signal.SIGTERM) for code in codes):
             raise CommandError(f"worker processes exited with {codes}")
+
+
+def _start_scheduler(options):
+    """``--with-jobs``: the background jobs run on a thread of this process."""
+    if not options["with_jobs"]:
+        return None
+    from ...jobs import Scheduler
+
+    scheduler = Scheduler()
+    scheduler.start_thread()
+    return scheduler
