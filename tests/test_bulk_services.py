@@ -1,0 +1,46 @@
+"""The bulk service functions behind the Spark connector's endpoints, on whichever database the
+suite runs (the connector's own tests use a server on an SQLite file of their own)."""
+
+from __future__ import annotations
+
+import pytest
+
+import forqapp
+from forqapp import services
+from forqapp.models import Message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_staged_rows_stay_invisible_until_published():
+    services.stage("bulk", "job1-0-0", [{"content": f"a{i}"} for i in range(3)])
+    services.stage("bulk", "job1-1-0", [{"content": "b0"}])
+    services.stage("bulk", "job1-1-1", [{"content": "retried task's row"}])
+    assert forqapp.receive("bulk") is None
+    assert services.snapshot_bounds("bulk")["count"] == 0
+    assert services.publish_staged([("job1-0-0", "bulk"), ("job1-1-0", "bulk")]) == 4
+    assert services.discard_staged([("job1-1-1", "bulk")]) == 1
+    assert sorted(m["content"] for m in services.snapshot_page("bulk")) == ["a0", "a1", "a2", "b0"]
+    assert not Message.objects.filter(queue__startswith="~").exists()
+
+
+def test_snapshot_pages_by_id_and_changes_nothing():
+    ids = forqapp.send_many("snap", [f"m{i}" for i in range(25)])
+    bounds = services.snapshot_bounds("snap")
+    assert (bounds["count"], bounds["minId"], bounds["maxId"]) == (25, ids[0], ids[-1])
+    seen, after = [], ""
+    while page := services.snapshot_page("snap", after=after, limit=10):
+        seen += [row["id"] for row in page]
+        after = page[-1]["id"]
+    assert seen == ids
+    assert services.snapshot_page("snap", after=ids[4], upto=ids[9])[-1]["id"] == ids[9]
+    assert Message.objects.filter(queue="snap", status=0, attempts=0).count() == 25
+
+
+def test_claim_many_and_ack_many_are_fenced():
+    forqapp.send_many("many", ["x", "y", "z"])
+    claimed = services.claim_many("many", 10)
+    assert [m.content for m in claimed] == ["x", "y", "z"]
+    stale = (claimed[0].id, claimed[0].receipt + 1)
+    assert services.ack_many("many", [(m.id, m.receipt) for m in claimed[1:]] + [stale]) == 2
+    assert list(Message.objects.filter(queue="many").values_list("content", flat=True)) == ["x"]
