@@ -12,7 +12,7 @@ $PY -m pytest -p no:cacheprovider "$@"
 if scripts/ensure-postgres.sh; then
   echo "==> tests on PostgreSQL"
   DATABASE_URL=${FORQ_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/forq_test} \
-    $PY -m pytest -p no:cacheprovider -m "not spark and not browser" "$@"
+    $PY -m pytest -p no:cacheprovider -m "not spark" "$@"
 elif [ "${CI:-}" = "true" ]; then
   echo "PostgreSQL is required on CI" >&2
   exit 1

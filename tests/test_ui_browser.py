@@ -49,7 +49,7 @@ def data():
 
     import forqapp
     from forqapp import ids, services
-    from forqapp.store import sqlite as store
+    from forqapp import store
     from forqapp.ui.history import record_depth_samples
 
     freshness.clear()
@@ -64,7 +64,7 @@ def data():
     rows = [(m, "emails-dlq", f'{{"to": "bounce{i}@example.com", "error": "<script>alert(1)</script>"}}',
              now, now, now + 86_400_000) for i, m in enumerate(dead)]
     connection.ensure_connection()
-    store.insert(connection.connection, rows, is_dlq=True)
+    store.for_connection(connection).insert(connection.connection, rows, is_dlq=True)
     for k in range(288):
         wave = 1 + (k % 96) / 96
         record_depth_samples([("emails", False, int(20 * wave)), ("payments", False, int(8 + k % 30)),
