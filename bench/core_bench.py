@@ -141,12 +141,12 @@ async def wake_latency(host, port, samples=50):
     return out
 
 
-WRK_SCRIPT = """
+WRK_SCRIPT = f"""
 wrk.method = "POST"
-wrk.body = '{"content":"%s"}'
-wrk.headers["X-API-Key"] = "%s"
+wrk.body = '{json.dumps({"content": CONTENT})}'
+wrk.headers["X-API-Key"] = "{SECRET}"
 wrk.headers["Content-Type"] = "application/json"
-""" % (CONTENT, SECRET)
+"""
 
 
 def run_wrk(port, connections=10, seconds=10):

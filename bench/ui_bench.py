@@ -151,7 +151,7 @@ def main() -> int:
 
     print(f"{total:,} messages; SQLite {connection.Database.sqlite_version}; {args.repeat} runs each")
     print(f"{'view':34} {'median':>9} {'p95':>9} {'max':>9} {'bytes':>9}")
-    for label, url in (("dashboard, cold (counts computed)", "/ui/"), ("queue page, cold", "/ui/queues/queue-03/")):
+    for label, url in (("dashboard, cold (counting starts)", "/ui/"), ("queue page, cold", "/ui/queues/queue-03/")):
         freshness.clear()
         t = time.perf_counter()
         client.get(url)

@@ -11,5 +11,9 @@ from project.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 FORQ_WAKE_FALLBACK_MS = 100
+# Dashboard counts in the request: most tests hold their data in a transaction other threads can't
+# see. tests/test_ui.py::test_first_dashboard_of_a_process_never_waits_for_a_slow_count covers the
+# background first count.
+FORQ_UI_COLD_WAIT_MS = None
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": os.environ["FORQ_DB_PATH"] + ".test"}  # noqa: F405

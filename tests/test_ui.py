@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
@@ -316,3 +319,31 @@ def test_depth_history_records_prunes_and_charts(staff_client):
     forqapp.send("emails", "x")
     page = staff_client.get("/ui/")
     assert b"<svg" in page.content and b"<polyline" in page.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_first_dashboard_of_a_process_never_waits_for_a_slow_count(settings, monkeypatch):
+    staff = User.objects.create_user("cold", password="pw-cold-123", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    forqapp.send_many("cold", ["x"] * 3)
+    settings.FORQ_UI_COLD_WAIT_MS = 50
+    release = threading.Event()
+    real_overview = queries.overview
+
+    def slow_overview(now):
+        release.wait(5)  # a count over a large database
+        return real_overview(now)
+
+    monkeypatch.setattr(queries, "overview", slow_overview)
+    start = time.monotonic()
+    first = client.get("/ui/")
+    assert time.monotonic() - start < 1
+    assert b"Counting messages" in first.content
+    release.set()
+    for _ in range(50):  # the background count lands; the page's own refresh shows it
+        refreshed = client.get("/ui/", HTTP_HX_REQUEST="true")
+        if b"Counting messages" not in refreshed.content:
+            break
+        time.sleep(0.1)
+    assert b'id="q-cold"' in refreshed.content

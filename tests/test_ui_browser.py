@@ -48,8 +48,7 @@ def data():
     from django.db import connection
 
     import forqapp
-    from forqapp import ids, services
-    from forqapp import store
+    from forqapp import ids, services, store
     from forqapp.ui.history import record_depth_samples
 
     freshness.clear()

@@ -61,8 +61,35 @@ def _refresh(key: Hashable, compute: Callable[[], Any]) -> None:
         connections.close_all()  # this thread's connections only
 
 
-def counts(key: Hashable, compute: Callable[[], Any]) -> Any:
-    """``compute()``, or its last result while a background thread brings it up to date."""
+_first: dict[Hashable, threading.Thread] = {}
+
+
+def _cold_wait_s() -> float | None:
+    value = getattr(settings, "FORQ_UI_COLD_WAIT_MS", 200)
+    return None if value is None else float(value) / 1000
+
+
+def counts(key: Hashable, compute: Callable[[], Any], placeholder: Any = None) -> Any:
+    """``compute()``, or its last result while a background thread brings it up to date.
+
+    The first read in a process has no last result. With a ``placeholder``, it computes on a
+    background thread and waits ``FORQ_UI_COLD_WAIT_MS`` (200) for it: a small database answers in
+    time, a large one gets the placeholder ("counting…") at once instead of a page that takes
+    seconds, until the count is in. ``FORQ_UI_COLD_WAIT_MS = None`` always counts in the request."""
+    wait = _cold_wait_s()
+    if placeholder is not None and wait is not None:
+        with _lock:
+            cold = key not in _entries
+            if cold and key not in _first:
+                _first[key] = threading.Thread(target=_first_count, args=(key, compute), daemon=True,
+                                               name="forq-ui-first-count")
+                _first[key].start()
+            thread = _first.get(key)
+        if cold and thread is not None:
+            thread.join(wait)
+            with _lock:
+                if key not in _entries:
+                    return placeholder
     with _lock:
         entry = _entries.get(key)
         if entry is not None and entry.cost >= _threshold_s():
@@ -72,6 +99,14 @@ def counts(key: Hashable, compute: Callable[[], Any]) -> Any:
                                  name="forq-ui-counts").start()
             return entry.value
     return _compute(key, compute)
+
+
+def _first_count(key: Hashable, compute: Callable[[], Any]) -> None:
+    try:
+        _refresh(key, compute)
+    finally:
+        with _lock:
+            _first.pop(key, None)
 
 
 def invalidate() -> None:
@@ -84,3 +119,4 @@ def invalidate() -> None:
 def clear() -> None:
     with _lock:
         _entries.clear()
+        _first.clear()

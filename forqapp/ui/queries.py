@@ -66,6 +66,7 @@ class QueueRow:
 @dataclass
 class Overview:
     rows: list[QueueRow] = field(default_factory=list)
+    counting: bool = False  # the first count of this process is still running
 
     @property
     def queues(self) -> int:

@@ -150,7 +150,8 @@ logout = same_origin_referrer(xframe_options_deny(
 
 
 def _overview_context(now: int) -> dict:
-    overview = freshness.counts("overview", lambda: queries.overview(_now_ms()))
+    overview = freshness.counts("overview", lambda: queries.overview(_now_ms()),
+                                placeholder=queries.Overview(counting=True))
     overview = dataclasses.replace(overview, rows=[dataclasses.replace(r) for r in overview.rows])  # shared
     names = [r.name for r in overview.rows] + [r.dlq_name for r in overview.rows]
     series = history.depth_series(names, now=now, buckets=96) if names else {}
