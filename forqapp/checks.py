@@ -33,6 +33,21 @@ def check_configuration(app_configs=None, **kwargs):
     return problems
 
 
+@register()
+def check_ui_requirements(app_configs=None, **kwargs):
+    """The UI pages use django-htmx: its app (template tags, the htmx script) and middleware."""
+    from django.conf import settings
+
+    problems = []
+    if "django_htmx" not in settings.INSTALLED_APPS:
+        problems.append(Error("forqapp's UI needs django-htmx: add 'django_htmx' to INSTALLED_APPS",
+                              id="forqapp.E030"))
+    if "django_htmx.middleware.HtmxMiddleware" not in settings.MIDDLEWARE:
+        problems.append(Error("forqapp's UI needs 'django_htmx.middleware.HtmxMiddleware' in MIDDLEWARE "
+                              "(after AuthenticationMiddleware)", id="forqapp.E031"))
+    return problems
+
+
 def serve_problems() -> list[str]:
     """What stops the server from starting, one line each (checked by ``forq_serve``)."""
     problems = [e.msg for e in check_configuration()]
