@@ -59,9 +59,16 @@ class ReceivedMessage:
 # --- produce --------------------------------------------------------------------------------
 
 
-def _new_row(message_id: str, queue: str, content: Any, process_after: Any, now: int, ttl_ms: int) -> tuple:
+def _new_row(message_id: str, queue: str, content: Any, process_after: Any, now: int, ttl_ms: int,
+             limit: int | None = None) -> tuple:
     due = validation.process_after(process_after, now)
-    return (message_id, queue, validation.content(content), due, now, due + ttl_ms)
+    return (message_id, queue, validation.content(content, limit), due, now, due + ttl_ms)
+
+
+def _insert(st, conn, rows: list[tuple], *, is_dlq: bool = False) -> None:
+    if not st.TEXT_HOLDS_NUL and any("\x00" in r[2] for r in rows):
+        raise ForqError(errors.BODY_INVALID, "content with NUL characters cannot be stored on this database")
+    st.insert(conn, rows, is_dlq=is_dlq)
 
 
 def _after_produce(connection, queue: str, count: int) -> None:
@@ -82,7 +89,7 @@ def send(queue: str, content: str, process_after: int | None = None, *, using: s
     now = now_ms()
     row = _new_row(ids.new_id(), queue, content, process_after, now, forq_settings.queue_ttl_ms)
     st, conn, connection = _db(using)
-    st.insert(conn, [row])
+    _insert(st, conn, [row])
     _after_produce(connection, queue, 1)
     return row[0]
 
@@ -95,17 +102,20 @@ def send_many(queue: str, contents, process_after: int | None = None, *, using: 
     now = now_ms()
     ttl = forq_settings.queue_ttl_ms
     contents = list(contents)
-    rows = []
-    for message_id, item in zip(ids.new_ids(len(contents)), contents, strict=True):
-        if isinstance(item, dict):
-            rows.append(_new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, ttl))
-        else:
-            rows.append(_new_row(message_id, queue, item, process_after, now, ttl))
+    limit = forq_settings.FORQ_MAX_CONTENT_BYTES  # read once: settings are looked up on access
+    due = validation.process_after(process_after, now)
+    content = validation.content
+    rows = [
+        _new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, ttl, limit)
+        if isinstance(item, dict)
+        else (message_id, queue, content(item, limit), due, now, due + ttl)
+        for message_id, item in zip(ids.new_ids(len(contents)), contents, strict=True)
+    ]
     if not rows:
         return []
     st, conn, connection = _db(using)
     with transaction.atomic(using=connection.alias):
-        st.insert(conn, rows)
+        _insert(st, conn, rows)
     _after_produce(connection, queue, len(rows))
     return [r[0] for r in rows]
 
@@ -257,7 +267,7 @@ def stage(queue: str, token: str, items, *, using: str | None = None) -> int:
         row = _new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, 0)
         rows.append((row[0], name, row[2], row[3], now, now + STAGE_TTL_MS))
     with transaction.atomic(using=connection.alias):
-        st.insert(conn, rows, is_dlq=True)
+        _insert(st, conn, rows, is_dlq=True)
     return len(rows)
 
 

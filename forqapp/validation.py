@@ -28,12 +28,21 @@ def dlq_name(queue: object) -> str:
     return queue
 
 
-def content(value: object) -> str:
+def content(value: object, limit: int | None = None) -> str:
+    """``value`` if it is storable message content of at most ``limit`` bytes in UTF-8 (default:
+    ``FORQ_MAX_CONTENT_BYTES``; bulk callers read the setting once and pass it)."""
     if not isinstance(value, str) or value == "":
         raise ForqError(errors.BODY_INVALID, "content must be a non-empty string")
-    # Cheap bound first: a str of n code points is at most 4n bytes in UTF-8.
-    limit = forq_settings.FORQ_MAX_CONTENT_BYTES
-    if len(value) * 4 > limit and len(value.encode("utf-8", "surrogatepass")) > limit:
+    if limit is None:
+        limit = forq_settings.FORQ_MAX_CONTENT_BYTES
+    if value.isascii():  # one byte a character: no encoding needed to measure it
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON): not storable text
+            raise ForqError(errors.BODY_INVALID, "content is not valid Unicode text") from None
+    if size > limit:
         raise ForqError(errors.CONTENT_EXCEEDS_LIMIT, f"content is over {limit} bytes")
     return value
 

@@ -196,7 +196,8 @@ def test_invalid_message_id(live_api, message_id):
     "body",
     [b"not json", b"[1,2]", b'"text"', b"{}", b'{"content": 5}', b'{"content": null}', b'{"content": ""}',
      b'{"content": "x", "processAfter": "soon"}', b'{"content": "x", "processAfter": 1.5}',
-     b'{"content": "x", "processAfter": true}', b"\xff\xfe"],
+     b'{"content": "x", "processAfter": true}', b"\xff\xfe",
+     b'{"content": "\\ud800"}', b'{"content": "a\\udfffb"}'],  # lone surrogates: valid JSON, not text
 )
 def test_invalid_bodies(live_api, body):
     response = live_api.client.post("/api/v1/queues/q/messages", content=body)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 
 import forqapp
 from forqapp import services
@@ -25,6 +25,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
         ("jobs", 5, None, "bad_request.body.invalid"),
         ("jobs", "", None, "bad_request.body.invalid"),
         ("jobs", "x" * 262_145, None, "bad_request.body.content.exceeds_limit"),
+        ("jobs", "é" * 131_073, None, "bad_request.body.content.exceeds_limit"),
+        ("jobs", "\ud800", None, "bad_request.body.invalid"),
         ("jobs", "x", 1, "bad_request.body.processAfter.in_past"),
         ("jobs", "x", 2**62, "bad_request.body.processAfter.too_far"),
         ("jobs", "x", "soon", "bad_request.body.invalid"),
@@ -62,6 +64,34 @@ def test_send_many_is_one_transaction():
     assert Message.objects.filter(queue="bulk").count() == 3
     got = [forqapp.receive("bulk").content for _ in range(2)]
     assert got == ["a", "b"] and forqapp.receive("bulk") is None  # "c" is delayed
+
+
+TRICKY = ["a\u0000b", "é", "😀 \U0010ffff", "\n\t\"\\/", "\u2028", "\x7f\x1f", "123", "null", '{"a": [1]}', " x "]
+
+
+@pytest.mark.parametrize("with_nul", [True, False])
+def test_send_many_keeps_content_exactly(with_nul):
+    """Batches travel to SQLite as one JSON document (except those holding a NUL): every string
+    comes back exactly as sent, in order. PostgreSQL's text cannot hold a NUL: refused there."""
+    contents = TRICKY if with_nul else TRICKY[1:]
+    if with_nul and connection.vendor == "postgresql":
+        for send in (lambda: forqapp.send("exact", contents[0]), lambda: forqapp.send_many("exact", contents)):
+            with pytest.raises(ForqError) as caught:
+                send()
+            assert caught.value.code == "bad_request.body.invalid"
+        assert not Message.objects.exists()
+        return
+    ids = forqapp.send_many("exact", contents)
+    got = [forqapp.receive("exact") for _ in contents]
+    assert [(m.id, m.content) for m in got] == list(zip(ids, contents, strict=True))
+    assert forqapp.receive("exact") is None
+
+
+def test_send_many_refuses_a_lone_surrogate_and_writes_nothing():
+    with pytest.raises(ForqError) as caught:
+        forqapp.send_many("bulk", ["fine", "\udfff"])
+    assert caught.value.code == "bad_request.body.invalid"
+    assert not Message.objects.exists()
 
 
 def test_outbox_commits_with_the_callers_transaction():

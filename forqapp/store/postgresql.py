@@ -34,6 +34,7 @@ DLQ_SUFFIX = "-dlq"
 MAX_ATTEMPTS_REACHED = "max_attempts_reached"
 MESSAGE_EXPIRED = "message_expired"
 STAGE_PREFIX = "~stage~"  # staged rows (Spark writes) live in queues no client can name
+TEXT_HOLDS_NUL = False  # PostgreSQL text cannot contain U+0000
 CHANNEL = "forq"  # the LISTEN/NOTIFY channel; the payload is the queue name
 
 Row = tuple  # (id, queue, content, process_after, received_at, expires_after)

