@@ -19,8 +19,6 @@ from . import services
 from .models import DLQ_SUFFIX, DeadLetter, Message
 from .ui import freshness, queries
 
-STAGE_PREFIX = "~stage~"
-
 
 def _dt(ms: int | None) -> str:
     if ms is None:
@@ -122,11 +120,6 @@ class MessageAdmin(admin.ModelAdmin):
     fields = ["id", "queue", "is_dlq", "status", "attempts", "due", "received", "updated",
               "expires", "processing_started", "failure_reason", "pretty_content"]
     readonly_fields = fields
-
-    def get_queryset(self, request):
-        # Staged rows (Spark writes in progress) are not messages yet. The ``~`` is outside the
-        # characters of a queue name, so a range keeps the index usable where LIKE would not.
-        return super().get_queryset(request).exclude(queue__gte=STAGE_PREFIX, queue__lt="~stagf")
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()

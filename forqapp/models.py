@@ -138,3 +138,26 @@ class AuthThrottle(models.Model):
 
     def __str__(self) -> str:
         return f"{self.address}: {self.failures} failures"
+
+
+class StagedMessage(models.Model):
+    """A message of an exactly-once Spark write, invisible until its job commits: the job's
+    publish moves its rows into ``messages`` in one transaction, an abort deletes them, and the
+    expired-dlq job deletes rows abandoned for 24 hours (``forqapp.services.STAGE_TTL_MS``).
+
+    Kept apart from ``messages``: staging touches one B-tree instead of the table's five, and no
+    reader of queues (consumers, counts, the UI, snapshots) has anything to skip."""
+
+    pk = models.CompositePrimaryKey("token", "message_id")
+    token = models.CharField(max_length=100)  # one Spark task attempt
+    message_id = models.CharField(max_length=36)  # the UUIDv7 the message will keep
+    queue = models.CharField(max_length=128)
+    content = models.TextField()
+    process_after = models.BigIntegerField()
+    staged_at = models.BigIntegerField()  # Unix ms
+
+    class Meta:
+        db_table = "forq_staged"
+
+    def __str__(self) -> str:
+        return f"{self.token}/{self.message_id}"

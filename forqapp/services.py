@@ -65,9 +65,13 @@ def _new_row(message_id: str, queue: str, content: Any, process_after: Any, now:
     return (message_id, queue, validation.content(content, limit), due, now, due + ttl_ms)
 
 
-def _insert(st, conn, rows: list[tuple], *, is_dlq: bool = False) -> None:
-    if not st.TEXT_HOLDS_NUL and any("\x00" in r[2] for r in rows):
+def _refuse_nul(st, contents) -> None:
+    if not st.TEXT_HOLDS_NUL and any("\x00" in c for c in contents):
         raise ForqError(errors.BODY_INVALID, "content with NUL characters cannot be stored on this database")
+
+
+def _insert(st, conn, rows: list[tuple], *, is_dlq: bool = False) -> None:
+    _refuse_nul(st, (r[2] for r in rows))
     st.insert(conn, rows, is_dlq=is_dlq)
 
 
@@ -256,18 +260,21 @@ STAGE_TTL_MS = 24 * 3_600_000
 
 
 def stage(queue: str, token: str, items, *, using: str | None = None) -> int:
-    """Write messages that stay invisible until :func:`publish_staged` (or are discarded)."""
+    """Write messages (``{"content", "processAfter"?}`` dicts) that stay invisible until
+    :func:`publish_staged` (or are discarded)."""
     queue = validation.queue_name(queue, produce=True)
     now = now_ms()
-    st, conn, connection = _db(using)
-    name = st.stage_name(token, queue)
     items = list(items)
-    rows = []
-    for message_id, item in zip(ids.new_ids(len(items)), items, strict=True):
-        row = _new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, 0)
-        rows.append((row[0], name, row[2], row[3], now, now + STAGE_TTL_MS))
+    limit = forq_settings.FORQ_MAX_CONTENT_BYTES
+    content, process_after = validation.content, validation.process_after
+    rows = [
+        (message_id, content(item.get("content"), limit), process_after(item.get("processAfter"), now))
+        for message_id, item in zip(ids.new_ids(len(items)), items, strict=True)
+    ]
+    st, conn, connection = _db(using)
+    _refuse_nul(st, (r[1] for r in rows))
     with transaction.atomic(using=connection.alias):
-        _insert(st, conn, rows, is_dlq=True)
+        st.stage(conn, token, queue, rows, now)
     return len(rows)
 
 
@@ -372,11 +379,15 @@ def recover_stale(*, dry_run: bool = False, using: str | None = None) -> int:
 
 
 def delete_expired_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
+    """Expired DLQ messages → deleted. Also deletes rows staged by Spark jobs that never published
+    nor discarded them within ``STAGE_TTL_MS`` (they were never messages: not counted)."""
     st, conn, _ = _db(using)
+    now = now_ms()
     if dry_run:
-        return st.count_expired(conn, now_ms(), True)
-    n = st.delete_expired_dlq(conn, now_ms())
+        return st.count_expired(conn, now, True)
+    n = st.delete_expired_dlq(conn, now)
     metrics.cleaned_up("expired", n)
+    st.delete_abandoned_staged(conn, now - STAGE_TTL_MS)
     return n
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import forqapp
 from forqapp import services
-from forqapp.models import Message
+from forqapp.models import Message, StagedMessage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,7 +21,23 @@ def test_staged_rows_stay_invisible_until_published():
     assert services.publish_staged([("job1-0-0", "bulk"), ("job1-1-0", "bulk")]) == 4
     assert services.discard_staged([("job1-1-1", "bulk")]) == 1
     assert sorted(m["content"] for m in services.snapshot_page("bulk")) == ["a0", "a1", "a2", "b0"]
-    assert not Message.objects.filter(queue__startswith="~").exists()
+    assert not StagedMessage.objects.exists()
+    assert services.publish_staged([("job1-0-0", "bulk")]) == 0  # published once, never twice
+    assert Message.objects.filter(queue="bulk").count() == 4
+
+
+def test_staged_rows_keep_their_ids_and_delays_and_old_ones_are_cleaned_up():
+    later = services.now_ms() + 60_000
+    services.stage("bulk", "job2-0-0", [{"content": "now"}, {"content": "later", "processAfter": later}])
+    staged = dict(StagedMessage.objects.values_list("content", "message_id"))
+    services.stage("bulk", "job2-1-0", [{"content": "abandoned"}])
+    StagedMessage.objects.filter(token="job2-1-0").update(staged_at=services.now_ms() - services.STAGE_TTL_MS - 1)
+    assert services.delete_expired_dlq() == 0  # no DLQ message expired; the abandoned row is gone
+    assert list(StagedMessage.objects.values_list("token", flat=True).distinct()) == ["job2-0-0"]
+    assert services.publish_staged([("job2-0-0", "bulk"), ("job2-1-0", "bulk")]) == 2
+    published = {m.content: m for m in Message.objects.filter(queue="bulk")}
+    assert {c: m.id for c, m in published.items()} == staged
+    assert published["later"].process_after == later and forqapp.receive("bulk").content == "now"
 
 
 def test_snapshot_pages_by_id_and_changes_nothing():

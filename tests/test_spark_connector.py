@@ -53,8 +53,7 @@ class LiveForq:
         return self.sql("SELECT COUNT(*) FROM messages WHERE queue = ? AND status = ?", (queue, status))[0][0]
 
     def staged_rows(self, queue: str) -> int:
-        return self.sql("SELECT COUNT(*) FROM messages WHERE queue LIKE '~stage~%' AND queue LIKE ?",
-                        (f"%~{queue}",))[0][0]
+        return self.sql("SELECT COUNT(*) FROM forq_staged WHERE queue = ?", (queue,))[0][0]
 
     def add_dead(self, dlq: str, n: int, reason: str = "max_attempts_reached") -> None:
         """Put ``n`` messages straight into a DLQ (as the failed job would)."""

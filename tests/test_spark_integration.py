@@ -97,8 +97,8 @@ def test_aborted_job_publishes_nothing(spark, live_forq):
     # Partition 1's attempts discarded their own rows; partition 0's, when it finished before
     # the job failed, were discarded by the job's abort. (If the abort killed it mid-write, its
     # rows stay staged - invisible - until the cleanup job deletes them.)
-    staged = live_forq.sql("SELECT queue, COUNT(*) FROM messages WHERE queue LIKE '~stage~%~ab' GROUP BY 1")
-    assert all("-0-" in q for q, _ in staged), staged
+    staged = live_forq.sql("SELECT token, COUNT(*) FROM forq_staged WHERE queue = 'ab' GROUP BY 1")
+    assert all("-0-" in token for token, _ in staged), staged
 
 
 def test_other_save_modes_are_refused(spark, live_forq):

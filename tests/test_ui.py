@@ -125,7 +125,6 @@ def test_dashboard_counts(staff_client):
     assert rows["sms"].queue.processing == 1
     assert not rows["ghost"].exists and rows["ghost"].dlq.total == 1
     assert (overview.queues, overview.messages, overview.dlq_messages) == (4, 4, 3)
-    assert b"~stage~" not in response.content
     assert b'hx-trigger="every 5s"' in response.content
 
 
@@ -304,8 +303,8 @@ def test_depth_history_records_prunes_and_charts(staff_client):
     now = services.now_ms()
     day = 24 * 3_600_000
     assert history.record_depth_samples([("emails", False, 9)], now=now - day - 600_000) == 1
-    assert history.record_depth_samples([("emails", False, 3), ("emails-dlq", True, 2),
-                                         ("~stage~t~emails", True, 5)], now=now - 3_600_000) == 2
+    assert history.record_depth_samples([("emails", False, 3), ("emails-dlq", True, 2)],
+                                        now=now - 3_600_000) == 2
     # the same 5-minute slot: nothing more
     assert history.record_depth_samples([("emails", False, 4)], now=now - 3_600_000 + 1) == 0
     # the DLQ was drained: it gets a 0; the day-old sample is pruned

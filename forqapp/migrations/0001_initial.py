@@ -71,7 +71,8 @@ def create_messages(apps, schema_editor):
 
 
 def drop_messages(apps, schema_editor):
-    schema_editor.delete_model(apps.get_model("forqapp", "Message"))
+    # Backwards, the model is already gone from the migration state: drop the table by name.
+    schema_editor.execute("DROP TABLE messages")
 
 
 class Migration(migrations.Migration):

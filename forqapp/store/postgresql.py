@@ -33,7 +33,6 @@ READY, PROCESSING, FAILED = 0, 1, 2
 DLQ_SUFFIX = "-dlq"
 MAX_ATTEMPTS_REACHED = "max_attempts_reached"
 MESSAGE_EXPIRED = "message_expired"
-STAGE_PREFIX = "~stage~"  # staged rows (Spark writes) live in queues no client can name
 TEXT_HOLDS_NUL = False  # PostgreSQL text cannot contain U+0000
 CHANNEL = "forq"  # the LISTEN/NOTIFY channel; the payload is the queue name
 
@@ -83,33 +82,18 @@ WITH ins AS (
 )
 SELECT pg_notify('forq', %(queue)s)"""
 
-_INSERT_STAGED = """
-INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
-                      processing_started_at, failure_reason, received_at, updated_at, expires_after)
-SELECT i, q, %(is_dlq)s, c, 0, 0, p, NULL, NULL, r, r, e
-FROM unnest(%(ids)s::text[], %(queues)s::text[], %(contents)s::text[], %(process_after)s::bigint[],
-            %(received_at)s::bigint[], %(expires_after)s::bigint[]) AS t(i, q, c, p, r, e)"""
-
-
 def insert(conn, rows: Sequence[Row], *, is_dlq: bool = False) -> None:
     """Insert new ready messages: ``rows`` of (id, queue, content, process_after, received_at, expires_after).
 
     One statement per queue (rows are batched through arrays), which also notifies listeners —
-    on commit of the caller's transaction, if there is one. Staged rows notify nobody."""
+    on commit of the caller's transaction, if there is one."""
     if not rows:
         return
     by_queue: dict[str, list] = {}
     for r in rows:
         by_queue.setdefault(r[1], []).append(r)
     for queue, group in by_queue.items():
-        if queue.startswith(STAGE_PREFIX):
-            _rowcount(conn, _INSERT_STAGED, {
-                "is_dlq": bool(is_dlq),
-                "ids": [r[0] for r in group], "queues": [r[1] for r in group],
-                "contents": [r[2] for r in group], "process_after": [r[3] for r in group],
-                "received_at": [r[4] for r in group], "expires_after": [r[5] for r in group],
-            })
-        elif len(group) == 1:
+        if len(group) == 1:
             r = group[0]
             _fetchall(conn, _INSERT_ONE, {
                 "id": r[0], "queue": queue, "is_dlq": bool(is_dlq), "content": r[2],
@@ -458,51 +442,76 @@ def optimize(conn) -> None:
 
 
 def queue_depths(conn) -> list[tuple[str, bool, int]]:
-    """(queue, is_dlq, messages) for every queue, staged rows excluded."""
+    """(queue, is_dlq, messages) for every queue."""
     return [
         (q, bool(d), int(n))
         for q, d, n in _fetchall(
             conn, "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_dlq ORDER BY queue"
         )
-        if not q.startswith(STAGE_PREFIX)
     ]
 
 
 # --- Bulk: staged writes (exactly-once Spark jobs) and snapshot reads ---------------------------
+#
+# A staged row waits in ``forq_staged`` (keyed by token, message_id) until its job publishes it
+# into ``messages`` with one statement, or discards it.
 
 
-def stage_name(token: str, queue: str) -> str:
-    return f"{STAGE_PREFIX}{token}~{queue}"
+def stage(conn, token: str, queue: str, rows: Sequence[tuple[str, str, int]], now: int) -> None:
+    """Stage ``rows`` of (id, content, process_after) for ``queue`` under ``token``."""
+    _rowcount(
+        conn,
+        """
+        INSERT INTO forq_staged (token, message_id, queue, content, process_after, staged_at)
+        SELECT %(token)s, i, %(queue)s, c, p, %(now)s
+        FROM unnest(%(ids)s::text[], %(contents)s::text[], %(process_after)s::bigint[]) AS t(i, c, p)""",
+        {"token": token, "queue": queue, "now": now, "ids": [r[0] for r in rows],
+         "contents": [r[1] for r in rows], "process_after": [r[2] for r in rows]},
+    )
+
+
+_PUBLISH = """
+WITH staged AS (
+    DELETE FROM forq_staged WHERE token = %(token)s AND queue = %(queue)s
+    RETURNING message_id, content, process_after
+), published AS (
+    INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
+                          processing_started_at, failure_reason, received_at, updated_at, expires_after)
+    SELECT message_id, %(queue)s, FALSE, content, 0, 0, GREATEST(process_after, %(now)s - 10000), NULL,
+           NULL, %(now)s, %(now)s, GREATEST(process_after, %(now)s) + %(ttl)s
+    FROM staged ORDER BY message_id
+    RETURNING 1
+), n AS (SELECT COUNT(*) AS n FROM published)
+SELECT n, CASE WHEN n > 0 THEN pg_notify('forq', %(queue)s) END FROM n"""
 
 
 def publish_staged(conn, staged: Sequence[tuple[str, str]], now: int, queue_ttl_ms: int) -> dict[str, int]:
-    """Make staged rows visible in their queue: ``staged`` is [(token, queue)]; returns how many
-    per queue. Staged rows are kept as DLQ rows with an expiry, so the expired-dlq job deletes
-    abandoned ones."""
+    """Move the rows staged under [(token, queue)] into their queues (call inside a transaction,
+    so they appear together); returns how many per queue. A token published again adds nothing:
+    a concurrent publish of the same token waits on its rows' locks, then finds them gone."""
     published: dict[str, int] = {}
     for token, queue in staged:
-        rows = _fetchall(
-            conn,
-            """
-            WITH moved AS (
-                UPDATE messages
-                SET queue = %(queue)s, is_dlq = FALSE, received_at = %(now)s, updated_at = %(now)s,
-                    process_after = GREATEST(process_after, %(now)s - 10000),
-                    expires_after = GREATEST(process_after, %(now)s) + %(ttl)s
-                WHERE queue = %(staged)s
-                RETURNING 1
-            ), n AS (SELECT COUNT(*) AS n FROM moved)
-            SELECT n, CASE WHEN n > 0 THEN pg_notify('forq', %(queue)s) END FROM n""",
-            {"queue": queue, "now": now, "ttl": queue_ttl_ms, "staged": stage_name(token, queue)},
-        )
+        rows = _fetchall(conn, _PUBLISH, {"token": token, "queue": queue, "now": now, "ttl": queue_ttl_ms})
         published[queue] = published.get(queue, 0) + int(rows[0][0])
     return published
 
 
 def discard_staged(conn, staged: Sequence[tuple[str, str]]) -> int:
     return sum(
-        _rowcount(conn, "DELETE FROM messages WHERE queue = %s", (stage_name(t, q),))
+        _rowcount(conn, "DELETE FROM forq_staged WHERE token = %s AND queue = %s", (t, q))
         for t, q in staged
+    )
+
+
+def delete_abandoned_staged(conn, cutoff: int, batch: int = BATCH) -> int:
+    """Delete rows staged before ``cutoff`` (their job never published nor discarded them)."""
+    return _batched(
+        conn,
+        """DELETE FROM forq_staged WHERE (token, message_id) IN (
+               SELECT token, message_id FROM forq_staged WHERE staged_at < %(cutoff)s
+               LIMIT %(batch)s FOR UPDATE SKIP LOCKED)""",
+        {"cutoff": cutoff},
+        batch,
     )
 
 

@@ -23,7 +23,6 @@ READY, PROCESSING, FAILED = 0, 1, 2
 DLQ_SUFFIX = "-dlq"
 MAX_ATTEMPTS_REACHED = "max_attempts_reached"
 MESSAGE_EXPIRED = "message_expired"
-STAGE_PREFIX = "~stage~"  # staged rows (Spark writes) live in queues no client can name
 TEXT_HOLDS_NUL = True
 
 Row = tuple  # (id, queue, content, process_after, received_at, expires_after)
@@ -51,6 +50,12 @@ SELECT value->>0, :queue, :is_dlq, value->>1, 0, 0, :process_after, NULL, NULL, 
 FROM json_each(:rows)"""
 
 
+def _holds_nul(rows: Sequence[tuple], index: int) -> bool:
+    """Whether a string at ``index`` of any row has a NUL: SQLite's JSON text ends there, so such
+    batches are bound row by row instead."""
+    return any("\x00" in r[index] for r in rows)
+
+
 def insert(conn, rows: Sequence[Row], *, is_dlq: bool = False) -> None:
     """Insert new ready messages: ``rows`` of (id, queue, content, process_after, received_at, expires_after)."""
     flag = 1 if is_dlq else 0
@@ -58,7 +63,7 @@ def insert(conn, rows: Sequence[Row], *, is_dlq: bool = False) -> None:
         r = rows[0]
         conn.execute(_INSERT, (r[0], r[1], flag, r[2], r[3], r[4], r[4], r[5]))
         return
-    if any("\x00" in r[2] for r in rows):  # SQLite's JSON text ends at a NUL: bind row by row
+    if _holds_nul(rows, 2):
         conn.executemany(_INSERT, [(r[0], r[1], flag, r[2], r[3], r[4], r[4], r[5]) for r in rows])
         return
     _, queue, _, due, received, expires = rows[0]
@@ -336,45 +341,73 @@ def optimize(conn) -> None:
 
 
 def queue_depths(conn) -> list[tuple[str, bool, int]]:
-    """(queue, is_dlq, messages) for every queue, staged rows excluded (covering index scan)."""
+    """(queue, is_dlq, messages) for every queue (covering index scan)."""
     return [
         (q, bool(d), n)
         for q, d, n in conn.execute(
             "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_dlq ORDER BY queue"
         )
-        if not q.startswith(STAGE_PREFIX)
     ]
 
 
 # --- Bulk: staged writes (exactly-once Spark jobs) and snapshot reads ---------------------------
+#
+# A staged row waits in ``forq_staged`` (one B-tree keyed by token, message_id) until its job
+# publishes it into ``messages`` with one INSERT … SELECT, or discards it.
+
+_STAGE = """
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, staged_at)
+VALUES (?, ?, ?, ?, ?, ?)"""
+
+_STAGE_JSON = """
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, staged_at)
+SELECT :token, value->>0, :queue, value->>1, value->>2, :now FROM json_each(:rows)"""
 
 
-def stage_name(token: str, queue: str) -> str:
-    return f"{STAGE_PREFIX}{token}~{queue}"
+def stage(conn, token: str, queue: str, rows: Sequence[tuple[str, str, int]], now: int) -> None:
+    """Stage ``rows`` of (id, content, process_after) for ``queue`` under ``token``."""
+    if _holds_nul(rows, 1):
+        conn.executemany(_STAGE, [(token, r[0], queue, r[1], r[2], now) for r in rows])
+    else:
+        conn.execute(_STAGE_JSON, {"token": token, "queue": queue, "now": now,
+                                   "rows": json.dumps(rows, ensure_ascii=False)})
+
+
+_PUBLISH = """
+INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
+                      processing_started_at, failure_reason, received_at, updated_at, expires_after)
+SELECT message_id, queue, 0, content, 0, 0, MAX(process_after, :now - 10000), NULL, NULL, :now, :now,
+       MAX(process_after, :now) + :ttl
+FROM forq_staged WHERE token = :token AND queue = :queue"""
 
 
 def publish_staged(conn, staged: Sequence[tuple[str, str]], now: int, queue_ttl_ms: int) -> dict[str, int]:
-    """Make staged rows visible in their queue: ``staged`` is [(token, queue)]; returns how many
-    per queue. Staged rows are kept as DLQ rows with an expiry, so the expired-dlq job deletes
-    abandoned ones."""
+    """Move the rows staged under [(token, queue)] into their queues (call inside a transaction,
+    so they appear together); returns how many per queue. A token published again adds nothing."""
     published: dict[str, int] = {}
     for token, queue in staged:
-        published[queue] = published.get(queue, 0) + conn.execute(
-            """
-            UPDATE messages
-            SET queue = :queue, is_dlq = 0, received_at = :now, updated_at = :now,
-                process_after = MAX(process_after, :now - 10000),
-                expires_after = MAX(process_after, :now) + :ttl
-            WHERE queue = :staged""",
-            {"queue": queue, "now": now, "ttl": queue_ttl_ms, "staged": stage_name(token, queue)},
-        ).rowcount
+        params = {"token": token, "queue": queue, "now": now, "ttl": queue_ttl_ms}
+        n = conn.execute(_PUBLISH, params).rowcount
+        conn.execute("DELETE FROM forq_staged WHERE token = :token AND queue = :queue", params)
+        published[queue] = published.get(queue, 0) + n
     return published
 
 
 def discard_staged(conn, staged: Sequence[tuple[str, str]]) -> int:
     return sum(
-        conn.execute("DELETE FROM messages WHERE queue = ?", (stage_name(t, q),)).rowcount
+        conn.execute("DELETE FROM forq_staged WHERE token = ? AND queue = ?", (t, q)).rowcount
         for t, q in staged
+    )
+
+
+def delete_abandoned_staged(conn, cutoff: int, batch: int = BATCH) -> int:
+    """Delete rows staged before ``cutoff`` (their job never published nor discarded them)."""
+    return _batched(
+        conn,
+        """DELETE FROM forq_staged WHERE (token, message_id) IN (
+               SELECT token, message_id FROM forq_staged WHERE staged_at < :cutoff LIMIT :batch)""",
+        {"cutoff": cutoff},
+        batch,
     )
 
 

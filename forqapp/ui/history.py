@@ -19,7 +19,6 @@ from ..models import QueueDepthSample
 
 WINDOW_MS = 24 * 3_600_000
 SLOT_MS = 5 * 60_000  # one round of samples per 5 minutes: 288 points a queue over 24 hours
-STAGE_PREFIX = "~stage~"
 
 
 def _now_ms() -> int:
@@ -36,7 +35,7 @@ def record_depth_samples(depths: Iterable[tuple[str, bool, int]], *, now: int | 
     than 24 hours. Returns how many samples were written."""
     using = using or forq_settings.FORQ_DATABASE
     now = _now_ms() if now is None else now
-    rows = {(q, bool(d)): int(n) for q, d, n in depths if not q.startswith(STAGE_PREFIX)}
+    rows = {(q, bool(d)): int(n) for q, d, n in depths}
     manager = QueueDepthSample.objects.using(using)
     with transaction.atomic(using=using):
         last = manager.filter(sampled_at__gte=now - WINDOW_MS).aggregate(t=Max("sampled_at"))["t"]

@@ -2,7 +2,7 @@
 
 Counts are aggregates that the covering indexes answer (``idx_for_requeueing`` on (queue, status),
 the partial ``idx_queue_ready_for_consuming`` for ready rows): two grouped queries for every queue
-at once, never one query per queue. Staged rows (queues named ``~stage~…``) are hidden everywhere.
+at once, never one query per queue.
 """
 
 from __future__ import annotations
@@ -15,17 +15,12 @@ from django.db.models.functions import Length, Substr
 from ..conf import forq_settings
 from ..models import DLQ_SUFFIX, Message, Status
 
-STAGE_PREFIX = "~stage~"
 PAGE_SIZE = 50
 PREVIEW_CHARS = 160
 
 
 def messages(using: str | None = None):
     return Message.objects.using(using or forq_settings.FORQ_DATABASE)
-
-
-def visible(queue: str) -> bool:
-    return not queue.startswith(STAGE_PREFIX)
 
 
 @dataclass
@@ -86,14 +81,12 @@ class Overview:
 
 
 def queue_stats(now: int, queue: str | None = None, *, using: str | None = None) -> dict[str, QueueStats]:
-    """{queue: QueueStats} for every visible queue (or just ``queue``), in two grouped queries."""
+    """{queue: QueueStats} for every queue (or just ``queue``), in two grouped queries."""
     qs = messages(using).order_by()
     if queue is not None:
         qs = qs.filter(queue=queue)
     stats: dict[str, QueueStats] = {}
     for name, status, n in qs.values_list("queue", "status").annotate(n=Count("*")):
-        if not visible(name):
-            continue
         s = stats.setdefault(name, QueueStats(name))
         if status == Status.READY:
             s.ready += n
@@ -146,9 +139,9 @@ def message(queue: str, message_id: str, *, using: str | None = None) -> Message
 
 
 def queue_names(*, using: str | None = None) -> list[str]:
-    """Every visible queue name (for the admin's filter), one grouped read of an index."""
+    """Every queue name (for the admin's filter), one grouped read of an index."""
     qs = messages(using).order_by().values_list("queue").annotate(n=Count("*"))
-    return sorted(q for q, _ in qs if visible(q))
+    return sorted(q for q, _ in qs)
 
 
 __all__ = ["Overview", "QueueRow", "QueueStats", "message", "overview", "page", "queue_names",
