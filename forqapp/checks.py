@@ -66,6 +66,10 @@ def serve_problems() -> list[str]:
             parse_addr(getattr(forq_settings, name))
         except ValueError as exc:
             problems.append(f"{name}: {exc}")
+    for name in ("FORQ_API_WORKERS", "FORQ_UI_WORKERS"):
+        value = getattr(forq_settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{name} must be an integer >= 1 (got {value!r})")
     return problems
 
 

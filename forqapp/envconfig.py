@@ -50,7 +50,10 @@ def sqlite_database(path: str | os.PathLike[str], *, busy_timeout_s: float = 30.
     WAL itself is persistent and set by the migrations. ``transaction_mode="IMMEDIATE"`` makes every
     ``atomic()`` block take the write lock up front, so no transaction fails on a lock upgrade.
     """
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # reported where it matters, in one line: forq_serve's start-up checks, migrate's error
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(path),

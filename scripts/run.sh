@@ -16,12 +16,14 @@ if [ ! -f var/local.env ]; then
   } > var/local.env
   echo "==> generated local secrets in var/local.env"
 fi
+# Values already in the environment win over the generated ones.
+secrets="FORQ_AUTH_SECRET FORQ_METRICS_AUTH_SECRET DJANGO_SECRET_KEY FORQ_ADMIN_PASSWORD"
+for name in $secrets; do [ -n "${!name:-}" ] && declare "given_$name=${!name}"; done
 set -a
 # shellcheck disable=SC1091
 . var/local.env
+for name in $secrets; do given="given_$name"; [ -n "${!given:-}" ] && declare "$name=${!given}"; done
 set +a
-# Values already in the environment win over the generated ones.
-export FORQ_AUTH_SECRET=${FORQ_AUTH_SECRET_OVERRIDE:-$FORQ_AUTH_SECRET}
 export FORQ_DB_PATH=${FORQ_DB_PATH:-$PWD/var/forq.sqlite3}
 export FORQ_API_ADDR=${FORQ_API_ADDR:-localhost:8080}
 export FORQ_UI_ADDR=${FORQ_UI_ADDR:-localhost:8081}
@@ -37,20 +39,29 @@ if not User.objects.filter(username='admin').exists():
     User.objects.create_superuser('admin', '', os.environ['FORQ_ADMIN_PASSWORD'])
     print('==> created staff user admin')
 "
-api="http://${FORQ_API_ADDR/localhost/127.0.0.1}"
+# A URL to reach a listener from this machine: "localhost", an empty host (":8080") or 0.0.0.0 → 127.0.0.1.
+url() {
+  local host=${1%:*} port=${1##*:}
+  case "$host" in ""|localhost|0.0.0.0|"[::]") host=127.0.0.1 ;; esac
+  echo "http://$host:$port"
+}
+api=$(url "$FORQ_API_ADDR")
 cat <<MSG
 
   forqapp is starting — SQLite database: $FORQ_DB_PATH
 
   API      $api        (X-API-Key: $FORQ_AUTH_SECRET)
-  Admin    http://${FORQ_UI_ADDR}/   (user admin, password $FORQ_ADMIN_PASSWORD)
+  Admin    $(url "$FORQ_UI_ADDR")/   (user admin, password $FORQ_ADMIN_PASSWORD)
 
   Try it from another terminal:
-    curl -i -X POST -H 'X-API-Key: $FORQ_AUTH_SECRET' -d '{"content":"hello"}' $api/api/v1/queues/demo/messages
-    curl -s -H 'X-API-Key: $FORQ_AUTH_SECRET' $api/api/v1/queues/demo/messages
-    curl -i -X POST -H 'X-API-Key: $FORQ_AUTH_SECRET' -H 'X-Forq-Receipt: <receipt>' $api/api/v1/queues/demo/messages/<id>/ack
+    KEY='$FORQ_AUTH_SECRET'
+    curl -i -X POST -H "X-API-Key: \$KEY" -d '{"content":"hello"}' $api/api/v1/queues/demo/messages
+    curl -s -H "X-API-Key: \$KEY" $api/api/v1/queues/demo/messages
+    # then, with the "id" and "receipt" it answered:
+    ID=...; RECEIPT=...
+    curl -i -X POST -H "X-API-Key: \$KEY" -H "X-Forq-Receipt: \$RECEIPT" $api/api/v1/queues/demo/messages/\$ID/ack
 
-  Secrets live in var/local.env. Ctrl-C stops the server.
+  Secrets live in var/local.env (variables set in the environment win). Ctrl-C stops the server.
 
 MSG
 exec $PY manage.py forq_serve

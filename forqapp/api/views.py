@@ -36,6 +36,8 @@ def secure(response: HttpResponse) -> HttpResponse:
     response["Referrer-Policy"] = "no-referrer"
     if forq_settings.FORQ_ENV == "pro":
         response["Strict-Transport-Security"] = "max-age=31536000; includeSubDomains"
+    if response.status_code == 204:
+        del response["Content-Type"]  # no body, no type (Django sets text/html on every response)
     return response
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,27 @@ def _positive(value: str) -> int:
     if number < 1:
         raise ValueError(value)
     return number
+
+
+def _unbindable(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (in use, no such address, not allowed), or None."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as granian binds
+            sock.bind((host, port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _accepts(host: str, port: int) -> bool:
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host  # noqa: S104
+    try:
+        socket.create_connection((target, port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
 
 
 class Command(BaseCommand):
@@ -55,13 +77,22 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         problems = serve_problems()
-        problems += self._migration_problems()
+        if problems:  # the listeners' addresses must parse before they can be tried
+            raise CommandError("cannot start: " + "; ".join(problems))
+        listeners = {"API": ("FORQ_API_ADDR", parse_addr(forq_settings.FORQ_API_ADDR))}
+        if forq_settings.FORQ_UI_ENABLED and not options["no_ui"]:
+            listeners["UI"] = ("FORQ_UI_ADDR", parse_addr(forq_settings.FORQ_UI_ADDR))
+        problems = self._database_problems() + [
+            f"{setting} {host}:{port} cannot be listened on ({reason})"
+            for setting, (host, port) in listeners.values()
+            if (reason := _unbindable(host, port))
+        ]
         if problems:
             raise CommandError("cannot start: " + "; ".join(problems))
         env = self._environment()
         drain_file = Path(tempfile.mkdtemp(prefix="forq-serve-")) / "draining"
         env["FORQ_DRAIN_FILE"] = str(drain_file)
-        api_host, api_port = parse_addr(forq_settings.FORQ_API_ADDR)
+        api_host, api_port = listeners["API"][1]
         procs = {
             "API": self._granian(
                 env,
@@ -71,9 +102,8 @@ class Command(BaseCommand):
                 options["api_workers"] or forq_settings.FORQ_API_WORKERS,
             ),
         }
-        self.stdout.write(f"forqapp API listening on http://{api_host}:{api_port}")
-        if forq_settings.FORQ_UI_ENABLED and not options["no_ui"]:
-            ui_host, ui_port = parse_addr(forq_settings.FORQ_UI_ADDR)
+        if "UI" in listeners:
+            ui_host, ui_port = listeners["UI"][1]
             procs["UI"] = self._granian(
                 env,
                 "forqapp.asgi:ui_application",
@@ -83,15 +113,34 @@ class Command(BaseCommand):
                 static=True,
                 lifespan=False,
             )
-            self.stdout.write(f"forqapp admin UI on http://{ui_host}:{ui_port}/")
-        self.stdout.flush()
         try:
+            self._announce(procs, listeners)
             self._supervise(procs, drain_file)
         finally:
             shutil.rmtree(drain_file.parent, ignore_errors=True)
 
-    def _migration_problems(self) -> list[str]:
+    def _announce(self, procs: dict[str, subprocess.Popen], listeners: dict) -> None:
+        """Say where each listener serves once it accepts connections (not before: a server that
+        fails to start must not have been announced)."""
+        pending = dict(listeners)
+        deadline = time.monotonic() + 60
+        while pending and time.monotonic() < deadline:
+            for name, (_, (host, port)) in list(pending.items()):
+                if procs[name].poll() is not None:
+                    return  # the supervisor reports it and stops the rest
+                if _accepts(host, port):
+                    where = f"http://{host}:{port}" + ("/" if name == "UI" else "")
+                    self.stdout.write(f"forqapp {'API listening on' if name == 'API' else 'admin UI on'} {where}")
+                    self.stdout.flush()
+                    del pending[name]
+            time.sleep(0.05)
+
+    def _database_problems(self) -> list[str]:
         connection = connections[forq_settings.FORQ_DATABASE]
+        if connection.vendor == "sqlite" and not connection.is_in_memory_db():
+            directory = Path(connection.settings_dict["NAME"]).parent
+            if not directory.is_dir():
+                return [f"the SQLite file's directory {directory} does not exist (FORQ_DB_PATH)"]
         try:
             executor = MigrationExecutor(connection)
             pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
