@@ -21,31 +21,41 @@ import (
 )
 
 var (
-	api      = flag.String("api", "http://127.0.0.1:28080", "")
-	auth     = flag.String("auth", "", "")
-	cons     = flag.Int("c", 10, "consumers")
-	prods    = flag.Int("p", 10, "producers")
-	dur      = flag.Duration("duration", 20*time.Second, "")
-	size     = flag.Int("size", 1024, "")
-	backlog  = flag.Int("backlog", 1000, "")
-	useH2    = flag.Bool("http2", false, "")
-	queue    = "benchmark_queue"
-	client   *http.Client
+	api     = flag.String("api", "http://127.0.0.1:8080", "forqapp API base URL")
+	auth    = flag.String("auth", "", "FORQ_AUTH_SECRET")
+	cons    = flag.Int("c", 10, "consumers")
+	prods   = flag.Int("p", 10, "producers")
+	dur     = flag.Duration("duration", 20*time.Second, "measurement time")
+	size    = flag.Int("size", 1024, "message size in bytes")
+	backlog = flag.Int("backlog", 1000, "messages produced before the run")
+	useH2   = flag.Bool("http2", false, "h2c (HTTP/2 cleartext, one connection) instead of HTTP/1.1")
+	queue   = "benchmark_queue"
+	client  *http.Client
+
 	produced, consumed, empty, perr, cerr, aerr, dups atomic.Int64
-	seen     sync.Map
-	errMu    sync.Mutex
-	errs     []string
-	latMu    sync.Mutex
-	lat      = map[string][]time.Duration{}
+
+	seen  sync.Map // message ids delivered: a second delivery is a duplicate
+	errMu sync.Mutex
+	errs  []string
+	latMu sync.Mutex
+	lat   = map[string][]time.Duration{}
 )
 
-func logErr(s string) { errMu.Lock(); if len(errs) < 10 { errs = append(errs, s) }; errMu.Unlock() }
+func logErr(s string) {
+	errMu.Lock()
+	if len(errs) < 10 {
+		errs = append(errs, s)
+	}
+	errMu.Unlock()
+}
 func rec(k string, d time.Duration) { latMu.Lock(); lat[k] = append(lat[k], d); latMu.Unlock() }
 
 func content(sent int64) string {
 	b, _ := json.Marshal(map[string]any{"sentAtMs": sent, "pad": ""})
 	pad := *size - len(b)
-	if pad < 0 { pad = 0 }
+	if pad < 0 {
+		pad = 0
+	}
 	b, _ = json.Marshal(map[string]any{"sentAtMs": sent, "pad": strings.Repeat("x", pad)})
 	return string(b)
 }
@@ -56,9 +66,14 @@ func produce(sent int64) error {
 	req.Header.Set("X-API-Key", *auth)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
-	if err != nil { return err }
-	io.Copy(io.Discard, resp.Body); resp.Body.Close()
-	if resp.StatusCode != 204 { return fmt.Errorf("produce returned %d", resp.StatusCode) }
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		return fmt.Errorf("produce returned %d", resp.StatusCode)
+	}
 	return nil
 }
 
@@ -68,14 +83,18 @@ func consume(ctx context.Context) (*msg, error) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", *api+"/api/v1/queues/"+queue+"/messages", nil)
 	req.Header.Set("X-API-Key", *auth)
 	resp, err := client.Do(req)
-	if err != nil { return nil, err }
+	if err != nil {
+		return nil, err
+	}
 	defer func() { io.Copy(io.Discard, resp.Body); resp.Body.Close() }()
 	switch resp.StatusCode {
 	case 204:
 		return nil, nil
 	case 200:
 		var m msg
-		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil { return nil, err }
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			return nil, err
+		}
 		return &m, nil
 	}
 	return nil, fmt.Errorf("consume returned %d", resp.StatusCode)
@@ -86,15 +105,22 @@ func ack(id, receipt string) error {
 	req.Header.Set("X-API-Key", *auth)
 	req.Header.Set("X-Forq-Receipt", receipt)
 	resp, err := client.Do(req)
-	if err != nil { return err }
-	io.Copy(io.Discard, resp.Body); resp.Body.Close()
-	if resp.StatusCode != 204 { return fmt.Errorf("ack returned %d", resp.StatusCode) }
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		return fmt.Errorf("ack returned %d", resp.StatusCode)
+	}
 	return nil
 }
 
 func pct(k string, p float64) float64 {
 	s := lat[k]
-	if len(s) == 0 { return 0 }
+	if len(s) == 0 {
+		return 0
+	}
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return float64(s[int(float64(len(s)-1)*p)].Microseconds()) / 1000
 }
@@ -112,7 +138,15 @@ func main() {
 	var wg sync.WaitGroup
 	for i := 0; i < 10; i++ {
 		wg.Add(1)
-		go func() { defer wg.Done(); for j := 0; j < *backlog/10; j++ { if err := produce(0); err != nil { fmt.Println("seed:", err); os.Exit(1) } } }()
+		go func() {
+			defer wg.Done()
+			for j := 0; j < *backlog/10; j++ {
+				if err := produce(0); err != nil {
+					fmt.Println("seed:", err)
+					os.Exit(1)
+				}
+			}
+		}()
 	}
 	wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), *dur)
@@ -126,18 +160,34 @@ func main() {
 				t := time.Now()
 				m, err := consume(ctx)
 				if err != nil {
-					if ctx.Err() != nil { return }
-					cerr.Add(1); logErr("consume: " + err.Error()); time.Sleep(10 * time.Millisecond); continue
+					if ctx.Err() != nil {
+						return
+					}
+					cerr.Add(1)
+					logErr("consume: " + err.Error())
+					time.Sleep(10 * time.Millisecond)
+					continue
 				}
-				if m == nil { empty.Add(1); continue }
+				if m == nil {
+					empty.Add(1)
+					continue
+				}
 				rec("consume", time.Since(t))
-				if _, loaded := seen.LoadOrStore(m.ID, true); loaded { dups.Add(1) }
+				if _, loaded := seen.LoadOrStore(m.ID, true); loaded {
+					dups.Add(1)
+				}
 				var p struct{ SentAtMs int64 }
 				if json.Unmarshal([]byte(m.Content), &p) == nil && p.SentAtMs > 0 {
 					rec("e2e", time.Duration(time.Now().UnixMilli()-p.SentAtMs)*time.Millisecond)
 				}
 				t = time.Now()
-				if err := ack(m.ID, m.Receipt); err != nil { aerr.Add(1); logErr("ack: " + err.Error()) } else { rec("ack", time.Since(t)); consumed.Add(1) }
+				if err := ack(m.ID, m.Receipt); err != nil {
+					aerr.Add(1)
+					logErr("ack: " + err.Error())
+				} else {
+					rec("ack", time.Since(t))
+					consumed.Add(1)
+				}
 			}
 		}()
 	}
@@ -147,19 +197,29 @@ func main() {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				t := time.Now()
-				if err := produce(time.Now().UnixMilli()); err != nil { perr.Add(1); logErr("produce: " + err.Error()); time.Sleep(10 * time.Millisecond); continue }
-				rec("produce", time.Since(t)); produced.Add(1)
+				if err := produce(time.Now().UnixMilli()); err != nil {
+					perr.Add(1)
+					logErr("produce: " + err.Error())
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				rec("produce", time.Since(t))
+				produced.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
 	w := time.Since(start).Seconds()
 	proto := "HTTP/1.1"
-	if *useH2 { proto = "h2c" }
+	if *useH2 {
+		proto = "h2c"
+	}
 	fmt.Printf("%s %dc%dp %.0fs: produced %.0f/s consumed %.0f/s | errors produce %d consume %d ack %d | duplicates %d | empty polls %d\n",
 		proto, *cons, *prods, w, float64(produced.Load())/w, float64(consumed.Load())/w, perr.Load(), cerr.Load(), aerr.Load(), dups.Load(), empty.Load())
 	for _, k := range []string{"produce", "consume", "ack", "e2e"} {
 		fmt.Printf("  %-8s p50 %7.2f ms  p99 %7.2f ms  (n=%d)\n", k, pct(k, .5), pct(k, .99), len(lat[k]))
 	}
-	for _, e := range errs { fmt.Println("  error:", e) }
+	for _, e := range errs {
+		fmt.Println("  error:", e)
+	}
 }
