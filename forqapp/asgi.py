@@ -76,7 +76,7 @@ class APIApplication:
         if scope["type"] != "http":
             return
         try:
-            match = self._resolver.resolve(scope["path"])
+            match = self._resolver.resolve(_route_path(scope))
         except Resolver404:
             await self._respond(send, self._views.not_found(None))
             return
@@ -160,6 +160,16 @@ class APIApplication:
                     watcher.cancel()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _route_path(scope) -> str:
+    """The path to route on. An encoded slash stays inside its segment, as Forq's router keeps it
+    (Forq's SDKs escape queue names): a queue name "a/b" sent as ``a%2Fb`` is refused as an invalid
+    name rather than routed as two segments."""
+    raw = scope.get("raw_path")
+    if raw and b"%2f" in raw.lower():
+        return raw.decode("latin-1")
+    return scope["path"]
 
 
 async def _watch_drain_file(path: str) -> None:

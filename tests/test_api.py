@@ -192,6 +192,13 @@ def test_invalid_message_id(live_api, message_id):
     assert (response.status_code, code(response)) == (400, "bad_request.messageId.invalid")
 
 
+def test_a_slash_in_a_queue_name_is_an_invalid_name(live_api):
+    """Forq's SDKs escape queue names: "a/b" arrives as a%2Fb, one segment, as Forq routes it."""
+    for response in (live_api.client.post("/api/v1/queues/a%2Fb/messages", json={"content": "x"}),
+                     live_api.client.get("/api/v1/queues/a%2fb/messages")):
+        assert (response.status_code, code(response)) == (400, "bad_request.queue.invalid_name")
+
+
 @pytest.mark.parametrize(
     "body",
     [b"not json", b"[1,2]", b'"text"', b"{}", b'{"content": 5}', b'{"content": null}', b'{"content": ""}',
