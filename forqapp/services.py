@@ -70,9 +70,9 @@ def _refuse_nul(st, contents) -> None:
         raise ForqError(errors.BODY_INVALID, "content with NUL characters cannot be stored on this database")
 
 
-def _insert(st, conn, rows: list[tuple], *, is_dlq: bool = False) -> None:
+def _insert(st, conn, rows: list[tuple]) -> None:
     _refuse_nul(st, (r[2] for r in rows))
-    st.insert(conn, rows, is_dlq=is_dlq)
+    st.insert(conn, rows)
 
 
 def _after_produce(connection, queue: str, count: int) -> None:

@@ -60,11 +60,9 @@ func content(sent int64) string {
 	return string(b)
 }
 
-func produce(sent int64) error {
-	body, _ := json.Marshal(map[string]string{"content": content(sent)})
-	req, _ := http.NewRequest("POST", *api+"/api/v1/queues/"+queue+"/messages", strings.NewReader(string(body)))
+// expect204 sends req (with the API key) and reads the whole answer, which must be 204.
+func expect204(what string, req *http.Request) error {
 	req.Header.Set("X-API-Key", *auth)
-	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
@@ -72,9 +70,16 @@ func produce(sent int64) error {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 204 {
-		return fmt.Errorf("produce returned %d", resp.StatusCode)
+		return fmt.Errorf("%s returned %d", what, resp.StatusCode)
 	}
 	return nil
+}
+
+func produce(sent int64) error {
+	body, _ := json.Marshal(map[string]string{"content": content(sent)})
+	req, _ := http.NewRequest("POST", *api+"/api/v1/queues/"+queue+"/messages", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	return expect204("produce", req)
 }
 
 type msg struct{ ID, Content, Receipt string }
@@ -102,18 +107,8 @@ func consume(ctx context.Context) (*msg, error) {
 
 func ack(id, receipt string) error {
 	req, _ := http.NewRequest("POST", *api+"/api/v1/queues/"+queue+"/messages/"+id+"/ack", nil)
-	req.Header.Set("X-API-Key", *auth)
 	req.Header.Set("X-Forq-Receipt", receipt)
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 204 {
-		return fmt.Errorf("ack returned %d", resp.StatusCode)
-	}
-	return nil
+	return expect204("ack", req)
 }
 
 func pct(k string, p float64) float64 {
