@@ -8,6 +8,7 @@ serving the test database, for black-box tests of the HTTP contract. Tests that 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -72,6 +73,8 @@ class LiveAPI:
 
 
 def start_server(extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ("--no-ui",)):
+    """``forq_serve`` on a free port against the test database, in a process group of its own: a
+    test (or :func:`stop_server`) can kill the whole tree, supervisor and granian processes, at once."""
     port = free_port()
     env = subprocess_env(**{
         "FORQ_API_ADDR": f"127.0.0.1:{port}", "FORQ_LONG_POLL_SECONDS": "2",
@@ -79,7 +82,7 @@ def start_server(extra_env: dict[str, str] | None = None, args: tuple[str, ...] 
     })
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "forq_serve", *args], env=env, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -91,7 +94,7 @@ def start_server(extra_env: dict[str, str] | None = None, args: tuple[str, ...] 
                 return LiveAPI(url, proc)
         except httpx.HTTPError:
             time.sleep(0.1)
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGKILL)
     raise RuntimeError("forq_serve did not answer /healthcheck within 30 s")
 
 
@@ -101,7 +104,10 @@ def stop_server(api: LiveAPI) -> None:
     try:
         api.proc.wait(20)
     except subprocess.TimeoutExpired:
-        api.proc.kill()
+        # A SIGTERM that lands while granian is still starting a worker waits for granian's kill
+        # timeout (35 s): don't wait, and leave no granian process behind.
+        os.killpg(api.proc.pid, signal.SIGKILL)
+        api.proc.wait(10)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -114,17 +114,16 @@ class Command(BaseCommand):
                 lifespan=False,
             )
         try:
-            self._announce(procs, listeners)
-            self._supervise(procs, drain_file)
+            self._supervise(procs, drain_file, listeners)
         finally:
             shutil.rmtree(drain_file.parent, ignore_errors=True)
 
-    def _announce(self, procs: dict[str, subprocess.Popen], listeners: dict) -> None:
+    def _announce(self, procs: dict[str, subprocess.Popen], listeners: dict, stopping) -> None:
         """Say where each listener serves once it accepts connections (not before: a server that
-        fails to start must not have been announced)."""
+        fails to start must not have been announced). Gives up when a stop is asked for."""
         pending = dict(listeners)
         deadline = time.monotonic() + 60
-        while pending and time.monotonic() < deadline:
+        while pending and time.monotonic() < deadline and not stopping():
             for name, (_, (host, port)) in list(pending.items()):
                 if procs[name].poll() is not None:
                     return  # the supervisor reports it and stops the rest
@@ -198,7 +197,7 @@ class Command(BaseCommand):
             ]
         return subprocess.Popen(command + [target], env=env)
 
-    def _supervise(self, procs: dict[str, subprocess.Popen], drain_file: Path) -> None:
+    def _supervise(self, procs: dict[str, subprocess.Popen], drain_file: Path, listeners: dict) -> None:
         stopping = False
 
         def stop(signum, frame):
@@ -211,6 +210,7 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        self._announce(procs, listeners, lambda: stopping)  # after the handlers: a stop is never lost
         while all(proc.poll() is None for proc in procs.values()):
             time.sleep(0.2)
         if not stopping:
