@@ -167,7 +167,7 @@ def _route_path(scope) -> str:
     (Forq's SDKs escape queue names): a queue name "a/b" sent as ``a%2Fb`` is refused as an invalid
     name rather than routed as two segments."""
     raw = scope.get("raw_path")
-    if raw and b"%2f" in raw.lower():
+    if raw and (b"%2F" in raw or b"%2f" in raw):
         return raw.decode("latin-1")
     return scope["path"]
 

@@ -15,6 +15,15 @@ from django.db import connection
 from .conftest import ROOT, start_server, stop_server, subprocess_env
 
 
+def _serve_fails(**env) -> str:
+    result = subprocess.run([sys.executable, str(ROOT / "manage.py"), "forq_serve"], cwd=ROOT, timeout=60,
+                            env=subprocess_env(**env), capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "listening" not in result.stdout  # nothing announced that is not serving
+    return result.stderr
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
@@ -31,21 +40,7 @@ from .conftest import ROOT, start_server, stop_server, subprocess_env
 )
 @pytest.mark.django_db(transaction=True)
 def test_bad_configuration_stops_start_up_in_one_line(env, expected):
-    result = subprocess.run([sys.executable, str(ROOT / "manage.py"), "forq_serve"], cwd=ROOT, timeout=60,
-                            env=subprocess_env(**env), capture_output=True, text=True)
-    assert result.returncode != 0
-    assert expected in result.stderr
-    assert "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-
-
-def _serve_fails(**env) -> str:
-    result = subprocess.run([sys.executable, str(ROOT / "manage.py"), "forq_serve"], cwd=ROOT, timeout=60,
-                            env=subprocess_env(**env), capture_output=True, text=True)
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "listening" not in result.stdout  # nothing announced that is not serving
-    return result.stderr
+    assert expected in _serve_fails(**env)
 
 
 @pytest.mark.parametrize("busy", ["FORQ_API_ADDR", "FORQ_UI_ADDR"])

@@ -48,6 +48,14 @@ func logErr(s string) {
 	}
 	errMu.Unlock()
 }
+
+// failed counts and logs an error of one operation, then backs off a little.
+func failed(counter *atomic.Int64, op string, err error) {
+	counter.Add(1)
+	logErr(op + ": " + err.Error())
+	time.Sleep(10 * time.Millisecond)
+}
+
 func rec(k string, d time.Duration) { latMu.Lock(); lat[k] = append(lat[k], d); latMu.Unlock() }
 
 func content(sent int64) string {
@@ -158,9 +166,7 @@ func main() {
 					if ctx.Err() != nil {
 						return
 					}
-					cerr.Add(1)
-					logErr("consume: " + err.Error())
-					time.Sleep(10 * time.Millisecond)
+					failed(&cerr, "consume", err)
 					continue
 				}
 				if m == nil {
@@ -193,9 +199,7 @@ func main() {
 			for ctx.Err() == nil {
 				t := time.Now()
 				if err := produce(time.Now().UnixMilli()); err != nil {
-					perr.Add(1)
-					logErr("produce: " + err.Error())
-					time.Sleep(10 * time.Millisecond)
+					failed(&perr, "produce", err)
 					continue
 				}
 				rec("produce", time.Since(t))

@@ -59,12 +59,12 @@ def _holds_nul(rows: Sequence[tuple], index: int) -> bool:
 def insert(conn, rows: Sequence[Row], *, is_dlq: bool = False) -> None:
     """Insert new ready messages: ``rows`` of (id, queue, content, process_after, received_at, expires_after)."""
     flag = 1 if is_dlq else 0
-    if len(rows) == 1:
-        r = rows[0]
-        conn.execute(_INSERT, (r[0], r[1], flag, r[2], r[3], r[4], r[4], r[5]))
-        return
-    if _holds_nul(rows, 2):
-        conn.executemany(_INSERT, [(r[0], r[1], flag, r[2], r[3], r[4], r[4], r[5]) for r in rows])
+    if len(rows) == 1 or _holds_nul(rows, 2):  # row by row: one row, or text JSON can't carry
+        params = [(r[0], r[1], flag, r[2], r[3], r[4], r[4], r[5]) for r in rows]
+        if len(params) == 1:
+            conn.execute(_INSERT, params[0])
+        else:
+            conn.executemany(_INSERT, params)
         return
     _, queue, _, due, received, expires = rows[0]
     if all(r[1] == queue and r[3] == due and r[4] == received and r[5] == expires for r in rows):
