@@ -59,6 +59,8 @@ class Message(models.Model):
     process_after = models.BigIntegerField()
     processing_started_at = models.BigIntegerField(null=True, blank=True)
     failure_reason = models.TextField(null=True, blank=True)  # noqa: DJ001 - Forq's NULL = no failure
+    # The consumer's own error ("module.Class: message") of the last failed attempt, kept into the DLQ.
+    last_error = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = no error recorded
     received_at = models.BigIntegerField()
     updated_at = models.BigIntegerField()
     expires_after = models.BigIntegerField()
@@ -161,3 +163,18 @@ class StagedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.token}/{self.message_id}"
+
+
+class Lease(models.Model):
+    """A named lease held by one process at a time (e.g. the jobs scheduler of ``forq_serve``):
+    every host of one database agrees on one holder, which renews it; an expired lease is taken over."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    holder = models.CharField(max_length=200)  # host:pid:random of the holding process
+    expires_at = models.BigIntegerField()  # Unix ms
+
+    class Meta:
+        db_table = "forq_leases"
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder}"
