@@ -334,6 +334,18 @@ def test_content_is_escaped_everywhere(staff_client):
         assert b"&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page.content
 
 
+def test_dead_letter_rows_and_details_show_the_consumers_error_escaped(staff_client):
+    dead_id = dead_letters("emails", ["x"])[0]
+    Message.objects.filter(id=dead_id).update(failure_reason="fatal_error", last_error=f"ValueError: {XSS}")
+    escaped = b"ValueError: &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
+    listing = staff_client.get("/ui/queues/emails-dlq/messages/", **HX)
+    detail = staff_client.get(f"/ui/queues/emails-dlq/messages/{dead_id}/", **HX)
+    for page in (listing, detail):
+        assert page.status_code == 200
+        assert escaped in page.content
+        assert XSS.encode() not in page.content
+
+
 # --- DLQ actions ----------------------------------------------------------------------------------
 
 
