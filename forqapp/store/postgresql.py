@@ -33,6 +33,7 @@ READY, PROCESSING, FAILED = 0, 1, 2
 DLQ_SUFFIX = "-dlq"
 MAX_ATTEMPTS_REACHED = "max_attempts_reached"
 MESSAGE_EXPIRED = "message_expired"
+FATAL_ERROR = "fatal_error"  # forqapp's own: a consumer failed the message (FatalError / fail())
 TEXT_HOLDS_NUL = False  # PostgreSQL text cannot contain U+0000
 CHANNEL = "forq"  # the LISTEN/NOTIFY channel; the payload is the queue name
 
@@ -166,8 +167,9 @@ def ack_many(conn, queue: str, deliveries: Iterable[tuple[str, int]]) -> int:
 
 
 def nack(conn, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
-         backoff_ms: Sequence[int]) -> bool:
-    """Back to ready after the backoff of its attempt number, or failed when out of attempts."""
+         backoff_ms: Sequence[int], error: str | None = None) -> bool:
+    """Back to ready after the backoff of its attempt number, or failed when out of attempts.
+    ``error`` (the consumer's exception) replaces ``last_error``; None keeps the one recorded."""
     return _rowcount(
         conn,
         f"""
@@ -175,21 +177,26 @@ def nack(conn, queue: str, message_id: str, receipt: int, now: int, max_attempts
         SET status = CASE WHEN attempts >= %(max)s THEN 2 ELSE 0 END,
             process_after = %(now)s + {backoff_case(backoff_ms)},
             processing_started_at = NULL,
-            updated_at = GREATEST(%(now)s, updated_at)
+            updated_at = GREATEST(%(now)s, updated_at),
+            last_error = COALESCE(%(error)s::text, last_error)
         WHERE id = %(id)s AND queue = %(queue)s AND status = 1 AND processing_started_at = %(receipt)s""",
-        {"max": max_attempts, "now": now, "id": message_id, "queue": queue, "receipt": receipt},
+        {"max": max_attempts, "now": now, "id": message_id, "queue": queue, "receipt": receipt,
+         "error": error},
     ) == 1
 
 
-def fail(conn, queue: str, message_id: str, receipt: int, now: int) -> bool:
-    """Fail a message at once, whatever its attempts (a consumer's fatal error)."""
+def fail(conn, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
+    """Fail a message at once, whatever its attempts (a consumer's fatal error). Its failure_reason
+    (``fatal_error``) is set now, so the failed job can tell it from running out of attempts;
+    ``error`` replaces ``last_error`` (None keeps the one recorded)."""
     return _rowcount(
         conn,
         """
         UPDATE messages SET status = 2, processing_started_at = NULL,
-                            updated_at = GREATEST(%s::bigint, updated_at)
+                            updated_at = GREATEST(%s::bigint, updated_at),
+                            failure_reason = %s, last_error = COALESCE(%s::text, last_error)
         WHERE id = %s AND queue = %s AND status = 1 AND processing_started_at = %s""",
-        (now, message_id, queue, receipt),
+        (now, FATAL_ERROR, error, message_id, queue, receipt),
     ) == 1
 
 
@@ -326,7 +333,7 @@ _MOVE_TO_DLQ = """
 WITH moved AS (
     UPDATE messages
     SET attempts = 0, status = 0, queue = queue || '-dlq', is_dlq = TRUE, process_after = %(now)s,
-        processing_started_at = NULL, failure_reason = %(reason)s,
+        processing_started_at = NULL, failure_reason = {reason},
         updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + %(ttl)s
     WHERE id IN (SELECT id FROM messages WHERE {where} LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
     RETURNING queue
@@ -336,9 +343,9 @@ WITH moved AS (
 SELECT (SELECT COUNT(*) FROM moved), (SELECT COUNT(*) FROM woken)"""
 
 
-def _move_to_dlq(conn, where: str, params: dict, batch: int) -> int:
+def _move_to_dlq(conn, where: str, params: dict, batch: int, reason: str = "%(reason)s") -> int:
     """Move regular messages to their DLQ in batches; a consumer waiting on the DLQ is woken."""
-    sql = _MOVE_TO_DLQ.format(where=where)
+    sql = _MOVE_TO_DLQ.format(where=where, reason=reason)
     total = 0
     while True:
         n = int(_fetchall(conn, sql, {**params, "batch": batch})[0][0])
@@ -362,6 +369,7 @@ def move_failed_to_dlq(conn, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> i
         "status = 2 AND NOT is_dlq",
         {"now": now, "ttl": dlq_ttl_ms, "reason": MAX_ATTEMPTS_REACHED},
         batch,
+        reason="COALESCE(failure_reason, %(reason)s)",  # a consumer's fatal_error stays
     )
 
 
@@ -577,11 +585,57 @@ def auth_failed(conn, address: str, now: int, window_ms: int, max_failures: int,
     """Count a failed key from ``address``; returns until when it is blocked (Unix ms, or 0)."""
     params = {"address": address, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
     rows = _fetchall(conn, _AUTH_FAILED, params)
-    _rowcount(conn, "DELETE FROM forq_auth_throttle WHERE window_start < %s AND blocked_until < %s",
-              (now - 2 * window_ms, now))
+    _rowcount(conn, "DELETE FROM forq_auth_throttle WHERE window_start < %s AND blocked_until < %s"
+              " AND address NOT LIKE %s", (now - 2 * window_ms, now, LOGIN_KEYS))
     return rows[0][0]
 
 
 def auth_blocked_until(conn, address: str) -> int:
     rows = _fetchall(conn, "SELECT blocked_until FROM forq_auth_throttle WHERE address = %s", (address,))
     return rows[0][0] if rows else 0
+
+
+# Failed logins (forqapp.login_throttle) share the table under "login-…" keys, with their own
+# (longer) window: each kind prunes only its own stale rows, so a wrong API key never resets a
+# login counter.
+LOGIN_KEYS = "login-%"
+
+
+def login_failed(conn, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+    """Count a failed login against ``key``; returns until when it is blocked (Unix ms, or 0)."""
+    params = {"address": key, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
+    rows = _fetchall(conn, _AUTH_FAILED, params)
+    _rowcount(conn, "DELETE FROM forq_auth_throttle WHERE window_start < %s AND blocked_until < %s"
+              " AND address LIKE %s", (now - 2 * window_ms, now, LOGIN_KEYS))
+    return rows[0][0]
+
+
+# --- leases (one holder per name across every process and host: the jobs scheduler) -------------
+
+# Acquire or renew in one statement: a new name is inserted; an existing one changes hands only
+# if it is ours already, if it has expired, or if it is held by ``replacing`` (a holder the caller
+# found dead). No row comes back when someone else holds it. Two hosts racing for a new name: one
+# inserts, the other's ON CONFLICT waits for it and then sees a live lease of someone else.
+_LEASE_ACQUIRE = """
+INSERT INTO forq_leases (name, holder, expires_at) VALUES (%(name)s, %(holder)s, %(expires_at)s)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE forq_leases.holder IN (%(holder)s, %(replacing)s) OR forq_leases.expires_at < %(now)s
+RETURNING holder"""
+
+
+def lease_acquire(conn, name: str, holder: str, now: int, ttl_ms: int, replacing: str = "") -> bool:
+    """Take or renew the lease ``name`` for ``holder`` until ``now + ttl_ms``; False if another
+    holder has it (and it is neither expired nor ``replacing``)."""
+    params = {"name": name, "holder": holder, "expires_at": now + ttl_ms, "now": now, "replacing": replacing}
+    return bool(_fetchall(conn, _LEASE_ACQUIRE, params))
+
+
+def lease_holder(conn, name: str) -> tuple[str, int] | None:
+    """(holder, expires_at) of the lease ``name``, or None."""
+    rows = _fetchall(conn, "SELECT holder, expires_at FROM forq_leases WHERE name = %s", (name,))
+    return tuple(rows[0]) if rows else None
+
+
+def lease_release(conn, name: str, holder: str) -> bool:
+    """Give the lease up, if ``holder`` has it (so another process takes it at once)."""
+    return _rowcount(conn, "DELETE FROM forq_leases WHERE name = %s AND holder = %s", (name, holder)) > 0

@@ -23,6 +23,7 @@ READY, PROCESSING, FAILED = 0, 1, 2
 DLQ_SUFFIX = "-dlq"
 MAX_ATTEMPTS_REACHED = "max_attempts_reached"
 MESSAGE_EXPIRED = "message_expired"
+FATAL_ERROR = "fatal_error"  # forqapp's own: a consumer failed the message (FatalError / fail())
 TEXT_HOLDS_NUL = True
 
 Row = tuple  # (id, queue, content, process_after, received_at, expires_after)
@@ -136,28 +137,34 @@ def ack_many(conn, queue: str, deliveries: Iterable[tuple[str, int]]) -> int:
 
 
 def nack(conn, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
-         backoff_ms: Sequence[int]) -> bool:
-    """Back to ready after the backoff of its attempt number, or failed when out of attempts."""
+         backoff_ms: Sequence[int], error: str | None = None) -> bool:
+    """Back to ready after the backoff of its attempt number, or failed when out of attempts.
+    ``error`` (the consumer's exception) replaces ``last_error``; None keeps the one recorded."""
     cur = conn.execute(
         f"""
         UPDATE messages
         SET status = CASE WHEN attempts >= :max THEN 2 ELSE 0 END,
             process_after = :now + {backoff_case(backoff_ms)},
             processing_started_at = NULL,
-            updated_at = MAX(:now, updated_at)
+            updated_at = MAX(:now, updated_at),
+            last_error = COALESCE(:error, last_error)
         WHERE id = :id AND queue = :queue AND status = 1 AND processing_started_at = :receipt""",
-        {"max": max_attempts, "now": now, "id": message_id, "queue": queue, "receipt": receipt},
+        {"max": max_attempts, "now": now, "id": message_id, "queue": queue, "receipt": receipt,
+         "error": error},
     )
     return cur.rowcount == 1
 
 
-def fail(conn, queue: str, message_id: str, receipt: int, now: int) -> bool:
-    """Fail a message at once, whatever its attempts (a consumer's fatal error)."""
+def fail(conn, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
+    """Fail a message at once, whatever its attempts (a consumer's fatal error). Its failure_reason
+    (``fatal_error``) is set now, so the failed job can tell it from running out of attempts;
+    ``error`` replaces ``last_error`` (None keeps the one recorded)."""
     cur = conn.execute(
         """
-        UPDATE messages SET status = 2, processing_started_at = NULL, updated_at = MAX(?, updated_at)
+        UPDATE messages SET status = 2, processing_started_at = NULL, updated_at = MAX(?, updated_at),
+                            failure_reason = ?, last_error = COALESCE(?, last_error)
         WHERE id = ? AND queue = ? AND status = 1 AND processing_started_at = ?""",
-        (now, message_id, queue, receipt),
+        (now, FATAL_ERROR, error, message_id, queue, receipt),
     )
     return cur.rowcount == 1
 
@@ -273,7 +280,8 @@ def move_failed_to_dlq(conn, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> i
         """
         UPDATE messages
         SET attempts = 0, status = 0, queue = queue || '-dlq', is_dlq = 1, process_after = :now,
-            processing_started_at = NULL, failure_reason = 'max_attempts_reached',
+            processing_started_at = NULL,
+            failure_reason = COALESCE(failure_reason, 'max_attempts_reached'),  -- fatal_error stays
             updated_at = MAX(:now, updated_at), expires_after = :now + :ttl
         WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
                      WHERE status = 2 AND is_dlq = 0 LIMIT :batch)""",
@@ -468,11 +476,56 @@ def auth_failed(conn, address: str, now: int, window_ms: int, max_failures: int,
     """Count a failed key from ``address``; returns until when it is blocked (Unix ms, or 0)."""
     params = {"address": address, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
     rows = conn.execute(_AUTH_FAILED, params).fetchall()
-    conn.execute("DELETE FROM forq_auth_throttle WHERE window_start < ? AND blocked_until < ?",
-                 (now - 2 * window_ms, now))
+    conn.execute("DELETE FROM forq_auth_throttle WHERE window_start < ? AND blocked_until < ?"
+                 " AND address NOT LIKE ?", (now - 2 * window_ms, now, LOGIN_KEYS))
     return rows[0][0]
 
 
 def auth_blocked_until(conn, address: str) -> int:
     rows = conn.execute("SELECT blocked_until FROM forq_auth_throttle WHERE address = ?", (address,)).fetchall()
     return rows[0][0] if rows else 0
+
+
+# Failed logins (forqapp.login_throttle) share the table under "login-…" keys, with their own
+# (longer) window: each kind prunes only its own stale rows, so a wrong API key never resets a
+# login counter.
+LOGIN_KEYS = "login-%"
+
+
+def login_failed(conn, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+    """Count a failed login against ``key``; returns until when it is blocked (Unix ms, or 0)."""
+    params = {"address": key, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
+    rows = conn.execute(_AUTH_FAILED, params).fetchall()
+    conn.execute("DELETE FROM forq_auth_throttle WHERE window_start < ? AND blocked_until < ?"
+                 " AND address LIKE ?", (now - 2 * window_ms, now, LOGIN_KEYS))
+    return rows[0][0]
+
+
+# --- leases (one holder per name across every process and host: the jobs scheduler) -------------
+
+# Acquire or renew in one statement: a new name is inserted; an existing one changes hands only
+# if it is ours already, if it has expired, or if it is held by ``replacing`` (a holder the caller
+# found dead). No row comes back when someone else holds it.
+_LEASE_ACQUIRE = """
+INSERT INTO forq_leases (name, holder, expires_at) VALUES (:name, :holder, :expires_at)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE forq_leases.holder IN (:holder, :replacing) OR forq_leases.expires_at < :now
+RETURNING holder"""
+
+
+def lease_acquire(conn, name: str, holder: str, now: int, ttl_ms: int, replacing: str = "") -> bool:
+    """Take or renew the lease ``name`` for ``holder`` until ``now + ttl_ms``; False if another
+    holder has it (and it is neither expired nor ``replacing``)."""
+    params = {"name": name, "holder": holder, "expires_at": now + ttl_ms, "now": now, "replacing": replacing}
+    return bool(conn.execute(_LEASE_ACQUIRE, params).fetchall())
+
+
+def lease_holder(conn, name: str) -> tuple[str, int] | None:
+    """(holder, expires_at) of the lease ``name``, or None."""
+    row = conn.execute("SELECT holder, expires_at FROM forq_leases WHERE name = ?", (name,)).fetchone()
+    return tuple(row) if row else None
+
+
+def lease_release(conn, name: str, holder: str) -> bool:
+    """Give the lease up, if ``holder`` has it (so another process takes it at once)."""
+    return conn.execute("DELETE FROM forq_leases WHERE name = ? AND holder = ?", (name, holder)).rowcount > 0
