@@ -8,6 +8,8 @@ model is for reading (admin, UI, analytics) and for the schema.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.db import models
 from django.db.models import Q
 
@@ -90,15 +92,20 @@ class Message(models.Model):
         return self.queue.removesuffix(DLQ_SUFFIX) if self.is_dlq else self.queue
 
 
-class DeadLetterManager(models.Manager.from_queryset(MessageQuerySet)):
+# A module-level name, so django-stubs can type the generated base class.
+_MessageManager = models.Manager.from_queryset(MessageQuerySet)
+
+
+class DeadLetterManager(_MessageManager["DeadLetter"]):
     def get_queryset(self) -> MessageQuerySet:
-        return super().get_queryset().filter(is_dlq=True)
+        # A MessageQuerySet at run time; the stubs type from_queryset()'s get_queryset() as QuerySet.
+        return super().get_queryset().filter(is_dlq=True)  # type: ignore[return-value]
 
 
 class DeadLetter(Message):
     """Messages in dead-letter queues (a proxy of :class:`Message`, for its own admin list)."""
 
-    objects = DeadLetterManager()
+    objects: ClassVar[DeadLetterManager] = DeadLetterManager()
 
     class Meta:
         proxy = True

@@ -28,23 +28,30 @@ logger = logging.getLogger(__name__)
 
 
 class _Waiter:
-    __slots__ = ("queues", "event", "loop", "future")
+    """A thread waiting for a message in one of ``queues``."""
 
-    def __init__(self, queues: tuple[str, ...], loop: asyncio.AbstractEventLoop | None = None):
+    __slots__ = ("queues", "event")
+
+    def __init__(self, queues: tuple[str, ...]):
         self.queues = queues
-        self.loop = loop
-        if loop is None:
-            self.event = threading.Event()
-            self.future = None
-        else:
-            self.event = None
-            self.future = loop.create_future()
+        self.event = threading.Event()
 
     def wake(self) -> None:
-        if self.loop is None:
-            self.event.set()
-        else:
-            self.loop.call_soon_threadsafe(_resolve, self.future)
+        self.event.set()
+
+
+class _AsyncWaiter:
+    """A coroutine waiting for a message in one of ``queues``, woken in its own event loop."""
+
+    __slots__ = ("queues", "loop", "future")
+
+    def __init__(self, queues: tuple[str, ...], loop: asyncio.AbstractEventLoop):
+        self.queues = queues
+        self.loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+
+    def wake(self) -> None:
+        self.loop.call_soon_threadsafe(_resolve, self.future)
 
 
 def _resolve(future: asyncio.Future) -> None:
@@ -56,7 +63,7 @@ class Notifier:
     def __init__(self, alias: str):
         self.alias = alias
         self._cond = threading.Condition()
-        self._waiters: dict[str, deque[_Waiter]] = {}
+        self._waiters: dict[str, deque[_Waiter | _AsyncWaiter]] = {}
         self._kicked = False
         self._thread: threading.Thread | None = None
 
@@ -76,7 +83,7 @@ class Notifier:
             self._remove(waiter)
 
     async def wait_async(self, queue: str, timeout: float) -> None:
-        waiter = _Waiter((queue,), asyncio.get_running_loop())
+        waiter = _AsyncWaiter((queue,), asyncio.get_running_loop())
         self._add(waiter)
         try:
             await asyncio.wait_for(waiter.future, timeout)
@@ -105,7 +112,7 @@ class Notifier:
         with self._cond:
             return sum(len(w) for w in self._waiters.values())
 
-    def _add(self, waiter: _Waiter) -> None:
+    def _add(self, waiter: _Waiter | _AsyncWaiter) -> None:
         with self._cond:
             for queue in waiter.queues:
                 self._waiters.setdefault(queue, deque()).append(waiter)
@@ -117,11 +124,11 @@ class Notifier:
                 self._thread.start()
             self._cond.notify()
 
-    def _remove(self, waiter: _Waiter) -> None:
+    def _remove(self, waiter: _Waiter | _AsyncWaiter) -> None:
         with self._cond:
             self._unlink(waiter)
 
-    def _unlink(self, waiter: _Waiter) -> None:
+    def _unlink(self, waiter: _Waiter | _AsyncWaiter) -> None:
         for queue in waiter.queues:
             waiters = self._waiters.get(queue)
             if waiters is not None:

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# `make test`: installs what the tests need, then runs the whole suite on SQLite and on PostgreSQL.
-# Tests that need Java (Spark), Chromium (browser) or PostgreSQL skip with a reason where those
-# can't be installed; on CI (CI=true) a missing one is an error instead.
+# `make test`: installs what the tests need (requirements-dev.txt, Java, Chromium), checks the code
+# (ruff, mypy, no model change without its migration), then runs the whole suite on SQLite and on
+# PostgreSQL. Tests that need Java (Spark), Chromium (browser) or PostgreSQL skip with a reason where
+# those can't be installed; on CI (CI=true) a missing one is an error instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+scripts/bootstrap.sh requirements-dev.txt
 scripts/ensure-system-deps.sh || { [ "${CI:-}" != "true" ] || exit 1; }
 PY=.venv/bin/python
+echo "==> ruff"
+.venv/bin/ruff check .
+echo "==> mypy"
+.venv/bin/mypy forqapp
+echo "==> migrations match the models"
+FORQ_DB_PATH=:memory: DJANGO_SETTINGS_MODULE=tests.settings $PY manage.py makemigrations --check --dry-run
 echo "==> tests on SQLite"
 $PY -m pytest -p no:cacheprovider "$@"
 if scripts/ensure-postgres.sh; then

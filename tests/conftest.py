@@ -78,7 +78,9 @@ def start_server(extra_env: dict[str, str] | None = None, args: tuple[str, ...] 
     port = free_port()
     env = subprocess_env(**{
         "FORQ_API_ADDR": f"127.0.0.1:{port}", "FORQ_LONG_POLL_SECONDS": "2",
-        "FORQ_TRUST_PROXY_HEADERS": "true", "FORQ_METRICS_ENABLED": "true", **(extra_env or {}),
+        "FORQ_TRUST_PROXY_HEADERS": "true", "FORQ_METRICS_ENABLED": "true",
+        "FORQ_SERVE_JOBS": "false",  # jobs would move other tests' crafted rows; tests that want them say so
+        **(extra_env or {}),
     })
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "forq_serve", *args], env=env, cwd=ROOT,
@@ -88,14 +90,16 @@ def start_server(extra_env: dict[str, str] | None = None, args: tuple[str, ...] 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"forq_serve exited: {proc.stdout.read()}")
+            with proc:  # closes its output pipe
+                raise RuntimeError(f"forq_serve exited: {proc.stdout.read()}")
         try:
             if httpx.get(url + "/healthcheck", timeout=1).status_code == 204:
                 return LiveAPI(url, proc)
         except httpx.HTTPError:
             time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
-    raise RuntimeError("forq_serve did not answer /healthcheck within 30 s")
+    with proc:
+        raise RuntimeError("forq_serve did not answer /healthcheck within 30 s")
 
 
 def stop_server(api: LiveAPI) -> None:
@@ -108,6 +112,13 @@ def stop_server(api: LiveAPI) -> None:
         # timeout (35 s): don't wait, and leave no granian process behind.
         os.killpg(api.proc.pid, signal.SIGKILL)
         api.proc.wait(10)
+    api.proc.stdout.close()  # its output pipe (a ResourceWarning otherwise)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove this run's SQLite files (tests/settings.py lists them; none on PostgreSQL)."""
+    for name in getattr(settings, "TEST_SQLITE_FILES", ()):
+        Path(name).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

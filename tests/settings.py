@@ -5,6 +5,7 @@ import os
 import tempfile
 
 os.environ.setdefault("FORQ_AUTH_SECRET", "test-secret-0123456789abcdef-0123456789")
+_own_file = "FORQ_DB_PATH" not in os.environ  # a file of this run's own, not one the caller named
 os.environ.setdefault("FORQ_DB_PATH", os.path.join(tempfile.gettempdir(), f"forq-test-{os.getpid()}.sqlite3"))
 
 from project.settings import *  # noqa: E402,F403
@@ -17,3 +18,10 @@ FORQ_WAKE_FALLBACK_MS = 100
 FORQ_UI_COLD_WAIT_MS = None
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": os.environ["FORQ_DB_PATH"] + ".test"}  # noqa: F405
+    # This run's SQLite files, removed when the session ends (tests/conftest.py): Django deletes the
+    # test database but not its -wal (tens of MB) and -shm, which threads holding a connection until
+    # the process exits (the notifier's) keep. A FORQ_DB_PATH given by the caller itself is kept.
+    TEST_SQLITE_FILES = [
+        os.environ["FORQ_DB_PATH"] + suffix
+        for suffix in ((".test", ".test-wal", ".test-shm") + (("", "-wal", "-shm") if _own_file else ()))
+    ]

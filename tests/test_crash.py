@@ -45,6 +45,7 @@ def test_kill_9_during_produce_loses_no_acknowledged_message():
         time.sleep(0.05)
     os.killpg(api.proc.pid, signal.SIGKILL)  # mid-write, every process of the server at once
     api.proc.wait(10)
+    stop_server(api)  # (already dead: closes its client and output pipe)
     time.sleep(0.3)
     stop.set()
     for thread in threads:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 import forqapp
 from forqapp import services, store
@@ -214,8 +214,11 @@ def test_a_produce_on_another_host_wakes_a_waiting_consumer_fast(settings):
             result = {}
 
             def wait(result=result):
-                result["message"] = forqapp.receive("wake", wait=5)
-                result["at"] = time.monotonic()
+                try:
+                    result["message"] = forqapp.receive("wake", wait=5)
+                    result["at"] = time.monotonic()
+                finally:
+                    connections.close_all()  # this thread's session (psycopg warns about one left open)
 
             waiter = threading.Thread(target=wait)
             waiter.start()
@@ -236,8 +239,11 @@ def test_a_lost_notification_costs_at_most_the_fallback(settings):
     result = {}
 
     def wait():
-        result["message"] = forqapp.receive("lost", wait=5)
-        result["at"] = time.monotonic()
+        try:
+            result["message"] = forqapp.receive("lost", wait=5)
+            result["at"] = time.monotonic()
+        finally:
+            connections.close_all()
 
     waiter = threading.Thread(target=wait)
     waiter.start()
@@ -347,13 +353,13 @@ def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
             proc.wait(20)
+        except ProcessLookupError:
+            proc.wait(5)  # it ended meanwhile
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
+    proc.stderr.close()  # its error pipe (a ResourceWarning otherwise)
 
 
 @pytest.mark.slow
@@ -443,8 +449,11 @@ def test_a_move_to_the_dlq_wakes_a_consumer_waiting_on_it(settings):
     result = {}
 
     def wait():
-        result["message"] = forqapp.receive("doomed-dlq", wait=5)
-        result["at"] = time.monotonic()
+        try:
+            result["message"] = forqapp.receive("doomed-dlq", wait=5)
+            result["at"] = time.monotonic()
+        finally:
+            connections.close_all()
 
     waiter = threading.Thread(target=wait)
     waiter.start()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 import forqapp
 from forqapp import services
@@ -122,7 +122,10 @@ def test_outbox_rolls_back_with_the_callers_transaction():
 def test_receive_waits_and_wakes_on_send_from_another_thread():
     def later():
         time.sleep(0.3)
-        forqapp.send("waiting", "here")
+        try:
+            forqapp.send("waiting", "here")
+        finally:
+            connections.close_all()  # this thread's connection (psycopg warns about one left open)
 
     threading.Thread(target=later).start()
     start = time.monotonic()

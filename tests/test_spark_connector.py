@@ -38,7 +38,12 @@ class LiveForq:
         self.api_key = SECRET
 
     def client(self) -> ForqClient:
+        """A client of the server: close it (``with``), or its socket is left open."""
         return ForqClient(self.url, self.api_key)
+
+    def send_batch(self, queue: str, items: list[dict]) -> list[str]:
+        with self.client() as c:
+            return c.send_batch(queue, items)
 
     def options(self, queue: str, **extra) -> dict:
         return {"url": self.url, "apiKey": self.api_key, "queue": queue, **{k: str(v) for k, v in extra.items()}}
@@ -104,7 +109,7 @@ def start_live_forq(directory: Path):
         except OSError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
+            stop_live_forq(proc, log)
             raise RuntimeError("forqapp server did not start: " + (directory / "server.log").read_text()[-2000:])
         time.sleep(0.1)
     return LiveForq(url, db_path), proc, log
@@ -200,52 +205,53 @@ def test_split_id_range_covers_everything_once():
 
 
 def test_bulk_endpoints_validate_input(live_forq):
-    c = live_forq.client()
-    with pytest.raises(ForqClientError) as exc:
-        c.request("POST", "/api/v1/queues/v/staged/bad%21token", {"messages": []})
-    assert (exc.value.status, exc.value.code) == (400, "bad_request.body.invalid")
-    with pytest.raises(ForqClientError) as exc:
-        c.send_batch("v", [{"content": "ok"}] * 10_001)
-    assert exc.value.code in ("bad_request.body.invalid", "bad_request.body.content.exceeds_limit")
-    with pytest.raises(ForqClientError) as exc:
-        c.send_batch("v", [{"content": "ok"}, {"content": ""}])
-    assert exc.value.code == "bad_request.body.invalid"
-    assert live_forq.count("v") == 0  # one bad item refuses the whole batch
-    with pytest.raises(ForqClientError) as exc:
-        c.send_batch("v", [{"content": "ok", "processAfter": 1}])
-    assert exc.value.code == "bad_request.body.processAfter.in_past"
-    with pytest.raises(ForqClientError) as exc:
-        c.stage("v-dlq", "t1", [{"content": "x"}])
-    assert exc.value.code == "bad_request.queue.produce_to_dlq"
-    for body in ({"max": 0}, {"max": "5"}, {"max": 5, "wait": 31}, {"max": 5, "wait": True}):
+    with live_forq.client() as c:
         with pytest.raises(ForqClientError) as exc:
-            c.request("POST", "/api/v1/queues/v/messages/claim", body)
+            c.request("POST", "/api/v1/queues/v/staged/bad%21token", {"messages": []})
+        assert (exc.value.status, exc.value.code) == (400, "bad_request.body.invalid")
+        with pytest.raises(ForqClientError) as exc:
+            c.send_batch("v", [{"content": "ok"}] * 10_001)
+        assert exc.value.code in ("bad_request.body.invalid", "bad_request.body.content.exceeds_limit")
+        with pytest.raises(ForqClientError) as exc:
+            c.send_batch("v", [{"content": "ok"}, {"content": None}])
         assert exc.value.code == "bad_request.body.invalid"
-    with pytest.raises(ForqClientError) as exc:
-        c.ack("v", [("not-a-uuid", "1")])
-    assert exc.value.code == "bad_request.messageId.invalid"
-    with pytest.raises(ForqClientError) as exc:
-        c.request("GET", "/api/v1/queues/v/snapshot?limit=0")
-    assert exc.value.code == "bad_request.body.invalid"
-    with pytest.raises(ForqClientError) as exc:
-        ForqClient(live_forq.url, "wrong-key-0123456789abcdef0123456789").snapshot_bounds("v")
-    assert (exc.value.status, exc.value.code) == (401, "unauthorized")
-    assert len(c.send_batch("v", [{"content": "a"}, {"content": "b"}])) == 2
-    assert c.snapshot_bounds("v")["count"] == 2
+        assert live_forq.count("v") == 0  # one bad item refuses the whole batch
+        with pytest.raises(ForqClientError) as exc:
+            c.send_batch("v", [{"content": "ok", "processAfter": 1}])
+        assert exc.value.code == "bad_request.body.processAfter.in_past"
+        with pytest.raises(ForqClientError) as exc:
+            c.stage("v-dlq", "t1", [{"content": "x"}])
+        assert exc.value.code == "bad_request.queue.produce_to_dlq"
+        for body in ({"max": 0}, {"max": "5"}, {"max": 5, "wait": 31}, {"max": 5, "wait": True}):
+            with pytest.raises(ForqClientError) as exc:
+                c.request("POST", "/api/v1/queues/v/messages/claim", body)
+            assert exc.value.code == "bad_request.body.invalid"
+        with pytest.raises(ForqClientError) as exc:
+            c.ack("v", [("not-a-uuid", "1")])
+        assert exc.value.code == "bad_request.messageId.invalid"
+        with pytest.raises(ForqClientError) as exc:
+            c.request("GET", "/api/v1/queues/v/snapshot?limit=0")
+        assert exc.value.code == "bad_request.body.invalid"
+        with ForqClient(live_forq.url, "wrong-key-0123456789abcdef0123456789") as wrong, \
+                pytest.raises(ForqClientError) as exc:
+            wrong.snapshot_bounds("v")
+        assert (exc.value.status, exc.value.code) == (401, "unauthorized")
+        assert len(c.send_batch("v", [{"content": "a"}, {"content": "b"}])) == 2
+        assert c.snapshot_bounds("v")["count"] == 2
 
 
 def test_claim_ack_release_many(live_forq):
-    c = live_forq.client()
-    c.send_batch("cr", [{"content": f"m{i}"} for i in range(10)])
-    got = c.claim("cr", 6)
-    assert [m["content"] for m in got] == [f"m{i}" for i in range(6)]
-    assert c.ack("cr", [(m["id"], m["receipt"]) for m in got[:3]]) == 3
-    assert c.ack("cr", [(m["id"], m["receipt"]) for m in got[:3]]) == 0  # already gone
-    assert c.release("cr", [(m["id"], m["receipt"]) for m in got[3:]]) == 3
-    assert live_forq.count("cr", status=0) == 7
-    started = time.monotonic()
-    assert c.claim("cr-empty", 5, wait=0.3) == []
-    assert time.monotonic() - started >= 0.25
+    with live_forq.client() as c:
+        c.send_batch("cr", [{"content": f"m{i}"} for i in range(10)])
+        got = c.claim("cr", 6)
+        assert [m["content"] for m in got] == [f"m{i}" for i in range(6)]
+        assert c.ack("cr", [(m["id"], m["receipt"]) for m in got[:3]]) == 3
+        assert c.ack("cr", [(m["id"], m["receipt"]) for m in got[:3]]) == 0  # already gone
+        assert c.release("cr", [(m["id"], m["receipt"]) for m in got[3:]]) == 3
+        assert live_forq.count("cr", status=0) == 7
+        started = time.monotonic()
+        assert c.claim("cr-empty", 5, wait=0.3) == []
+        assert time.monotonic() - started >= 0.25
 
 
 # --- write ------------------------------------------------------------------------------------
@@ -297,9 +303,8 @@ def test_writer_with_process_after(live_forq):
 
 
 def test_snapshot_reader_partitions_and_pages(live_forq):
-    c = live_forq.client()
     for i in range(5):
-        c.send_batch("sr", [{"content": f"m{i}-{j}"} for j in range(400)])
+        live_forq.send_batch("sr", [{"content": f"m{i}-{j}"} for j in range(400)])
         time.sleep(0.002)
     reader = ForqSnapshotReader(ForqOptions.parse(live_forq.options("sr", numPartitions=3, pageSize=150)))
     parts = reader.partitions()
@@ -329,7 +334,7 @@ def _stream(live_forq, queue: str, **extra) -> ForqStreamReader:
 
 
 def test_stream_reader_acks_only_on_commit_and_acks_the_last_batch(live_forq):
-    live_forq.client().send_batch("st", [{"content": f"m{i}"} for i in range(25)])
+    live_forq.send_batch("st", [{"content": f"m{i}"} for i in range(25)])
     r = _stream(live_forq, "st", maxMessagesPerBatch=10)
     start = r.initialOffset()
     seen = []
@@ -349,12 +354,13 @@ def test_stream_reader_acks_only_on_commit_and_acks_the_last_batch(live_forq):
 
 
 def test_stream_reader_restart_releases_uncommitted_batch_and_acks_committed(live_forq):
-    live_forq.client().send_batch("rs", [{"content": f"m{i}"} for i in range(8)])
+    live_forq.send_batch("rs", [{"content": f"m{i}"} for i in range(8)])
     r1 = _stream(live_forq, "rs", maxMessagesPerBatch=4)
     o0 = r1.initialOffset()
     o1 = r1.latestOffset(o0, r1.getDefaultReadLimit())
     r1.partitions(o0, o1)
     o2 = r1.latestOffset(o1, r1.getDefaultReadLimit())  # batch 2 planned; its reader then dies
+    r1._api().close()  # (its connection goes with it; nothing is released)
     assert live_forq.count("rs", status=1) == 8
     # Restart: Spark committed batch 1 but not batch 2; it re-runs batch 2 from the offset log.
     r2 = _stream(live_forq, "rs", maxMessagesPerBatch=4)
@@ -366,6 +372,7 @@ def test_stream_reader_restart_releases_uncommitted_batch_and_acks_committed(liv
     r3 = _stream(live_forq, "rs")
     r3.latestOffset(o1, r3.getDefaultReadLimit())
     assert live_forq.count("rs") == 4
+    r3.stop()  # it claimed nothing: releases nothing
     r2.stop()  # uncommitted deliveries go back
     assert live_forq.count("rs", status=0) == 4
 
@@ -383,6 +390,6 @@ def test_writer_at_least_once_sends_straight_to_the_queue(live_forq):
 def test_writer_refuses_null_content_clearly(live_forq):
     w = _writer(live_forq, "nc")
     batch = pa.RecordBatch.from_pydict({"content": ["ok", None]})
-    with pytest.raises(ValueError, match="null or empty"):
+    with pytest.raises(ValueError, match="holds a null"):
         w.write(iter([batch]))
     assert live_forq.count("nc") == 0 and live_forq.staged_rows("nc") == 0

@@ -133,7 +133,7 @@ def _drain(spark, live_forq, queue, sink, checkpoint, per_batch=20, fail=None):
 
 
 def test_streaming_acks_only_after_commit(spark, live_forq, tmp_path):
-    live_forq.client().send_batch("sa", [{"content": f"m{i}"} for i in range(50)])
+    live_forq.send_batch("sa", [{"content": f"m{i}"} for i in range(50)])
     seen, problems = [], []
 
     def sink(batch_df, batch_id):
@@ -158,7 +158,7 @@ def test_streaming_acks_only_after_commit(spark, live_forq, tmp_path):
 
 
 def test_sink_failure_and_restart_lose_nothing(spark, live_forq, tmp_path):
-    live_forq.client().send_batch("sf", [{"content": f"m{i}"} for i in range(60)])
+    live_forq.send_batch("sf", [{"content": f"m{i}"} for i in range(60)])
     done: list[str] = []
     batches = {"n": 0}
 

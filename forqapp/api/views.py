@@ -15,6 +15,7 @@ from pathlib import Path
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 
 from .. import db, errors, services, validation
 from ..conf import forq_settings
@@ -143,14 +144,13 @@ async def metrics(request: HttpRequest) -> HttpResponse:
     return HttpResponse(body, content_type=content_type)
 
 
+@csrf_exempt
 async def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: 404 unless ``FORQ_METRICS_ENABLED`` (checked before the key)."""
     if not forq_settings.FORQ_METRICS_ENABLED:
         return secure(HttpResponse(status=404))
     return await metrics(request)
 
-
-metrics_view.csrf_exempt = True
 
 @functools.cache
 def _openapi_document() -> bytes:
@@ -264,18 +264,13 @@ def _delivery(request: HttpRequest, queue: str, message_id: str) -> tuple[str, s
     return validation.queue_name(queue), validation.message_id(message_id), _receipt(request)
 
 
+@csrf_exempt
 def not_found(request: HttpRequest | None, exception=None, **kwargs) -> HttpResponse:
     """No such endpoint: 404 JSON, as every answer of the API (Forq's SDKs parse the body)."""
     return secure(error_response(errors.NOT_FOUND_ROUTE))
 
 
-not_found.csrf_exempt = True
-
-
+@csrf_exempt
 async def unknown_path(request: HttpRequest) -> HttpResponse:
     """Any other path under ``api/v1/`` (the last route): the same JSON 404."""
     return not_found(request)
-
-
-unknown_path.csrf_exempt = True
-

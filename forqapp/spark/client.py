@@ -187,7 +187,7 @@ class ForqClient:
 
     def snapshot_page(self, queue: str, after: str = "", upto: str | None = None,
                       limit: int = 1000) -> tuple[list[dict], str | None]:
-        params = {"limit": limit}
+        params: dict[str, int | str] = {"limit": limit}
         if after:
             params["after"] = after
         if upto:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 _QUEUE = re.compile(r"[a-zA-Z0-9._-]{1,64}")
+_D = TypeVar("_D", int, None)  # _int's default: an int, or None (then the result may be None)
 
 
 class ForqOptionError(ValueError):
@@ -24,7 +26,7 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def _int(options: Mapping[str, str], name: str, default: int | None, lo: int, hi: int) -> int | None:
+def _int(options: Mapping[str, str], name: str, default: _D, lo: int, hi: int) -> int | _D:
     raw = _get(options, name)
     if raw is None or str(raw).strip() == "":
         return default
