@@ -24,6 +24,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
+from ... import services
 from ...checks import parse_addr, serve_problems
 from ...conf import forq_settings
 
@@ -136,10 +137,9 @@ class Command(BaseCommand):
 
     def _database_problems(self) -> list[str]:
         connection = connections[forq_settings.FORQ_DATABASE]
-        if connection.vendor == "sqlite" and not connection.is_in_memory_db():
-            directory = Path(connection.settings_dict["NAME"]).parent
-            if not directory.is_dir():
-                return [f"the SQLite file's directory {directory} does not exist (FORQ_DB_PATH)"]
+        problems = services.startup_problems()
+        if problems:
+            return problems
         try:
             executor = MigrationExecutor(connection)
             pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
