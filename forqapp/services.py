@@ -25,7 +25,7 @@ def now_ms() -> int:
 
 
 def alias() -> str:
-    return forq_settings.FORQ_DATABASE
+    return str(forq_settings.FORQ_DATABASE)
 
 
 def _store(using: str | None = None) -> Store:

@@ -78,7 +78,7 @@ assert SnapshotRow._fields == SNAPSHOT_COLUMNS  # noqa: S101 - the row is the vo
 
 
 class SnapshotBounds(NamedTuple):
-    count: int
+    messages: int
     min_id: str | None
     max_id: str | None
 

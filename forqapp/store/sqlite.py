@@ -17,9 +17,10 @@ import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from django.core.checks import CheckMessage, Error
+from django.db.backends.sqlite3.base import DatabaseWrapper
 
 from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, is_dlq
 from .base import (
@@ -269,6 +270,10 @@ class SQLiteStore(Store):
     wakeups: ClassVar[Literal["data_version", "listen"]] = "data_version"
     default_db_threads: ClassVar[int] = 1
 
+    if TYPE_CHECKING:  # the base returns the DB-API connection untyped
+
+        def _conn(self) -> sqlite3.Connection: ...
+
     def _batched(self, sql: str, params: dict[str, Any], batch: int) -> int:
         conn = self._conn()
         total = 0
@@ -286,7 +291,7 @@ class SQLiteStore(Store):
                         id="forqapp.E005")
 
     def startup_problems(self) -> list[str]:
-        connection = self.connection
+        connection = cast(DatabaseWrapper, self.connection)
         if not connection.is_in_memory_db():
             directory = Path(connection.settings_dict["NAME"]).parent
             if not directory.is_dir():
