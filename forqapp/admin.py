@@ -19,6 +19,8 @@ from . import services, vocab
 from .models import DeadLetter, Message
 from .ui import freshness, queries
 
+ERROR_PREVIEW = 80  # characters of last_error in the lists
+
 
 def _dt(ms: int | None) -> str:
     if ms is None:
@@ -109,7 +111,7 @@ def delete_messages(modeladmin, request, queryset):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    list_display = ["id", "queue", "status", "attempts", "due", "received", "failure_reason"]
+    list_display = ["id", "queue", "status", "attempts", "due", "received", "failure_reason", "error"]
     list_filter = [QueueFilter, "status", DlqFilter]
     search_fields = ["id"]
     search_help_text = "A message id (exact)."
@@ -118,8 +120,9 @@ class MessageAdmin(admin.ModelAdmin):
     show_full_result_count = False
     actions = [requeue_messages, delete_messages]
     fields = ["id", "queue", "is_dlq", "status", "attempts", "due", "received", "updated",
-              "expires", "processing_started", "failure_reason", "pretty_content"]
-    readonly_fields = fields
+              "expires", "processing_started", "failure_reason", "last_error", "pretty_content"]
+    # mypy types `fields` as the base class's field groups; it holds plain names here.
+    readonly_fields = fields  # type: ignore[assignment]
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -166,6 +169,14 @@ class MessageAdmin(admin.ModelAdmin):
     @admin.display(description="processing started")
     def processing_started(self, obj):
         return _dt(obj.processing_started_at)
+
+    @admin.display(description="last error")
+    def error(self, obj):
+        """The consumer's own error, cut for the list (the change page shows all of it)."""
+        text = obj.last_error or ""
+        if len(text) <= ERROR_PREVIEW:
+            return text or "—"
+        return format_html('<span title="{}">{}…</span>', text, text[:ERROR_PREVIEW])
 
     @admin.display(description="content")
     def pretty_content(self, obj):

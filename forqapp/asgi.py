@@ -5,12 +5,18 @@ It serves :mod:`forqapp.api.urls` and nothing else, calling the views directly: 
 through ``sync_to_async``), which would cap the API far below what SQLite can take. What the
 middleware would have added, the views add themselves (security headers, errors as JSON).
 
-It also does two things a queue needs from its server:
+It also does what a queue needs from its server against clients that are slow, hostile or gone:
 
+* the method and the API key are checked from the headers, before any byte of the body is
+  received: a wrong key is answered 401 (a throttled address 429) at once, and costs no memory;
 * the 2 MiB body cap is enforced while the body arrives, so an oversized request is refused
-  (413) before it is read whole; and
+  (413) before it is read whole;
+* a body that arrives too slowly is cut off (408): ``FORQ_BODY_TIMEOUT_S`` in all, and after
+  ``FORQ_BODY_GRACE_S`` at least ``FORQ_BODY_MIN_RATE_BYTES_S`` on average; and
 * a long-polling consume is cancelled as soon as the client goes away, so it never claims a
   message for a connection nobody listens to (a claim already running is given back).
+
+Every answer is JSON (``{"code": …}`` for errors), unknown paths included.
 """
 
 from __future__ import annotations
@@ -55,6 +61,13 @@ class DisconnectWatch:
             self.listener.cancel()
 
 
+class BodyRefused(Exception):
+    """The body is not read whole: too big (413) or too slow (408)."""
+
+    def __init__(self, code: str, status: int):
+        self.code, self.status = code, status
+
+
 class APIApplication:
     urlconf = "forqapp.api.urls"
 
@@ -80,12 +93,27 @@ class APIApplication:
         except Resolver404:
             await self._respond(send, self._views.not_found(None))
             return
-        body = await self._read_body(scope, receive)
-        if body is None:
-            code = self._errors.CONTENT_EXCEEDS_LIMIT
-            await self._respond(send, self._views.secure(self._views.error_response(code, 413)))
+        body_file = io.BytesIO()  # filled below, once the headers passed
+        try:
+            request = ASGIRequest(scope, body_file)
+        except UnicodeDecodeError:  # raw non-ASCII bytes in the query string (Django decodes it as UTF-8)
+            await self._respond(send, self._views.secure(self._views.error_response(self._errors.BODY_INVALID)))
             return
-        request = ASGIRequest(scope, io.BytesIO(body))
+        refused = await self._views.early_refusal(request, match.func)
+        if refused is not None:  # wrong method or key, throttled: the body is never received
+            await self._respond(send, refused)
+            return
+        if scope["method"] == "POST" and hasattr(match.func, "forq_endpoint"):  # no other view reads one
+            try:
+                body = await self._read_body(scope, receive)
+            except BodyRefused as exc:
+                response = self._views.error_response(exc.code, exc.status)
+                await self._respond(send, self._views.secure(response))
+                return
+            if body is None:
+                return  # the client went away: nobody to answer
+            body_file.write(body)
+            body_file.seek(0)
         view = match.func(request, *match.args, **match.kwargs)
         if (scope["method"], match.url_name) in _WAITING:
             response = await self._unless_disconnected(view, request, receive)
@@ -96,27 +124,45 @@ class APIApplication:
         await self._respond(send, response)
 
     async def _read_body(self, scope, receive) -> bytes | None:
-        """The whole body, or None as soon as it is known to exceed the cap."""
-        limit = self._settings.FORQ_MAX_BODY_BYTES
+        """The whole body, or None if the client went away. Raises :class:`BodyRefused` as soon as
+        the body is known to exceed the cap (413), or when it arrives too slowly (408).
+
+        Too slow: not complete within ``FORQ_BODY_TIMEOUT_S``, or, after ``FORQ_BODY_GRACE_S``,
+        less than ``FORQ_BODY_MIN_RATE_BYTES_S`` received on average. Each chunk moves the
+        deadline on by the time it buys at that rate; a client that holds, sends nothing."""
+        settings = self._settings
+        limit = settings.FORQ_MAX_BODY_BYTES
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     if int(value) > limit:
-                        return None
+                        raise BodyRefused(self._errors.CONTENT_EXCEEDS_LIMIT, 413)
                 except ValueError:
                     pass
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        last = start + float(settings.FORQ_BODY_TIMEOUT_S)
+        grace, rate = float(settings.FORQ_BODY_GRACE_S), float(settings.FORQ_BODY_MIN_RATE_BYTES_S or 0)
         chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return b""
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        try:
+            async with asyncio.timeout_at(min(last, start + grace) if rate else last) as deadline:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyRefused(self._errors.CONTENT_EXCEEDS_LIMIT, 413)
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        return b"".join(chunks)
+                    if rate:
+                        deadline.reschedule(min(last, start + grace + size / rate))
+        except TimeoutError:
+            logger.info("%s %s: body too slow (%d bytes in %.1f s), cut off", scope["method"],
+                        scope["path"], size, loop.time() - start)
+            raise BodyRefused(self._errors.REQUEST_TIMEOUT, 408) from None
 
     @staticmethod
     async def _unless_disconnected(view, request, receive):
@@ -189,12 +235,23 @@ def api_application():
 
 
 def ui_application():
-    """The UI listener: Django's ASGI handler on ``FORQ_UI_URLCONF`` (admin and UI pages, no API)."""
+    """The UI listener: Django's ASGI handler on ``FORQ_UI_URLCONF`` (admin and UI pages, no API).
+
+    Static files that were not collected into ``STATIC_ROOT`` are served here through Django's
+    staticfiles finders, so the pages have their CSS and htmx in any project (see
+    :mod:`forqapp.serving`)."""
     django.setup(set_prefix=False)
     from django.conf import settings
     from django.core.asgi import get_asgi_application
 
+    from .serving import static_from_finders
+
     urlconf = getattr(settings, "FORQ_UI_URLCONF", None)
     if urlconf:
         settings.ROOT_URLCONF = urlconf  # this process serves the UI only
-    return get_asgi_application()
+    application = get_asgi_application()
+    if static_from_finders():
+        from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+        application = ASGIStaticFilesHandler(application)
+    return application

@@ -92,21 +92,50 @@ def unregister(queue: str) -> None:
         _registry.pop(queue, None)
 
 
-def _from_settings() -> None:
+def settings_consumers() -> tuple[list[tuple[str, Callable[[Any], Any], str | None]], list[str]]:
+    """``FORQ_CONSUMERS`` as (queue, handler, decode) entries, and one line per entry that is wrong.
+
+    Importing each dotted path here (not on first use) lets the system check ``forqapp.E040`` name
+    a typo before a worker starts, and the worker refuse it in one line."""
     mapping = getattr(settings, "FORQ_CONSUMERS", None) or {}
     if not isinstance(mapping, dict):
-        raise ImproperlyConfigured("FORQ_CONSUMERS must be a dict of queue name to dotted path")
+        return [], ["FORQ_CONSUMERS must be a dict of queue name to dotted path"]
+    entries, problems = [], []
     for queue, spec in mapping.items():
         decode = None
         if isinstance(spec, dict):
             decode = spec.get("decode")
             spec = spec.get("handler")
+        where = f"FORQ_CONSUMERS[{queue!r}]"
         if not isinstance(spec, str):
-            raise ImproperlyConfigured(f"FORQ_CONSUMERS[{queue!r}] must be a dotted path")
+            problems.append(f"{where} must be a dotted path (got {spec!r})")
+            continue
+        try:
+            validation.queue_name(queue)
+        except ForqError:
+            problems.append(f"{where}: invalid queue name")
+            continue
+        if decode not in DECODERS:
+            problems.append(f"{where}: decode must be None or 'json' (got {decode!r})")
+            continue
         try:
             handler = import_string(spec)
-        except ImportError as exc:
-            raise ImproperlyConfigured(f"FORQ_CONSUMERS[{queue!r}]: cannot import {spec!r}: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - any failure to import is the path's problem, in one line
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            problems.append(f"{where}: cannot import {spec!r} ({reason})")
+            continue
+        if not callable(handler):
+            problems.append(f"{where}: {spec!r} is not callable")
+            continue
+        entries.append((queue, handler, decode))
+    return entries, problems
+
+
+def _from_settings() -> None:
+    entries, problems = settings_consumers()
+    if problems:
+        raise ImproperlyConfigured("; ".join(problems))
+    for queue, handler, decode in entries:
         register(queue, handler, decode=decode)
 
 

@@ -15,6 +15,10 @@ RECEIPT_INVALID = "bad_request.receipt.invalid"
 UNAUTHORIZED = "unauthorized"
 TOO_MANY_REQUESTS = "too_many_requests"
 NOT_FOUND_MESSAGE = "not_found.message"
+# forqapp's own: every answer of the API is JSON, so are these (Forq's router answers them in text).
+NOT_FOUND_ROUTE = "not_found.route"  # no such endpoint
+METHOD_NOT_ALLOWED = "method_not_allowed"
+REQUEST_TIMEOUT = "request_timeout"  # the body arrived too slowly (FORQ_BODY_TIMEOUT_S, ..._MIN_RATE_...)
 UNHEALTHY = "forq.unhealthy"
 INTERNAL = "internal"
 
@@ -31,6 +35,9 @@ STATUS = {
     RECEIPT_INVALID: 400,
     UNAUTHORIZED: 401,
     NOT_FOUND_MESSAGE: 404,
+    NOT_FOUND_ROUTE: 404,
+    METHOD_NOT_ALLOWED: 405,
+    REQUEST_TIMEOUT: 408,
     TOO_MANY_REQUESTS: 429,
     INTERNAL: 500,
     UNHEALTHY: 503,
@@ -38,11 +45,14 @@ STATUS = {
 
 
 class ForqError(Exception):
-    """A request forqapp refuses, with Forq's error ``code`` and the HTTP ``status`` it maps to."""
+    """A request forqapp refuses, with Forq's error ``code`` and the HTTP ``status`` it maps to
+    (and ``headers`` the answer carries, e.g. ``Retry-After`` on a 429)."""
 
-    def __init__(self, code: str, message: str | None = None, *, status: int | None = None):
+    def __init__(self, code: str, message: str | None = None, *, status: int | None = None,
+                 headers: dict[str, str] | None = None):
         self.code = code
         self.status = status or STATUS.get(code, 400)
+        self.headers = headers or {}
         super().__init__(message or code)
 
 

@@ -1,8 +1,12 @@
 """Forq's background jobs (SPEC §2): each a plain function returning how many messages it handled,
 and a :class:`Scheduler` that runs them all on Forq's intervals.
 
-Run them with ``manage.py forq_jobs`` (one long-running process), one at a time from cron with
-``manage.py forq_jobs run NAME``, or inside a worker with ``manage.py forq_worker --with-jobs``.
+Run them with ``manage.py forq_serve`` (by default), ``manage.py forq_jobs`` (one long-running
+process), one at a time from cron with ``manage.py forq_jobs run NAME``, or inside a worker with
+``manage.py forq_worker --with-jobs``. However many of those long-running schedulers run on one
+database, only the one holding the database lease ``forq-jobs`` (:class:`JobsLease`) runs jobs;
+the others stand by and take over when it stops.
+
 The SQL lives in the store; sweeps work in batches of 1,000 rows, one short write transaction each,
 and never touch a message in processing (except ``stale``, whose business that is).
 """
@@ -10,13 +14,17 @@ and never touch a message in processing (except ``stale``, whose business that i
 from __future__ import annotations
 
 import logging
+import os
+import re
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connections
+from django.db import DatabaseError, OperationalError, close_old_connections, connections
 
 from . import metrics, services
 from .conf import forq_settings
@@ -111,15 +119,18 @@ JOBS: dict[str, Job] = {
 
 def run(name: str, *, dry_run: bool = False, using: str | None = None) -> int:
     """Run one job by name; returns its count. Counted in ``forq_job_runs_total``."""
-    job = JOBS[name]
+    return _run(JOBS[name], dry_run=dry_run, using=using)
+
+
+def _run(job: Job, *, dry_run: bool = False, using: str | None = None) -> int:
     try:
         n = job.func(dry_run=dry_run, using=using)
     except Exception:
         if not dry_run:
-            metrics.job_ran(name, False)
+            metrics.job_ran(job.name, False)
         raise
     if not dry_run:
-        metrics.job_ran(name, True)
+        metrics.job_ran(job.name, True)
     return n
 
 
@@ -141,15 +152,137 @@ def _ui_history_installed() -> bool:
     return True
 
 
+LEASE = "forq-jobs"  # the database lease whose holder runs the jobs
+
+
+def _pid_namespace() -> str:
+    """The PID namespace's inode on Linux (containers on one host share its name but not their
+    PIDs), else ""."""
+    try:
+        return re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        return ""
+
+
+_HERE = (socket.gethostname()[:120], _pid_namespace())
+
+
+def _holder_id() -> str:
+    """``host:pid-namespace:pid:random``: unique per process, and says where the process runs."""
+    return f"{_HERE[0]}:{_HERE[1]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _dead_here(holder: str) -> bool:
+    """Whether ``holder`` was a process of this machine (same host name and PID namespace) that
+    has gone: a scheduler restarted after a crash then takes its lease over at once instead of
+    waiting for it to expire. Any doubt (another host, a PID in use) answers False: wait."""
+    try:
+        host, namespace, pid, _ = holder.rsplit(":", 3)
+        pid_number = int(pid)
+    except ValueError:
+        return False
+    if (host, namespace) != _HERE or pid_number == os.getpid():
+        return False
+    try:
+        os.kill(pid_number, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # exists (another user's) or cannot tell
+    return False
+
+
+class JobsLease:
+    """The database lease that lets one scheduler per database run the jobs.
+
+    A thread of its own renews it every third of ``FORQ_JOBS_LEASE_MS`` (so a long job never lets
+    it lapse) and, while someone else holds it or after a failed renewal, asks again every second
+    (so a released lease is taken at once). :attr:`held` turns False by itself half a lease after
+    the last renewal that succeeded: a holder cut off from the database stops starting jobs well
+    before another process may take the lease over, even with the hosts' clocks seconds apart.
+    """
+
+    def __init__(self, name: str = LEASE, *, using: str | None = None):
+        self.name = name
+        self.using = using
+        self.holder = _holder_id()
+        self._valid_until = 0.0  # time.monotonic()
+        self._retry_soon = True
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def held(self) -> bool:
+        return time.monotonic() < self._valid_until
+
+    def renew(self) -> bool:
+        """Take or renew the lease now; whether this process holds it."""
+        ttl_ms = int(forq_settings.FORQ_JOBS_LEASE_MS)
+        started = time.monotonic()
+        close_old_connections()
+        try:
+            ok = services.acquire_lease(self.name, self.holder, ttl_ms, using=self.using)
+            if not ok:
+                current = services.lease_holder(self.name, using=self.using)
+                if current and _dead_here(current[0]):
+                    logger.warning("forqapp jobs: lease %s held by %s, a process that is gone; taking it over",
+                                   self.name, current[0])
+                    ok = services.acquire_lease(self.name, self.holder, ttl_ms, replacing=current[0],
+                                                using=self.using)
+        except DatabaseError:
+            logger.exception("forqapp jobs: renewing the lease %s failed (database); trying again", self.name)
+            connections[self.using or services.alias()].close()
+            self._retry_soon = True
+            return self.held
+        self._valid_until = started + ttl_ms / 2000 if ok else 0.0
+        self._retry_soon = not self.held  # e.g. a statement that waited long for SQLite's lock
+        return ok
+
+    def start(self) -> None:
+        """Try once now, then keep trying/renewing on a thread until :meth:`stop`."""
+        self.renew()
+        self._thread = threading.Thread(target=self._keep, name="forq-jobs-lease", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing and give the lease up, so another scheduler takes over at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._valid_until = 0.0
+        try:
+            services.release_lease(self.name, self.holder, using=self.using)
+        except DatabaseError:  # it expires by itself
+            logger.warning("forqapp jobs: could not release the lease %s; it expires by itself", self.name)
+
+    def _keep(self) -> None:
+        try:
+            while not self._stop.wait(self._pause()):
+                self.renew()
+        finally:
+            connections.close_all()  # this thread's connections
+
+    def _pause(self) -> float:
+        third = max(0.01, forq_settings.FORQ_JOBS_LEASE_MS / 3000)
+        return min(1.0, third) if self._retry_soon else third
+
+
 class Scheduler:
     """Runs every enabled job once at start, then each on its interval, until :meth:`stop`.
 
-    A failing job is logged and tried again at its next turn; it never stops the others.
+    With ``lease=True`` (the default) it runs jobs only while it holds the database lease
+    (:class:`JobsLease`): several schedulers on one database, on any hosts, run them once. One that
+    gains the lease runs every job at once (the previous holder may have stopped long ago); one that
+    loses it starts no further job. ``on_lease(bool)`` is called each time that changes (and once
+    at start). A failing job is logged and tried again at its next turn; it never stops the others.
     """
 
-    def __init__(self, jobs: list[Job] | None = None, *, using: str | None = None):
+    def __init__(self, jobs: list[Job] | None = None, *, using: str | None = None, lease: bool = True,
+                 on_lease: Callable[[bool], None] | None = None):
         self.jobs = jobs if jobs is not None else enabled_jobs()
         self.using = using
+        self.lease = JobsLease(using=using) if lease else None
+        self.on_lease = on_lease
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -159,6 +292,11 @@ class Scheduler:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def running_jobs(self) -> bool:
+        """Whether this scheduler may run jobs now (holds the lease, or has none)."""
+        return self.lease is None or self.lease.held
 
     def start_thread(self) -> threading.Thread:
         self._thread = threading.Thread(target=self.run_forever, name="forq-jobs", daemon=True)
@@ -170,28 +308,50 @@ class Scheduler:
             self._thread.join(timeout)
 
     def run_forever(self) -> None:
-        next_run = {job.name: time.monotonic() for job in self.jobs}
+        running = None  # whether this scheduler runs the jobs; None until first known
+        next_run: dict[str, float] = {}
         try:
+            if self.lease is not None:
+                self.lease.start()
             while not self._stop.is_set():
+                if self.running_jobs != running:
+                    running = self.running_jobs
+                    next_run = {job.name: time.monotonic() for job in self.jobs}
+                    self._lease_changed(running)
+                if not running:
+                    self._stop.wait(0.2)  # the lease thread asks for the lease; see when it has it
+                    continue
                 now = time.monotonic()
                 for job in self.jobs:
-                    if self._stop.is_set():
+                    if self._stop.is_set() or not self.running_jobs:
                         break
                     if now >= next_run[job.name]:
                         self._run_one(job)
                         next_run[job.name] = time.monotonic() + job.every()
-                if not self.jobs:
-                    self._stop.wait(1.0)
-                    continue
-                self._stop.wait(max(0.0, min(next_run.values()) - time.monotonic()))
+                until_next = min(next_run.values(), default=time.monotonic() + 1.0) - time.monotonic()
+                # With a lease, look at it at least every second, to say at once when it is lost.
+                self._stop.wait(max(0.0, min(until_next, 1.0) if self.lease is not None else until_next))
         finally:
+            if self.lease is not None:
+                self.lease.stop()
             connections.close_all()
+
+    def _lease_changed(self, running: bool) -> None:
+        if self.on_lease is not None:  # its owner reports it (forq_jobs prints it)
+            self.on_lease(running)
+        elif self.lease is not None:
+            if running:
+                logger.info("forqapp jobs: this process runs the jobs (it holds the lease %s as %s)",
+                            self.lease.name, self.lease.holder)
+            else:
+                logger.info("forqapp jobs: standing by; another process holds the lease %s and runs the jobs",
+                            self.lease.name)
 
     def _run_one(self, job: Job) -> None:
         close_old_connections()
         started = time.monotonic()
         try:
-            n = run(job.name, using=self.using)
+            n = _run(job, using=self.using)
         except OperationalError:
             logger.exception("forqapp job %s failed (database); retrying at its next turn", job.name)
             connections[self.using or services.alias()].close()

@@ -170,8 +170,10 @@ def ack(message: ReceivedMessage, *, using: str | None = None) -> None:
     ack_delivery(message.queue, message.id, message.receipt, using=using)
 
 
-def nack(message: ReceivedMessage, *, using: str | None = None) -> None:
-    nack_delivery(message.queue, message.id, message.receipt, using=using)
+def nack(message: ReceivedMessage, error: str | BaseException | None = None, *, using: str | None = None) -> None:
+    """Retry later (Forq's backoff); ``error`` (an exception or text) is kept as the message's
+    ``last_error``, which goes with it to the DLQ."""
+    nack_delivery(message.queue, message.id, message.receipt, using=using, error=error)
 
 
 def ack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None = None) -> None:
@@ -180,10 +182,11 @@ def ack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None
     metrics.acked(queue, 1)
 
 
-def nack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None = None) -> None:
+def nack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None = None,
+                  error: str | BaseException | None = None) -> None:
     queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
     _settled(_store(using).nack(queue, message_id, receipt, now_ms(), forq_settings.FORQ_MAX_ATTEMPTS,
-                                tuple(forq_settings.FORQ_BACKOFF_MS)))
+                                tuple(forq_settings.FORQ_BACKOFF_MS), describe_error(error)))
     metrics.nacked(queue, 1)
 
 
@@ -198,10 +201,25 @@ def ack_many(queue: str, deliveries: Iterable[tuple[str, int]], *, using: str | 
     return n
 
 
-def fail(message: ReceivedMessage, *, using: str | None = None) -> None:
-    """Fail a delivery at once, without retries: the failed job moves it to the DLQ."""
+MAX_ERROR_CHARS = 2_000  # a consumer's error is a diagnosis, not a log: keep rows small
+
+
+def describe_error(error: str | BaseException | None) -> str | None:
+    """``last_error`` text: an exception as ``module.Class: message`` (builtins unqualified)."""
+    if error is None:
+        return None
+    if isinstance(error, BaseException):
+        cls = type(error)
+        name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        error = f"{name}: {error}" if str(error) else name
+    return str(error)[:MAX_ERROR_CHARS]
+
+
+def fail(message: ReceivedMessage, error: str | BaseException | None = None, *, using: str | None = None) -> None:
+    """Fail a delivery at once, without retries: the failed job moves it to the DLQ with the
+    failure reason ``fatal_error``. ``error`` (an exception or text) is kept as ``last_error``."""
     queue, message_id = validation.queue_name(message.queue), validation.message_id(message.id)
-    _settled(_store(using).fail(queue, message_id, message.receipt, now_ms()))
+    _settled(_store(using).fail(queue, message_id, message.receipt, now_ms(), describe_error(error)))
 
 
 def release(message: ReceivedMessage, *, using: str | None = None) -> bool:
@@ -316,11 +334,40 @@ def auth_blocked(address: str, *, using: str | None = None) -> bool:
     return _store(using).auth_blocked_until(address[:100]) > now_ms()
 
 
+def auth_retry_after(address: str, *, using: str | None = None) -> int:
+    """Whole seconds until ``address`` may try a key again (a 429's ``Retry-After``); 0: not blocked."""
+    left_ms = _store(using).auth_blocked_until(address[:100]) - now_ms()
+    return max(0, -(-left_ms // 1000))  # rounded up: retrying at once after would still be refused
+
+
 def auth_failed(address: str, *, using: str | None = None) -> None:
     """Count a wrong key from ``address``: the ``FORQ_AUTH_MAX_FAILURES``-th within
     ``FORQ_AUTH_FAILURE_WINDOW_S`` blocks it for ``FORQ_AUTH_BLOCK_S``."""
     _store(using).auth_failed(address[:100], now_ms(), int(forq_settings.FORQ_AUTH_FAILURE_WINDOW_S) * 1000,
                    int(forq_settings.FORQ_AUTH_MAX_FAILURES), int(forq_settings.FORQ_AUTH_BLOCK_S) * 1000)
+
+
+# --- login throttle (the API-key throttle's table, under "login-…" keys) ----------------------
+
+
+def login_blocked_until(keys: Iterable[str], *, using: str | None = None) -> int:
+    """Until when (Unix ms) a login is refused for any of ``keys`` (:mod:`forqapp.login_throttle`'s
+    address and username keys); 0 when it is not."""
+    st = _store(using)
+    until = max((st.auth_blocked_until(key[:100]) for key in keys), default=0)
+    return until if until > now_ms() else 0
+
+
+def login_failed(keys: Iterable[str], *, using: str | None = None) -> int:
+    """Count a failed login against each of ``keys``: the ``FORQ_LOGIN_MAX_FAILURES``-th within
+    ``FORQ_LOGIN_FAILURE_WINDOW_S`` blocks that key for ``FORQ_LOGIN_BLOCK_S``. Returns until when
+    the login is now blocked (Unix ms, or 0)."""
+    st = _store(using)
+    now = now_ms()
+    window = int(forq_settings.FORQ_LOGIN_FAILURE_WINDOW_S) * 1000
+    limit = int(forq_settings.FORQ_LOGIN_MAX_FAILURES)
+    block = int(forq_settings.FORQ_LOGIN_BLOCK_S) * 1000
+    return max((st.login_failed(key[:100], now, window, limit, block) for key in keys), default=0)
 
 
 # --- health ---------------------------------------------------------------------------------
@@ -436,3 +483,22 @@ def default_db_threads(*, using: str | None = None) -> int:
 def startup_problems(*, using: str | None = None) -> list[str]:
     """What stops a server from starting on the database, before it is even opened."""
     return _store(using).startup_problems()
+
+
+# --- leases -----------------------------------------------------------------------------------
+
+
+def acquire_lease(name: str, holder: str, ttl_ms: int, *, replacing: str = "", using: str | None = None) -> bool:
+    """Take or renew the named lease for ``holder`` (one atomic statement); False while another
+    live holder has it. ``replacing`` names a holder the caller knows is dead: taken over at once."""
+    return _store(using).lease_acquire(name, holder, now_ms(), int(ttl_ms), replacing)
+
+
+def lease_holder(name: str, *, using: str | None = None) -> store.LeaseHolder | None:
+    """(holder, expires_at in Unix ms) of the named lease, or None when nobody holds it."""
+    return _store(using).lease_holder(name)
+
+
+def release_lease(name: str, holder: str, *, using: str | None = None) -> bool:
+    """Give the named lease up if ``holder`` has it."""
+    return _store(using).lease_release(name, holder)

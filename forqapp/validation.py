@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from . import errors
@@ -27,9 +28,10 @@ def dlq_name(queue: object) -> str:
 
 def content(value: object, limit: int | None = None) -> str:
     """``value`` if it is storable message content of at most ``limit`` bytes in UTF-8 (default:
-    ``FORQ_MAX_CONTENT_BYTES``; bulk callers read the setting once and pass it)."""
-    if not isinstance(value, str) or value == "":
-        raise ForqError(errors.BODY_INVALID, "content must be a non-empty string")
+    ``FORQ_MAX_CONTENT_BYTES``; bulk callers read the setting once and pass it). The empty string
+    is content like any other: Forq stores it."""
+    if not isinstance(value, str):
+        raise ForqError(errors.BODY_INVALID, "content must be a string")
     if limit is None:
         limit = forq_settings.FORQ_MAX_CONTENT_BYTES
     if value.isascii():  # one byte a character: no encoding needed to measure it
@@ -45,8 +47,9 @@ def content(value: object, limit: int | None = None) -> str:
 
 
 def process_after(value: object, now: int) -> int:
-    """Unix ms when the message becomes due; ``None`` means now."""
-    if value is None:
+    """Unix ms when the message becomes due; ``None`` or ``0`` means now (Forq treats 0, Go's zero
+    value, as absent)."""
+    if value is None or (type(value) is int and value == 0):  # not False, which is no integer here
         return now
     if isinstance(value, bool) or not isinstance(value, int):
         raise ForqError(errors.BODY_INVALID, "processAfter must be an integer (Unix ms)")
@@ -64,10 +67,23 @@ def message_id(value: object) -> str:
         raise ForqError(errors.MESSAGE_ID_INVALID, f"invalid message id {value!r}") from None
 
 
+_RECEIPT = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only (no "--5", no Unicode digits)
+_INT64 = range(-(2**63), 2**63)  # what a receipt is stored as (SQLite INTEGER, PostgreSQL bigint)
+
+
 def receipt(value: object) -> int:
+    """A delivery's receipt (``X-Forq-Receipt``, or ``receipt`` in a bulk body) as an integer. A
+    value out of the 64-bit range is refused here, as Go's ParseInt does in Forq: the database
+    would otherwise fail on it (SQLite: "Python int too large to convert")."""
     if value is None or value == "":
         raise ForqError(errors.RECEIPT_MISSING, "X-Forq-Receipt header is missing")
-    text = str(value).strip()
-    if not text.isascii() or not text.lstrip("-").isdigit() or len(text) > 19:
+    if isinstance(value, bool) or not isinstance(value, str | int):
         raise ForqError(errors.RECEIPT_INVALID, "X-Forq-Receipt is not an integer")
-    return int(text)
+    if isinstance(value, str):
+        text = value.strip()
+        if not _RECEIPT.fullmatch(text):
+            raise ForqError(errors.RECEIPT_INVALID, "X-Forq-Receipt is not an integer")
+        value = int(text)
+    if value not in _INT64:
+        raise ForqError(errors.RECEIPT_INVALID, "X-Forq-Receipt is out of range")
+    return value

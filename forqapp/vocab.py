@@ -32,6 +32,9 @@ class FailureReason(StrEnum):
 
     MAX_ATTEMPTS_REACHED = "max_attempts_reached"
     MESSAGE_EXPIRED = "message_expired"
+    #: forqapp's own: its consumer failed the message (``FatalError`` / ``fail()``); set by the
+    #: fail itself, and kept when the failed job moves the message to its DLQ.
+    FATAL_ERROR = "fatal_error"
 
 
 # --- queue names ----------------------------------------------------------------------------

@@ -151,7 +151,7 @@ class Worker:
             return float("inf")
         return self.max_messages - self.claimed
 
-    def _claim(self, capacity: int) -> int:
+    def _claim(self, capacity: float) -> int:
         """Claim up to ``capacity`` messages, queue by queue (round robin); returns how many."""
         got = 0
         for _ in range(len(self.queues)):
@@ -192,7 +192,7 @@ class Worker:
         if not results:
             return
         acks: dict[str, list[_Held]] = defaultdict(list)
-        for held, outcome in results:
+        for held, outcome, error in results:
             self._held.pop(held.message.id, None)
             queue = held.message.queue
             metrics.in_flight(queue, -1)
@@ -206,10 +206,11 @@ class Worker:
                 acks[queue].append(held)
                 continue
             try:
+                # The consumer's error goes with the message (last_error), into the DLQ and the admin.
                 if outcome == FAIL:
-                    services.fail(held.message, using=self.using)
+                    services.fail(held.message, error, using=self.using)
                 else:
-                    services.nack(held.message, using=self.using)
+                    services.nack(held.message, error, using=self.using)
                 self._count(queue, outcome)
             except ForqError:
                 self._count(queue, "lost")
@@ -294,29 +295,31 @@ class Worker:
                     return
                 try:
                     outcome = self._handle(held)
-                except BaseException:  # noqa: BLE001 - never lose a result, or shutdown would wait forever
+                except BaseException as exc:  # noqa: BLE001 - never lose a result, or shutdown would wait forever
                     logger.exception("forq_worker: handling %s failed", held.message.id)
-                    outcome = (NACK,)
+                    outcome = (NACK, exc)
                 self._results.put((held, *outcome))
         finally:
             connections.close_all()
 
-    def _handle(self, held: _Held) -> tuple[str]:
+    def _handle(self, held: _Held) -> tuple[str, BaseException | None]:
+        """Run the consumer: (outcome, the exception it raised or None)."""
         message = held.message
         started = time.perf_counter()
         close_old_connections()
+        error: BaseException | None = None
         try:
             held.consumer(message)
             outcome = ACK
         except FatalError as exc:
             logger.warning("forq_worker: %s on %s failed for good: %s", message.id, message.queue, exc)
-            outcome = FAIL
-        except BaseException:  # noqa: BLE001 - SystemExit in a handler thread nacks too
+            outcome, error = FAIL, exc
+        except BaseException as exc:  # noqa: BLE001 - SystemExit in a handler thread nacks too
             logger.exception("forq_worker: %s on %s (attempt %d) raised; nacking",
                              message.id, message.queue, message.attempts)
-            outcome = NACK
+            outcome, error = NACK, exc
         finally:
             close_old_connections()
         seconds = time.perf_counter() - started
         metrics.worker_handler_duration_seconds.labels(message.queue).observe(seconds)
-        return (outcome,)
+        return outcome, error

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from forqapp.envconfig import env_bool, env_int, env_str, sqlite_database, url_database
 
@@ -75,7 +76,7 @@ FORQ_DB_PATH = env_str("FORQ_DB_PATH", str(BASE_DIR / "var" / "forq.sqlite3"))
 DATABASE_URL = env_str("DATABASE_URL", "")
 if DATABASE_URL:
     _prepare = env_str("FORQ_DB_PREPARE_THRESHOLD", "5").strip().lower()
-    DATABASES = {
+    DATABASES: dict[str, Any] = {  # Any: url_database()'s or sqlite_database()'s dict
         "default": url_database(DATABASE_URL, conn_max_age=env_int("FORQ_DB_CONN_MAX_AGE", 600),
                                 prepare_threshold=int(_prepare) if _prepare.isdigit() else None)
     }
@@ -86,6 +87,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+# The login throttle first: it refuses a blocked address or username before the password is checked.
+AUTHENTICATION_BACKENDS = [
+    "forqapp.login_throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "forqapp-ui:login"
 LOGIN_REDIRECT_URL = "forqapp-ui:dashboard"
@@ -101,7 +107,10 @@ STATIC_ROOT = BASE_DIR / "var" / "static"
 
 # Security by default.
 SECURE_CONTENT_TYPE_NOSNIFF = True
-SECURE_REFERRER_POLICY = "no-referrer"
+# same-origin, not no-referrer: with no-referrer browsers send "Origin: null" on form posts and
+# Django's CSRF check refuses them (the admin's login and actions were 403 in Chromium). The URL still
+# never leaves the site. The API listener sets no-referrer itself (it runs no middleware).
+SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"

@@ -51,7 +51,10 @@ cat <<MSG
   forqapp is starting — SQLite database: $FORQ_DB_PATH
 
   API      $api        (X-API-Key: $FORQ_AUTH_SECRET)
-  Admin    $(url "$FORQ_UI_ADDR")/   (user admin, password $FORQ_ADMIN_PASSWORD)
+  Admin    $(url "$FORQ_UI_ADDR")/   (user admin, password $FORQ_ADMIN_PASSWORD; Django admin at /admin/)
+  Jobs     run inside the server: unacked messages come back after 5 min, failed and expired
+           ones move to their DLQ, the dashboard's 24-hour charts fill in
+           (one scheduler per database; FORQ_SERVE_JOBS=false leaves them to forq_jobs or cron)
 
   Try it from another terminal:
     KEY='$FORQ_AUTH_SECRET'

@@ -83,3 +83,21 @@ def test_non_staff_cannot_use_the_admin(client):
     User.objects.create_user("joe", password="pw-joe-12345")
     client.login(username="joe", password="pw-joe-12345")
     assert client.get("/admin/forqapp/message/").status_code == 302
+
+
+def test_the_consumers_error_shows_in_the_admin_and_the_ui(admin_client_):
+    d, long = dead("emails", 2)
+    Message.objects.filter(id=d).update(failure_reason="fatal_error",
+                                        last_error="forqapp.errors.FatalError: no <b>recipient</b>")
+    Message.objects.filter(id=long).update(last_error="ValueError: " + "x" * 300)
+    for url in ("/admin/forqapp/deadletter/", "/admin/forqapp/message/"):
+        page = admin_client_.get(url).content.decode()
+        assert "last error" in page.lower() and "fatal_error" in page
+        assert "forqapp.errors.FatalError: no &lt;b&gt;recipient&lt;/b&gt;" in page  # escaped
+        assert "ValueError: " + "x" * 68 + "…" in page  # cut in the list, whole in its title
+    for url in (f"/admin/forqapp/deadletter/{d}/change/", f"/admin/forqapp/message/{d}/change/"):
+        page = admin_client_.get(url).content.decode()
+        assert "forqapp.errors.FatalError: no &lt;b&gt;recipient&lt;/b&gt;" in page
+    ui = admin_client_.get(f"/ui/queues/emails-dlq/messages/{d}/")
+    assert ui.status_code == 200
+    assert 'data-testid="last-error">forqapp.errors.FatalError: no &lt;b&gt;recipient&lt;/b&gt;' in ui.content.decode()

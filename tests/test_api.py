@@ -161,6 +161,30 @@ def test_receipt_rules(live_api, op):
     assert (again.status_code, code(again)) == (404, "not_found.message")
 
 
+OUT_OF_RANGE_RECEIPTS = [2**63, 10**19 - 1, -(2**63) - 1, "--5", "---1", "5-"]
+
+
+@pytest.mark.parametrize("receipt", OUT_OF_RANGE_RECEIPTS)
+@pytest.mark.parametrize("op", ["ack", "nack"])
+def test_a_receipt_that_is_no_64_bit_integer_is_invalid(live_api, op, receipt):
+    response = live_api.settle(op, "rcpt-range", str(uuid.uuid4()), str(receipt))
+    assert (response.status_code, code(response)) == (400, "bad_request.receipt.invalid")
+
+
+@pytest.mark.parametrize("receipt", [*OUT_OF_RANGE_RECEIPTS, "٣"])  # ٣: an Arabic-Indic digit 3
+@pytest.mark.parametrize("op", ["ack", "release"])
+def test_a_bulk_receipt_that_is_no_64_bit_integer_is_invalid(live_api, op, receipt):
+    for value in {receipt, str(receipt)}:  # as a JSON number and as a string
+        response = live_api.client.post(f"/api/v1/queues/rcpt-range/messages/{op}",
+                                        json={"deliveries": [{"id": str(uuid.uuid4()), "receipt": value}]})
+        assert (response.status_code, code(response)) == (400, "bad_request.receipt.invalid")
+
+
+def test_the_largest_receipt_is_a_valid_one(live_api):
+    response = live_api.settle("ack", "rcpt-range", str(uuid.uuid4()), str(2**63 - 1))
+    assert (response.status_code, code(response)) == (404, "not_found.message")
+
+
 def test_unknown_message_is_404(live_api):
     response = live_api.settle("ack", "q", str(uuid.uuid4()), 1)
     assert (response.status_code, code(response)) == (404, "not_found.message")
@@ -199,7 +223,7 @@ def test_a_slash_in_a_queue_name_is_an_invalid_name(live_api):
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b"[1,2]", b'"text"', b"{}", b'{"content": 5}', b'{"content": null}', b'{"content": ""}',
+    [b"not json", b"[1,2]", b'"text"', b"{}", b'{"content": 5}', b'{"content": null}',
      b'{"content": "x", "processAfter": "soon"}', b'{"content": "x", "processAfter": 1.5}',
      b'{"content": "x", "processAfter": true}', b"\xff\xfe",
      b'{"content": "\\ud800"}', b'{"content": "a\\udfffb"}'],  # lone surrogates: valid JSON, not text
@@ -207,6 +231,55 @@ def test_a_slash_in_a_queue_name_is_an_invalid_name(live_api):
 def test_invalid_bodies(live_api, body):
     response = live_api.client.post("/api/v1/queues/q/messages", content=body)
     assert (response.status_code, code(response)) == (400, "bad_request.body.invalid")
+
+
+@pytest.mark.parametrize("path", ["/api/v1/queues/q/messages", "/api/v1/queues/q/messages/batch"])
+def test_deeply_nested_json_is_an_invalid_body(live_api, path):
+    """json.loads gives up (RecursionError) around 1,000 levels: a 400 like any other bad JSON."""
+    for depth in (1_000, 100_000):
+        nested = b'{"content": "x", "messages": ' + b"[" * depth + b"]" * depth + b"}"
+        response = live_api.client.post(path, content=nested)
+        assert (response.status_code, code(response)) == (400, "bad_request.body.invalid")
+
+
+def test_empty_content_is_stored_as_forq_does(live_api):
+    assert live_api.produce("empty-content", "").status_code == 204
+    body = consume_one(live_api, "empty-content")
+    assert body["content"] == ""
+    assert live_api.settle("ack", "empty-content", body["id"], body["receipt"]).status_code == 204
+
+
+def test_process_after_0_means_due_now_as_forq_does(live_api):
+    assert live_api.produce("pa-zero", "x", processAfter=0).status_code == 204
+    row = Message.objects.get(queue="pa-zero")
+    assert row.process_after <= services.now_ms()
+    assert consume_one(live_api, "pa-zero")["content"] == "x"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "expected"),
+    [
+        ("POST", "/api/v1/queues//messages", "bad_request.queue.invalid_name"),
+        ("GET", "/api/v1/queues//messages", "bad_request.queue.invalid_name"),
+        ("POST", f"/api/v1/queues//messages/{uuid.uuid4()}/ack", "bad_request.queue.invalid_name"),
+        ("POST", "/api/v1/queues/q/messages//ack", "bad_request.messageId.invalid"),
+        ("POST", "/api/v1/queues/q/messages//nack", "bad_request.messageId.invalid"),
+    ],
+)
+def test_an_empty_path_segment_is_forqs_400(live_api, method, path, expected):
+    """Forq's router matches empty segments: the SDKs get a JSON error they can parse, not a 404."""
+    response = live_api.client.request(method, path, json={"content": "x"}, headers={"X-Forq-Receipt": "1"})
+    assert (response.status_code, code(response)) == (400, expected)
+    assert response.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/nowhere", "/api/v1/queues/q", "/api/v1/queues/q/messages/x/y/z",
+                                  "/api/v2/queues/q/messages", "/nowhere"])
+def test_unknown_paths_are_a_json_404(live_api, path):
+    response = live_api.client.post(path, json={"content": "x"})
+    assert (response.status_code, code(response)) == (404, "not_found.route")
+    for name, value in SECURITY_HEADERS.items():
+        assert response.headers[name] == value
 
 
 def test_content_limit_counts_utf8_bytes(live_api):
@@ -232,8 +305,10 @@ def test_process_after_bounds(live_api):
 
 
 def test_wrong_method_is_405(live_api):
-    assert live_api.client.delete("/api/v1/queues/q/messages").status_code == 405
-    assert live_api.client.get(f"/api/v1/queues/q/messages/{uuid.uuid4()}/ack").status_code == 405
+    for response in (live_api.client.delete("/api/v1/queues/q/messages"),
+                     live_api.client.get(f"/api/v1/queues/q/messages/{uuid.uuid4()}/ack")):
+        assert (response.status_code, code(response)) == (405, "method_not_allowed")
+        assert "POST" in response.headers["allow"]
 
 
 # --- auth and throttling --------------------------------------------------------------------
@@ -260,10 +335,18 @@ def test_throttle_after_five_failures_but_valid_key_passes(live_api):
         assert httpx.post(url, json={"content": "x"}, headers=_as(address, "nope")).status_code == 401
     blocked = httpx.post(url, json={"content": "x"}, headers=_as(address, "nope"))
     assert (blocked.status_code, code(blocked)) == (429, "too_many_requests")
+    assert 1 <= int(blocked.headers["retry-after"]) <= 60  # seconds until the block ends
     assert httpx.post(url, json={"content": "x"}, headers=_as(address, None)).status_code == 429
     assert httpx.post(url, json={"content": "x"}, headers=_as(address, SECRET)).status_code == 204
     other = httpx.post(url, json={"content": "x"}, headers=_as("198.51.100.78", "nope"))
     assert other.status_code == 401
+
+
+@pytest.mark.parametrize("query", ["limit=" + "1" * 4301, "&".join(f"p{i}=1" for i in range(1001)),
+                                   "limit=0", "limit=10001", "limit=%D9%A3"])
+def test_bad_snapshot_queries_are_400(live_api, query):
+    response = live_api.client.get(f"/api/v1/queues/q/snapshot?{query}")
+    assert (response.status_code, code(response)) == (400, "bad_request.body.invalid")
 
 
 def test_metrics_needs_its_own_key(live_api):

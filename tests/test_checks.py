@@ -1,4 +1,16 @@
-from forqapp.checks import check_configuration, check_ui_requirements
+import pytest
+from django.core.checks import run_checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from forqapp.checks import (
+    check_configuration,
+    check_consumers,
+    check_secrets,
+    check_ui_requirements,
+    serve_problems,
+)
+from forqapp.conf import forq_settings
 
 
 def test_ui_requirements_are_checked(settings):
@@ -33,3 +45,86 @@ def test_connection_options_are_given_to_their_engine_only():
     assert url_database("postgres://u@h/db")["OPTIONS"] == {"prepare_threshold": 5}
     assert "prepare_threshold" not in url_database("mysql://u@h/db").get("OPTIONS", {})
     assert url_database("sqlite:////tmp/x.sqlite3")["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
+# --- secrets: settings first, then the environment; deploy checks that say where to set them ---
+
+SECRET = "s" * 32
+
+
+@pytest.fixture
+def no_secrets(settings, monkeypatch):
+    """A user's project: neither settings.py nor the environment holds a secret."""
+    for name in ("FORQ_AUTH_SECRET", "FORQ_METRICS_AUTH_SECRET"):
+        if hasattr(settings, name):
+            delattr(settings, name)
+        monkeypatch.delenv(name, raising=False)
+    return settings
+
+
+def test_secrets_fall_back_to_the_environment_and_settings_win(no_secrets, monkeypatch):
+    assert forq_settings.FORQ_AUTH_SECRET == ""
+    monkeypatch.setenv("FORQ_AUTH_SECRET", "from-env-" + SECRET)
+    monkeypatch.setenv("FORQ_METRICS_AUTH_SECRET", "metrics-env-" + SECRET)
+    assert forq_settings.FORQ_AUTH_SECRET == "from-env-" + SECRET
+    assert forq_settings.FORQ_METRICS_AUTH_SECRET == "metrics-env-" + SECRET
+    no_secrets.FORQ_AUTH_SECRET = "from-settings-" + SECRET
+    assert forq_settings.FORQ_AUTH_SECRET == "from-settings-" + SECRET
+    assert forq_settings.FORQ_METRICS_AUTH_SECRET == "metrics-env-" + SECRET
+    no_secrets.FORQ_AUTH_SECRET = ""  # the demo project's "unset": the environment still counts
+    assert forq_settings.FORQ_AUTH_SECRET == "from-env-" + SECRET
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_accepts_a_key_exported_only_in_the_environment(no_secrets, monkeypatch, client):
+    def produce():
+        return client.post("/api/v1/queues/q/messages", '{"content": "x"}', content_type="application/json",
+                           headers={"X-API-Key": SECRET}).status_code
+
+    assert produce() == 401
+    monkeypatch.setenv("FORQ_AUTH_SECRET", SECRET)
+    assert produce() == 204
+
+
+def test_missing_or_short_secrets_are_deploy_checks_that_say_where_to_set_them(no_secrets, monkeypatch):
+    assert not [e for e in run_checks() if e.id in ("forqapp.E001", "forqapp.E002")]  # not without --deploy
+    (missing,) = [e for e in run_checks(include_deployment_checks=True) if e.id.startswith("forqapp.E00")]
+    assert missing.id == "forqapp.E001"
+    assert "FORQ_AUTH_SECRET is not set" in missing.msg
+    assert "settings.py" in missing.msg and "environment" in missing.msg
+    with pytest.raises(SystemCheckError, match=r"forqapp\.E001"):
+        call_command("check", "--deploy")
+    monkeypatch.setenv("FORQ_AUTH_SECRET", "short")
+    no_secrets.FORQ_METRICS_ENABLED = True
+    assert [(e.id, e.msg.split(":")[0]) for e in check_secrets()] == [
+        ("forqapp.E001", "FORQ_AUTH_SECRET is too short (5 characters; at least 32)"),
+        ("forqapp.E002", "FORQ_METRICS_AUTH_SECRET must be set when FORQ_METRICS_ENABLED is true; it is not set "
+                         "(at least 32 characters)"),
+    ]
+    assert any("FORQ_AUTH_SECRET is too short" in p for p in serve_problems())  # forq_serve refuses
+    monkeypatch.setenv("FORQ_AUTH_SECRET", SECRET)
+    monkeypatch.setenv("FORQ_METRICS_AUTH_SECRET", SECRET)
+    assert check_secrets() == []
+
+
+# --- FORQ_CONSUMERS: every dotted path is imported by the check --------------------------------
+
+def test_bad_consumer_paths_are_a_check_one_line_each(settings):
+    settings.FORQ_CONSUMERS = {
+        "good": "tests.test_consumers.handler_from_settings",
+        "emails": "myapp.jobs.send_email",
+        "typo": {"handler": "tests.test_consumers.no_such_handler", "decode": "json"},
+        "bad name!": "tests.test_consumers.handler_from_settings",
+        "xml": {"handler": "tests.test_consumers.handler_from_settings", "decode": "xml"},
+    }
+    problems = check_consumers()
+    assert {e.id for e in problems} == {"forqapp.E040"}
+    assert [e.msg.split(":")[0] for e in problems] == [
+        "FORQ_CONSUMERS['emails']", "FORQ_CONSUMERS['typo']", "FORQ_CONSUMERS['bad name!']",
+        "FORQ_CONSUMERS['xml']",
+    ]
+    assert "cannot import 'myapp.jobs.send_email'" in problems[0].msg and "\n" not in problems[0].msg
+    with pytest.raises(SystemCheckError, match=r"forqapp\.E040"):
+        call_command("check")
+    settings.FORQ_CONSUMERS = {"good": "tests.test_consumers.handler_from_settings"}
+    assert check_consumers() == []

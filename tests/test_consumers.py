@@ -91,3 +91,15 @@ def test_two_consumers_for_one_queue_is_an_error(clean_registry):
 def test_invalid_registration(clean_registry, kwargs):
     with pytest.raises(ImproperlyConfigured):
         consumers.register(kwargs.pop("queue"), lambda m: None, **kwargs)
+
+
+def test_settings_mapping_errors_name_every_bad_entry_in_one_line(clean_registry, settings):
+    settings.FORQ_CONSUMERS = {"a": "tests.nowhere.handler", "b": "tests.test_consumers.nothing_here",
+                               "c": "tests.test_consumers.handler_from_settings", "d": 42}
+    entries, problems = consumers.settings_consumers()
+    assert [q for q, _, _ in entries] == ["c"]
+    assert [p.split(":")[0] for p in problems] == ["FORQ_CONSUMERS['a']", "FORQ_CONSUMERS['b']",
+                                                  "FORQ_CONSUMERS['d'] must be a dotted path (got 42)"]
+    with pytest.raises(ImproperlyConfigured) as info:
+        consumers.registry()
+    assert str(info.value) == "; ".join(problems) and "\n" not in str(info.value)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
         ("bad name", "x", None, "bad_request.queue.invalid_name"),
         ("jobs-dlq", "x", None, "bad_request.queue.produce_to_dlq"),
         ("jobs", 5, None, "bad_request.body.invalid"),
-        ("jobs", "", None, "bad_request.body.invalid"),
+        ("jobs", None, None, "bad_request.body.invalid"),
         ("jobs", "x" * 262_145, None, "bad_request.body.content.exceeds_limit"),
         ("jobs", "é" * 131_073, None, "bad_request.body.content.exceeds_limit"),
         ("jobs", "\ud800", None, "bad_request.body.invalid"),
@@ -37,6 +37,13 @@ def test_send_validates_like_the_http_api(queue, content, process_after, code):
         forqapp.send(queue, content, process_after)
     assert caught.value.code == code
     assert not Message.objects.exists()
+
+
+def test_send_takes_empty_content_and_process_after_0_as_forq_does():
+    forqapp.send("jobs", "", 0)  # 0 is Go's zero value: absent, due now
+    message = forqapp.receive("jobs")
+    assert message.content == ""
+    forqapp.ack(message)
 
 
 def test_send_receive_nack_ack():
@@ -60,7 +67,7 @@ def test_send_many_is_one_transaction():
     assert len(ids) == 3 and ids == sorted(ids)
     assert Message.objects.filter(queue="bulk").count() == 3
     with pytest.raises(ForqError):
-        forqapp.send_many("bulk", ["d", ""])  # one bad item: nothing is written
+        forqapp.send_many("bulk", ["d", 5])  # one bad item: nothing is written
     assert Message.objects.filter(queue="bulk").count() == 3
     got = [forqapp.receive("bulk").content for _ in range(2)]
     assert got == ["a", "b"] and forqapp.receive("bulk") is None  # "c" is delayed

@@ -1,7 +1,11 @@
-"""forq_serve: refuses bad configuration in one line, drains long polls on SIGTERM."""
+"""forq_serve: refuses bad configuration in one line, drains long polls on SIGTERM, runs the
+background jobs (one scheduler per database), and serves the UI's static files in any project."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -9,10 +13,15 @@ import sys
 import threading
 import time
 
+import httpx
 import pytest
 from django.db import connection
 
-from .conftest import ROOT, start_server, stop_server, subprocess_env
+import forqapp
+from forqapp import jobs, services
+from forqapp.models import Message
+
+from .conftest import ROOT, SECRET, free_port, start_server, stop_server, subprocess_env
 
 
 def _serve_fails(**env) -> str:
@@ -36,6 +45,7 @@ def _serve_fails(**env) -> str:
         ({"FORQ_API_ADDR": "nowhere"}, "FORQ_API_ADDR: 'nowhere' is not host:port"),
         ({"FORQ_ENV": "staging"}, "FORQ_ENV must be 'local' or 'pro'"),
         ({"FORQ_API_WORKERS": "0"}, "FORQ_API_WORKERS must be an integer >= 1"),
+        ({"FORQ_SERVE_JOBS": "maybe"}, "FORQ_SERVE_JOBS='maybe' is not a boolean"),
     ],
 )
 @pytest.mark.django_db(transaction=True)
@@ -86,3 +96,180 @@ def test_sigterm_ends_waiting_long_polls_and_exits_cleanly():
         assert api.proc.returncode == 0
     finally:
         stop_server(api)
+
+
+class Served:
+    """``forq_serve`` in a process group of its own, its output in a file that can be read while
+    it runs; settings from ``overrides`` (over the demo project's, through tests.workerapp.settings)."""
+
+    def __init__(self, tmp_path, name: str, *args: str, overrides: dict | None = None, **env: str):
+        self.api = f"http://127.0.0.1:{free_port()}"
+        self.ui = f"127.0.0.1:{free_port()}"
+        self.log = tmp_path / f"{name}.log"
+        environment = subprocess_env(**{
+            "DJANGO_SETTINGS_MODULE": "tests.workerapp.settings",
+            "FORQ_TEST_SETTINGS": json.dumps(overrides or {}),
+            "FORQ_API_ADDR": self.api.removeprefix("http://"), "FORQ_UI_ADDR": self.ui,
+            "FORQ_LONG_POLL_SECONDS": "1", "PYTHONUNBUFFERED": "1", **env,
+        })
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "forq_serve", *args], cwd=ROOT, env=environment,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self.client = httpx.Client(base_url=self.api, timeout=10, headers={"X-API-Key": SECRET})
+        wait_for(lambda: "API listening on" in self.output() or self.proc.poll() is not None, "the API")
+        assert self.proc.poll() is None, self.output()
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def consume(self, queue: str) -> dict | None:
+        response = self.client.get(f"/api/v1/queues/{queue}/messages")
+        return response.json() if response.status_code == 200 else None
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            assert self.proc.wait(30) == 0, self.output()
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def wait_for(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def failed_message(queue: str) -> str:
+    """A message out of attempts: the failed job moves it to the DLQ."""
+    message_id = forqapp.send(queue, "x")
+    Message.objects.filter(id=message_id).update(status=2, attempts=5)
+    return message_id
+
+
+def in_dlq(message_id: str) -> bool:
+    return Message.objects.filter(id=message_id, is_dlq=True).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_an_unacked_message_comes_back_under_forq_serve_alone(tmp_path):
+    """make run's server and nothing else: a consumed, never acked message is delivered again
+    after the visibility timeout, and a failed message reaches the DLQ."""
+    server = Served(tmp_path, "serve", "--no-ui", overrides={
+        "FORQ_VISIBILITY_TIMEOUT_MS": 1000, "FORQ_JOB_INTERVALS": {"failed": 0.2}})
+    try:
+        message_id = forqapp.send("unacked", "hello")
+        assert server.consume("unacked")["id"] == message_id  # and never acked
+        again = None
+        deadline = time.monotonic() + 30
+        while again is None and time.monotonic() < deadline:
+            again = server.consume("unacked")
+        assert again is not None and again["id"] == message_id, server.output()
+        failed = failed_message("unacked")
+        wait_for(lambda: in_dlq(failed), "the failed job")
+        assert "forq_jobs: running the jobs" in server.output()
+    finally:
+        server.stop()
+    assert services.lease_holder(jobs.LEASE) is None  # given up on SIGTERM
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("args", "env"), [(("--no-jobs",), {}), ((), {"FORQ_SERVE_JOBS": "false"})])
+@pytest.mark.django_db(transaction=True)
+def test_no_jobs_runs_none(tmp_path, args, env):
+    server = Served(tmp_path, "serve", "--no-ui", *args, overrides={
+        "FORQ_VISIBILITY_TIMEOUT_MS": 500, "FORQ_JOB_INTERVALS": {"failed": 0.1}}, **env)
+    try:
+        message_id = forqapp.send("nojobs", "hello")
+        assert server.consume("nojobs")["id"] == message_id
+        failed = failed_message("nojobs")
+        time.sleep(3)  # many stale and failed turns, had they run
+        assert Message.objects.get(id=message_id).status == 1  # still processing
+        assert not in_dlq(failed)
+        assert services.lease_holder(jobs.LEASE) is None
+        assert "forq_jobs" not in server.output()
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_two_servers_on_one_database_run_the_jobs_once_and_hand_over(tmp_path):
+    overrides = {"FORQ_JOB_INTERVALS": {"failed": 0.2}, "FORQ_JOBS_LEASE_MS": 3000}
+    first = Served(tmp_path, "first", "--no-ui", overrides=overrides)
+    second = None
+    try:
+        wait_for(lambda: "forq_jobs: running the jobs" in first.output(), "the first server's jobs")
+        second = Served(tmp_path, "second", "--no-ui", overrides=overrides)
+        wait_for(lambda: "forq_jobs: standing by" in second.output(), "the second server to stand by")
+        for _ in range(3):
+            failed = failed_message("twice")
+            wait_for(lambda: in_dlq(failed), "the failed job")  # noqa: B023
+        time.sleep(1)  # a few renewals of the lease
+        assert first.output().count("forqapp job failed: 1 in") == 3
+        assert "forqapp job failed" not in second.output()
+        first.stop()  # gives the lease up: the second server takes over at once
+        wait_for(lambda: "forq_jobs: running the jobs" in second.output(), "the second server to take over")
+        failed = failed_message("twice")
+        wait_for(lambda: in_dlq(failed), "the failed job, run by the second server")
+        assert "forqapp job failed: 1 in" in second.output()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_servers_jobs_are_taken_over(tmp_path):
+    overrides = {"FORQ_JOB_INTERVALS": {"failed": 0.2}, "FORQ_JOBS_LEASE_MS": 3000}
+    first = Served(tmp_path, "first", "--no-ui", overrides=overrides)
+    second = None
+    try:
+        wait_for(lambda: "forq_jobs: running the jobs" in first.output(), "the first server's jobs")
+        second = Served(tmp_path, "second", "--no-ui", overrides=overrides)
+        wait_for(lambda: "forq_jobs: standing by" in second.output(), "the second server to stand by")
+        os.killpg(first.proc.pid, signal.SIGKILL)  # no release: the lease is taken over, not given
+        first.proc.wait(10)
+        wait_for(lambda: "forq_jobs: running the jobs" in second.output(), "the second server to take over")
+        failed = failed_message("killed")
+        wait_for(lambda: in_dlq(failed), "the failed job, run by the second server")
+    finally:
+        if second is not None:
+            second.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_in_a_plain_project_the_ui_has_its_static_files_and_the_announced_url_works(tmp_path):
+    """No FORQ_UI_URLCONF (the pages under /ui/) and no STATIC_ROOT (nothing collected)."""
+    server = Served(tmp_path, "plain", DJANGO_SETTINGS_MODULE="tests.plainproject_settings",
+                    FORQ_SERVE_JOBS="false")
+    try:
+        wait_for(lambda: "admin UI on" in server.output(), "the UI")
+        with httpx.Client(base_url=f"http://{server.ui}", timeout=10, follow_redirects=True) as browser:
+            page = browser.get("/ui/")  # the login page, for anyone not logged in
+            assert page.status_code == 200 and str(page.url).endswith("/ui/login/?next=/ui/")
+            css = re.search(r'<link rel="stylesheet" href="([^"]+)"', page.text).group(1)
+            htmx = re.search(r'<script src="([^"]*htmx[^"]*)"', page.text).group(1)
+            for path, content_type in ((css, "text/css"), (htmx, "javascript")):
+                response = browser.get(path)
+                assert response.status_code == 200, path
+                assert content_type in response.headers["content-type"], (path, response.headers)
+                assert len(response.content) > 1000
+        # The URLs announced are the ones that work.
+        announced = re.search(r"admin UI on (\S+) \(Django admin: (\S+)\)", server.output())
+        assert announced, server.output()
+        assert announced.groups() == (f"http://{server.ui}/ui/", f"http://{server.ui}/admin/")
+        for url in announced.groups():
+            assert httpx.get(url, follow_redirects=True, timeout=10).status_code == 200
+    finally:
+        server.stop()

@@ -103,6 +103,128 @@ def test_staff_logs_in_and_out(client, staff):
     assert client.get("/ui/").status_code == 302
 
 
+# --- referrer policy (issue 10, point 1) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["/ui/login/", "/admin/login/", "/ui/"])
+def test_ui_and_admin_send_same_origin_referrers(client, staff, url):
+    """With ``no-referrer`` browsers send ``Origin: null`` on form posts and Django's CSRF check
+    refuses them (the admin was 403 in Chromium: tests/test_admin_browser.py)."""
+    client.force_login(staff)
+    assert client.get(url)["Referrer-Policy"] == "same-origin"
+
+
+def test_api_keeps_no_referrer(client):
+    response = client.get("/api/v1/queues/emails/messages", HTTP_X_API_KEY="wrong")
+    assert response["Referrer-Policy"] == "no-referrer"
+
+
+def test_no_referrer_policy_is_a_check_warning(settings):
+    from django.core.checks import run_checks
+
+    settings.SECURE_REFERRER_POLICY = "no-referrer"
+    assert "forqapp.W010" in [w.id for w in run_checks()]
+    settings.SECURE_REFERRER_POLICY = ["no-referrer", "strict-origin-when-cross-origin"]
+    assert "forqapp.W010" not in [w.id for w in run_checks()]  # browsers apply the last one
+    settings.SECURE_REFERRER_POLICY = "same-origin"
+    assert "forqapp.W010" not in [w.id for w in run_checks()]
+
+
+# --- login throttle (issue 10, point 6) -------------------------------------------------------
+
+LOGIN_URLS = ["/ui/login/", "/admin/login/"]
+BLOCKED = "Too many failed logins; try again in 15 minutes."
+
+
+def log_in(url: str, username: str, password: str, address: str = "10.0.0.1"):
+    """A login from ``address`` with a fresh client; returns (response, logged in?)."""
+    c = Client()
+    response = c.post(url, {"username": username, "password": password}, REMOTE_ADDR=address)
+    return response, "_auth_user_id" in c.session
+
+
+@pytest.fixture
+def other_staff(db):
+    return User.objects.create_user("other", password="pw-other-123", is_staff=True, is_superuser=True)
+
+
+@pytest.mark.parametrize("url", LOGIN_URLS)
+def test_failed_logins_block_a_username_from_every_address(url, staff, other_staff):
+    for i in range(5):
+        response, ok = log_in(url, "staff", "wrong", address=f"10.0.1.{i}")
+        assert response.status_code == 200 and not ok and BLOCKED not in response.content.decode()
+    # Blocked now, even with the right password, from a new address; with a clear message.
+    response, ok = log_in(url, "staff", "pw-staff-123", address="10.0.2.1")
+    assert response.status_code == 200 and not ok
+    assert BLOCKED in response.content.decode()
+    # Another user, from the same addresses (one failure each), is not.
+    assert log_in(url, "other", "pw-other-123", address="10.0.1.0")[1]
+
+
+@pytest.mark.parametrize("url", LOGIN_URLS)
+def test_failed_logins_block_an_address_for_every_username(url, staff, other_staff):
+    for name in ["root", "admin", "ops", "staff", "other"]:  # one guess each: a spray
+        assert not log_in(url, name, "wrong", address="10.0.0.1")[1]
+    response, ok = log_in(url, "staff", "pw-staff-123", address="10.0.0.1")
+    assert not ok and BLOCKED in response.content.decode()
+    # Another address is not blocked, and these users have one failure each.
+    assert log_in(url, "staff", "pw-staff-123", address="10.0.0.2")[1]
+    assert log_in(url, "other", "pw-other-123", address="10.0.0.2")[1]
+
+
+@pytest.mark.parametrize("url", LOGIN_URLS)
+def test_thirty_wrong_passwords_then_the_block_ends(url, staff, monkeypatch):
+    for _ in range(30):
+        log_in(url, "staff", "wrong")
+    response, ok = log_in(url, "staff", "pw-staff-123")
+    assert not ok and BLOCKED in response.content.decode()
+    # Retries while blocked do not extend the block: when it ends, the right password works.
+    real_now = services.now_ms
+    monkeypatch.setattr(services, "now_ms", lambda: real_now() + 901_000)
+    assert log_in(url, "staff", "pw-staff-123")[1]
+
+
+def test_a_success_does_not_reset_the_address_counter(staff, other_staff):
+    """An attacker with an account of their own cannot alternate guesses and successes."""
+    for _ in range(4):
+        assert not log_in("/admin/login/", "staff", "wrong")[1]
+    assert log_in("/admin/login/", "other", "pw-other-123")[1]  # the attacker's own account
+    assert not log_in("/admin/login/", "staff", "wrong")[1]  # the 5th failure from this address
+    response, ok = log_in("/admin/login/", "other", "pw-other-123")
+    assert not ok and BLOCKED in response.content.decode()
+
+
+def test_wrong_api_keys_do_not_prune_login_counters(staff, monkeypatch):
+    """The API's throttle prunes its stale rows after 2 x its 60 s window; login rows (15 min
+    window) share the table and must survive it."""
+    for _ in range(4):
+        log_in("/ui/login/", "staff", "wrong")
+    real_now = services.now_ms
+    monkeypatch.setattr(services, "now_ms", lambda: real_now() + 300_000)  # 5 minutes later
+    services.auth_failed("192.0.2.9")  # a wrong API key: prunes the API's stale rows
+    log_in("/ui/login/", "staff", "wrong")
+    response, ok = log_in("/ui/login/", "staff", "pw-staff-123", address="10.9.9.9")
+    assert not ok and BLOCKED in response.content.decode()
+
+
+def test_long_usernames_fit_the_throttle(staff):
+    for _ in range(5):
+        response, ok = log_in("/ui/login/", "x" * 5000, "wrong", address="10.3.3.3")
+        assert response.status_code == 200 and not ok
+    assert BLOCKED in log_in("/ui/login/", "staff", "pw-staff-123", address="10.3.3.3")[0].content.decode()
+
+
+def test_the_backend_refuses_other_callers_of_authenticate(staff):
+    from django.contrib.auth import authenticate
+    from django.test import RequestFactory
+
+    request = RequestFactory().post("/elsewhere/", REMOTE_ADDR="10.4.4.4")
+    for _ in range(5):
+        assert authenticate(request, username="staff", password="wrong") is None
+    assert authenticate(request, username="staff", password="pw-staff-123") is None
+    assert authenticate(None, username="staff", password="pw-staff-123") is None  # the username too
+
+
 # --- pages ------------------------------------------------------------------------------------
 
 
@@ -210,6 +332,18 @@ def test_content_is_escaped_everywhere(staff_client):
         assert page.status_code == 200
         assert XSS.encode() not in page.content
         assert b"&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page.content
+
+
+def test_dead_letter_rows_and_details_show_the_consumers_error_escaped(staff_client):
+    dead_id = dead_letters("emails", ["x"])[0]
+    Message.objects.filter(id=dead_id).update(failure_reason="fatal_error", last_error=f"ValueError: {XSS}")
+    escaped = b"ValueError: &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
+    listing = staff_client.get("/ui/queues/emails-dlq/messages/", **HX)
+    detail = staff_client.get(f"/ui/queues/emails-dlq/messages/{dead_id}/", **HX)
+    for page in (listing, detail):
+        assert page.status_code == 200
+        assert escaped in page.content
+        assert XSS.encode() not in page.content
 
 
 # --- DLQ actions ----------------------------------------------------------------------------------

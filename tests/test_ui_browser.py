@@ -1,15 +1,23 @@
 # ruff: noqa: S106  (test passwords)
-"""The UI in Debian's Chromium (pytest-playwright): log in, dashboard, DLQ, requeue all, delete
-one with confirmation; screenshots (light and dark) under test-artifacts/screenshots/."""
+"""The UI in Debian's Chromium (pytest-playwright), on the real UI listener as staff use it: log
+in, dashboard, DLQ, requeue all, delete one with confirmation; screenshots (light and dark) under
+test-artifacts/screenshots/.
+
+Its fixtures serve tests/test_admin_browser.py too: ``live_ui`` is the real UI listener
+(``forq_serve``'s granian UI process with the project's settings), ``staff_user`` a superuser that
+process can log in."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from forqapp.ui import freshness
+
+from .conftest import free_port, start_server, stop_server
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,9 +49,43 @@ def browser_page():
         browser.close()
 
 
+@pytest.fixture(scope="module")
+def live_ui(django_db_setup, django_db_blocker):
+    """``forq_serve`` with its UI listener on a free port, on the test database; yields its URL."""
+    import httpx
+
+    ui_port = free_port()
+    server = start_server({"FORQ_UI_ADDR": f"127.0.0.1:{ui_port}"}, args=())
+    url = f"http://127.0.0.1:{ui_port}"
+    try:
+        deadline = time.monotonic() + 30  # the API answered; the UI process starts alongside it
+        while True:
+            try:
+                if httpx.get(url + "/admin/login/", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the UI listener did not answer within 30 s") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        stop_server(server)
+        server.proc.stdout.close()  # the server's output pipe (a ResourceWarning otherwise)
+
+
+@pytest.fixture
+def staff_user():
+    """The superuser "admin" / "pw-admin-123", hashed with a hasher the server's settings know (the
+    tests' own settings use MD5, which the project's settings do not accept)."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+    from django.contrib.auth.models import User
+
+    return User.objects.create(username="admin", is_staff=True, is_superuser=True,
+                               password=PBKDF2PasswordHasher().encode("pw-admin-123", "forqsalt", iterations=1000))
+
+
 @pytest.fixture
 def data():
-    from django.contrib.auth.models import User
     from django.db import connection
 
     import forqapp
@@ -51,7 +93,6 @@ def data():
     from forqapp.ui.history import record_depth_samples
 
     freshness.clear()
-    User.objects.create_user("admin", password="pw-admin-123", is_staff=True, is_superuser=True)
     forqapp.send_many("emails", [f'{{"to": "user{i}@example.com", "template": "welcome"}}' for i in range(30)])
     forqapp.send_many("payments", [f'{{"order": {i}, "amount": {i * 3}.50}}' for i in range(12)])
     forqapp.send("payments", "later", process_after=services.now_ms() + 600_000)
@@ -77,10 +118,10 @@ def shot(page, name: str) -> Path:
     return path
 
 
-def test_dashboard_dlq_requeue_all_and_delete_one(live_server, browser_page, data):
+def test_dashboard_dlq_requeue_all_and_delete_one(live_ui, browser_page, staff_user, data):
     page = browser_page
-    page.goto(live_server.url + "/ui/")
-    assert "/ui/login/" in page.url
+    page.goto(live_ui + "/")
+    assert "/login/" in page.url
     page.fill("#id_username", "admin")
     page.fill("#id_password", "pw-admin-123")
     page.click("button[type=submit]")
@@ -131,7 +172,7 @@ def test_dashboard_dlq_requeue_all_and_delete_one(live_server, browser_page, dat
     assert Message.objects.filter(queue="emails").count() == 35
 
     # A regular queue page, light and dark.
-    page.goto(live_server.url + "/ui/queues/payments/")
+    page.goto(live_ui + "/queues/payments/")
     page.wait_for_selector("tbody.msg")
     shot(page, "queue-light")
     page.emulate_media(color_scheme="dark")

@@ -194,3 +194,62 @@ def test_in_process_worker_survives_system_exit_and_counts_outcomes():
     assert counts == {"ack": 2, "nack": 1, "fail": 1}
     assert [row(i) is None for i in ids] == [True, False, False, True]
     assert row(ids[1]).status == 0 and row(ids[2]).status == 2
+
+
+# --- a consumer's own error: kept as last_error, into the DLQ and through a requeue ------------
+
+
+def test_the_consumers_error_is_kept_into_the_dlq_and_through_a_requeue(worker):
+    w = worker()
+    fatal = forqapp.send("work", "fatal")
+    boom = forqapp.send("work", "boom")
+    bad_json = forqapp.send("jsonq", "not json")
+    result = w.run("--burst")
+    assert result.returncode == 0, result.stderr
+    assert row(boom).last_error == "ValueError: boom"  # a nack after an exception records it too
+    assert (row(fatal).status, row(fatal).last_error) == (2, "forqapp.errors.FatalError: no way")
+    assert row(bad_json).last_error.startswith(f"forqapp.errors.FatalError: message {bad_json} is not JSON")
+    assert jobs.failed() == 2
+    m = row(fatal)
+    assert (m.queue, m.failure_reason, m.last_error) == ("work-dlq", "fatal_error", "forqapp.errors.FatalError: no way")
+    assert row(bad_json).failure_reason == "fatal_error"
+    assert services.requeue("work-dlq", fatal) == 1
+    m = row(fatal)
+    assert (m.queue, m.status, m.failure_reason, m.last_error) == ("work", 0, None, "forqapp.errors.FatalError: no way")
+
+
+def test_running_out_of_attempts_keeps_forqs_reason_and_the_last_error(settings):
+    settings.FORQ_MAX_ATTEMPTS = 2
+    settings.FORQ_BACKOFF_MS = (0,)
+    mid = forqapp.send("retry", "x")
+    forqapp.nack(forqapp.receive("retry"), ValueError("first"))
+    forqapp.nack(forqapp.receive("retry"))  # no error given (e.g. the HTTP API): the last one stays
+    assert (row(mid).status, row(mid).last_error) == (2, "ValueError: first")
+    assert jobs.failed() == 1
+    assert (row(mid).failure_reason, row(mid).last_error) == ("max_attempts_reached", "ValueError: first")
+    plain, long = forqapp.send_many("retry", ["y", "z"])
+    forqapp.fail(forqapp.receive("retry"))  # the Python API's fail() without an error: still fatal
+    forqapp.fail(forqapp.receive("retry"), "x" * 5000)  # text is kept as given, cut to a diagnosis
+    assert jobs.failed() == 2
+    assert (row(plain).failure_reason, row(plain).last_error) == ("fatal_error", None)
+    assert (row(long).failure_reason, row(long).last_error) == ("fatal_error", "x" * services.MAX_ERROR_CHARS)
+
+
+# --- one line, exit 1, instead of a traceback --------------------------------------------------
+
+
+def test_a_worker_started_before_migrate_says_so_in_one_line(worker, tmp_path):
+    w = worker(env={"DATABASE_URL": "", "FORQ_DB_PATH": str(tmp_path / "fresh.sqlite3")})
+    for command, args in (("forq_worker", ["--burst"]), ("forq_jobs", ["run", "failed"]), ("forq_jobs", [])):
+        result = w.run(*args, command=command)
+        assert result.returncode == 1, (command, result.stdout)
+        assert result.stderr.strip().splitlines() == [
+            "CommandError: the database has no forqapp tables: run manage.py migrate"], command
+
+
+def test_a_bad_consumer_path_stops_the_worker_in_one_line(worker):
+    w = worker({"FORQ_CONSUMERS": {"emails": "myapp.jobs.send_email"}})
+    result = w.run("--burst")
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "FORQ_CONSUMERS['emails']: cannot import 'myapp.jobs.send_email'" in line and "forqapp.E040" in line

@@ -27,6 +27,7 @@ SNAPSHOT_FIELDS = ("id", "queue", "content", "status", "attempts", "received_at"
                    "failure_reason")
 
 _TOKEN = re.compile(r"[A-Za-z0-9._-]{1,100}")
+_LIMIT = re.compile(r"[0-9]{1,5}")
 
 
 def _invalid(message: str) -> ForqError:
@@ -201,7 +202,8 @@ async def snapshot(request: HttpRequest, queue: str) -> HttpResponse:
     after = _id_param(request, "after") or ""
     upto = _id_param(request, "upto")
     raw_limit = request.GET.get("limit", "1000")
-    if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_PAGE:
+    # At most 5 ASCII digits before int(): Python's int() refuses over 4,300 digits (ValueError).
+    if not _LIMIT.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= MAX_PAGE:
         raise _invalid(f"limit must be an integer from 1 to {MAX_PAGE}")
     limit = int(raw_limit)
     shape = request.GET.get("format", "rows")

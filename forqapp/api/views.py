@@ -13,7 +13,8 @@ import json
 import logging
 from pathlib import Path
 
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .. import db, errors, services, validation
 from ..conf import forq_settings
@@ -26,8 +27,8 @@ logger = logging.getLogger("forqapp.api")
 RECEIPT_HEADER = "X-Forq-Receipt"
 
 
-def error_response(code: str, status: int | None = None) -> JsonResponse:
-    return JsonResponse({"code": code}, status=status or errors.STATUS[code])
+def error_response(code: str, status: int | None = None, headers: dict[str, str] | None = None) -> JsonResponse:
+    return JsonResponse({"code": code}, status=status or errors.STATUS[code], headers=headers)
 
 
 def secure(response: HttpResponse) -> HttpResponse:
@@ -45,42 +46,75 @@ async def _authorize(request: HttpRequest, secret_setting: str) -> None:
     if key_matches(request.headers.get("X-API-Key"), getattr(forq_settings, secret_setting)):
         return  # a valid key always passes, even from a throttled address (and costs no query)
     address = client_address(request)
-    if await db.run(services.auth_blocked, address):
-        raise ForqError(errors.TOO_MANY_REQUESTS)
+    retry_after = await db.run(services.auth_retry_after, address)
+    if retry_after:
+        raise ForqError(errors.TOO_MANY_REQUESTS, headers={"Retry-After": str(retry_after)})
     await db.run(services.auth_failed, address)
     raise ForqError(errors.UNAUTHORIZED)
 
 
+async def _check_headers(request: HttpRequest, methods: tuple[str, ...], key: str | None) -> None:
+    """What is refused from the request line and headers alone: a wrong method, a wrong key."""
+    if request.method not in methods:
+        raise ForqError(errors.METHOD_NOT_ALLOWED, headers={"Allow": ", ".join(methods)})
+    if key:
+        await _authorize(request, key)
+
+
+def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """The JSON answer to a view's exception: Forq's code, never a bare 500 for bad input."""
+    if isinstance(exc, ForqError):
+        return error_response(exc.code, exc.status, exc.headers)
+    if isinstance(exc, RequestDataTooBig):  # under Django's own handler: DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(errors.CONTENT_EXCEEDS_LIMIT, 413)
+    if isinstance(exc, SuspiciousOperation):  # e.g. TooManyFieldsSent (DATA_UPLOAD_MAX_NUMBER_FIELDS)
+        return error_response(errors.BODY_INVALID)
+    logger.error("%s %s failed", request.method, request.path, exc_info=exc)
+    return error_response(errors.INTERNAL)
+
+
 def endpoint(*methods: str, key: str | None = "FORQ_AUTH_SECRET"):
-    """Method check, API key, Forq's error mapping and security headers, for every API view."""
+    """Method check, API key, Forq's error mapping and security headers, for every API view.
+
+    The method and key are checked before the view reads the body; forqapp's ASGI app runs the same
+    check (:func:`early_refusal`) before it even receives the body, so a wrong key costs no memory."""
 
     def decorate(view):
         @functools.wraps(view)
         async def wrapper(request: HttpRequest, **kwargs) -> HttpResponse:
+            response: HttpResponse
             try:
-                if request.method not in methods:
-                    response = HttpResponseNotAllowed(methods)
-                else:
-                    if key:
-                        await _authorize(request, key)
-                    response = await view(request, **kwargs)
-            except ForqError as exc:
-                response = error_response(exc.code, exc.status)
-            except Exception:
-                logger.exception("%s %s failed", request.method, request.path)
-                response = error_response(errors.INTERNAL)
+                await _check_headers(request, methods, key)  # again under the ASGI app: a valid key is a compare
+                response = await view(request, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - mapped to Forq's codes; unexpected ones logged, 500
+                response = _refusal(request, exc)
             return secure(response)
 
         wrapper.csrf_exempt = True
+        wrapper.forq_endpoint = (methods, key)
         return wrapper
 
     return decorate
 
 
+async def early_refusal(request: HttpRequest, view) -> HttpResponse | None:
+    """The answer ``view`` would give from the request's headers alone (405, 401, 429), or None.
+    forqapp's ASGI app asks this before it receives the body: a client with a wrong key, or from a
+    throttled address, is answered at once and never has its body buffered."""
+    spec = getattr(view, "forq_endpoint", None)
+    if spec is None:
+        return None
+    try:
+        await _check_headers(request, *spec)
+    except Exception as exc:  # noqa: BLE001 - as in the view itself
+        return secure(_refusal(request, exc))
+    return None
+
+
 def _json_body(request: HttpRequest) -> dict:
     try:
         body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested ~1,000 deep
         raise ForqError(errors.BODY_INVALID, "body is not JSON") from None
     if not isinstance(body, dict):
         raise ForqError(errors.BODY_INVALID, "body is not a JSON object")
@@ -230,6 +264,18 @@ def _delivery(request: HttpRequest, queue: str, message_id: str) -> tuple[str, s
     return validation.queue_name(queue), validation.message_id(message_id), _receipt(request)
 
 
-def not_found(request: HttpRequest, exception=None) -> HttpResponse:
-    return secure(HttpResponse(status=404))
+def not_found(request: HttpRequest | None, exception=None, **kwargs) -> HttpResponse:
+    """No such endpoint: 404 JSON, as every answer of the API (Forq's SDKs parse the body)."""
+    return secure(error_response(errors.NOT_FOUND_ROUTE))
+
+
+not_found.csrf_exempt = True
+
+
+async def unknown_path(request: HttpRequest) -> HttpResponse:
+    """Any other path under ``api/v1/`` (the last route): the same JSON 404."""
+    return not_found(request)
+
+
+unknown_path.csrf_exempt = True
 

@@ -129,8 +129,8 @@ class ForqWriter(DataSourceArrowWriter):
                     afters = batch.column("processAfter").to_pylist()
                 else:
                     afters = None
-                if None in contents or "" in contents:
-                    raise ValueError('format "forq": column "content" holds a null or empty string '
+                if None in contents:  # (an empty string is content: Forq stores it)
+                    raise ValueError('format "forq": column "content" holds a null '
                                      "(filter those rows out first)")
                 for start in range(0, len(contents), opts.batch_size):
                     chunk = contents[start:start + opts.batch_size]
@@ -251,7 +251,7 @@ class ForqSnapshotReader(DataSourceReader):
         parts = self.options.num_partitions or max(1, min(64, -(-bounds["count"] // ROWS_PER_PARTITION)))
         return split_id_range(bounds["minId"], bounds["maxId"], parts)
 
-    def read(self, partition: IdRange) -> Iterator:
+    def read(self, partition: IdRange) -> Iterator:  # type: ignore[override]  # gets our partitions()
         if not partition.upto:
             return
         opts = self.options
@@ -362,7 +362,7 @@ class ForqStreamReader(DataSourceStreamReader):
         n = max(1, min(self.options.num_partitions or 1, len(rows)))
         return [MessagesPartition(rows[i::n]) for i in range(n)]
 
-    def read(self, partition: MessagesPartition) -> Iterator[tuple]:
+    def read(self, partition: MessagesPartition) -> Iterator[tuple]:  # type: ignore[override]  # as above
         yield from (tuple(r) for r in partition.rows)
 
     def _ack(self, pairs: list[tuple[str, str]]) -> None:

@@ -15,6 +15,7 @@ from django.db import connections
 from .base import (
     BATCH,
     Delivery,
+    LeaseHolder,
     NewMessage,
     QueueDepth,
     SnapshotBounds,
@@ -26,6 +27,7 @@ from .base import (
 __all__ = [
     "BATCH",
     "Delivery",
+    "LeaseHolder",
     "NewMessage",
     "QueueDepth",
     "SnapshotBounds",

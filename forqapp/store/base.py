@@ -89,6 +89,13 @@ class QueueDepth(NamedTuple):
     messages: int
 
 
+class LeaseHolder(NamedTuple):
+    """Who holds a lease, and until when (Unix ms)."""
+
+    holder: str
+    expires_at: int
+
+
 Staged = tuple[str, str]  # (token, queue)
 
 BATCH = 1_000
@@ -178,13 +185,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def nack(self, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
-             backoff_ms: Sequence[int]) -> bool:
+             backoff_ms: Sequence[int], error: str | None = None) -> bool:
         """Back to ready after ``backoff_ms[attempts - 1]`` (the last value for every later
-        attempt), or failed when ``attempts >= max_attempts``. False when not current."""
+        attempt), or failed when ``attempts >= max_attempts``. ``error`` (the consumer's exception,
+        as text) replaces ``last_error``; None keeps the one recorded. False when not current."""
 
     @abc.abstractmethod
-    def fail(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
-        """Fail a message at once, whatever its attempts (a consumer's fatal error)."""
+    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
+        """Fail a message at once, whatever its attempts (a consumer's fatal error). Its
+        ``failure_reason`` becomes ``fatal_error`` now, so :meth:`move_failed_to_dlq` can tell it
+        from running out of attempts; ``error`` replaces ``last_error`` (None keeps the one
+        recorded). False when not current."""
 
     @abc.abstractmethod
     def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
@@ -230,7 +241,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
-        """Failed regular messages → their DLQ, reason ``max_attempts_reached``."""
+        """Failed regular messages → their DLQ, reason ``max_attempts_reached`` — or the reason
+        they already have (``fatal_error``, set by :meth:`fail`). ``last_error`` goes with them."""
 
     @abc.abstractmethod
     def recover_stale(self, now: int, visibility_ms: int, max_attempts: int, batch: int = BATCH) -> int:
@@ -300,8 +312,38 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def auth_failed(self, address: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
         """Count a failed key from ``address``; returns until when it is blocked (Unix ms, or 0).
-        The ``max_failures``-th failure within ``window_ms`` blocks it for ``block_ms``."""
+        The ``max_failures``-th failure within ``window_ms`` blocks it for ``block_ms``. Prunes
+        stale API-key rows only (never the ``login-…`` keys of :meth:`login_failed`)."""
 
     @abc.abstractmethod
     def auth_blocked_until(self, address: str) -> int:
-        """Until when ``address`` is blocked (Unix ms; 0 if it never was)."""
+        """Until when ``address`` (an API client's address, or a ``login-…`` key) is blocked
+        (Unix ms; 0 if it never was)."""
+
+    # -- login throttle (the same table, under ``login-…`` keys: :mod:`forqapp.login_throttle`) --
+
+    @abc.abstractmethod
+    def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+        """Count a failed login against ``key`` (``login-ip:…``/``login-user:…``); returns until
+        when it is blocked (Unix ms, or 0), as :meth:`auth_failed` does with its own (longer)
+        window. Prunes stale ``login-…`` rows only, so a wrong API key never resets a login
+        counter, nor a login an API-key one."""
+
+    # -- leases (one holder per name across every process and host: the jobs scheduler) -------
+
+    @abc.abstractmethod
+    def lease_acquire(self, name: str, holder: str, now: int, ttl_ms: int, replacing: str = "") -> bool:
+        """Take or renew the lease ``name`` for ``holder`` until ``now + ttl_ms``, in one atomic
+        statement: a new name is taken; an existing one changes hands only if ``holder`` has it
+        already, if it has expired, or if ``replacing`` (a holder the caller found dead) has it.
+        False while another live holder has it. Two callers racing for a new name: one wins."""
+
+    @abc.abstractmethod
+    def lease_holder(self, name: str) -> LeaseHolder | None:
+        """(holder, expires_at in Unix ms) of the lease ``name``, or None when nobody holds it
+        (an expired lease still names its last holder)."""
+
+    @abc.abstractmethod
+    def lease_release(self, name: str, holder: str) -> bool:
+        """Give the lease ``name`` up if ``holder`` has it (so another process takes it at once);
+        False when it did not."""

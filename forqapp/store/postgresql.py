@@ -35,6 +35,7 @@ from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, is_dlq
 from .base import (
     BATCH,
     Delivery,
+    LeaseHolder,
     NewMessage,
     QueueDepth,
     SnapshotBounds,
@@ -47,6 +48,7 @@ from .base import (
 READY, PROCESSING, FAILED = int(Status.READY), int(Status.PROCESSING), int(Status.FAILED)
 EXPIRED = FailureReason.MESSAGE_EXPIRED.value
 MAX_ATTEMPTS = FailureReason.MAX_ATTEMPTS_REACHED.value
+FATAL = FailureReason.FATAL_ERROR.value
 CHANNEL = "forq"  # the LISTEN/NOTIFY channel; the payload is the queue name
 SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS)
 
@@ -102,18 +104,23 @@ WHERE m.id = d.id AND m.queue = %(queue)s AND m.status = {PROCESSING}
   AND m.processing_started_at = d.receipt"""
 
 # The backoff table is bound as an array: element ``attempts`` (1-based), or the last one past its end.
+# A NULL %(error)s keeps the last_error recorded by an earlier attempt.
 NACK = f"""
 UPDATE messages
 SET status = CASE WHEN attempts >= %(max)s THEN {FAILED} ELSE {READY} END,
     process_after = %(now)s + COALESCE((%(backoff)s::bigint[])[attempts], %(backoff_last)s::bigint),
     processing_started_at = NULL,
-    updated_at = GREATEST(%(now)s, updated_at)
+    updated_at = GREATEST(%(now)s, updated_at),
+    last_error = COALESCE(%(error)s::text, last_error)
 WHERE id = %(id)s AND queue = %(queue)s AND status = {PROCESSING} AND processing_started_at = %(receipt)s"""
 
+# The reason is set now, so the failed job can tell a consumer's fatal error from running out of
+# attempts.
 FAIL = f"""
-UPDATE messages SET status = {FAILED}, processing_started_at = NULL,
-                    updated_at = GREATEST(%s::bigint, updated_at)
-WHERE id = %s AND queue = %s AND status = {PROCESSING} AND processing_started_at = %s"""
+UPDATE messages
+SET status = {FAILED}, processing_started_at = NULL, updated_at = GREATEST(%(now)s::bigint, updated_at),
+    failure_reason = '{FATAL}', last_error = COALESCE(%(error)s::text, last_error)
+WHERE id = %(id)s AND queue = %(queue)s AND status = {PROCESSING} AND processing_started_at = %(receipt)s"""
 
 RELEASE = f"""
 WITH r AS (
@@ -199,7 +206,8 @@ MOVE_FAILED_TO_DLQ = f"""
 WITH moved AS (
     UPDATE messages
     SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = TRUE,
-        process_after = %(now)s, processing_started_at = NULL, failure_reason = '{MAX_ATTEMPTS}',
+        process_after = %(now)s, processing_started_at = NULL,
+        failure_reason = COALESCE(failure_reason, '{MAX_ATTEMPTS}'),  -- a consumer's fatal_error stays
         updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + %(ttl)s
     WHERE id IN (SELECT id FROM messages
                  WHERE status = {FAILED} AND NOT is_dlq
@@ -302,9 +310,38 @@ ON CONFLICT (address) DO UPDATE SET
         THEN %(now)s + %(block)s ELSE forq_auth_throttle.blocked_until END
 RETURNING blocked_until"""
 
-AUTH_FORGET = "DELETE FROM forq_auth_throttle WHERE window_start < %s AND blocked_until < %s"
+# Failed logins (forqapp.login_throttle) share the table under "login-…" keys (bound as the LIKE
+# pattern), with their own (longer) window: each kind prunes only its own stale rows, so a wrong API
+# key never resets a login counter.
+LOGIN_KEYS = "login-%"
+
+AUTH_FORGET = """
+DELETE FROM forq_auth_throttle
+WHERE window_start < %(cutoff)s AND blocked_until < %(now)s AND address NOT LIKE %(login_keys)s"""
 
 AUTH_BLOCKED_UNTIL = "SELECT blocked_until FROM forq_auth_throttle WHERE address = %s"
+
+# --- login throttle (the API-key throttle's table and statement, "login-…" keys) ----------------
+
+LOGIN_FORGET = """
+DELETE FROM forq_auth_throttle
+WHERE window_start < %(cutoff)s AND blocked_until < %(now)s AND address LIKE %(login_keys)s"""
+
+# --- leases (one holder per name across every process and host: the jobs scheduler) -----------
+
+# Acquire or renew in one statement: a new name is inserted; an existing one changes hands only if
+# it is ours already, if it has expired, or if it is held by ``replacing`` (a holder the caller
+# found dead). No row comes back when someone else holds it. Two hosts racing for a new name: one
+# inserts, the other's ON CONFLICT waits for it and then sees a live lease of someone else.
+LEASE_ACQUIRE = """
+INSERT INTO forq_leases (name, holder, expires_at) VALUES (%(name)s, %(holder)s, %(expires_at)s)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE forq_leases.holder IN (%(holder)s, %(replacing)s) OR forq_leases.expires_at < %(now)s
+RETURNING holder"""
+
+LEASE_HOLDER = "SELECT holder, expires_at FROM forq_leases WHERE name = %s"
+
+LEASE_RELEASE = "DELETE FROM forq_leases WHERE name = %s AND holder = %s"
 
 # Per listening connection: how many notifications it has received. Keyed weakly, so a connection
 # that Django closed and replaced is forgotten, and its successor LISTENs again.
@@ -403,14 +440,16 @@ class PostgreSQLStore(Store):
         })
 
     def nack(self, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
-             backoff_ms: Sequence[int]) -> bool:
+             backoff_ms: Sequence[int], error: str | None = None) -> bool:
         return self._rowcount(NACK, {
             "max": max_attempts, "now": now, "id": message_id, "queue": queue, "receipt": receipt,
             "backoff": [int(ms) for ms in backoff_ms], "backoff_last": int(backoff_ms[-1]),
+            "error": error,
         }) == 1
 
-    def fail(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
-        return self._rowcount(FAIL, (now, message_id, queue, receipt)) == 1
+    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
+        return self._rowcount(FAIL, {"now": now, "id": message_id, "queue": queue, "receipt": receipt,
+                                     "error": error}) == 1
 
     def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
         rows = self._fetchall(RELEASE, {"now": now, "id": message_id, "queue": queue, "receipt": receipt})
@@ -544,9 +583,30 @@ class PostgreSQLStore(Store):
     def auth_failed(self, address: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
         params = {"address": address, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
         rows = self._fetchall(AUTH_FAILED, params)
-        self._rowcount(AUTH_FORGET, (now - 2 * window_ms, now))
+        self._rowcount(AUTH_FORGET, {"cutoff": now - 2 * window_ms, "now": now, "login_keys": LOGIN_KEYS})
         return int(rows[0][0])
 
     def auth_blocked_until(self, address: str) -> int:
         rows = self._fetchall(AUTH_BLOCKED_UNTIL, (address,))
         return int(rows[0][0]) if rows else 0
+
+    # -- login throttle ----------------------------------------------------------------------
+
+    def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+        params = {"address": key, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
+        rows = self._fetchall(AUTH_FAILED, params)
+        self._rowcount(LOGIN_FORGET, {"cutoff": now - 2 * window_ms, "now": now, "login_keys": LOGIN_KEYS})
+        return int(rows[0][0])
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def lease_acquire(self, name: str, holder: str, now: int, ttl_ms: int, replacing: str = "") -> bool:
+        params = {"name": name, "holder": holder, "expires_at": now + ttl_ms, "now": now, "replacing": replacing}
+        return bool(self._fetchall(LEASE_ACQUIRE, params))
+
+    def lease_holder(self, name: str) -> LeaseHolder | None:
+        rows = self._fetchall(LEASE_HOLDER, (name,))
+        return LeaseHolder(rows[0][0], int(rows[0][1])) if rows else None
+
+    def lease_release(self, name: str, holder: str) -> bool:
+        return self._rowcount(LEASE_RELEASE, (name, holder)) > 0

@@ -26,6 +26,7 @@ from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, is_dlq
 from .base import (
     BATCH,
     Delivery,
+    LeaseHolder,
     NewMessage,
     QueueDepth,
     SnapshotBounds,
@@ -38,6 +39,7 @@ from .base import (
 READY, PROCESSING, FAILED = int(Status.READY), int(Status.PROCESSING), int(Status.FAILED)
 EXPIRED = FailureReason.MESSAGE_EXPIRED.value
 MAX_ATTEMPTS = FailureReason.MAX_ATTEMPTS_REACHED.value
+FATAL = FailureReason.FATAL_ERROR.value
 MIN_VERSION = (3, 35, 0)  # RETURNING
 SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS)
 
@@ -99,17 +101,23 @@ ACK = f"""
 DELETE FROM messages WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at = ?"""
 
 # The backoff table is bound as a JSON array: element ``attempts - 1``, or the last one past its end.
+# A NULL :error keeps the last_error recorded by an earlier attempt.
 NACK = f"""
 UPDATE messages
 SET status = CASE WHEN attempts >= :max THEN {FAILED} ELSE {READY} END,
     process_after = :now + COALESCE(:backoff ->> (attempts - 1), :backoff_last),
     processing_started_at = NULL,
-    updated_at = MAX(:now, updated_at)
+    updated_at = MAX(:now, updated_at),
+    last_error = COALESCE(:error, last_error)
 WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_started_at = :receipt"""
 
+# The reason is set now, so the failed job can tell a consumer's fatal error from running out of
+# attempts.
 FAIL = f"""
-UPDATE messages SET status = {FAILED}, processing_started_at = NULL, updated_at = MAX(?, updated_at)
-WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at = ?"""
+UPDATE messages
+SET status = {FAILED}, processing_started_at = NULL, updated_at = MAX(:now, updated_at),
+    failure_reason = '{FATAL}', last_error = COALESCE(:error, last_error)
+WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_started_at = :receipt"""
 
 RELEASE = f"""
 UPDATE messages
@@ -165,7 +173,7 @@ WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
 MOVE_FAILED_TO_DLQ = f"""
 UPDATE messages
 SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = 1, process_after = :now,
-    processing_started_at = NULL, failure_reason = '{MAX_ATTEMPTS}',
+    processing_started_at = NULL, failure_reason = COALESCE(failure_reason, '{MAX_ATTEMPTS}'),
     updated_at = MAX(:now, updated_at), expires_after = :now + :ttl
 WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
              WHERE status = {FAILED} AND is_dlq = 0 LIMIT :batch)"""
@@ -251,9 +259,35 @@ ON CONFLICT (address) DO UPDATE SET
         THEN :now + :block ELSE blocked_until END
 RETURNING blocked_until"""
 
-AUTH_FORGET = "DELETE FROM forq_auth_throttle WHERE window_start < ? AND blocked_until < ?"
+# Failed logins (forqapp.login_throttle) share the table under "login-…" keys, with their own
+# (longer) window: each kind prunes only its own stale rows, so a wrong API key never resets a
+# login counter.
+LOGIN_KEYS = "login-%"
+
+AUTH_FORGET = f"""
+DELETE FROM forq_auth_throttle WHERE window_start < ? AND blocked_until < ? AND address NOT LIKE '{LOGIN_KEYS}'"""
 
 AUTH_BLOCKED_UNTIL = "SELECT blocked_until FROM forq_auth_throttle WHERE address = ?"
+
+# --- login throttle (the API-key throttle's table and statement, "login-…" keys) ----------------
+
+LOGIN_FORGET = f"""
+DELETE FROM forq_auth_throttle WHERE window_start < ? AND blocked_until < ? AND address LIKE '{LOGIN_KEYS}'"""
+
+# --- leases (one holder per name across every process and host: the jobs scheduler) -----------
+
+# Acquire or renew in one statement: a new name is inserted; an existing one changes hands only if
+# it is ours already, if it has expired, or if it is held by ``replacing`` (a holder the caller
+# found dead). No row comes back when someone else holds it.
+LEASE_ACQUIRE = """
+INSERT INTO forq_leases (name, holder, expires_at) VALUES (:name, :holder, :expires_at)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE forq_leases.holder IN (:holder, :replacing) OR forq_leases.expires_at < :now
+RETURNING holder"""
+
+LEASE_HOLDER = "SELECT holder, expires_at FROM forq_leases WHERE name = ?"
+
+LEASE_RELEASE = "DELETE FROM forq_leases WHERE name = ? AND holder = ?"
 
 
 def _holds_nul(rows: Sequence[Sequence[Any]], index: int) -> bool:
@@ -341,15 +375,18 @@ class SQLiteStore(Store):
         return cur.rowcount
 
     def nack(self, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
-             backoff_ms: Sequence[int]) -> bool:
+             backoff_ms: Sequence[int], error: str | None = None) -> bool:
         cur = self._conn().execute(NACK, {
             "max": max_attempts, "now": now, "id": message_id, "queue": queue, "receipt": receipt,
             "backoff": json.dumps([int(ms) for ms in backoff_ms]), "backoff_last": int(backoff_ms[-1]),
+            "error": error,
         })
         return cur.rowcount == 1
 
-    def fail(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
-        return self._conn().execute(FAIL, (now, message_id, queue, receipt)).rowcount == 1
+    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
+        cur = self._conn().execute(FAIL, {"now": now, "id": message_id, "queue": queue, "receipt": receipt,
+                                          "error": error})
+        return cur.rowcount == 1
 
     def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
         return self._conn().execute(RELEASE, (now, message_id, queue, receipt)).rowcount == 1
@@ -481,3 +518,25 @@ class SQLiteStore(Store):
     def auth_blocked_until(self, address: str) -> int:
         rows = self._conn().execute(AUTH_BLOCKED_UNTIL, (address,)).fetchall()
         return int(rows[0][0]) if rows else 0
+
+    # -- login throttle ----------------------------------------------------------------------
+
+    def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+        conn = self._conn()
+        params = {"address": key, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
+        rows = conn.execute(AUTH_FAILED, params).fetchall()
+        conn.execute(LOGIN_FORGET, (now - 2 * window_ms, now))
+        return int(rows[0][0])
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def lease_acquire(self, name: str, holder: str, now: int, ttl_ms: int, replacing: str = "") -> bool:
+        params = {"name": name, "holder": holder, "expires_at": now + ttl_ms, "now": now, "replacing": replacing}
+        return bool(self._conn().execute(LEASE_ACQUIRE, params).fetchall())
+
+    def lease_holder(self, name: str) -> LeaseHolder | None:
+        row = self._conn().execute(LEASE_HOLDER, (name,)).fetchone()
+        return LeaseHolder(row[0], int(row[1])) if row else None
+
+    def lease_release(self, name: str, holder: str) -> bool:
+        return self._conn().execute(LEASE_RELEASE, (name, holder)).rowcount > 0

@@ -129,7 +129,7 @@ def page(queue: str, before: str | None = None, *, limit: int = PAGE_SIZE, using
         qs.order_by("-queue", "-is_dlq", "-id")
         .annotate(preview=Substr("content", 1, PREVIEW_CHARS), size=Length("content"))
         .only("id", "queue", "is_dlq", "status", "attempts", "process_after", "received_at",
-              "updated_at", "failure_reason", "expires_after", "processing_started_at")
+              "updated_at", "failure_reason", "last_error", "expires_after", "processing_started_at")
         [: limit + 1]
     )
 

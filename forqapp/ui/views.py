@@ -12,9 +12,9 @@ import json
 import time
 from datetime import UTC, datetime
 from functools import wraps
+from typing import Any
 
 from django.contrib import messages as flash
-from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse
@@ -28,6 +28,7 @@ from django_htmx.middleware import HtmxDetails
 
 from .. import services, vocab
 from ..errors import ForqError
+from ..login_throttle import AdminLoginThrottleForm
 from ..models import Status
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
@@ -67,7 +68,9 @@ def staff_required(view):
 def same_origin_referrer(view):
     """``Referrer-Policy: same-origin`` on the UI (the API keeps ``no-referrer``): with
     ``no-referrer`` browsers send ``Origin: null`` on form posts and Django's CSRF check refuses
-    them. Nothing leaves the site either way."""
+    them. Nothing leaves the site either way. ``project/settings.py`` sets ``same-origin`` for the
+    whole UI listener (the admin too); this keeps forqapp's own pages working in a project that
+    still sets ``no-referrer`` (system check forqapp.W010 warns about its admin)."""
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
@@ -137,7 +140,7 @@ def _pretty(content: str) -> tuple[str, bool]:
 login = same_origin_referrer(xframe_options_deny(
     auth_views.LoginView.as_view(
         template_name="forqapp/login.html",
-        authentication_form=AdminAuthenticationForm,  # active staff only
+        authentication_form=AdminLoginThrottleForm,  # active staff only; failed logins throttled
         next_page=reverse_lazy("forqapp-ui:dashboard"),
     )
 ))
@@ -239,7 +242,8 @@ def message_detail(request: HtmxHttpRequest, queue: str, message_id: str) -> Htt
     queue, message_id = _queue(queue), _message_id(message_id)
     if request.method != "GET":
         return _single(request, queue, message_id, "delete")
-    message = queries.message(queue, message_id)
+    # Any: the row also carries display attributes for the template (here and in _decorate).
+    message: Any = queries.message(queue, message_id)
     if message is None:
         raise Http404("no such message")
     now = _now_ms()
@@ -298,7 +302,7 @@ def _single(request: HtmxHttpRequest, queue: str, message_id: str, action: str) 
         response["HX-Reswap"] = "none"
         return response
     # The row goes away (or is refreshed when nothing changed); counts and the message update out of band.
-    message = queries.message(queue, message_id)
+    message: Any = queries.message(queue, message_id)  # with display attributes, as in message_detail
     if message is not None:
         context.update(m=_decorate(message, now), is_dlq=True, open=False)
         message.preview = message.content[: queries.PREVIEW_CHARS]

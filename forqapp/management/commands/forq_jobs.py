@@ -7,9 +7,10 @@ import os
 import signal
 import sys
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from ...jobs import JOBS, Scheduler, run
+from ...schema import database_problem
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -17,8 +18,10 @@ VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: lo
 class Command(BaseCommand):
     help = (
         "Run forqapp's background jobs (expired, failed, stale, expired-dlq, failed-dlq, "
-        "db-optimize, queue-depth) on Forq's intervals until SIGTERM/SIGINT; or, with "
-        "`run NAME [--dry-run]`, one job once — can be run from cron."
+        "db-optimize, queue-depth) on Forq's intervals until SIGTERM/SIGINT, while this process "
+        "holds the database's jobs lease (one scheduler per database: forq_serve's, this, or "
+        "forq_worker --with-jobs); or, with `run NAME [--dry-run]`, one job once, lease or not — "
+        "can be run from cron."
     )
 
     def add_arguments(self, parser):
@@ -37,6 +40,8 @@ class Command(BaseCommand):
             for job in JOBS.values():
                 self.stdout.write(f"{job.name:12} every {job.every():g}s  {job.func.__doc__.strip().splitlines()[0]}")
             return
+        if problem := database_problem():  # before migrate: one line, not a traceback
+            raise CommandError(problem)
         if action == "run":
             name, dry_run = options["name"], options["dry_run"]
             n = run(name, dry_run=dry_run)
@@ -46,7 +51,14 @@ class Command(BaseCommand):
         self._run_forever(options["verbosity"])
 
     def _run_forever(self, verbosity: int) -> None:
-        scheduler = Scheduler()
+        def on_lease(running: bool) -> None:
+            if verbosity >= 1:
+                self.stdout.write("forq_jobs: " + (
+                    "running the jobs (this process holds the database's jobs lease)" if running
+                    else "standing by: another process holds the database's jobs lease and runs the jobs"))
+                self.stdout.flush()
+
+        scheduler = Scheduler(on_lease=on_lease)
         stops = 0
 
         def on_signal(signum, frame):
@@ -59,7 +71,11 @@ class Command(BaseCommand):
             scheduler.stop()
 
         signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        # A SIGINT ignored from the start stays ignored: forq_serve starts this process so, and stops
+        # it with one SIGTERM (a Ctrl-C reaches the whole process group: two signals would make
+        # this process exit at once, without giving the lease up).
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, on_signal)
         if verbosity >= 1:
             self.stdout.write("forq_jobs: " + ", ".join(f"{j.name} every {j.every():g}s" for j in scheduler.jobs))
             self.stdout.flush()

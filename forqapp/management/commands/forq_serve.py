@@ -1,10 +1,16 @@
-"""``manage.py forq_serve``: the API on FORQ_API_ADDR and the admin UI on FORQ_UI_ADDR.
+"""``manage.py forq_serve``: the API on FORQ_API_ADDR, the admin UI on FORQ_UI_ADDR, and the
+background jobs.
 
 Both run on granian (Rust HTTP server, ASGI): the API through forqapp's own ASGI application (long
 polls are coroutines, so hundreds of idle consumers cost no threads), the UI through Django's ASGI
 handler. Each listener is a granian process tree of its own; this command supervises them, passes
 SIGTERM/SIGINT on (granian stops accepting, lets in-flight requests finish, and waiting long polls
 answer 204 at once), and exits when they have.
+
+The jobs run as a ``forq_jobs`` child process (its own metrics, in the same multiprocess directory
+as the API's; a slow job never holds up the supervisor). It runs them only while it holds the
+database's jobs lease, so any number of ``forq_serve`` (and ``forq_jobs``) on one database run them
+once; ``--no-jobs`` or ``FORQ_SERVE_JOBS=false`` leaves them to ``forq_jobs`` or cron.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from django.db.migrations.executor import MigrationExecutor
 from ... import services
 from ...checks import parse_addr, serve_problems
 from ...conf import forq_settings
+from ...envconfig import ERRORS, env_bool
+from ...serving import collected_static_root, ui_paths
 
 
 def _positive(value: str) -> int:
@@ -57,8 +65,24 @@ def _accepts(host: str, port: int) -> bool:
     return True
 
 
+def _jobs_enabled() -> bool:
+    """``FORQ_SERVE_JOBS``: the setting if settings.py has it, else the environment variable (so
+    it works in any project, not only the demo's), else on."""
+    configured = getattr(settings, "FORQ_SERVE_JOBS", None)
+    if configured is not None:
+        return bool(configured)
+    errors = len(ERRORS)
+    enabled = env_bool("FORQ_SERVE_JOBS", True)
+    if len(ERRORS) > errors:
+        raise CommandError("cannot start: " + ERRORS.pop())
+    return enabled
+
+
 class Command(BaseCommand):
-    help = "Serve forqapp's HTTP API (FORQ_API_ADDR) and admin UI (FORQ_UI_ADDR) with granian."
+    help = (
+        "Serve forqapp's HTTP API (FORQ_API_ADDR) and admin UI (FORQ_UI_ADDR) with granian, and run "
+        "the background jobs (one scheduler per database, by a lease in the database)."
+    )
     requires_system_checks: list = []  # checked below, with one-line messages
 
     def add_arguments(self, parser):
@@ -75,6 +99,9 @@ class Command(BaseCommand):
             help="UI worker processes (default FORQ_UI_WORKERS, 1).",
         )
         parser.add_argument("--no-ui", action="store_true", help="Serve the API only.")
+        parser.add_argument("--no-jobs", action="store_true",
+                            help="Run no background jobs (FORQ_SERVE_JOBS=false does the same): "
+                                 "leave them to forq_jobs or cron.")
 
     def handle(self, *args, **options):
         problems = serve_problems()
@@ -90,6 +117,7 @@ class Command(BaseCommand):
         ]
         if problems:
             raise CommandError("cannot start: " + "; ".join(problems))
+        jobs = not options["no_jobs"] and _jobs_enabled()
         env = self._environment()
         drain_file = Path(tempfile.mkdtemp(prefix="forq-serve-")) / "draining"
         env["FORQ_DRAIN_FILE"] = str(drain_file)
@@ -114,6 +142,8 @@ class Command(BaseCommand):
                 static=True,
                 lifespan=False,
             )
+        if jobs:
+            procs["jobs"] = self._jobs(env, options["verbosity"])
         try:
             self._supervise(procs, drain_file, listeners)
         finally:
@@ -129,11 +159,19 @@ class Command(BaseCommand):
                 if procs[name].poll() is not None:
                     return  # the supervisor reports it and stops the rest
                 if _accepts(host, port):
-                    where = f"http://{host}:{port}" + ("/" if name == "UI" else "")
-                    self.stdout.write(f"forqapp {'API listening on' if name == 'API' else 'admin UI on'} {where}")
+                    self.stdout.write(self._listening(name, f"http://{host}:{port}"))
                     self.stdout.flush()
                     del pending[name]
             time.sleep(0.05)
+
+    @staticmethod
+    def _listening(name: str, origin: str) -> str:
+        if name == "API":
+            return f"forqapp API listening on {origin}"
+        # The paths under the UI's own urlconf: "/" in the demo project, "/ui/" where a project
+        # includes forqapp.urls.
+        pages, admin = ui_paths()
+        return f"forqapp admin UI on {origin}{pages}" + (f" (Django admin: {origin}{admin})" if admin else "")
 
     def _database_problems(self) -> list[str]:
         connection = connections[forq_settings.FORQ_DATABASE]
@@ -187,8 +225,10 @@ class Command(BaseCommand):
             "--workers-kill-timeout",
             "35",
         ]
-        static_root = getattr(settings, "STATIC_ROOT", None)
-        if static and static_root and Path(static_root).is_dir():
+        # Collected static files are served by granian from disk; otherwise the UI application serves
+        # them through Django's finders (forqapp.asgi.ui_application).
+        static_root = collected_static_root()
+        if static and static_root:
             command += [
                 "--static-path-route",
                 "/" + settings.STATIC_URL.strip("/"),
@@ -196,6 +236,19 @@ class Command(BaseCommand):
                 str(static_root),
             ]
         return subprocess.Popen(command + [target], env=env)
+
+    def _jobs(self, env, verbosity: int) -> subprocess.Popen:
+        """``forq_jobs`` as a child, started with SIGINT ignored: a Ctrl-C reaches the whole process
+        group, and the child must stop on the one SIGTERM this supervisor sends it (it then gives
+        the lease up at once)."""
+        env = {**env, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        command = [sys.executable, "-m", "django", "forq_jobs", "--verbosity", str(verbosity),
+                   "--settings", settings.SETTINGS_MODULE]
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
+        try:
+            return subprocess.Popen(command, env=env)
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def _supervise(self, procs: dict[str, subprocess.Popen], drain_file: Path, listeners: dict) -> None:
         stopping = False
@@ -216,7 +269,8 @@ class Command(BaseCommand):
         if not stopping:
             for name, proc in procs.items():
                 if proc.returncode is not None:
-                    self.stderr.write(f"forqapp {name} server exited ({proc.returncode}); stopping")
+                    what = "jobs process" if name == "jobs" else "server"
+                    self.stderr.write(f"forqapp {name} {what} exited ({proc.returncode}); stopping")
             stop(signal.SIGTERM, None)
             stopping = False
         for proc in procs.values():

@@ -9,11 +9,14 @@ import signal
 import subprocess
 import sys
 
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from ... import validation
 from ...consumers import registry
 from ...errors import ForqError
+from ...schema import database_problem
 from ...worker import Worker
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -42,6 +45,9 @@ class Command(BaseCommand):
         "registered consumer) straight from the database and handle them on N threads. First "
         "SIGTERM/SIGINT finishes the messages in flight and exits; a second exits at once."
     )
+    # The system checks run in handle(), so that a bad FORQ_CONSUMERS path or a database without
+    # forqapp's tables is one line and exit code 1, not a report or a traceback.
+    requires_system_checks: list = []
 
     def add_arguments(self, parser):
         parser.add_argument("queues", nargs="*", type=queue_name, metavar="QUEUE",
@@ -65,7 +71,16 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         logging.getLogger("forqapp").setLevel(VERBOSITY_LEVELS.get(options["verbosity"], logging.DEBUG))
-        consumers = registry()
+        problems = [f"{e.msg} ({e.id})" for e in checks.run_checks()
+                    if e.is_serious() and not e.is_silenced()]
+        if problems:
+            raise CommandError("; ".join(problems))
+        if problem := database_problem():
+            raise CommandError(problem)
+        try:
+            consumers = registry()
+        except ImproperlyConfigured as exc:  # e.g. two consumers for one queue
+            raise CommandError(str(exc)) from None
         queues = options["queues"] or sorted(consumers)
         missing = [q for q in queues if q not in consumers]
         if missing:

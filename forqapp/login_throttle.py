@@ -1,0 +1,102 @@
+"""Failed-login throttle for the UI's login and Django's admin login.
+
+Failures are counted per client address and per username in the database (the API-key throttle's
+table, under ``login-ip:…`` and ``login-user:…`` keys), so every process and host enforce one
+limit. The ``FORQ_LOGIN_MAX_FAILURES``-th failure within ``FORQ_LOGIN_FAILURE_WINDOW_S`` blocks
+that address or username for ``FORQ_LOGIN_BLOCK_S``; while blocked, even the right password is
+refused. Nothing resets a counter early: a success with the attacker's own account must not
+clear their address's failures, or they could alternate guesses and successes.
+
+Three pieces:
+
+* :class:`LoginThrottleForm` / :class:`AdminLoginThrottleForm`: refuse a blocked login before the
+  password is checked, with a message that says how long to wait (the UI's login view and
+  ``admin.site.login_form`` use them, so both pages are covered with no setting);
+* :func:`record_failure`, connected to Django's ``user_login_failed`` signal (in ``apps.py``);
+* :class:`LoginThrottleBackend`, first in ``AUTHENTICATION_BACKENDS``: the same refusal for any
+  other code that calls ``authenticate()`` with a request.
+"""
+
+from __future__ import annotations
+
+import math
+
+from asgiref.sync import sync_to_async
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils.crypto import salted_hmac
+
+from . import services
+from .api.auth import client_address
+
+REFUSED = "_forq_login_refused"  # set on a request the throttle refused: not one more failure
+
+
+def user_key(username: str) -> str:
+    """The throttle key of a username: an HMAC of it (case-folded), so any length fits the key
+    column and a password typed into the username field is never stored in clear."""
+    digest = salted_hmac("forqapp.login_throttle", username.strip().casefold(), algorithm="sha256")
+    return "login-user:" + digest.hexdigest()
+
+
+def keys(request, username: str | None) -> list[str]:
+    found = []
+    if request is not None:
+        found.append("login-ip:" + client_address(request)[:91])
+    if username:
+        found.append(user_key(str(username)))
+    return found
+
+
+def blocked_until(request, username: str | None) -> int:
+    """Until when (Unix ms) this login is refused; 0 when it may go ahead."""
+    return services.login_blocked_until(keys(request, username))
+
+
+def blocked_message(until: int) -> str:
+    minutes = max(1, math.ceil((until - services.now_ms()) / 60_000))
+    return f"Too many failed logins; try again in {minutes} minute{'s' if minutes != 1 else ''}."
+
+
+def record_failure(sender, credentials, request=None, **kwargs) -> None:
+    """``user_login_failed``: count the failure against the address and the username, unless the
+    throttle itself refused the attempt (a blocked client's retries do not extend its block)."""
+    if request is not None and getattr(request, REFUSED, False):
+        return
+    username = credentials.get(get_user_model().USERNAME_FIELD) or credentials.get("username")
+    services.login_failed(keys(request, username))
+
+
+class LoginThrottleBackend:
+    """Authenticates nobody; refuses (``PermissionDenied`` stops ``authenticate()``) a blocked
+    address or username before the next backend checks the password.
+
+    Deliberately no ``get_user``: Django's test client's ``force_login`` picks the first backend
+    that has one, and a session must never name this backend (it loads no users)."""
+
+    def authenticate(self, request, username=None, password=None, **kwargs):
+        username = username or kwargs.get(get_user_model().USERNAME_FIELD)
+        if blocked_until(request, username):
+            if request is not None:
+                setattr(request, REFUSED, True)
+            raise PermissionDenied("too many failed logins")
+        return None
+
+    async def aauthenticate(self, request, **credentials):
+        return await sync_to_async(self.authenticate)(request, **credentials)
+
+
+class LoginThrottleForm(AuthenticationForm):
+    """Django's login form, refusing a blocked login with how long to wait."""
+
+    def clean(self):
+        until = blocked_until(self.request, self.cleaned_data.get("username"))
+        if until:
+            raise ValidationError(blocked_message(until), code="throttled")
+        return super().clean()
+
+
+class AdminLoginThrottleForm(LoginThrottleForm, AdminAuthenticationForm):
+    """The admin's login form (active staff only), throttled."""

@@ -1,0 +1,30 @@
+"""Is the queue's database ready for forqapp? For commands that would otherwise fail on their first
+query with a traceback (``forq_worker`` or ``forq_jobs`` started before ``migrate``)."""
+
+from __future__ import annotations
+
+from django.db import DatabaseError, connections
+from django.db.migrations.loader import MigrationLoader
+
+from .conf import forq_settings
+from .models import Message
+
+NO_TABLES = "the database has no forqapp tables: run manage.py migrate"
+
+
+def database_problem(using: str | None = None) -> str | None:
+    """One line saying why forqapp cannot work on its database yet, or None when it can."""
+    connection = connections[using or forq_settings.FORQ_DATABASE]
+    try:
+        tables = connection.introspection.table_names()
+        if Message._meta.db_table not in tables:
+            return NO_TABLES
+        # Tables from an older forqapp: a newer column (e.g. last_error) would fail mid-work.
+        loader = MigrationLoader(connection)
+        applied = {name for app, name in loader.applied_migrations if app == "forqapp"}
+        missing = sorted(name for app, name in loader.graph.nodes if app == "forqapp" and name not in applied)
+    except DatabaseError as exc:
+        return f"database {connection.settings_dict.get('NAME')!s} unusable ({' '.join(str(exc).split())})"
+    if missing:
+        return f"the database lacks forqapp migrations ({', '.join(missing)}): run manage.py migrate"
+    return None

@@ -1,0 +1,233 @@
+"""The README's "Install into your own project", followed literally on a fresh ``startproject``.
+
+The settings and urls lines come from README.md's code blocks (so the section cannot drift from the
+code), forqapp from a wheel built the README's way, and every step runs in a subprocess with the test
+venv's python, as a user would run it: startproject, the README's lines, a consumer (the README's
+own), a view that sends inside ``transaction.atomic()``, migrate, ``forq_worker --burst``, the
+failed job, the admin's dead-letter list as a staff user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a wheel build and about 15 Django start-ups: 20-45 s
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+SECRET = "fresh-project-secret-0123456789abcdef"
+
+
+def section(name: str) -> str:
+    return README.split(f"<!-- section:{name} -->", 1)[1].split(f"<!-- /section:{name} -->", 1)[0]
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def block_for(text: str, first_line: str) -> str:
+    """The python block of ``text`` whose first line is ``first_line`` (e.g. ``# settings.py``)."""
+    (block,) = [b for b in code_blocks(text, "python") if b.splitlines()[0].strip() == first_line]
+    return block
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a user's shell: none of the test suite's FORQ_*/DJANGO_* variables."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FORQ_", "DJANGO_", "PROMETHEUS_")) and k not in ("DATABASE_URL", "PYTHONPATH")}
+    return {**env, **extra}
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str], ok: bool = True, timeout: float = 120):
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if ok:
+        assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
+    return result
+
+
+def build_wheel(tmp: Path) -> Path:
+    """``pip wheel --no-deps <checkout> -w dist`` on a copy of the sources (a build writes build/ and
+    *.egg-info next to them; the working tree stays untouched)."""
+    src = tmp / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "forqapp", src / "forqapp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(src), "-w", str(tmp / "dist")],
+        tmp, clean_env())
+    (wheel,) = (tmp / "dist").glob("forqapp-*.whl")
+    return wheel
+
+
+CONSUMER_PRELUDE = '''import json
+from pathlib import Path
+
+
+def mail(to):  # what the README's consumer calls: here, a line in sent.txt
+    with open(Path(__file__).resolve().parent.parent / "sent.txt", "a") as f:
+        f.write(to + "\\n")
+
+
+'''
+
+VIEWS = '''import json
+
+import forqapp
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.http import HttpResponse
+from django.views.decorators.http import require_POST
+
+
+@require_POST
+def sign_up(request):
+    with transaction.atomic():
+        user = User.objects.create_user(request.POST["username"], request.POST["email"])
+        forqapp.send("emails", json.dumps({"to": user.email}))
+        if "rollback" in request.POST:  # a later step failed: neither the user nor the message stays
+            transaction.set_rollback(True)
+    return HttpResponse("ok")
+'''
+
+DRIVE = '''"""Steps run as a user's code would, through Django's test client; prints JSON."""
+import json
+import os
+import sys
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+import django
+
+django.setup()
+from django.contrib.auth.models import User
+from django.test import Client
+from django.test.utils import setup_test_environment
+
+import forqapp
+from forqapp.models import Message
+
+setup_test_environment()  # the test client's "testserver" host
+client = Client()
+out = {"forqapp_file": forqapp.__file__}
+if sys.argv[1] == "send":
+    for data in ({"username": "ada", "email": "ada@example.com"}, {"username": "bob", "email": ""},
+                 {"username": "eve", "email": "eve@example.com", "rollback": "1"}):
+        out[data["username"]] = client.post("/signup/", data).status_code
+    out["users"] = sorted(User.objects.values_list("username", flat=True))
+    out["messages"] = sorted(json.loads(c)["to"] for c in Message.objects.values_list("content", flat=True))
+    out["api"] = client.post("/api/v1/queues/other/messages", '{"content": "x"}', content_type="application/json",
+                             headers={"X-API-Key": os.environ.get("FORQ_AUTH_SECRET", "")}).status_code
+elif sys.argv[1] == "admin":
+    staff = User.objects.create_superuser("staff", "staff@example.com", "pw-staff-12345")
+    client.force_login(staff)
+    (dead,) = Message.objects.filter(queue="emails-dlq")
+    out["dead"] = [dead.failure_reason, dead.last_error]
+    for name, url in (("dead_letters", "/admin/forqapp/deadletter/"), ("messages", "/admin/forqapp/message/"),
+                      ("change", f"/admin/forqapp/deadletter/{dead.id}/change/"),
+                      ("ui", f"/ui/queues/emails-dlq/messages/{dead.id}/")):
+        response = client.get(url)
+        out[name] = [response.status_code, response.content.decode()]
+print(json.dumps(out))
+'''
+
+
+def test_readme_install_section_on_a_fresh_startproject(tmp_path):
+    install = section("install")
+
+    # The wheel, built and installed the README's way (--no-deps: the test venv has the dependencies).
+    shell = "\n".join(code_blocks(install, "sh"))
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert "pip wheel --no-deps /path/to/forqapp -w dist" in shell
+    assert f'pip install "dist/forqapp-{version}-py3-none-any.whl[server,postgres]"' in shell
+    assert 'pip install "/path/to/forqapp[server,postgres]"' in shell
+    wheel = build_wheel(tmp_path)
+    assert wheel.name == f"forqapp-{version}-py3-none-any.whl"
+    metadata = zipfile.ZipFile(wheel).read(f"forqapp-{version}.dist-info/METADATA").decode()
+    assert {"server", "postgres", "spark"} <= set(re.findall(r"^Provides-Extra: (\S+)$", metadata, flags=re.M))
+    site = tmp_path / "site"
+    run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+        tmp_path, clean_env())
+    data = {p.relative_to(ROOT) for p in (ROOT / "forqapp").rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
+    assert {Path("forqapp/api/openapi.json"), Path("forqapp/templates/forqapp/base.html"),
+            Path("forqapp/static/forqapp/forq.css")} <= data
+    assert sorted(p for p in data if not (site / p).is_file()) == []  # templates, static, OpenAPI: all there
+
+    # A fresh project, with the README's lines appended as they are.
+    env = clean_env(PYTHONPATH=str(site))  # forqapp from the wheel, not from this checkout
+    project = tmp_path / "proj"
+    project.mkdir()
+    run([sys.executable, "-m", "django", "startproject", "mysite", str(project)], tmp_path, env)
+    manage = [sys.executable, "manage.py"]
+    run([*manage, "startapp", "myapp"], project, env)
+    settings_py, urls_py = project / "mysite" / "settings.py", project / "mysite" / "urls.py"
+    settings_py.write_text(settings_py.read_text() + "\n" + block_for(install, "# settings.py")
+                           + '\nINSTALLED_APPS += ["myapp"]\n')
+    urls_py.write_text(urls_py.read_text() + "\n" + block_for(install, "# urls.py")
+                       + '\nfrom myapp.views import sign_up\n\nurlpatterns += [path("signup/", sign_up)]\n')
+    # The README's own consumer (Worker section), with the mail() it calls.
+    consumer = block_for(section("worker"), "# myapp/consumers.py")
+    assert 'raise forqapp.FatalError("no recipient")' in consumer
+    (project / "myapp" / "consumers.py").write_text(CONSUMER_PRELUDE + consumer)
+    (project / "myapp" / "views.py").write_text(VIEWS)
+    (project / "drive.py").write_text(DRIVE)
+
+    # Before migrate: one line, exit 1, for the worker and the jobs.
+    for command in (["forq_worker", "--burst"], ["forq_jobs", "run", "failed"]):
+        result = run([*manage, *command], project, env, ok=False)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            "CommandError: the database has no forqapp tables: run manage.py migrate"]
+
+    # Checks: clean; the missing key is a deploy check that says where to set it; the exported key counts.
+    run([*manage, "check"], project, env)
+    result = run([*manage, "check", "--deploy"], project, env, ok=False)
+    assert result.returncode == 1 and "(forqapp.E001) FORQ_AUTH_SECRET is not set" in result.stderr
+    assert "set FORQ_AUTH_SECRET in settings.py or export it in the environment" in result.stderr
+    env["FORQ_AUTH_SECRET"] = SECRET
+    result = run([*manage, "check", "--deploy"], project, env)
+    assert "forqapp." not in result.stdout + result.stderr
+
+    # A bad FORQ_CONSUMERS path: a check with an id, and the worker stops in one line.
+    (project / "mysite" / "bad_settings.py").write_text(
+        'from mysite.settings import *  # noqa\nFORQ_CONSUMERS = {"reports": "myapp.jobs.send_report"}\n')
+    bad = {**env, "DJANGO_SETTINGS_MODULE": "mysite.bad_settings"}
+    result = run([*manage, "check"], project, bad, ok=False)
+    assert result.returncode == 1
+    assert "(forqapp.E040) FORQ_CONSUMERS['reports']: cannot import 'myapp.jobs.send_report'" in result.stderr
+    result = run([*manage, "forq_worker", "--burst"], project, bad, ok=False)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1 and "forqapp.E040" in result.stderr
+
+    run([*manage, "migrate", "-v0"], project, env)
+
+    # A view that sends inside transaction.atomic(): committed with the user, or rolled back with it.
+    sent = json.loads(run([sys.executable, "drive.py", "send"], project, env).stdout)
+    assert sent["forqapp_file"].startswith(str(site))
+    assert (sent["ada"], sent["bob"], sent["eve"]) == (200, 200, 200)
+    assert sent["users"] == ["ada", "bob"] and sent["messages"] == ["", "ada@example.com"]
+    assert sent["api"] == 204  # FORQ_AUTH_SECRET exported, not in settings.py: the API takes it
+
+    # The worker runs the README's consumer: ada is mailed, bob's message fails for good.
+    result = run([*manage, "forq_worker", "--burst"], project, env)
+    assert "forq_worker: done, ack 1, fail 1" in result.stdout
+    assert (project / "sent.txt").read_text() == "ada@example.com\n"
+    assert run([*manage, "forq_jobs", "run", "failed"], project, env).stdout.strip() == "failed: handled 1"
+
+    # The admin, as staff: the dead letter with its reason and the consumer's own error.
+    pages = json.loads(run([sys.executable, "drive.py", "admin"], project, env).stdout)
+    error = "forqapp.errors.FatalError: no recipient"
+    assert pages["dead"] == ["fatal_error", error]
+    for name in ("dead_letters", "messages", "change", "ui"):
+        status, html = pages[name]
+        assert status == 200 and error in html, name
+    assert "fatal_error" in pages["dead_letters"][1]

@@ -1,0 +1,175 @@
+"""The database lease that lets one jobs scheduler per database run the jobs: the store's
+acquire/renew/release statements on their own, and two schedulers sharing one database."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from django.db import connections
+
+from forqapp import jobs, services
+from forqapp.models import Lease
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NAME = "test-lease"
+
+
+def test_one_holder_until_it_expires_or_releases():
+    assert services.acquire_lease(NAME, "a", 60_000)
+    assert not services.acquire_lease(NAME, "b", 60_000)  # a holds it
+    assert services.acquire_lease(NAME, "a", 60_000)  # a renews
+    assert services.lease_holder(NAME)[0] == "a"
+    assert not services.release_lease(NAME, "b")  # only the holder gives it up
+    assert services.release_lease(NAME, "a")
+    assert services.lease_holder(NAME) is None
+    assert services.acquire_lease(NAME, "b", 60_000)  # released: taken at once
+    assert not services.acquire_lease(NAME, "a", 60_000)
+
+
+def test_an_expired_lease_is_taken_over_and_its_old_holder_cannot_renew_it():
+    assert services.acquire_lease(NAME, "a", -1)  # expired the moment it was taken
+    assert services.acquire_lease(NAME, "b", 60_000)
+    assert not services.acquire_lease(NAME, "a", 60_000)
+    assert Lease.objects.get(name=NAME).holder == "b"
+
+
+def test_a_holder_known_dead_is_replaced_at_once():
+    assert services.acquire_lease(NAME, "a", 60_000)
+    assert not services.acquire_lease(NAME, "b", 60_000, replacing="c")
+    assert services.acquire_lease(NAME, "b", 60_000, replacing="a")
+    assert services.lease_holder(NAME)[0] == "b"
+
+
+def test_racing_acquirers_get_one_holder():
+    barrier = threading.Barrier(8)
+    won = []
+
+    def race(holder):
+        try:
+            barrier.wait()
+            if services.acquire_lease(NAME, holder, 60_000):
+                won.append(holder)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=race, args=(f"h{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(won) == 1
+    assert services.lease_holder(NAME)[0] == won[0]
+
+
+def test_dead_holder_detection_is_for_this_machine_only():
+    here = jobs._holder_id()
+    host, namespace, _, token = here.rsplit(":", 3)
+    assert not jobs._dead_here(here)  # this process
+    assert not jobs._dead_here(f"{host}:{namespace}:{os.getppid()}:{token}")  # alive
+    dead = _dead_pid()
+    assert jobs._dead_here(f"{host}:{namespace}:{dead}:{token}")
+    assert not jobs._dead_here(f"elsewhere:{namespace}:{dead}:{token}")  # another host: can't tell
+    assert not jobs._dead_here("garbage")
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+class Probe:
+    """A job that records which scheduler ran it, and when."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, float]] = []
+
+    def job(self, who: str) -> jobs.Job:
+        def probe(*, dry_run=False, using=None) -> int:
+            self.calls.append((who, time.monotonic()))
+            return 0
+
+        return jobs.Job("probe", probe, 0.02)
+
+    def by(self, who: str) -> list[float]:
+        return [t for w, t in self.calls if w == who]
+
+
+def wait_for(predicate, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def short_lease(settings):
+    settings.FORQ_JOBS_LEASE_MS = 900  # renewed every 0.3 s; a silent holder stops after 0.45 s
+
+
+def test_two_schedulers_run_the_jobs_once_and_the_other_takes_over_when_the_holder_stops(short_lease):
+    probe = Probe()
+    changes: list[tuple[str, bool]] = []
+    first = jobs.Scheduler([probe.job("first")], on_lease=lambda held: changes.append(("first", held)))
+    first.start_thread()
+    wait_for(lambda: len(probe.by("first")) >= 3, "the first scheduler to run the jobs")
+    second = jobs.Scheduler([probe.job("second")], on_lease=lambda held: changes.append(("second", held)))
+    second.start_thread()
+    try:
+        wait_for(lambda: ("second", False) in changes, "the second scheduler to stand by")
+        time.sleep(1.0)  # several renewals, many job turns
+        assert probe.by("second") == []
+        assert first.running_jobs and not second.running_jobs
+        first.stop()
+        first.join(10)
+        stopped = time.monotonic()
+        wait_for(lambda: probe.by("second"), "the second scheduler to take over")
+        assert ("second", True) in changes
+        assert max(probe.by("first")) < stopped
+        assert services.lease_holder(jobs.LEASE)[0] == second.lease.holder
+    finally:
+        first.stop()
+        second.stop()
+        first.join(10)
+        second.join(10)
+    assert services.lease_holder(jobs.LEASE) is None  # released on stop
+
+
+def test_a_holder_that_cannot_renew_stops_before_another_takes_its_lease_over(short_lease):
+    probe = Probe()
+    first = jobs.Scheduler([probe.job("first")])
+    second = jobs.Scheduler([probe.job("second")])
+    first.start_thread()
+    wait_for(lambda: probe.by("first"), "the first scheduler to run the jobs")
+    second.start_thread()
+    try:
+        time.sleep(0.5)
+        assert probe.by("second") == []
+        first.lease.renew = lambda: first.lease.held  # cut off from the database: renewals fail
+        wait_for(lambda: probe.by("second"), "the second scheduler to take the expired lease over")
+        assert max(probe.by("first")) < min(probe.by("second"))  # never both at once
+        assert not first.running_jobs
+    finally:
+        first.stop()
+        second.stop()
+        first.join(10)
+        second.join(10)
+
+
+def test_a_scheduler_without_a_lease_runs_regardless(short_lease):
+    assert services.acquire_lease(jobs.LEASE, "someone-else", 60_000)
+    probe = Probe()
+    scheduler = jobs.Scheduler([probe.job("free")], lease=False)
+    scheduler.start_thread()
+    try:
+        wait_for(lambda: probe.by("free"), "the scheduler to run the job")
+    finally:
+        scheduler.stop()
+        scheduler.join(10)
