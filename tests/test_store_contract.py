@@ -18,8 +18,8 @@ from django.core.checks import CheckMessage
 from django.db import connection
 
 from forqapp import ids, store, vocab
-from forqapp.models import Message, StagedMessage
-from forqapp.store import Delivery, NewMessage, QueueDepth, SnapshotBounds, SnapshotRow, Store
+from forqapp.models import AuthThrottle, Lease, Message, StagedMessage
+from forqapp.store import Delivery, LeaseHolder, NewMessage, QueueDepth, SnapshotBounds, SnapshotRow, Store
 
 READY, PROCESSING, FAILED = vocab.Status
 NOW = 1_800_000_000_000
@@ -281,3 +281,65 @@ def test_auth_throttle(st):
     assert st.auth_failed("10.0.0.1", NOW + 2, 60_000, 3, 5_000) == NOW + 2 + 5_000
     assert st.auth_blocked_until("10.0.0.1") == NOW + 2 + 5_000
     assert st.auth_failed("10.0.0.2", NOW + 70_000, 60_000, 1, 5_000) == NOW + 75_000
+
+
+def test_nack_and_fail_keep_the_consumers_error_and_fail_sets_its_reason(st):
+    retried, failed, plain = put(st, "errs", 3)
+    d1, d2, d3 = st.claim_many("errs", NOW, 3)
+    assert st.nack("errs", retried, d1.receipt, NOW, 1, (10,), "ValueError: boom")
+    assert (row(retried).status, row(retried).last_error) == (FAILED, "ValueError: boom")
+    assert row(retried).failure_reason is None  # out of attempts: the failed job names the reason
+    assert not st.fail("errs", failed, d2.receipt + 1, NOW, "nope")
+    assert st.fail("errs", failed, d2.receipt, NOW, "forqapp.errors.FatalError: no way")
+    assert (row(failed).status, row(failed).failure_reason, row(failed).last_error) == (
+        FAILED, vocab.FailureReason.FATAL_ERROR, "forqapp.errors.FatalError: no way")
+    assert st.fail("errs", plain, d3.receipt, NOW)
+    assert (row(plain).failure_reason, row(plain).last_error) == (vocab.FailureReason.FATAL_ERROR, None)
+    assert st.move_failed_to_dlq(NOW + 1, HOUR) == 3
+    moved = {m: (row(m).queue, row(m).failure_reason, row(m).last_error) for m in (retried, failed, plain)}
+    assert moved == {
+        retried: ("errs-dlq", vocab.FailureReason.MAX_ATTEMPTS_REACHED, "ValueError: boom"),
+        failed: ("errs-dlq", vocab.FailureReason.FATAL_ERROR, "forqapp.errors.FatalError: no way"),
+        plain: ("errs-dlq", vocab.FailureReason.FATAL_ERROR, None),
+    }
+    (again,) = put(st, "errs")
+    d = st.claim("errs", NOW)
+    assert st.nack("errs", again, d.receipt, NOW, 5, (10,), "first")
+    d = st.claim("errs", NOW + 10)
+    assert st.nack("errs", again, d.receipt, NOW + 10, 5, (10,))  # no error given: the last one stays
+    assert row(again).last_error == "first"
+
+
+def test_login_throttle_shares_the_table_and_each_kind_prunes_only_its_own_rows(st):
+    key = "login-user:abc"
+    assert st.login_failed(key, NOW, 60_000, 2, 5_000) == 0
+    assert st.login_failed(key, NOW + 1, 60_000, 2, 5_000) == NOW + 1 + 5_000
+    assert st.auth_blocked_until(key) == NOW + 1 + 5_000
+    st.auth_failed("10.0.0.9", NOW, 1_000, 5, 1_000)
+    # An API-key failure long after: prunes the stale API-key row, never the login row.
+    st.auth_failed("10.0.0.8", NOW + 10 * HOUR, 1_000, 5, 1_000)
+    assert st.auth_blocked_until(key) == NOW + 1 + 5_000
+    assert not AuthThrottle.objects.filter(address="10.0.0.9").exists()
+    # A login failure long after prunes stale login rows, not API-key rows.
+    st.login_failed("login-ip:10.0.0.1", NOW + 20 * HOUR, 60_000, 2, 5_000)
+    assert not AuthThrottle.objects.filter(address=key).exists()
+    assert AuthThrottle.objects.filter(address="10.0.0.8").exists()
+
+
+def test_leases_one_holder_renewal_expiry_takeover_and_release(st):
+    Lease.objects.all().delete()
+    assert st.lease_holder("jobs") is None
+    assert st.lease_acquire("jobs", "a", NOW, 1_000)
+    assert st.lease_holder("jobs") == LeaseHolder("a", NOW + 1_000)
+    assert isinstance(st.lease_holder("jobs"), LeaseHolder)
+    assert not st.lease_acquire("jobs", "b", NOW + 500, 1_000)  # a holds it
+    assert st.lease_acquire("jobs", "a", NOW + 500, 1_000)  # a renews
+    assert st.lease_holder("jobs") == ("a", NOW + 1_500)
+    assert st.lease_acquire("jobs", "b", NOW + 600, 1_000, replacing="a")  # a is known dead
+    assert not st.lease_acquire("jobs", "a", NOW + 700, 1_000)
+    assert st.lease_acquire("jobs", "c", NOW + 1_601, 1_000)  # b's lease expired
+    assert not st.lease_release("jobs", "b")
+    assert st.lease_release("jobs", "c")
+    assert st.lease_holder("jobs") is None
+    assert st.lease_acquire("jobs", "a", NOW, 1_000)
+    Lease.objects.all().delete()
