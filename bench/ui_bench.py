@@ -54,11 +54,10 @@ def setup(args):
 
 
 def fill(args) -> None:
-    from django.db import connection
+    from django.db import connection, transaction
 
-    from forqapp import services
+    from forqapp import services, store
     from forqapp.models import Message, QueueDepthSample
-    from forqapp.store import sqlite as store
     from forqapp.ui.history import record_depth_samples
 
     if Message.objects.exists():
@@ -89,15 +88,13 @@ def fill(args) -> None:
     for dlq in dlqs:
         n = dead // len(dlqs)
         rows = [(mid, dlq, f'{{"dead": {j}}}', now, now, now + 7 * 86_400_000) for j, mid in enumerate(ids.new_ids(n))]
-        with connection.cursor():
-            conn.execute("BEGIN IMMEDIATE")
-            store.insert(conn, rows, is_dlq=True)
-            conn.execute("COMMIT")
+        with transaction.atomic():
+            store.for_alias(connection.alias).insert(rows, is_dlq=True)
     conn.execute("UPDATE messages SET status = 2, failure_reason = 'max_attempts_reached' "
                  "WHERE id IN (SELECT id FROM messages WHERE queue = 'queue-00-dlq' LIMIT 500)")
     # 24 hours of depth history, a round every 5 minutes (what the queue-depth job writes).
     QueueDepthSample.objects.all().delete()
-    depths = store.queue_depths(conn)
+    depths = store.for_alias(connection.alias).queue_depths()
     start = now - 24 * 3_600_000
     for k in range(0, 288):
         t = start + k * 300_000

@@ -15,8 +15,8 @@ from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
-from . import services
-from .models import DLQ_SUFFIX, DeadLetter, Message
+from . import services, vocab
+from .models import DeadLetter, Message
 from .ui import freshness, queries
 
 ERROR_PREVIEW = 80  # characters of last_error in the lists
@@ -35,7 +35,7 @@ class QueueFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         names = freshness.counts("queue-names", queries.queue_names)
         if model_admin.model is DeadLetter:
-            names = [n for n in names if n.endswith(DLQ_SUFFIX)]
+            names = [n for n in names if vocab.is_dlq(n)]
         return [(n, n) for n in names]
 
     def queryset(self, request, queryset):
@@ -79,7 +79,7 @@ def _apply(modeladmin, request, queryset, fn, done: str) -> None:
     count = 0
     skipped = 0
     for message_id, queue, is_dlq in queryset.values_list("id", "queue", "is_dlq").order_by().iterator():
-        if not is_dlq or not queue.endswith(DLQ_SUFFIX):
+        if not is_dlq or not vocab.is_dlq(queue):
             skipped += 1
             continue
         count += fn(queue, message_id)

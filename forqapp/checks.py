@@ -7,9 +7,7 @@ migrates and runs its tests without one, while ``forq_serve`` refuses to start w
 
 from __future__ import annotations
 
-import sqlite3
-
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from .conf import forq_settings
 
@@ -29,10 +27,21 @@ def check_configuration(app_configs=None, **kwargs):
     if forq_settings.FORQ_ENV not in ("local", "pro"):
         problems.append(Error(f"FORQ_ENV must be 'local' or 'pro' (got {forq_settings.FORQ_ENV!r})",
                               id="forqapp.E004"))
-    if sqlite3.sqlite_version_info < (3, 35, 0):
-        problems.append(Error(f"SQLite {sqlite3.sqlite_version} has no RETURNING; forqapp needs 3.35+",
-                              id="forqapp.E005"))
+    problems.extend(database_problems())
     return problems
+
+
+def database_problems() -> list[CheckMessage]:
+    """The configured database's own checks (its store's :meth:`~forqapp.store.Store.check`:
+    e.g. SQLite older than 3.35 has no RETURNING, forqapp.E005), or forqapp.E006 when forqapp has
+    no store for it. Connects to nothing."""
+    from . import store
+
+    try:
+        st = store.for_alias(forq_settings.FORQ_DATABASE)
+    except NotImplementedError as exc:
+        return [Error(str(exc), id="forqapp.E006")]
+    return list(st.check())
 
 
 def _secret_problem(name: str) -> str | None:

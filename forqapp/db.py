@@ -27,8 +27,9 @@ def pool() -> ThreadPoolExecutor:
             if _pool is None:
                 threads = forq_settings.FORQ_DB_THREADS
                 if threads is None:
-                    vendor = connections[forq_settings.FORQ_DATABASE].vendor
-                    threads = 1 if vendor == "sqlite" else 4
+                    from . import services
+
+                    threads = services.default_db_threads()
                 _pool = ThreadPoolExecutor(max_workers=int(threads), thread_name_prefix="forq-db")
     return _pool
 

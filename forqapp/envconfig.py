@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+from .store.options import database_options
 
 ERRORS: list[str] = []
 
@@ -44,27 +47,26 @@ def env_int(name: str, default: int) -> int:
         return default
 
 
-def sqlite_database(path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0) -> dict:
-    """A ``DATABASES`` entry for a queue in an SQLite file, with the pragmas Forq sets per connection.
-
-    WAL itself is persistent and set by the migrations. ``transaction_mode="IMMEDIATE"`` makes every
-    ``atomic()`` block take the write lock up front, so no transaction fails on a lock upgrade.
-    """
+def sqlite_database(path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0) -> dict[str, Any]:
+    """A ``DATABASES`` entry for a queue in an SQLite file, with the pragmas Forq sets per connection
+    (:func:`forqapp.store.options.sqlite_options`)."""
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         pass  # reported where it matters, in one line: forq_serve's start-up checks, migrate's error
-    return {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": str(path),
-        "OPTIONS": {
-            "timeout": busy_timeout_s,
-            "transaction_mode": "IMMEDIATE",
-            "init_command": (
-                "PRAGMA synchronous=NORMAL;"
-                "PRAGMA temp_store=MEMORY;"
-                f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)};"
-                "PRAGMA optimize=0x10002;"
-            ),
-        },
-    }
+    engine = "django.db.backends.sqlite3"
+    return {"ENGINE": engine, "NAME": str(path),
+            "OPTIONS": database_options(engine, busy_timeout_s=busy_timeout_s)}
+
+
+def url_database(url: str, *, conn_max_age: int = 600, prepare_threshold: int | None = 5) -> dict[str, Any]:
+    """A ``DATABASES`` entry for ``DATABASE_URL`` (dj-database-url), persistent connections checked
+    before reuse, with the options of that URL's engine only (psycopg's ``prepare_threshold`` for
+    PostgreSQL; nothing PostgreSQL-only for another database)."""
+    import dj_database_url
+
+    entry: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=conn_max_age, conn_health_checks=True))
+    options = database_options(entry["ENGINE"], prepare_threshold=prepare_threshold)
+    if options:
+        entry.setdefault("OPTIONS", {}).update(options)
+    return entry

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
+from . import vocab
+
 _QUEUE = ("queue_name", "queue_type")
 
 messages_produced_total = Counter(
@@ -37,7 +39,7 @@ messages_cleanup_total = Counter(
 
 
 def _type(queue: str) -> str:
-    return "dlq" if queue.endswith("-dlq") else "regular"
+    return "dlq" if vocab.is_dlq(queue) else "regular"
 
 
 def produced(queue: str, n: int = 1) -> None:

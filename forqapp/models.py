@@ -13,13 +13,17 @@ from typing import ClassVar
 from django.db import models
 from django.db.models import Q
 
-DLQ_SUFFIX = "-dlq"
+from . import vocab
+from .vocab import DLQ_SUFFIX as DLQ_SUFFIX  # re-exported: older imports take it from here
+from .vocab import base_of
 
 
 class Status(models.IntegerChoices):
-    READY = 0, "ready"
-    PROCESSING = 1, "processing"
-    FAILED = 2, "failed"
+    """:class:`forqapp.vocab.Status` with labels, for forms, the admin and the UI."""
+
+    READY = vocab.Status.READY.value, vocab.Status.READY.label
+    PROCESSING = vocab.Status.PROCESSING.value, vocab.Status.PROCESSING.label
+    FAILED = vocab.Status.FAILED.value, vocab.Status.FAILED.label
 
 
 class MessageQuerySet(models.QuerySet):
@@ -89,7 +93,7 @@ class Message(models.Model):
 
     @property
     def regular_queue(self) -> str:
-        return self.queue.removesuffix(DLQ_SUFFIX) if self.is_dlq else self.queue
+        return base_of(self.queue) if self.is_dlq else self.queue
 
 
 # A module-level name, so django-stubs can type the generated base class.

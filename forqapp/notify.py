@@ -1,12 +1,12 @@
 """Wake-ups for consumers waiting on empty queues (HTTP long polls, ``receive(wait=…)``, workers).
 
 One :class:`Notifier` per process and database. While anyone waits, its thread watches the database
-for writes from any process — on SQLite ``PRAGMA data_version``, which changes when another
-connection commits and costs no I/O, checked every ``FORQ_WAKE_POLL_MS`` (5 ms); on PostgreSQL the
-``LISTEN`` notifications counted by the store — and a write in this process wakes it at once. On a
-change it asks the database (a read, no write lock) how many messages are due in the queues people
-wait on, and wakes that many waiters per queue, oldest waiter first, so a produce never stampedes a
-herd of consumers. Every ``FORQ_WAKE_FALLBACK_MS`` it checks anyway, which is how delayed messages
+for writes from any process through :func:`forqapp.services.wake_version` (how is the store's
+business, :attr:`forqapp.store.Store.wakeups`: SQLite's ``PRAGMA data_version``, which changes when
+another connection commits and costs no I/O, checked every ``FORQ_WAKE_POLL_MS`` (5 ms); PostgreSQL's
+``LISTEN`` notifications) — and a write in this process wakes it at once. On a change it asks the
+database (a read, no write lock) how many messages are due in the queues people wait on, and wakes
+that many waiters per queue, oldest waiter first, so a produce never stampedes a herd of consumers. Every ``FORQ_WAKE_FALLBACK_MS`` it checks anyway, which is how delayed messages
 that become due are noticed. Nobody waiting: the thread sleeps and touches nothing.
 """
 
@@ -21,7 +21,7 @@ from collections import deque
 
 from django.db import connections
 
-from . import store
+from . import services
 from .conf import forq_settings
 
 logger = logging.getLogger(__name__)
@@ -151,20 +151,17 @@ class Notifier:
                         self._cond.wait()
                     kicked, self._kicked = self._kicked, False
                     wanted = {q: len(w) for q, w in self._waiters.items()}
-                connection = connections[self.alias]
-                st = store.for_connection(connection)
-                conn = store.raw(connection)
-                version = st.data_version(conn)
+                version = services.wake_version(using=self.alias)
                 now = time.monotonic()
                 fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
                 if kicked or version != last_version or now - last_check >= fallback:
                     last_version, last_check = version, now
-                    due = st.has_due(conn, list(wanted), time.time_ns() // 1_000_000, max(wanted.values()))
+                    due = services.due_counts(list(wanted), max(wanted.values()), using=self.alias)
                     if due:
                         self._wake(due)
                 with self._cond:
                     if not self._kicked and self._waiters:
-                        self._cond.wait(st.poll_interval(forq_settings.FORQ_WAKE_POLL_MS / 1000))
+                        self._cond.wait(services.wake_poll_interval(using=self.alias))
             except Exception:
                 logger.exception("forqapp notifier: checking for due messages failed; retrying")
                 with contextlib.suppress(Exception):

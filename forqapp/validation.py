@@ -8,22 +8,20 @@ import uuid
 from . import errors
 from .conf import forq_settings
 from .errors import ForqError
-from .models import DLQ_SUFFIX
-
-_QUEUE_NAME = re.compile(r"[a-zA-Z0-9._-]{1,64}")
+from .vocab import QUEUE_NAME, is_dlq
 
 
 def queue_name(queue: object, *, produce: bool = False) -> str:
-    if not isinstance(queue, str) or not _QUEUE_NAME.fullmatch(queue):
+    if not isinstance(queue, str) or not QUEUE_NAME.fullmatch(queue):
         raise ForqError(errors.QUEUE_INVALID_NAME, f"invalid queue name {queue!r}")
-    if produce and queue.endswith(DLQ_SUFFIX):
+    if produce and is_dlq(queue):
         raise ForqError(errors.PRODUCE_TO_DLQ, f"cannot produce to dead-letter queue {queue!r}")
     return queue
 
 
 def dlq_name(queue: object) -> str:
     queue = queue_name(queue)
-    if not queue.endswith(DLQ_SUFFIX):
+    if not is_dlq(queue):
         raise ForqError(errors.DLQ_ONLY_OPERATION, f"{queue!r} is not a dead-letter queue")
     return queue
 

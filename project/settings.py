@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from forqapp.envconfig import env_bool, env_int, env_str, sqlite_database
+from forqapp.envconfig import env_bool, env_int, env_str, sqlite_database, url_database
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -68,26 +68,18 @@ ASGI_APPLICATION = "project.asgi.application"
 
 # DATABASE_URL=postgres://user:pass@host:5432/name selects PostgreSQL (several API and worker hosts on
 # one database); persistent connections (a worker must hold its connection), checked before reuse.
-# FORQ_DB_CONN_MAX_AGE (seconds, default 600) and FORQ_DB_PREPARE_THRESHOLD (default 5; "none" behind
-# a pgbouncer in transaction mode older than 1.21) tune it.
+# FORQ_DB_CONN_MAX_AGE (seconds, default 600) and, on PostgreSQL only, FORQ_DB_PREPARE_THRESHOLD
+# (default 5; "none" behind a pgbouncer in transaction mode older than 1.21) tune it.
 # Absent: SQLite at FORQ_DB_PATH (default var/forq.sqlite3 under the repository), tuned for the queue:
 # WAL (set by the migrations), synchronous=NORMAL, busy timeout, BEGIN IMMEDIATE for transactions.
 FORQ_DB_PATH = env_str("FORQ_DB_PATH", str(BASE_DIR / "var" / "forq.sqlite3"))
 DATABASE_URL = env_str("DATABASE_URL", "")
 if DATABASE_URL:
-    import dj_database_url
-
-    DATABASES: dict[str, Any] = {  # Any: dj-database-url's TypedDict, or sqlite_database()'s dict
-        "default": dj_database_url.parse(
-            DATABASE_URL,
-            conn_max_age=env_int("FORQ_DB_CONN_MAX_AGE", 600),
-            conn_health_checks=True,
-        )
-    }
     _prepare = env_str("FORQ_DB_PREPARE_THRESHOLD", "5").strip().lower()
-    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
-        int(_prepare) if _prepare.isdigit() else None
-    )
+    DATABASES: dict[str, Any] = {  # Any: url_database()'s or sqlite_database()'s dict
+        "default": url_database(DATABASE_URL, conn_max_age=env_int("FORQ_DB_CONN_MAX_AGE", 600),
+                                prepare_threshold=int(_prepare) if _prepare.isdigit() else None)
+    }
 else:
     DATABASES = {"default": sqlite_database(FORQ_DB_PATH)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -138,6 +138,9 @@ def _disconnect_other_sessions_before_teardown(django_db_setup, django_db_blocke
 
 @pytest.fixture(scope="session")
 def live_api(django_db_setup, django_db_blocker):
-    api = start_server()
+    # No jobs: a session-long scheduler would hold (or, as standby, take over) the forq-jobs lease
+    # that the forq_serve tests start and check servers of their own for, and would move messages
+    # under the API tests' feet.
+    api = start_server({"FORQ_SERVE_JOBS": "false"})
     yield api
     stop_server(api)

@@ -28,9 +28,9 @@ def admin_client_(db):
 def dead(queue: str, n: int) -> list[str]:
     now = services.now_ms()
     ids = forq_ids.new_ids(n)
-    connection.ensure_connection()
-    store.for_connection(connection).insert(connection.connection, [(i, queue + "-dlq", XSS, now, now, now + 1000) for i in ids],
-                        is_dlq=True)
+    store.for_alias(connection.alias).insert(
+        [store.NewMessage(i, queue + "-dlq", XSS, now, now, now + 1000) for i in ids], is_dlq=True
+    )
     return ids
 
 

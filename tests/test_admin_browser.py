@@ -32,10 +32,9 @@ def dead_letters() -> list[str]:
 
     now = services.now_ms()
     dead = ids.new_ids(6)
-    rows = [(m, "emails-dlq", f'{{"to": "bounce{i}@example.com"}}', now, now, now + 86_400_000)
+    rows = [store.NewMessage(m, "emails-dlq", f'{{"to": "bounce{i}@example.com"}}', now, now, now + 86_400_000)
             for i, m in enumerate(dead)]
-    connection.ensure_connection()
-    store.for_connection(connection).insert(connection.connection, rows, is_dlq=True)
+    store.for_alias(connection.alias).insert(rows, is_dlq=True)
     return dead
 
 

@@ -139,11 +139,9 @@ def test_old_receipt_no_longer_matches_after_redelivery(live_api):
 
 
 def forqapp_jobs_recover_stale() -> None:
-    from django.db import connection
-
     from forqapp import store
 
-    store.for_connection(connection).recover_stale(store.raw(connection), services.now_ms(), 1000, 5)
+    store.for_alias("default").recover_stale(services.now_ms(), 1000, 5)
 
 
 @pytest.mark.parametrize("op", ["ack", "nack"])

@@ -26,6 +26,27 @@ def test_configuration_errors_have_ids(settings):
     assert {e.id for e in check_configuration()} >= {"forqapp.E003", "forqapp.E004"}
 
 
+def test_the_database_checks_come_from_its_store(monkeypatch):
+    from forqapp import store
+    from forqapp.store import sqlite
+
+    monkeypatch.setattr(sqlite.sqlite3, "sqlite_version_info", (3, 31, 1))
+    ids = {e.id for e in check_configuration()}
+    assert ("forqapp.E005" in ids) == (store.for_alias("default").vendor == "sqlite")
+    monkeypatch.setattr(store, "_stores", {})
+    monkeypatch.setattr(store, "CLASSES", {})
+    assert "forqapp.E006" in {e.id for e in check_configuration()}  # no store for this database
+
+
+def test_connection_options_are_given_to_their_engine_only():
+    from forqapp.envconfig import url_database
+
+    assert url_database("postgres://u@h/db", prepare_threshold=None)["OPTIONS"] == {"prepare_threshold": None}
+    assert url_database("postgres://u@h/db")["OPTIONS"] == {"prepare_threshold": 5}
+    assert "prepare_threshold" not in url_database("mysql://u@h/db").get("OPTIONS", {})
+    assert url_database("sqlite:////tmp/x.sqlite3")["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
 # --- secrets: settings first, then the environment; deploy checks that say where to set them ---
 
 SECRET = "s" * 32

@@ -67,12 +67,13 @@ def child_env(**extra: str) -> dict[str, str]:
 def insert_raw(conn, queue: str, n: int = 1, *, notify: bool = True, tag: str = "raw") -> list[str]:
     """Produce from another session, through the store (which NOTIFYs) or bare SQL (which doesn't)."""
     from forqapp import ids
-    from forqapp.store import postgresql
+    from forqapp.store.postgresql import PostgreSQLStore
 
     now = services.now_ms()
-    rows = [(i, queue, f"{tag}-{k}", now, now, now + 3_600_000) for k, i in enumerate(ids.new_ids(n))]
+    rows = [store.NewMessage(i, queue, f"{tag}-{k}", now, now, now + 3_600_000)
+            for k, i in enumerate(ids.new_ids(n))]
     if notify:
-        postgresql.insert(conn, rows)
+        PostgreSQLStore.on(conn).insert(rows)
     else:
         with conn.cursor() as cur:
             cur.executemany(
@@ -89,7 +90,7 @@ def insert_raw(conn, queue: str, n: int = 1, *, notify: bool = True, tag: str = 
 @pytest.mark.django_db
 def test_migration_creates_table_and_partial_index():
     assert connection.vendor == "postgresql"
-    assert store.for_connection(connection).__name__ == "forqapp.store.postgresql"
+    assert type(store.for_alias(connection.alias)).__name__ == "PostgreSQLStore"
     with connection.cursor() as cur:
         cur.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages'")
         indexes = dict(cur.fetchall())
@@ -193,11 +194,12 @@ def test_receipts_fence_settlement_across_sessions():
     forqapp.send("fence", "x")
     message = forqapp.receive("fence")
     with other_session() as other:
-        from forqapp.store import postgresql
+        from forqapp.store.postgresql import PostgreSQLStore
 
+        elsewhere = PostgreSQLStore.on(other)
         # another host can't ack with a wrong receipt, nor twice
-        assert not postgresql.ack(other, "fence", message.id, message.receipt + 1)
-        assert postgresql.extend(other, "fence", message.id, message.receipt, services.now_ms()) > message.receipt
+        assert not elsewhere.ack("fence", message.id, message.receipt + 1)
+        assert elsewhere.extend("fence", message.id, message.receipt, services.now_ms()) > message.receipt
     with pytest.raises(forqapp.ForqError):
         forqapp.ack(message)  # its receipt was renewed elsewhere
 
@@ -423,24 +425,12 @@ def test_rehearsal_two_servers_two_workers_exactly_once(tmp_path):
           f"{drained_s:.1f} s; worker split {[len(p) for p in lines]}")
 
 
-# --- parity with the SQLite store ---------------------------------------------------------------
-
-
-def test_the_postgresql_store_has_every_function_of_the_sqlite_store():
-    import inspect
-
-    from forqapp.store import postgresql, sqlite
-
-    def public(module):
-        return {name: str(inspect.signature(fn)) for name, fn in inspect.getmembers(module, inspect.isfunction)
-                if fn.__module__ == module.__name__ and not name.startswith("_")}
-
-    assert public(postgresql) == public(sqlite)
+# --- wake-ups from jobs ---------------------------------------------------------------------
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_move_to_the_dlq_wakes_a_consumer_waiting_on_it(settings):
-    from forqapp.store import postgresql
+    from forqapp.store.postgresql import PostgreSQLStore
 
     settings.FORQ_WAKE_FALLBACK_MS = 60_000  # only the notification can wake it in time
     forqapp.send("doomed", "x")
@@ -460,7 +450,7 @@ def test_a_move_to_the_dlq_wakes_a_consumer_waiting_on_it(settings):
     time.sleep(0.2)
     with other_session() as other:
         moved_at = time.monotonic()
-        assert postgresql.move_failed_to_dlq(other, services.now_ms(), 3_600_000) == 1
+        assert PostgreSQLStore.on(other).move_failed_to_dlq(services.now_ms(), 3_600_000) == 1
     waiter.join(6)
     assert result["message"] is not None and result["message"].id == message.id
     assert result["at"] - moved_at < 0.5

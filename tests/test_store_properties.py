@@ -26,30 +26,26 @@ class QueueMachine(RuleBasedStateMachine):
 
     @property
     def st(self):
-        return store.for_connection(connection)
-
-    @property
-    def conn(self):
-        return store.raw(connection)
+        return store.for_alias(connection.alias)
 
     @rule()
     def send(self):
         self.clock += 1000
         message_id = services.ids.new_id()
-        self.st.insert(self.conn, [(message_id, QUEUE, "x", self.clock, self.clock, self.clock + 10**9)])
+        self.st.insert([store.NewMessage(message_id, QUEUE, "x", self.clock, self.clock, self.clock + 10**9)])
         self.sent.append(message_id)
 
     @rule()
     def claim(self):
         self.clock += 1000
-        row = self.st.claim(self.conn, QUEUE, self.clock)
+        row = self.st.claim(QUEUE, self.clock)
         ready = [m for m in self.sent if m not in self.acked and m not in self.deliveries and not self._failed(m)]
         if row is None:
             assert ready == []
             return
-        assert row[0] not in self.deliveries, "delivered twice at once"
-        assert row[0] == min(ready, key=self.sent.index), "not FIFO"
-        self.deliveries[row[0]] = row[4]
+        assert row.id not in self.deliveries, "delivered twice at once"
+        assert row.id == min(ready, key=self.sent.index), "not FIFO"
+        self.deliveries[row.id] = row.receipt
 
     def _failed(self, message_id):
         return Message.objects.filter(id=message_id, status=2).exists()
@@ -59,7 +55,7 @@ class QueueMachine(RuleBasedStateMachine):
     def ack(self, data):
         message_id = data.draw(strategies.sampled_from(sorted(self.deliveries)))
         receipt = self.deliveries.pop(message_id)
-        assert self.st.ack(self.conn, QUEUE, message_id, receipt)
+        assert self.st.ack(QUEUE, message_id, receipt)
         self.acked.add(message_id)
         self.stale.append((message_id, receipt))
 
@@ -68,7 +64,7 @@ class QueueMachine(RuleBasedStateMachine):
     def nack(self, data):
         message_id = data.draw(strategies.sampled_from(sorted(self.deliveries)))
         receipt = self.deliveries.pop(message_id)
-        assert self.st.nack(self.conn, QUEUE, message_id, receipt, self.clock, 5, (1, 1, 1, 1, 1))
+        assert self.st.nack(QUEUE, message_id, receipt, self.clock, 5, (1, 1, 1, 1, 1))
         self.clock += 1000  # past the backoff
         self.stale.append((message_id, receipt))
 
@@ -76,7 +72,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def everything_goes_stale(self):
         self.clock += 1000
-        self.st.recover_stale(self.conn, self.clock, 0, 5)
+        self.st.recover_stale(self.clock, 0, 5)
         self.stale.extend(self.deliveries.items())
         self.deliveries.clear()
 
@@ -84,8 +80,8 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=strategies.data())
     def old_receipts_are_refused(self, data):
         message_id, receipt = data.draw(strategies.sampled_from(self.stale))
-        assert not self.st.ack(self.conn, QUEUE, message_id, receipt)
-        assert not self.st.nack(self.conn, QUEUE, message_id, receipt, self.clock, 5, (1,))
+        assert not self.st.ack(QUEUE, message_id, receipt)
+        assert not self.st.nack(QUEUE, message_id, receipt, self.clock, 5, (1,))
 
     @invariant()
     def nothing_lost(self):

@@ -47,9 +47,9 @@ def dead_letters(queue: str, contents: list[str]) -> list[str]:
     """Put messages in ``queue``-dlq the way the jobs do (the store's insert, as DLQ rows)."""
     now = services.now_ms()
     ids = forq_ids.new_ids(len(contents))
-    rows = [(i, queue + "-dlq", c, now, now, now + 3_600_000) for i, c in zip(ids, contents, strict=True)]
-    connection.ensure_connection()
-    store.for_connection(connection).insert(connection.connection, rows, is_dlq=True)
+    rows = [store.NewMessage(i, queue + "-dlq", c, now, now, now + 3_600_000)
+            for i, c in zip(ids, contents, strict=True)]
+    store.for_alias(connection.alias).insert(rows, is_dlq=True)
     Message.objects.filter(id__in=ids).update(failure_reason="max_attempts_reached")
     return ids
 

@@ -100,10 +100,9 @@ def data():
     forqapp.send_many("sms", ["hi"] * 4)
     now = services.now_ms()
     dead = ids.new_ids(6)
-    rows = [(m, "emails-dlq", f'{{"to": "bounce{i}@example.com", "error": "<script>alert(1)</script>"}}',
-             now, now, now + 86_400_000) for i, m in enumerate(dead)]
-    connection.ensure_connection()
-    store.for_connection(connection).insert(connection.connection, rows, is_dlq=True)
+    rows = [store.NewMessage(m, "emails-dlq", f'{{"to": "bounce{i}@example.com", "error": "<script>alert(1)</script>"}}',
+                             now, now, now + 86_400_000) for i, m in enumerate(dead)]
+    store.for_alias(connection.alias).insert(rows, is_dlq=True)
     for k in range(288):
         wave = 1 + (k % 96) / 96
         record_depth_samples([("emails", False, int(20 * wave)), ("payments", False, int(8 + k % 30)),

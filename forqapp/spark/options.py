@@ -3,12 +3,12 @@ messages that say which option is wrong and why."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-_QUEUE = re.compile(r"[a-zA-Z0-9._-]{1,64}")
+from .. import vocab  # Django-free, like this package
+
 _D = TypeVar("_D", int, None)  # _int's default: an int, or None (then the result may be None)
 
 
@@ -79,8 +79,8 @@ class ForqOptions:
         queue = (_get(options, "queue") or "").strip()
         if not queue:
             raise ForqOptionError("forq option 'queue' is required")
-        if not _QUEUE.fullmatch(queue):
-            raise ForqOptionError(f"forq option 'queue' must match ^[a-zA-Z0-9._-]{{1,64}}$, not {queue!r}")
+        if not vocab.QUEUE_NAME.fullmatch(queue):
+            raise ForqOptionError(f"forq option 'queue' must match ^{vocab.QUEUE_NAME_PATTERN}$, not {queue!r}")
         delivery = (_get(options, "delivery") or "exactlyOnce").strip()
         if delivery.lower() not in ("exactlyonce", "atleastonce"):
             raise ForqOptionError(f"forq option 'delivery' must be exactlyOnce or atLeastOnce, not {delivery!r}")
@@ -104,4 +104,4 @@ class ForqOptions:
 
     @property
     def is_dlq(self) -> bool:
-        return self.queue.endswith("-dlq")
+        return vocab.is_dlq(self.queue)

@@ -29,14 +29,16 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import IntegerType, LongType, ShortType, StringType, StructType
 
+from .. import vocab  # Django-free, like this package
 from .options import ForqOptionError, ForqOptions
 
 logger = logging.getLogger("forqapp.spark")
 
-SNAPSHOT_SCHEMA = (
-    "id STRING, queue STRING, content STRING, status STRING, attempts INT, "
-    "received_at TIMESTAMP, process_after TIMESTAMP, failure_reason STRING"
-)
+_SPARK_TYPES = {
+    "id": "STRING", "queue": "STRING", "content": "STRING", "status": "STRING", "attempts": "INT",
+    "received_at": "TIMESTAMP", "process_after": "TIMESTAMP", "failure_reason": "STRING",
+}
+SNAPSHOT_SCHEMA = ", ".join(f"{name} {_SPARK_TYPES[name]}" for name in vocab.SNAPSHOT_COLUMNS)
 ROWS_PER_PARTITION = 250_000  # snapshot read: default partitioning
 MAX_PUBLISH = 10_000  # write: tokens (task outputs) published in one request, one transaction
 
@@ -221,7 +223,7 @@ def _snapshot_batch(columns: dict[str, list]):
 
     ts = pa.timestamp("us", tz="UTC")
     status = pa.array(columns["status"], pa.int8())
-    names = pa.array(["ready", "processing", "failed"])
+    names = pa.array(vocab.STATUS_LABELS)  # indexed by the status code
     return pa.RecordBatch.from_arrays(
         [
             pa.array(columns["id"], pa.string()),
@@ -233,8 +235,7 @@ def _snapshot_batch(columns: dict[str, list]):
             pc.multiply(pa.array(columns["process_after"], pa.int64()), 1000).cast(ts),
             pa.array(columns["failure_reason"], pa.string()),
         ],
-        names=["id", "queue", "content", "status", "attempts", "received_at", "process_after",
-               "failure_reason"],
+        names=list(vocab.SNAPSHOT_COLUMNS),
     )
 
 
@@ -341,7 +342,7 @@ class ForqStreamReader(DataSourceStreamReader):
         end = seq + 1
         # Same columns as a snapshot: the message is "processing" (leased to this query); the
         # claim does not return times, so those are null.
-        self._held[end] = [(m["id"], self.options.queue, m["content"], "processing", m["attempts"],
+        self._held[end] = [(m["id"], self.options.queue, m["content"], vocab.Status.PROCESSING.label, m["attempts"],
                             None, None, None) for m in claimed]
         self._pending[end] = [(m["id"], m["receipt"]) for m in claimed]
         deliveries: dict[str, list[str]] = {}

@@ -1,27 +1,69 @@
-"""Raw SQL, one module per database backend, with the same functions: :mod:`.sqlite`, :mod:`.postgresql`.
+"""Raw SQL, one class per database behind one contract (:class:`~forqapp.store.base.Store`):
+:class:`~forqapp.store.sqlite.SQLiteStore`, :class:`~forqapp.store.postgresql.PostgreSQLStore`.
 
-Callers get the module for a Django connection with :func:`for_connection` and pass it the DB-API
-connection from :func:`raw`.
+Only :mod:`forqapp.services` calls a store (:mod:`forqapp.checks` asks it for its system checks).
+:func:`for_alias` gives the store of a Django database alias, made once per process.
 """
 
 from __future__ import annotations
 
+import threading
 from importlib import import_module
-from types import ModuleType
 
-_MODULES = {"sqlite": "forqapp.store.sqlite", "postgresql": "forqapp.store.postgresql"}
+from django.db import connections
+
+from .base import (
+    BATCH,
+    Delivery,
+    LeaseHolder,
+    NewMessage,
+    QueueDepth,
+    SnapshotBounds,
+    SnapshotRow,
+    StagedMessage,
+    Store,
+)
+
+__all__ = [
+    "BATCH",
+    "Delivery",
+    "LeaseHolder",
+    "NewMessage",
+    "QueueDepth",
+    "SnapshotBounds",
+    "SnapshotRow",
+    "StagedMessage",
+    "Store",
+    "for_alias",
+    "store_class",
+]
+
+# Django's ``connection.vendor`` → the store class serving it (imported on first use: the
+# PostgreSQL store needs psycopg, which a SQLite-only install lacks).
+CLASSES = {
+    "sqlite": "forqapp.store.sqlite.SQLiteStore",
+    "postgresql": "forqapp.store.postgresql.PostgreSQLStore",
+}
+
+_stores: dict[str, Store] = {}
+_lock = threading.Lock()
 
 
-def for_connection(connection) -> ModuleType:
+def store_class(vendor: str) -> type[Store]:
     try:
-        return import_module(_MODULES[connection.vendor])
+        module, _, name = CLASSES[vendor].rpartition(".")
     except KeyError:
-        raise NotImplementedError(
-            f"forqapp supports SQLite and PostgreSQL, not {connection.vendor!r}"
-        ) from None
+        raise NotImplementedError(f"forqapp supports SQLite and PostgreSQL, not {vendor!r}") from None
+    cls: type[Store] = getattr(import_module(module), name)
+    return cls
 
 
-def raw(connection):
-    """The DB-API connection under a Django connection wrapper (opened if needed)."""
-    connection.ensure_connection()
-    return connection.connection
+def for_alias(alias: str) -> Store:
+    """The store of the Django database ``alias`` (one per alias and process; no connection made)."""
+    try:
+        return _stores[alias]
+    except KeyError:
+        with _lock:
+            if alias not in _stores:
+                _stores[alias] = store_class(connections[alias].vendor)(alias)
+            return _stores[alias]

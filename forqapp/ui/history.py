@@ -1,6 +1,6 @@
 """Queue-depth history for the UI's 24-hour charts.
 
-The queue-depth job calls :func:`record_depth_samples` with ``store.queue_depths()``'s rows; the
+The queue-depth job calls :func:`record_depth_samples` with ``services.queue_depths()``'s rows; the
 pages read :func:`depth_series`. Samples are rows of :class:`forqapp.models.QueueDepthSample`,
 older than 24 hours ones are pruned on every write.
 """

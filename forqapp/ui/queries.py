@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from django.db.models import Count
 from django.db.models.functions import Length, Substr
 
+from .. import vocab
 from ..conf import forq_settings
-from ..models import DLQ_SUFFIX, Message, Status
+from ..models import Message, Status
 
 PAGE_SIZE = 50
 PREVIEW_CHARS = 160
@@ -35,7 +36,7 @@ class QueueStats:
 
     @property
     def is_dlq(self) -> bool:
-        return self.name.endswith(DLQ_SUFFIX)
+        return vocab.is_dlq(self.name)
 
     @property
     def total(self) -> int:
@@ -55,7 +56,7 @@ class QueueRow:
 
     @property
     def dlq_name(self) -> str:
-        return self.name + DLQ_SUFFIX
+        return vocab.dlq_of(self.name)
 
 
 @dataclass
@@ -107,8 +108,8 @@ def overview(now: int, *, using: str | None = None) -> Overview:
     stats = queue_stats(now, using=using)
     rows: dict[str, QueueRow] = {}
     for name, s in stats.items():
-        base = name.removesuffix(DLQ_SUFFIX) if s.is_dlq else name
-        row = rows.setdefault(base, QueueRow(base, QueueStats(base), QueueStats(base + DLQ_SUFFIX)))
+        base = vocab.base_of(name) if s.is_dlq else name
+        row = rows.setdefault(base, QueueRow(base, QueueStats(base), QueueStats(vocab.dlq_of(base))))
         if s.is_dlq:
             row.dlq = s
         else:
@@ -119,7 +120,7 @@ def overview(now: int, *, using: str | None = None) -> Overview:
 def page(queue: str, before: str | None = None, *, limit: int = PAGE_SIZE, using: str | None = None) -> list:
     """Newest first, ``limit`` at a time, keyset on the time-ordered id (never OFFSET). Content is
     cut to a preview in SQL, so a page never loads whole large messages."""
-    qs = messages(using).filter(queue=queue, is_dlq=queue.endswith(DLQ_SUFFIX))
+    qs = messages(using).filter(queue=queue, is_dlq=vocab.is_dlq(queue))
     if before:
         qs = qs.filter(id__lt=before)
     return list(

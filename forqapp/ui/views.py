@@ -26,10 +26,10 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
-from .. import services
+from .. import services, vocab
 from ..errors import ForqError
 from ..login_throttle import AdminLoginThrottleForm
-from ..models import DLQ_SUFFIX, Status
+from ..models import Status
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
 from . import charts, freshness, history, queries
@@ -188,20 +188,20 @@ def _page_context(queue: str, now: int, before: str | None = None) -> dict:
     rows = [_decorate(m, now) for m in rows[: queries.PAGE_SIZE]]
     return {
         "queue": queue,
-        "is_dlq": queue.endswith(DLQ_SUFFIX),
+        "is_dlq": vocab.is_dlq(queue),
         "rows": rows,
         "next_before": rows[-1].id if more and rows else None,
     }
 
 
 def _queue_context(queue: str, now: int) -> dict:
-    is_dlq = queue.endswith(DLQ_SUFFIX)
+    is_dlq = vocab.is_dlq(queue)
     series = history.depth_series([queue], now=now, buckets=288).get(queue)
     return {
         **_stats_context(queue, now),
         **_page_context(queue, now),
-        "regular_queue": queue.removesuffix(DLQ_SUFFIX) if is_dlq else queue,
-        "dlq_name": queue if is_dlq else queue + DLQ_SUFFIX,
+        "regular_queue": vocab.base_of(queue) if is_dlq else queue,
+        "dlq_name": queue if is_dlq else vocab.dlq_of(queue),
         "chart": charts.chart(series, label=f"{queue} depth, last 24 hours",
                               css="line-dlq" if is_dlq else "line-queue"),
     }
@@ -253,7 +253,7 @@ def message_detail(request: HtmxHttpRequest, queue: str, message_id: str) -> Htt
         message.pretty, message.is_json = _pretty(message.content)
     message.preview = message.content[: queries.PREVIEW_CHARS]
     message.size = len(message.content)
-    context = {"m": message, "queue": queue, "is_dlq": queue.endswith(DLQ_SUFFIX), "open": opened}
+    context = {"m": message, "queue": queue, "is_dlq": vocab.is_dlq(queue), "open": opened}
     if not _partial(request):
         return render(request, "forqapp/message.html", context)
     return render(request, "forqapp/_message.html", context)
@@ -273,9 +273,9 @@ def _plural(n: int) -> str:
 
 def _run(queue: str, message_id: str | None, action: str) -> tuple[int, str, str]:
     """Do the action through the services; returns (count, flash level, text)."""
-    if not queue.endswith(DLQ_SUFFIX):
+    if not vocab.is_dlq(queue):
         return 0, "error", "Requeue and delete are for dead-letter queues only."
-    target = queue.removesuffix(DLQ_SUFFIX)
+    target = vocab.base_of(queue)
     if action == "requeue":
         n = services.requeue(queue, message_id)
         text = f"Requeued {_plural(n)} to {target}."

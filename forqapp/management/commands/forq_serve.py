@@ -30,6 +30,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
+from ... import services
 from ...checks import parse_addr, serve_problems
 from ...conf import forq_settings
 from ...envconfig import ERRORS, env_bool
@@ -174,11 +175,9 @@ class Command(BaseCommand):
 
     def _database_problems(self) -> list[str]:
         connection = connections[forq_settings.FORQ_DATABASE]
-        # The vendor test makes it the SQLite wrapper, which mypy can't tell from the base type.
-        if connection.vendor == "sqlite" and not connection.is_in_memory_db():  # type: ignore[attr-defined]
-            directory = Path(connection.settings_dict["NAME"]).parent
-            if not directory.is_dir():
-                return [f"the SQLite file's directory {directory} does not exist (FORQ_DB_PATH)"]
+        problems = services.startup_problems()
+        if problems:
+            return problems
         try:
             executor = MigrationExecutor(connection)
             pending = executor.migration_plan(executor.loader.graph.leaf_nodes())

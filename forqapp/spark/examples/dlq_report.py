@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ... import vocab  # Django-free, like this package
 from ._session import add_connection_arguments, session
 
 AGE_BUCKETS = [(1, "< 1 h"), (6, "1-6 h"), (24, "6-24 h"), (72, "1-3 d"), (None, ">= 3 d")]
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.api_key:
         parser.error("--api-key (or FORQ_AUTH_SECRET) is required")
-    if not args.queue.endswith("-dlq"):
+    if not vocab.is_dlq(args.queue):
         print(f"note: {args.queue!r} is not a dead-letter queue; reporting on it all the same", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,349 @@
+"""The store contract: every queue operation once, typed and documented, and what a database can do.
+
+A store is the only code that writes SQL for the queue. There is one class per database
+(:class:`~forqapp.store.sqlite.SQLiteStore`, :class:`~forqapp.store.postgresql.PostgreSQLStore`),
+bound to a Django database alias; :func:`forqapp.store.for_alias` gives the cached instance. Each
+operation gets the DB-API connection under Django's wrapper itself (in autocommit, unless the caller
+is inside ``transaction.atomic()`` on that alias) and takes plain values; it knows nothing of HTTP,
+settings or metrics (those are :mod:`forqapp.services`' business).
+
+Receipts: a delivery is named by the ``processing_started_at`` its claim wrote. The claim makes it
+strictly greater than the row's ``updated_at``, and every write keeps ``updated_at`` from going back,
+so a message's successive deliveries always have distinct, growing receipts, even with clocks that
+step backwards. Every settle (ack, nack, fail, release, extend) names the delivery by
+(queue, id, receipt) and does nothing — returns False/None — when it is no longer current.
+
+Times are Unix milliseconds. Jobs work in batches of ``batch`` rows, one short write each, and
+never touch a message in processing (except :meth:`Store.recover_stale`, whose job that is).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, ClassVar, Literal, NamedTuple
+
+from django.core.checks import CheckMessage
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from ..vocab import SNAPSHOT_COLUMNS
+
+# --- rows -------------------------------------------------------------------------------------
+
+
+class NewMessage(NamedTuple):
+    """A message to insert, ready (``status`` READY, no attempts yet)."""
+
+    id: str
+    queue: str
+    content: str
+    process_after: int
+    received_at: int
+    expires_after: int
+
+
+class Delivery(NamedTuple):
+    """A claimed message; ``receipt`` names this delivery (settles must echo it)."""
+
+    id: str
+    queue: str
+    content: str
+    attempts: int
+    receipt: int
+
+
+class StagedMessage(NamedTuple):
+    """A message staged by an exactly-once bulk write, invisible until its token is published."""
+
+    id: str
+    content: str
+    process_after: int
+
+
+class SnapshotRow(NamedTuple):
+    """One message as a snapshot read shows it (columns: :data:`forqapp.vocab.SNAPSHOT_COLUMNS`)."""
+
+    id: str
+    queue: str
+    content: str
+    status: int
+    attempts: int
+    received_at: int
+    process_after: int
+    failure_reason: str | None
+
+
+assert SnapshotRow._fields == SNAPSHOT_COLUMNS  # noqa: S101 - the row is the vocabulary's column list
+
+
+class SnapshotBounds(NamedTuple):
+    messages: int
+    min_id: str | None
+    max_id: str | None
+
+
+class QueueDepth(NamedTuple):
+    queue: str
+    is_dlq: bool
+    messages: int
+
+
+class LeaseHolder(NamedTuple):
+    """Who holds a lease, and until when (Unix ms)."""
+
+    holder: str
+    expires_at: int
+
+
+Staged = tuple[str, str]  # (token, queue)
+
+BATCH = 1_000
+
+
+# --- the contract ---------------------------------------------------------------------------
+
+
+class Store(abc.ABC):
+    """Every SQL operation of the queue, for one database, bound to one Django alias."""
+
+    #: Django's ``connection.vendor`` this store serves.
+    vendor: ClassVar[str]
+    #: Whether message text may contain U+0000 (PostgreSQL ``text`` cannot; services refuse it).
+    text_holds_nul: ClassVar[bool]
+    #: How :meth:`data_version` learns of other connections' writes: ``"data_version"`` (a cheap
+    #: counter the notifier polls every ``FORQ_WAKE_POLL_MS``) or ``"listen"`` (notifications the
+    #: writes send, which the notifier's connection receives).
+    wakeups: ClassVar[Literal["data_version", "listen"]]
+    #: Database threads of the async API when ``FORQ_DB_THREADS`` is unset (SQLite has one writer).
+    default_db_threads: ClassVar[int]
+
+    def __init__(self, alias: str, dbapi_connection: Any = None) -> None:
+        self.alias = alias
+        self._fixed = dbapi_connection
+
+    @classmethod
+    def on(cls, dbapi_connection: Any) -> Store:
+        """A store that runs on ``dbapi_connection`` (another session: tests, tools) rather than on
+        its alias' Django connection."""
+        return cls("", dbapi_connection)
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        """The Django connection of this store's alias (for this thread)."""
+        return connections[self.alias]
+
+    def _conn(self) -> Any:
+        """The DB-API connection under the Django connection wrapper (opened if needed)."""
+        if self._fixed is not None:
+            return self._fixed
+        connection = connections[self.alias]
+        connection.ensure_connection()
+        return connection.connection
+
+    # -- configuration -----------------------------------------------------------------------
+
+    def check(self) -> Iterator[CheckMessage]:
+        """This database's system checks (``manage.py check``; errors stop ``forq_serve``).
+        Must not connect: checks run before there is a database."""
+        return iter(())
+
+    def startup_problems(self) -> list[str]:
+        """What stops a server from starting on this database, one line each, found before the
+        migration check connects (e.g. a missing directory for the database file)."""
+        return []
+
+    def poll_interval(self, default_s: float) -> float:
+        """How long the notifier sleeps between :meth:`data_version` checks while consumers wait."""
+        return default_s
+
+    # -- produce -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> None:
+        """Insert new ready messages (attempts 0). A write that makes messages ready wakes
+        listeners on commit where :attr:`wakeups` is ``"listen"``."""
+
+    # -- consume -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def claim(self, queue: str, now: int) -> Delivery | None:
+        """Take the oldest due message of ``queue`` (by ``received_at``): processing, one attempt
+        more, a new receipt. None when nothing is due. Concurrent claims never take the same row."""
+
+    @abc.abstractmethod
+    def claim_many(self, queue: str, now: int, limit: int) -> list[Delivery]:
+        """Take up to ``limit`` due messages of ``queue`` at once, oldest first."""
+
+    @abc.abstractmethod
+    def ack(self, queue: str, message_id: str, receipt: int) -> bool:
+        """Delete a delivered message; False when the delivery is not current."""
+
+    @abc.abstractmethod
+    def ack_many(self, queue: str, deliveries: Iterable[tuple[str, int]]) -> int:
+        """Ack [(id, receipt)]; returns how many were still current."""
+
+    @abc.abstractmethod
+    def nack(self, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
+             backoff_ms: Sequence[int], error: str | None = None) -> bool:
+        """Back to ready after ``backoff_ms[attempts - 1]`` (the last value for every later
+        attempt), or failed when ``attempts >= max_attempts``. ``error`` (the consumer's exception,
+        as text) replaces ``last_error``; None keeps the one recorded. False when not current."""
+
+    @abc.abstractmethod
+    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
+        """Fail a message at once, whatever its attempts (a consumer's fatal error). Its
+        ``failure_reason`` becomes ``fatal_error`` now, so :meth:`move_failed_to_dlq` can tell it
+        from running out of attempts; ``error`` replaces ``last_error`` (None keeps the one
+        recorded). False when not current."""
+
+    @abc.abstractmethod
+    def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
+        """Undo a claim whose message never reached a consumer: ready again, attempt not counted."""
+
+    @abc.abstractmethod
+    def extend(self, queue: str, message_id: str, receipt: int, now: int) -> int | None:
+        """Renew a delivery's lease (heartbeat). Returns the new receipt, or None if not current."""
+
+    # -- wake-ups and health -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def has_due(self, queues: Sequence[str], now: int, limit: int) -> dict[str, int]:
+        """How many due messages (up to ``limit`` each) the given queues have; queues with none are
+        left out. A read: takes no write lock."""
+
+    @abc.abstractmethod
+    def data_version(self) -> int:
+        """A number that changes when another connection commits something that may make a
+        message ready (see :attr:`wakeups`). Cheap: no disk I/O, no round trip."""
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise if the database (and the ``messages`` table) cannot be read."""
+
+    # -- admin: dead-letter queues -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def requeue(self, dlq: str, message_id: str | None, now: int, queue_ttl_ms: int) -> int:
+        """Move one (or, with ``message_id=None``, every) DLQ message back to its queue, ready,
+        attempts 0, keeping its original ``received_at`` (its FIFO place). Messages in processing
+        are left alone. Returns how many moved."""
+
+    @abc.abstractmethod
+    def delete_dlq(self, dlq: str, message_id: str | None) -> int:
+        """Delete one (or, with ``message_id=None``, every) message of a DLQ."""
+
+    # -- background jobs ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def move_expired_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
+        """Expired regular messages (ready or failed) → their DLQ, reason ``message_expired``."""
+
+    @abc.abstractmethod
+    def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
+        """Failed regular messages → their DLQ, reason ``max_attempts_reached`` — or the reason
+        they already have (``fatal_error``, set by :meth:`fail`). ``last_error`` goes with them."""
+
+    @abc.abstractmethod
+    def recover_stale(self, now: int, visibility_ms: int, max_attempts: int, batch: int = BATCH) -> int:
+        """Deliveries claimed before ``now - visibility_ms`` → ready now (or failed when out of
+        attempts); their receipts stop working."""
+
+    @abc.abstractmethod
+    def delete_expired_dlq(self, now: int, batch: int = BATCH) -> int:
+        """Delete expired DLQ messages (ready or failed)."""
+
+    @abc.abstractmethod
+    def delete_failed_dlq(self, batch: int = BATCH) -> int:
+        """Delete failed DLQ messages."""
+
+    @abc.abstractmethod
+    def count_expired(self, now: int, is_dlq: bool) -> int:
+        """What :meth:`move_expired_to_dlq` (or, for DLQs, :meth:`delete_expired_dlq`) would touch."""
+
+    @abc.abstractmethod
+    def count_failed(self, is_dlq: bool) -> int:
+        """What :meth:`move_failed_to_dlq` (or :meth:`delete_failed_dlq`) would touch."""
+
+    @abc.abstractmethod
+    def count_stale(self, now: int, visibility_ms: int) -> int:
+        """What :meth:`recover_stale` would touch."""
+
+    @abc.abstractmethod
+    def optimize(self) -> None:
+        """Refresh the planner's statistics if the database needs telling (a no-op where not)."""
+
+    @abc.abstractmethod
+    def queue_depths(self) -> list[QueueDepth]:
+        """(queue, is_dlq, messages) for every queue that has messages, by queue name."""
+
+    # -- bulk: staged writes and snapshot reads ----------------------------------------------
+
+    @abc.abstractmethod
+    def stage(self, token: str, queue: str, rows: Sequence[StagedMessage], now: int) -> None:
+        """Stage ``rows`` for ``queue`` under ``token``: invisible to every reader of queues."""
+
+    @abc.abstractmethod
+    def publish_staged(self, staged: Sequence[Staged], now: int, queue_ttl_ms: int,
+                       past_tolerance_ms: int) -> dict[str, int]:
+        """Move the rows staged under [(token, queue)] into their queues (call inside a transaction,
+        so they appear together), received now, due no earlier than ``now - past_tolerance_ms``;
+        returns how many per queue. A token published again adds nothing."""
+
+    @abc.abstractmethod
+    def discard_staged(self, staged: Sequence[Staged]) -> int:
+        """Delete the rows staged under [(token, queue)]; returns how many."""
+
+    @abc.abstractmethod
+    def delete_abandoned_staged(self, cutoff: int, batch: int = BATCH) -> int:
+        """Delete rows staged before ``cutoff`` (their job never published nor discarded them)."""
+
+    @abc.abstractmethod
+    def snapshot_page(self, queue: str, after: str, upto: str | None, limit: int) -> list[SnapshotRow]:
+        """Rows of ``queue`` with ``after < id <= upto`` (no upper bound when None), in id order
+        (ids compare bytewise). A read: takes no lease and changes nothing."""
+
+    @abc.abstractmethod
+    def snapshot_bounds(self, queue: str) -> SnapshotBounds:
+        """(count, smallest id, largest id) of ``queue``."""
+
+    # -- API-key throttle (every process and host shares it) ---------------------------------
+
+    @abc.abstractmethod
+    def auth_failed(self, address: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+        """Count a failed key from ``address``; returns until when it is blocked (Unix ms, or 0).
+        The ``max_failures``-th failure within ``window_ms`` blocks it for ``block_ms``. Prunes
+        stale API-key rows only (never the ``login-…`` keys of :meth:`login_failed`)."""
+
+    @abc.abstractmethod
+    def auth_blocked_until(self, address: str) -> int:
+        """Until when ``address`` (an API client's address, or a ``login-…`` key) is blocked
+        (Unix ms; 0 if it never was)."""
+
+    # -- login throttle (the same table, under ``login-…`` keys: :mod:`forqapp.login_throttle`) --
+
+    @abc.abstractmethod
+    def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+        """Count a failed login against ``key`` (``login-ip:…``/``login-user:…``); returns until
+        when it is blocked (Unix ms, or 0), as :meth:`auth_failed` does with its own (longer)
+        window. Prunes stale ``login-…`` rows only, so a wrong API key never resets a login
+        counter, nor a login an API-key one."""
+
+    # -- leases (one holder per name across every process and host: the jobs scheduler) -------
+
+    @abc.abstractmethod
+    def lease_acquire(self, name: str, holder: str, now: int, ttl_ms: int, replacing: str = "") -> bool:
+        """Take or renew the lease ``name`` for ``holder`` until ``now + ttl_ms``, in one atomic
+        statement: a new name is taken; an existing one changes hands only if ``holder`` has it
+        already, if it has expired, or if ``replacing`` (a holder the caller found dead) has it.
+        False while another live holder has it. Two callers racing for a new name: one wins."""
+
+    @abc.abstractmethod
+    def lease_holder(self, name: str) -> LeaseHolder | None:
+        """(holder, expires_at in Unix ms) of the lease ``name``, or None when nobody holds it
+        (an expired lease still names its last holder)."""
+
+    @abc.abstractmethod
+    def lease_release(self, name: str, holder: str) -> bool:
+        """Give the lease ``name`` up if ``holder`` has it (so another process takes it at once);
+        False when it did not."""
