@@ -52,9 +52,10 @@ def sparkline(series: Sequence[Sequence[int | None] | None], *, label: str, widt
 def chart(values: Sequence[int | None] | None, *, label: str, width: int = 720, height: int = 160,
           css: str = "line-queue") -> SafeString:
     """A larger chart for a queue page: the line, its maximum and the time axis (24 h ago → now)."""
-    if not values or all(v is None for v in values):
-        return format_html('<p class="muted chart-empty">No depth history yet for {}: the queue-depth '
-                           "job records a sample every 30 seconds.</p>", label)
+    if not values or sum(v is not None for v in values) < 2:  # a line needs two samples
+        return format_html('<p class="muted chart-empty" title="{}">No depth history yet: the '
+                           "queue-depth job keeps one sample of every queue per 5 minutes, and the "
+                           "chart draws from the second.</p>", label)
     top = max(v or 0 for v in values) or 1
     plot_h = height - 22
     pts = _points(values, width, plot_h, top, 4)
