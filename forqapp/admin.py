@@ -6,9 +6,7 @@ admin actions with a confirmation page. Message content is always escaped (``for
 
 from __future__ import annotations
 
-import json
 import uuid
-from datetime import UTC, datetime
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -18,14 +16,14 @@ from django.utils.html import format_html
 from . import services, vocab
 from .models import DeadLetter, Message
 from .ui import freshness, queries
+from .utils import ms_to_datetime, pretty_json
 
 ERROR_PREVIEW = 80  # characters of last_error in the lists
 
 
 def _dt(ms: int | None) -> str:
-    if ms is None:
-        return "—"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = ms_to_datetime(ms)
+    return "—" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class QueueFilter(admin.SimpleListFilter):
@@ -39,7 +37,7 @@ class QueueFilter(admin.SimpleListFilter):
         return [(n, n) for n in names]
 
     def queryset(self, request, queryset):
-        return queryset.filter(queue=self.value()) if self.value() else queryset
+        return queryset.in_queue(self.value()) if self.value() else queryset
 
 
 class DlqFilter(admin.SimpleListFilter):
@@ -51,14 +49,14 @@ class DlqFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() in ("yes", "no"):
-            return queryset.filter(is_dlq=self.value() == "yes")
+            return queryset.dlq() if self.value() == "yes" else queryset.regular()
         return queryset
 
 
 def _confirm(modeladmin, request, queryset, *, action: str, verb: str, question: str):
     """Django's intermediate confirmation page for an action (as ``delete_selected`` has)."""
-    dead = list(queryset.filter(is_dlq=True).only("id", "queue")[:1000])
-    skipped = queryset.filter(is_dlq=False).count()
+    dead = list(queryset.dlq().only("id", "queue")[:1000])
+    skipped = queryset.regular().count()
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": "Are you sure?",
@@ -180,13 +178,7 @@ class MessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="content")
     def pretty_content(self, obj):
-        text = obj.content
-        try:
-            value = json.loads(text)
-            if isinstance(value, dict | list):
-                text = json.dumps(value, indent=2, ensure_ascii=False)
-        except ValueError:
-            pass
+        text, _ = pretty_json(obj.content)
         return format_html('<pre style="white-space: pre-wrap; max-width: 60rem; margin: 0">{}</pre>', text)
 
 

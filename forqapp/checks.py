@@ -1,32 +1,46 @@
 """System checks (``manage.py check``): configuration that would make forqapp misbehave.
 
-Ids: forqapp.E001 … (errors stop ``forq_serve``), forqapp.W001 … (warnings). The secrets
-(forqapp.E001, E002) are deploy checks (``manage.py check --deploy``): a development project
-migrates and runs its tests without one, while ``forq_serve`` refuses to start without it.
+Every id, so it can be looked up and silenced (``SILENCED_SYSTEM_CHECKS``):
+
+* ``forqapp.E001`` ``FORQ_AUTH_SECRET`` missing or shorter than 32 characters, ``forqapp.E002``
+  the same for ``FORQ_METRICS_AUTH_SECRET`` with metrics on. Deploy checks (``manage.py check
+  --deploy``): a development project migrates and runs its tests without them, while
+  ``forq_serve`` refuses to start without them.
+* ``forqapp.E003`` a TTL (``FORQ_QUEUE_TTL_HOURS``, ``FORQ_DLQ_TTL_HOURS``) that is not an
+  integer >= 1; ``forqapp.E004`` ``FORQ_ENV`` neither ``local`` nor ``pro``.
+* ``forqapp.E005`` SQLite older than 3.35 (no ``RETURNING``; the store's own check);
+  ``forqapp.E006`` a database forqapp has no store for.
+* ``forqapp.E010`` any other ``FORQ_*`` setting with a value of the wrong type or range (each
+  setting's check is declared with it in :mod:`forqapp.conf`).
+* ``forqapp.E020`` an environment variable the demo project could not read
+  (:mod:`forqapp.envconfig`).
+* ``forqapp.E030`` / ``E031`` django-htmx's app / middleware missing (the UI needs them).
+* ``forqapp.E040`` a ``FORQ_CONSUMERS`` entry that does not import (one per entry).
+* ``forqapp.W010`` ``SECURE_REFERRER_POLICY = "no-referrer"``, which breaks the admin's forms.
+
+``forq_serve`` runs the same checks as one-line reasons not to start (:func:`serve_problems`).
 """
 
 from __future__ import annotations
 
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from .conf import forq_settings
+from .conf import SETTINGS, parse_addr
+
+__all__ = ["parse_addr", "serve_problems"]  # parse_addr: forq_serve's, from forqapp.conf
 
 MIN_SECRET = 32
 
 
 @register(Tags.security, deploy=False)
 def check_configuration(app_configs=None, **kwargs):
+    """Every setting's declared check (E003, E004, E010), the environment's errors (E020) and the
+    database's (E005, E006)."""
+    from . import conf
     from .envconfig import ERRORS
 
     problems = [Error(msg, id="forqapp.E020") for msg in ERRORS]
-    ttl_names = ("FORQ_QUEUE_TTL_HOURS", "FORQ_DLQ_TTL_HOURS")
-    for name in ttl_names:
-        value = getattr(forq_settings, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            problems.append(Error(f"{name} must be an integer >= 1 (got {value!r})", id="forqapp.E003"))
-    if forq_settings.FORQ_ENV not in ("local", "pro"):
-        problems.append(Error(f"FORQ_ENV must be 'local' or 'pro' (got {forq_settings.FORQ_ENV!r})",
-                              id="forqapp.E004"))
+    problems += [Error(msg, id=check_id) for check_id, msg in conf.problems()]
     problems.extend(database_problems())
     return problems
 
@@ -38,7 +52,7 @@ def database_problems() -> list[CheckMessage]:
     from . import store
 
     try:
-        st = store.for_alias(forq_settings.FORQ_DATABASE)
+        st = store.for_alias(SETTINGS["FORQ_DATABASE"].raw())
     except NotImplementedError as exc:
         return [Error(str(exc), id="forqapp.E006")]
     return list(st.check())
@@ -46,7 +60,7 @@ def database_problems() -> list[CheckMessage]:
 
 def _secret_problem(name: str) -> str | None:
     """What is wrong with the secret ``name`` ("not set", "too short: …"), or None when it is fine."""
-    secret = getattr(forq_settings, name)
+    secret = SETTINGS[name].raw()
     if not secret:
         return f"not set (at least {MIN_SECRET} characters)"
     if not isinstance(secret, str):
@@ -69,7 +83,7 @@ def check_secrets(app_configs=None, **kwargs):
         problems.append(Error(
             f"FORQ_AUTH_SECRET is {reason}: {_where('FORQ_AUTH_SECRET')} (the API key clients send in "
             "X-API-Key)", id="forqapp.E001"))
-    if forq_settings.FORQ_METRICS_ENABLED and (reason := _secret_problem("FORQ_METRICS_AUTH_SECRET")):
+    if SETTINGS["FORQ_METRICS_ENABLED"].raw() and (reason := _secret_problem("FORQ_METRICS_AUTH_SECRET")):
         problems.append(Error(
             f"FORQ_METRICS_AUTH_SECRET must be set when FORQ_METRICS_ENABLED is true; it is {reason}: "
             + _where("FORQ_METRICS_AUTH_SECRET"), id="forqapp.E002"))
@@ -121,24 +135,6 @@ def check_referrer_policy(app_configs=None, **kwargs):
 
 
 def serve_problems() -> list[str]:
-    """What stops the server from starting, one line each (checked by ``forq_serve``)."""
-    problems = [e.msg for e in check_configuration()] + [e.msg for e in check_secrets()]
-    for name in ("FORQ_API_ADDR", "FORQ_UI_ADDR"):
-        try:
-            parse_addr(getattr(forq_settings, name))
-        except ValueError as exc:
-            problems.append(f"{name}: {exc}")
-    for name in ("FORQ_API_WORKERS", "FORQ_UI_WORKERS"):
-        value = getattr(forq_settings, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            problems.append(f"{name} must be an integer >= 1 (got {value!r})")
-    return problems
-
-
-def parse_addr(value: str) -> tuple[str, int]:
-    """``host:port`` (Forq's form; ``:8080`` means every interface) → (host, port)."""
-    host, sep, port = str(value).rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{value!r} is not host:port")
-    host = host.strip("[]") or "0.0.0.0"  # noqa: S104 - Forq's ":8080" means every interface
-    return ("127.0.0.1" if host == "localhost" else host), int(port)
+    """What stops the server from starting, one line each (checked by ``forq_serve``): the same
+    checks as ``manage.py check --deploy`` reports for forqapp's settings and secrets."""
+    return [e.msg for e in check_configuration()] + [e.msg for e in check_secrets()]

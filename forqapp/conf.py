@@ -1,100 +1,389 @@
-"""forqapp's settings: ``FORQ_*`` names with Forq's defaults, read from Django settings on access.
+"""forqapp's settings: every ``FORQ_*`` name declared once here, with its type, default, meaning and
+check, and read from Django settings on access.
 
-Nothing here is read at import time, so tests can override any value with pytest-django's
-``settings`` fixture and a project can set them in ``settings.py``.
+Nothing is read at import time, so tests can override any value with pytest-django's ``settings``
+fixture (or ``override_settings``) and a project sets them in ``settings.py``. Each declaration (a
+:class:`Setting`, as procrastinate's ``contrib/django`` settings class does it with annotations)
+says:
 
-The two secrets also fall back to the environment (Forq's variable names): a project that leaves
-them out of ``settings.py`` (as the README's install section does) still gets the key its
-deployment exports. A non-empty setting wins.
+* the default, used when ``settings.py`` leaves the name out;
+* the check of a value (:mod:`forqapp.checks` reports every bad one with its id, e.g.
+  ``forqapp.E003``, and ``forq_serve`` refuses to start on it); a bad value read anyway raises
+  :class:`~django.core.exceptions.ImproperlyConfigured` with the same line, never a late
+  ``IndexError`` (``FORQ_BACKOFF_MS = ()`` once crashed the first nack);
+* the type the value is given as (an ``int`` setting is read as ``int``: callers coerce nothing);
+* an optional fallback to the environment (Forq's variable names) when ``settings.py`` leaves the
+  name out or empty: the two secrets, so a project that never mentions them (as the README's install
+  section does not) still gets the key its deployment exports, the two listeners' addresses and
+  ``FORQ_SERVE_JOBS``.
+
+The README's "Configuration" table lists every setting with its default; ``tests/test_settings.py``
+keeps the two in step.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 
-# Read from os.environ when settings.py leaves them unset or empty (an empty secret is never valid).
-ENV_FALLBACK = frozenset({"FORQ_AUTH_SECRET", "FORQ_METRICS_AUTH_SECRET"})
+T = TypeVar("T")
+
+_MISSING = object()
+
+# --- values from the environment -------------------------------------------------------------
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
 
 
-class Defaults:
-    FORQ_DATABASE = "default"  # the database alias the queue lives on
-    FORQ_AUTH_SECRET = ""  # X-API-Key of the HTTP API; required (>= 32 chars) to serve
-    FORQ_METRICS_ENABLED = False
-    FORQ_METRICS_AUTH_SECRET = ""  # X-API-Key of GET /metrics; required when metrics are on
-    FORQ_ENV = "local"  # "pro" adds HSTS and secure cookies
-    FORQ_QUEUE_TTL_HOURS = 24
-    FORQ_DLQ_TTL_HOURS = 168
-    FORQ_API_ADDR = "localhost:8080"
-    FORQ_UI_ADDR = "localhost:8081"
-    FORQ_UI_ENABLED = True
-    FORQ_TRUST_PROXY_HEADERS = False
-    # Message life (Forq's fixed values; settings here so tests and special deployments can move them)
-    FORQ_MAX_ATTEMPTS = 5
-    FORQ_BACKOFF_MS = (1_000, 5_000, 15_000, 30_000, 60_000)
-    FORQ_VISIBILITY_TIMEOUT_MS = 5 * 60 * 1000  # a message in processing longer than this is stale
-    FORQ_LONG_POLL_SECONDS = 30.0
-    FORQ_MAX_CONTENT_BYTES = 262_144
-    FORQ_MAX_BODY_BYTES = 2 * 1024 * 1024
-    # A request body that arrives too slowly is cut off (408; forqapp's ASGI app, i.e. forq_serve):
-    # complete within FORQ_BODY_TIMEOUT_S, and after FORQ_BODY_GRACE_S at least
-    # FORQ_BODY_MIN_RATE_BYTES_S on average (0: no rate). A normal client sends its body at once.
-    FORQ_BODY_TIMEOUT_S = 30.0
-    FORQ_BODY_GRACE_S = 5.0
-    FORQ_BODY_MIN_RATE_BYTES_S = 1024
-    FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS = 10_000
-    FORQ_PROCESS_AFTER_MAX_MS = 366 * 24 * 3600 * 1000
-    # Throttling of failed API-key checks (per client address)
-    FORQ_AUTH_MAX_FAILURES = 5
-    FORQ_AUTH_FAILURE_WINDOW_S = 60
-    FORQ_AUTH_BLOCK_S = 60
-    # Throttling of failed logins (the UI's and the admin's), per client address and per username:
-    # the FORQ_LOGIN_MAX_FAILURES-th failure within FORQ_LOGIN_FAILURE_WINDOW_S blocks for FORQ_LOGIN_BLOCK_S
-    FORQ_LOGIN_MAX_FAILURES = 5
-    FORQ_LOGIN_FAILURE_WINDOW_S = 900
-    FORQ_LOGIN_BLOCK_S = 900
-    # Wake-ups of waiting consumers: how often a process checks the database for other processes'
-    # writes while it has waiters (SQLite: PRAGMA data_version), and the fallback re-check.
-    FORQ_WAKE_POLL_MS = 5
-    FORQ_WAKE_FALLBACK_MS = 250
-    # Server
-    FORQ_API_WORKERS = 2  # processes; the throttle and wake-ups work across them
-    # Background jobs: forq_serve runs the scheduler unless this is False (or --no-jobs; the
-    # environment variable FORQ_SERVE_JOBS counts when settings.py leaves it out). Every long-running
-    # scheduler (forq_serve's, forq_jobs, forq_worker --with-jobs) runs jobs only while it holds the
-    # database lease "forq-jobs": one per database. It lasts this long, renewed every third of it.
-    FORQ_SERVE_JOBS = True
-    FORQ_JOBS_LEASE_MS = 30_000
-    FORQ_UI_WORKERS = 1
-    # Threads that run the async API's database calls, per server process. None: 1 on SQLite (one
-    # writer at a time; more threads only trade the GIL back and forth: measured 2,400 vs 1,600
-    # produce/s with 4), 4 on PostgreSQL (network round trips overlap).
-    FORQ_DB_THREADS = None
+def parse_bool(raw: str) -> bool:
+    """An environment variable's boolean (``true``/``false``, ``1``/``0``, ``yes``/``no``,
+    ``on``/``off``); :class:`ValueError` otherwise."""
+    value = raw.strip().lower()
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    raise ValueError(f"{raw!r} is not a boolean (use true or false)")
+
+
+def parse_addr(value: str) -> tuple[str, int]:
+    """``host:port`` (Forq's form; ``:8080`` means every interface) → (host, port)."""
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not host:port")
+    host = host.strip("[]") or "0.0.0.0"  # noqa: S104 - Forq's ":8080" means every interface
+    return ("127.0.0.1" if host == "localhost" else host), int(port)
+
+
+# --- checks of a value: (name, value) -> what is wrong, or None -------------------------------
+
+Check = Callable[[str, Any], "str | None"]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def integer(minimum: int) -> Check:
+    def check(name: str, value: Any) -> str | None:
+        if _is_int(value) and value >= minimum:
+            return None
+        return f"{name} must be an integer >= {minimum} (got {value!r})"
+
+    return check
+
+
+def number(minimum: float, *, above: bool = False, optional: bool = False) -> Check:
+    """A number >= ``minimum`` (> with ``above``); ``None`` too with ``optional``."""
+
+    def check(name: str, value: Any) -> str | None:
+        if optional and value is None:
+            return None
+        if _is_number(value) and (value > minimum if above else value >= minimum):
+            return None
+        relation = ">" if above else ">="
+        return f"{name} must be a number {relation} {minimum:g}{' or None' if optional else ''} (got {value!r})"
+
+    return check
+
+
+def optional_integer(minimum: int) -> Check:
+    inner = integer(minimum)
+
+    def check(name: str, value: Any) -> str | None:
+        if value is None:
+            return None
+        problem = inner(name, value)
+        return None if problem is None else problem.replace(" (got", " or None (got")
+
+    return check
+
+
+def boolean(name: str, value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"{name} must be True or False (got {value!r})"
+
+
+def text(name: str, value: Any) -> str | None:
+    return None if isinstance(value, str) else f"{name} must be a string (got {value!r})"
+
+
+def optional_text(name: str, value: Any) -> str | None:
+    return None if value is None or isinstance(value, str) else f"{name} must be a string or None (got {value!r})"
+
+
+def one_of(*choices: str) -> Check:
+    def check(name: str, value: Any) -> str | None:
+        if value in choices:
+            return None
+        return f"{name} must be {' or '.join(repr(c) for c in choices)} (got {value!r})"
+
+    return check
+
+
+def address(name: str, value: Any) -> str | None:
+    try:
+        parse_addr(value)
+    except ValueError as exc:
+        return f"{name}: {exc}"
+    return None
+
+
+def delays(name: str, value: Any) -> str | None:
+    """A non-empty list of milliseconds (the n-th nack waits the n-th, the last one repeats)."""
+    if isinstance(value, list | tuple) and value and all(_is_int(v) and v >= 0 for v in value):
+        return None
+    return f"{name} must be a non-empty list of integers >= 0 (milliseconds; got {value!r})"
+
+
+def intervals(name: str, value: Any) -> str | None:
+    """``{job name: seconds}``: known jobs, positive numbers."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        return f"{name} must be a dict of job name to seconds (got {value!r})"
+    from .jobs import JOBS  # the job names; imported only when checked
+
+    for job, seconds in value.items():
+        if job not in JOBS:
+            return f"{name}: no job {job!r} (jobs: {', '.join(sorted(JOBS))})"
+        if not _is_number(seconds) or seconds <= 0:
+            return f"{name}[{job!r}] must be a number of seconds > 0 (got {seconds!r})"
+    return None
+
+
+def mapping(name: str, value: Any) -> str | None:
+    return None if value is None or isinstance(value, Mapping) else f"{name} must be a dict (got {value!r})"
+
+
+# --- the declaration ---------------------------------------------------------------------------
+
+
+class Setting(Generic[T]):
+    """One ``FORQ_*`` setting: read on access from Django settings (else the environment, with
+    ``env``; else the default), checked, and given as its declared type."""
+
+    name: str
+
+    def __init__(
+        self,
+        default: T,
+        doc: str,
+        *,
+        check: Check | None = None,
+        coerce: Callable[[Any], T] | None = None,
+        env: Callable[[str], Any] | None = None,
+        id: str = "forqapp.E010",  # noqa: A002 - a check's id, as Django calls it
+        deploy: bool = False,
+    ):
+        self.default = default
+        self.doc = doc
+        self.check = check
+        self.coerce = coerce
+        self.env = env  # parses os.environ[name] when settings.py leaves it out, None or ""
+        self.id = id
+        self.deploy = deploy  # checked by ``manage.py check --deploy`` (forqapp.checks), not here
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Setting[T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> T | Setting[T]:
+        if obj is None:
+            return self
+        value, problem = self.resolve()
+        if problem is not None:
+            raise ImproperlyConfigured(f"{problem} ({self.id})")
+        return value
+
+    def raw(self) -> Any:
+        """The value as configured (settings, then the environment, then the default), unchecked;
+        an environment value that does not parse is returned as an :class:`_EnvError`."""
+        value = getattr(django_settings, self.name, _MISSING)
+        if self.env is not None and (value is _MISSING or value is None or value == ""):
+            raw = os.environ.get(self.name)
+            if raw is not None:
+                try:
+                    return self.env(raw)
+                except ValueError as exc:
+                    return _EnvError(f"{self.name}={exc}")
+        return self.default if value is _MISSING else value
+
+    def resolve(self) -> tuple[Any, str | None]:
+        """(the value, coerced to its type, or None; what is wrong with it, or None)."""
+        value = self.raw()
+        if isinstance(value, _EnvError):
+            return None, str(value)
+        if self.check is not None and not self.deploy:
+            problem = self.check(self.name, value)
+            if problem is not None:
+                return None, problem
+        return (self.coerce(value) if self.coerce is not None else value), None
+
+    def problem(self) -> str | None:
+        return self.resolve()[1]
+
+    @property
+    def shown_default(self) -> str:
+        """The default as the README's table writes it."""
+        return f"`{self.default!r}`"
+
+
+class _EnvError(str):
+    """What is wrong with an environment value that does not parse (reported by the checks)."""
+
+
+def _tuple_of_int(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
+
+
+def _dict(value: Any) -> dict:
+    return dict(value or {})
 
 
 class ForqSettings:
-    """Reads ``FORQ_*`` from Django settings, falling back to :class:`Defaults`."""
+    """Every ``FORQ_*`` setting of forqapp (read on access; see the module's docstring)."""
 
-    def __getattr__(self, name: str):
-        if not name.startswith("FORQ_"):
-            raise AttributeError(name)
-        try:
-            default = getattr(Defaults, name)
-        except AttributeError:
-            raise AttributeError(f"unknown forqapp setting {name}") from None
-        value = getattr(django_settings, name, default)
-        if not value and name in ENV_FALLBACK:
-            return os.environ.get(name, default)
-        return value
+    # Database and secrets
+    FORQ_DATABASE: Setting[str] = Setting("default", "the database alias the queue lives on", check=text)
+    FORQ_AUTH_SECRET: Setting[str] = Setting(
+        "", "the API key clients send in `X-API-Key`; required (>= 32 characters) to serve (E001)",
+        check=text, env=str, id="forqapp.E001", deploy=True)
+    FORQ_METRICS_ENABLED: Setting[bool] = Setting(False, "serve `GET /metrics`", check=boolean)
+    FORQ_METRICS_AUTH_SECRET: Setting[str] = Setting(
+        "", "the key of `GET /metrics`; required (>= 32 characters) with metrics on (E002)",
+        check=text, env=str, id="forqapp.E002", deploy=True)
+    FORQ_ENV: Setting[str] = Setting("local", "`pro`: HSTS and secure cookies", check=one_of("local", "pro"),
+                                     id="forqapp.E004")
+    # Message life
+    FORQ_QUEUE_TTL_HOURS: Setting[int] = Setting(24, "expiry of a regular message (hours)", check=integer(1),
+                                                 id="forqapp.E003")
+    FORQ_DLQ_TTL_HOURS: Setting[int] = Setting(168, "expiry of a DLQ message (hours)", check=integer(1),
+                                               id="forqapp.E003")
+    FORQ_MAX_ATTEMPTS: Setting[int] = Setting(5, "deliveries before a message fails", check=integer(1))
+    FORQ_BACKOFF_MS: Setting[tuple[int, ...]] = Setting(
+        (1_000, 5_000, 15_000, 30_000, 60_000),
+        "delay after the n-th nack (ms; the last one repeats)", check=delays, coerce=_tuple_of_int)
+    FORQ_VISIBILITY_TIMEOUT_MS: Setting[int] = Setting(
+        5 * 60 * 1000, "a message in processing longer than this is stale (ms); the worker renews its "
+        "messages every third of it", check=integer(1))
+    FORQ_LONG_POLL_SECONDS: Setting[float] = Setting(30.0, "longest wait of a consume (seconds)",
+                                                     check=number(0), coerce=float)
+    FORQ_MAX_CONTENT_BYTES: Setting[int] = Setting(262_144, "largest message content (bytes)", check=integer(1))
+    FORQ_MAX_BODY_BYTES: Setting[int] = Setting(2 * 1024 * 1024, "largest request body (bytes)",
+                                                check=integer(1))
+    FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS: Setting[int] = Setting(
+        10_000, "how far in the past a `processAfter` may be (ms)", check=integer(0))
+    FORQ_PROCESS_AFTER_MAX_MS: Setting[int] = Setting(
+        366 * 24 * 3600 * 1000, "how far in the future a `processAfter` may be (ms)", check=integer(1))
+    # Slow request bodies (forqapp's ASGI app, i.e. forq_serve): a body must arrive within
+    # FORQ_BODY_TIMEOUT_S, and after FORQ_BODY_GRACE_S at least FORQ_BODY_MIN_RATE_BYTES_S on average.
+    FORQ_BODY_TIMEOUT_S: Setting[float] = Setting(30.0, "a request body must arrive within this (seconds; 408)",
+                                                  check=number(0, above=True), coerce=float)
+    FORQ_BODY_GRACE_S: Setting[float] = Setting(5.0, "after this (seconds) a body must keep the minimum rate",
+                                                check=number(0), coerce=float)
+    FORQ_BODY_MIN_RATE_BYTES_S: Setting[float] = Setting(
+        1024, "minimum average rate of a body after the grace (bytes/s; 0: none)",
+        check=number(0, optional=True), coerce=lambda v: float(v or 0))
+    # Throttling of failed API-key checks, per client address
+    FORQ_AUTH_MAX_FAILURES: Setting[int] = Setting(5, "failed API-key checks that block an address",
+                                                   check=integer(1))
+    FORQ_AUTH_FAILURE_WINDOW_S: Setting[int] = Setting(60, "… within this many seconds", check=integer(1))
+    FORQ_AUTH_BLOCK_S: Setting[int] = Setting(60, "… block it for this many seconds", check=integer(1))
+    # Throttling of failed logins (the UI's and the admin's), per client address and per username
+    FORQ_LOGIN_MAX_FAILURES: Setting[int] = Setting(5, "failed logins that block an address or username",
+                                                    check=integer(1))
+    FORQ_LOGIN_FAILURE_WINDOW_S: Setting[int] = Setting(900, "… within this many seconds", check=integer(1))
+    FORQ_LOGIN_BLOCK_S: Setting[int] = Setting(900, "… block it for this many seconds", check=integer(1))
+    # Wake-ups of waiting consumers: how often a process looks for other processes' writes while it
+    # has waiters (SQLite: PRAGMA data_version), and the fallback re-check.
+    FORQ_WAKE_POLL_MS: Setting[float] = Setting(5, "how often a process with waiters looks for other "
+                                                "processes' writes (ms)", check=number(0, above=True))
+    FORQ_WAKE_FALLBACK_MS: Setting[float] = Setting(250, "a waiter re-checks its queue at least this often (ms)",
+                                                    check=number(0, above=True))
+    # Server (forq_serve)
+    FORQ_API_ADDR: Setting[str] = Setting("localhost:8080", "the API listener (`:8080`: every interface)",
+                                          check=address, env=str)
+    FORQ_UI_ADDR: Setting[str] = Setting("localhost:8081", "the UI listener", check=address, env=str)
+    FORQ_UI_ENABLED: Setting[bool] = Setting(True, "`False` serves the API alone", check=boolean)
+    FORQ_TRUST_PROXY_HEADERS: Setting[bool] = Setting(
+        False, "client address from the rightmost `X-Forwarded-For`", check=boolean)
+    FORQ_API_WORKERS: Setting[int] = Setting(2, "API server processes", check=integer(1))
+    FORQ_UI_WORKERS: Setting[int] = Setting(1, "UI server processes", check=integer(1))
+    # Threads that run the async API's database calls, per server process. None: 1 on SQLite (one
+    # writer at a time; more threads only trade the GIL back and forth: measured 2,400 vs 1,600
+    # produce/s with 4), 4 on PostgreSQL (network round trips overlap).
+    FORQ_DB_THREADS: Setting[int | None] = Setting(
+        None, "threads for the async API's database calls per process (`None`: the store's, 1 on "
+        "SQLite, 4 on PostgreSQL)", check=optional_integer(1))
+    FORQ_UI_URLCONF: Setting[str | None] = Setting(
+        None, "the urlconf of the UI listener (`None`: `ROOT_URLCONF`)", check=optional_text,
+        coerce=lambda v: v or None)
+    # Background jobs
+    FORQ_SERVE_JOBS: Setting[bool] = Setting(
+        True, "`forq_serve` runs the background jobs (`False`: leave them to `forq_jobs` or cron)",
+        check=boolean, env=parse_bool)
+    FORQ_JOBS_LEASE_MS: Setting[int] = Setting(
+        30_000, "the jobs lease (one scheduler per database) lasts this long, renewed every third (ms)",
+        check=integer(1))
+    FORQ_JOB_INTERVALS: Setting[dict[str, float]] = Setting(
+        {}, "`{job: seconds}` overriding Forq's intervals", check=intervals, coerce=_dict)
+    # Worker
+    FORQ_CONSUMERS: Setting[dict[str, Any]] = Setting(
+        {}, "`{queue: dotted path}` (or `{\"handler\": path, \"decode\": \"json\"}`) consumers (E040)",
+        coerce=_dict, id="forqapp.E040")  # checked entry by entry by forqapp.consumers
+    FORQ_WORKER_START_JITTER_MS: Setting[float] = Setting(
+        500, "a worker waits a random 0 … this before its first claim, so workers started together "
+        "do not all claim at once (ms)", check=number(0))
+    # UI
+    FORQ_UI_LIVE_COUNTS_MS: Setting[float] = Setting(
+        100, "counts that take longer are served from memory and refreshed in the background (ms)",
+        check=number(0))
+    FORQ_UI_COLD_WAIT_MS: Setting[float | None] = Setting(
+        200, "a process's first count waits this long before showing a placeholder (ms; `None`: "
+        "always count in the request)", check=number(0, optional=True))
+
+    def __getattr__(self, name: str) -> Any:
+        # Only names that are not declared get here.
+        if name.startswith("FORQ_"):
+            raise AttributeError(f"unknown forqapp setting {name}")
+        raise AttributeError(name)
 
     @property
     def queue_ttl_ms(self) -> int:
-        return int(self.FORQ_QUEUE_TTL_HOURS) * 3_600_000
+        return self.FORQ_QUEUE_TTL_HOURS * 3_600_000
 
     @property
     def dlq_ttl_ms(self) -> int:
-        return int(self.FORQ_DLQ_TTL_HOURS) * 3_600_000
+        return self.FORQ_DLQ_TTL_HOURS * 3_600_000
+
+
+SETTINGS: dict[str, Setting[Any]] = {
+    name: value for name, value in vars(ForqSettings).items() if isinstance(value, Setting)
+}
+"""Every declared setting, by name, in declaration order."""
+
+
+def problems() -> list[tuple[str, str]]:
+    """(check id, one line) for every setting whose value is wrong (deploy-only checks aside)."""
+    found = []
+    for setting in SETTINGS.values():
+        if (problem := setting.problem()) is not None:
+            found.append((setting.id, problem))
+    return found
 
 
 forq_settings = ForqSettings()

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from . import validation
+from .conf import SETTINGS
 from .errors import FatalError, ForqError
 
 DECODERS = (None, "json")
@@ -97,7 +97,7 @@ def settings_consumers() -> tuple[list[tuple[str, Callable[[Any], Any], str | No
 
     Importing each dotted path here (not on first use) lets the system check ``forqapp.E040`` name
     a typo before a worker starts, and the worker refuse it in one line."""
-    mapping = getattr(settings, "FORQ_CONSUMERS", None) or {}
+    mapping = SETTINGS["FORQ_CONSUMERS"].raw() or {}  # raw: a wrong type is one of the problems
     if not isinstance(mapping, dict):
         return [], ["FORQ_CONSUMERS must be a dict of queue name to dotted path"]
     entries, problems = [], []

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
-import time
+
+from .utils import now_ms
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -22,7 +23,7 @@ def _reserve(n: int) -> tuple[int, int]:
     """A millisecond and the first of ``n`` consecutive counter values in it."""
     global _last_ms, _seq
     with _lock:
-        ms = time.time_ns() // 1_000_000
+        ms = now_ms()
         if ms > _last_ms:
             # Random start, leaving room to count: ids of two processes in one ms rarely collide
             # in the counter, and never in the 62 random bits that follow.

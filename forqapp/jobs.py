@@ -1,4 +1,4 @@
-"""Forq's background jobs (SPEC §2): each a plain function returning how many messages it handled,
+"""Forq's background jobs (README, "Background jobs"): each a plain function returning how many messages it handled,
 and a :class:`Scheduler` that runs them all on Forq's intervals.
 
 Run them with ``manage.py forq_serve`` (by default), ``manage.py forq_jobs`` (one long-running
@@ -23,10 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import DatabaseError, OperationalError, close_old_connections, connections
 
-from . import metrics, services
+from . import metrics, process, services
 from .conf import forq_settings
 
 logger = logging.getLogger(__name__)
@@ -66,22 +65,19 @@ _depth_labels: set = set()
 
 
 def queue_depth(*, dry_run: bool = False, using: str | None = None) -> int:
-    """Refresh the ``forq_queue_depth`` gauge (and the UI's depth history, when installed).
+    """Refresh the ``forq_queue_depth`` gauge and record the depth history (the UI's charts).
     Returns the number of queues."""
     global _depth_labels
     depths = services.queue_depths(using=using)
     if dry_run:
         return len(depths)
     _depth_labels = metrics.set_queue_depths(depths, _depth_labels)
+    from . import history  # models: loaded when the job runs, not when jobs is imported
+
     try:
-        from .ui.history import record_depth_samples
-    except ImportError:
-        pass
-    else:
-        try:
-            record_depth_samples(depths)
-        except Exception:  # the gauge is set; the UI's history must not fail the job
-            logger.exception("forqapp job queue-depth: recording the depth history failed")
+        history.record_depth_samples(depths)
+    except Exception:  # the gauge is set; the history must not fail the job
+        logger.exception("forqapp job queue-depth: recording the depth history failed")
     return len(depths)
 
 
@@ -90,12 +86,11 @@ class Job:
     name: str
     func: Callable[..., int]
     interval: float  # seconds, Forq's
-    metrics_only: bool = False
 
     def every(self) -> float:
         """The interval in force: ``FORQ_JOB_INTERVALS[name]`` if set; the stale job also runs at
         least every half visibility timeout, so a crashed worker's messages come back in time."""
-        overrides = getattr(settings, "FORQ_JOB_INTERVALS", None) or {}
+        overrides = forq_settings.FORQ_JOB_INTERVALS
         if self.name in overrides:
             return float(overrides[self.name])
         if self.name == "stale":
@@ -112,7 +107,7 @@ JOBS: dict[str, Job] = {
         Job("expired-dlq", expired_dlq, 62 * 60),
         Job("failed-dlq", failed_dlq, 89 * 60),
         Job("db-optimize", db_optimize, 60 * 60),
-        Job("queue-depth", queue_depth, 30, metrics_only=True),
+        Job("queue-depth", queue_depth, 30),
     )
 }
 
@@ -135,21 +130,8 @@ def _run(job: Job, *, dry_run: bool = False, using: str | None = None) -> int:
 
 
 def enabled_jobs() -> list[Job]:
-    """The jobs the scheduler runs: queue-depth only when metrics are on (or the UI keeps history)."""
-    jobs = []
-    for job in JOBS.values():
-        if job.metrics_only and not (forq_settings.FORQ_METRICS_ENABLED or _ui_history_installed()):
-            continue
-        jobs.append(job)
-    return jobs
-
-
-def _ui_history_installed() -> bool:
-    try:
-        from .ui import history  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """The jobs the scheduler runs: every one (queue-depth feeds the depth history, metrics or not)."""
+    return list(JOBS.values())
 
 
 LEASE = "forq-jobs"  # the database lease whose holder runs the jobs
@@ -217,7 +199,7 @@ class JobsLease:
 
     def renew(self) -> bool:
         """Take or renew the lease now; whether this process holds it."""
-        ttl_ms = int(forq_settings.FORQ_JOBS_LEASE_MS)
+        ttl_ms = forq_settings.FORQ_JOBS_LEASE_MS
         started = time.monotonic()
         close_old_connections()
         try:
@@ -292,6 +274,13 @@ class Scheduler:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def install_signal_handlers(self, name: str = "forq_jobs") -> None:
+        """First SIGTERM/SIGINT: :meth:`stop` (the lease is given up, so a standby takes over at
+        once); a second exits at once (:mod:`forqapp.process`). Beside a worker that installed
+        them first, it only adds its stop."""
+        process.on_stop(self.stop)
+        process.install_signal_handlers(name, doing="stopping")
 
     @property
     def running_jobs(self) -> bool:

@@ -1,4 +1,4 @@
-"""Every Prometheus metric of forqapp (SPEC §4), defined once here and nowhere else.
+"""Every Prometheus metric of forqapp (README, "Metrics"), defined once here and nowhere else.
 
 The API, the Python API, the worker and the jobs all count through the helpers below. With several
 processes (``forq_serve`` workers, ``forq_worker``, ``forq_jobs``) set ``PROMETHEUS_MULTIPROC_DIR``
@@ -21,6 +21,9 @@ messages_consumed_total = Counter(
 )
 messages_acked_total = Counter("forq_messages_acked_total", "Messages acknowledged.", _QUEUE)
 messages_nacked_total = Counter("forq_messages_nacked_total", "Messages negatively acknowledged.", _QUEUE)
+messages_failed_total = Counter(
+    "forq_messages_failed_total", "Messages failed at once by their consumer (fail(), FatalError).", _QUEUE
+)
 messages_requeued_total = Counter(
     "forq_messages_requeued_total", "DLQ messages requeued to their queue.", ("queue_name",)
 )
@@ -38,24 +41,30 @@ messages_cleanup_total = Counter(
 )
 
 
-def _type(queue: str) -> str:
+def queue_type(queue: str) -> str:
+    """The ``queue_type`` label: ``dlq`` or ``regular``."""
     return "dlq" if vocab.is_dlq(queue) else "regular"
 
 
+
 def produced(queue: str, n: int = 1) -> None:
-    messages_produced_total.labels(queue, _type(queue)).inc(n)
+    messages_produced_total.labels(queue, queue_type(queue)).inc(n)
 
 
 def consumed(queue: str, n: int = 1) -> None:
-    messages_consumed_total.labels(queue, _type(queue)).inc(n)
+    messages_consumed_total.labels(queue, queue_type(queue)).inc(n)
 
 
 def acked(queue: str, n: int = 1) -> None:
-    messages_acked_total.labels(queue, _type(queue)).inc(n)
+    messages_acked_total.labels(queue, queue_type(queue)).inc(n)
 
 
 def nacked(queue: str, n: int = 1) -> None:
-    messages_nacked_total.labels(queue, _type(queue)).inc(n)
+    messages_nacked_total.labels(queue, queue_type(queue)).inc(n)
+
+
+def failed(queue: str, n: int = 1) -> None:
+    messages_failed_total.labels(queue, queue_type(queue)).inc(n)
 
 
 def requeued(queue: str, n: int) -> None:
@@ -97,8 +106,9 @@ def exposition() -> tuple[bytes, str]:
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
-# --- worker and jobs (issue 3) ---------------------------------------------------------------
-# In multiprocess mode, ``forq_worker`` marks its live gauges dead on exit (mark_process_dead).
+# --- worker and jobs -------------------------------------------------------------------------
+# In multiprocess mode, every process marks its live gauges dead on exit, and a supervisor its
+# children's (forqapp.process.mark_dead).
 
 from prometheus_client import Histogram  # noqa: E402
 

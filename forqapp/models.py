@@ -39,20 +39,9 @@ class MessageQuerySet(models.QuerySet):
     def ready(self) -> MessageQuerySet:
         return self.filter(status=Status.READY)
 
-    def processing(self) -> MessageQuerySet:
-        return self.filter(status=Status.PROCESSING)
-
-    def failed(self) -> MessageQuerySet:
-        return self.filter(status=Status.FAILED)
-
-    def due(self, now_ms: int) -> MessageQuerySet:
-        return self.ready().filter(process_after__lte=now_ms)
-
     def delayed(self, now_ms: int) -> MessageQuerySet:
+        """Ready, but not due before ``now_ms`` (the UI's "delayed")."""
         return self.ready().filter(process_after__gt=now_ms)
-
-    def expired(self, now_ms: int) -> MessageQuerySet:
-        return self.exclude(status=Status.PROCESSING).filter(expires_after__lt=now_ms)
 
 
 class Message(models.Model):
@@ -103,7 +92,7 @@ _MessageManager = models.Manager.from_queryset(MessageQuerySet)
 class DeadLetterManager(_MessageManager["DeadLetter"]):
     def get_queryset(self) -> MessageQuerySet:
         # A MessageQuerySet at run time; the stubs type from_queryset()'s get_queryset() as QuerySet.
-        return super().get_queryset().filter(is_dlq=True)  # type: ignore[return-value]
+        return super().get_queryset().dlq()  # type: ignore[attr-defined]
 
 
 class DeadLetter(Message):
@@ -139,7 +128,7 @@ class QueueDepthSample(models.Model):
 
 class AuthThrottle(models.Model):
     """Failed API-key checks per client address, shared by every server process and host (the
-    throttle of SPEC §1). Only requests with a wrong key read or write it."""
+    throttle of the README's "HTTP API"). Only requests with a wrong key read or write it."""
 
     address = models.CharField(primary_key=True, max_length=100)
     failures = models.IntegerField()

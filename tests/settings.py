@@ -12,6 +12,7 @@ from project.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 FORQ_WAKE_FALLBACK_MS = 100
+FORQ_WORKER_START_JITTER_MS = 0
 # Dashboard counts in the request: most tests hold their data in a transaction other threads can't
 # see. tests/test_ui.py::test_first_dashboard_of_a_process_never_waits_for_a_slow_count covers the
 # background first count.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from django_prometheus.testutils import assert_metric_diff, get_metric, save_registry
 from prometheus_client import CollectorRegistry, multiprocess
 
 import forqapp
@@ -49,14 +50,19 @@ def test_worker_and_jobs_metrics_add_up_across_processes(tmp_path):
 
 
 def test_worker_metric_helpers():
-    from prometheus_client import REGISTRY
-
-    before = REGISTRY.get_sample_value("forq_worker_handled_total", {"queue_name": "m", "outcome": "ack"}) or 0
+    before = save_registry()
     metrics.handled("m", "ack", 0.002)
     metrics.in_flight("m", 2)
     metrics.in_flight("m", -1)
-    assert REGISTRY.get_sample_value("forq_worker_handled_total", {"queue_name": "m", "outcome": "ack"}) == before + 1
-    assert REGISTRY.get_sample_value("forq_worker_in_flight", {"queue_name": "m"}) == 1
-    assert REGISTRY.get_sample_value("forq_worker_handler_duration_seconds_bucket",
-                                     {"queue_name": "m", "le": "0.005"}) >= 1
+    assert_metric_diff(before, 1, "forq_worker_handled_total", queue_name="m", outcome="ack")
+    assert get_metric("forq_worker_in_flight", queue_name="m") == 1
+    assert get_metric("forq_worker_handler_duration_seconds_bucket", queue_name="m", le="0.005") >= 1
     metrics.in_flight("m", -1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fail_counts_a_failed_message_per_queue():
+    forqapp.send("failing", "x")
+    before = save_registry()
+    forqapp.fail(forqapp.receive("failing"), "no way")
+    assert_metric_diff(before, 1, "forq_messages_failed_total", queue_name="failing", queue_type="regular")

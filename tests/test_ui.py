@@ -12,10 +12,10 @@ from django.db import connection
 from django.test import Client
 
 import forqapp
+from forqapp import history, services, store
 from forqapp import ids as forq_ids
-from forqapp import services, store
 from forqapp.models import Message, QueueDepthSample
-from forqapp.ui import freshness, history, queries
+from forqapp.ui import freshness, queries
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -3,7 +3,7 @@ refreshed in the background once it is not (stale-while-revalidate).
 
 Counting rows is linear in SQLite and PostgreSQL alike (a covering-index scan, ~1M rows in a few
 hundred ms), and the dashboard asks every few seconds. When a count took longer than
-``FORQ_UI_LIVE_COUNTS_MS`` (Django setting, default 100), later requests get the last result at
+``FORQ_UI_LIVE_COUNTS_MS`` (default 100), later requests get the last result at
 once while one background thread recomputes it, at most every ``4 × its cost`` (at least 1 s). Below
 the threshold (most installations, and the tests) every request counts live.
 """
@@ -17,8 +17,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import connections
+
+from ..conf import forq_settings
 
 logger = logging.getLogger("forqapp.ui")
 
@@ -38,7 +39,7 @@ _lock = threading.Lock()
 
 
 def _threshold_s() -> float:
-    return float(getattr(settings, "FORQ_UI_LIVE_COUNTS_MS", 100)) / 1000
+    return forq_settings.FORQ_UI_LIVE_COUNTS_MS / 1000
 
 
 def _compute(key: Hashable, compute: Callable[[], Any]) -> Any:
@@ -65,8 +66,8 @@ _first: dict[Hashable, threading.Thread] = {}
 
 
 def _cold_wait_s() -> float | None:
-    value = getattr(settings, "FORQ_UI_COLD_WAIT_MS", 200)
-    return None if value is None else float(value) / 1000
+    value = forq_settings.FORQ_UI_COLD_WAIT_MS
+    return None if value is None else value / 1000
 
 
 def counts(key: Hashable, compute: Callable[[], Any], placeholder: Any = None) -> Any:

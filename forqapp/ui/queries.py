@@ -85,7 +85,7 @@ def queue_stats(now: int, queue: str | None = None, *, using: str | None = None)
     """{queue: QueueStats} for every queue (or just ``queue``), in two grouped queries."""
     qs = messages(using).order_by()
     if queue is not None:
-        qs = qs.filter(queue=queue)
+        qs = qs.in_queue(queue)
     stats: dict[str, QueueStats] = {}
     for name, status, n in qs.values_list("queue", "status").annotate(n=Count("*")):
         s = stats.setdefault(name, QueueStats(name))
@@ -95,7 +95,7 @@ def queue_stats(now: int, queue: str | None = None, *, using: str | None = None)
             s.processing += n
         else:
             s.failed += n
-    for name, n in qs.filter(status=Status.READY, process_after__gt=now).values_list("queue").annotate(
+    for name, n in qs.delayed(now).values_list("queue").annotate(
         n=Count("*")
     ):
         if name in stats:

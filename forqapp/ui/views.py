@@ -8,9 +8,6 @@ else gets the full page, so every URL also works as a plain link or after a relo
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
-from datetime import UTC, datetime
 from functools import wraps
 from typing import Any
 
@@ -26,23 +23,22 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
-from .. import services, vocab
+from .. import history, services, vocab
 from ..errors import ForqError
 from ..login_throttle import AdminLoginThrottleForm
 from ..models import Status
+from ..utils import ms_to_datetime as _dt
+from ..utils import now_ms as _now_ms
+from ..utils import pretty_json as _pretty
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
-from . import charts, freshness, history, queries
+from . import charts, freshness, queries
 
 REFRESH_SECONDS = 5
 
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _partial(request: HtmxHttpRequest) -> bool:
@@ -107,10 +103,6 @@ def _message_id(message_id: str) -> str:
         raise Http404("no such message") from None
 
 
-def _dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
 def _decorate(message, now: int):
     """Display values for a message row (times as datetimes, ready-but-not-due as delayed)."""
     message.received_dt = _dt(message.received_at)
@@ -123,16 +115,6 @@ def _decorate(message, now: int):
     else:
         message.state = Status(message.status).label
     return message
-
-
-def _pretty(content: str) -> tuple[str, bool]:
-    try:
-        value = json.loads(content)
-    except ValueError:
-        return content, False
-    if not isinstance(value, dict | list):
-        return content, False
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False), True
 
 
 # --- auth -------------------------------------------------------------------------------------

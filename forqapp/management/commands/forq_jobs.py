@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ... import process
 from ...jobs import JOBS, Scheduler, run
 from ...schema import database_problem
-
-VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
 class Command(BaseCommand):
@@ -34,11 +30,12 @@ class Command(BaseCommand):
         sub.add_parser("list", help="List the jobs and their intervals.")
 
     def handle(self, *args, **options):
-        logging.getLogger("forqapp").setLevel(VERBOSITY_LEVELS.get(options["verbosity"], logging.DEBUG))
+        process.configure_logging(options["verbosity"])
         action = options.get("action")
         if action == "list":
             for job in JOBS.values():
-                self.stdout.write(f"{job.name:12} every {job.every():g}s  {job.func.__doc__.strip().splitlines()[0]}")
+                summary = (job.func.__doc__ or "").strip().splitlines()[0].replace("``", "")
+                self.stdout.write(f"{job.name:12} every {f'{job.every():g}s':7} {summary}")
             return
         if problem := database_problem():  # before migrate: one line, not a traceback
             raise CommandError(problem)
@@ -59,33 +56,14 @@ class Command(BaseCommand):
                 self.stdout.flush()
 
         scheduler = Scheduler(on_lease=on_lease)
-        stops = 0
-
-        def on_signal(signum, frame):
-            nonlocal stops
-            stops += 1
-            if stops > 1:
-                os._exit(1)
-            logging.getLogger("forqapp").warning("forq_jobs: %s received, stopping",
-                                                 signal.Signals(signum).name)
-            scheduler.stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        # A SIGINT ignored from the start stays ignored: forq_serve starts this process so, and stops
-        # it with one SIGTERM (a Ctrl-C reaches the whole process group: two signals would make
-        # this process exit at once, without giving the lease up).
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            signal.signal(signal.SIGINT, on_signal)
+        scheduler.install_signal_handlers()
         if verbosity >= 1:
             self.stdout.write("forq_jobs: " + ", ".join(f"{j.name} every {j.every():g}s" for j in scheduler.jobs))
             self.stdout.flush()
         try:
             scheduler.run_forever()
         finally:
-            if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-                from prometheus_client import multiprocess
-
-                multiprocess.mark_process_dead(os.getpid())
+            process.mark_dead()
         if verbosity >= 1:
             self.stdout.write("forq_jobs: stopped")
         sys.stdout.flush()

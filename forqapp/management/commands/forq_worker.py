@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import signal
-import subprocess
-import sys
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import validation
+from ... import process, validation
 from ...consumers import registry
 from ...errors import ForqError
 from ...schema import database_problem
 from ...worker import Worker
 
-VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+# Options the --processes children do not get: the supervisor's own, and Django's that only
+# ``manage.py`` reads. Every other option (a new one too) reaches them as it was given.
+NOT_FOR_CHILDREN = frozenset({"queues", "processes", "with_jobs", "settings", "pythonpath", "no_color", "force_color",
+                              "skip_checks"})
 
 
 def positive_int(value: str) -> int:
@@ -70,7 +69,7 @@ class Command(BaseCommand):
                             help="Also run the background jobs (as forq_jobs does) in this process.")
 
     def handle(self, *args, **options):
-        logging.getLogger("forqapp").setLevel(VERBOSITY_LEVELS.get(options["verbosity"], logging.DEBUG))
+        process.configure_logging(options["verbosity"])
         problems = [f"{e.msg} ({e.id})" for e in checks.run_checks()
                     if e.is_serious() and not e.is_silenced()]
         if problems:
@@ -96,77 +95,37 @@ class Command(BaseCommand):
             burst=options["burst"],
             max_messages=options["max_messages"],
         )
+        worker.install_signal_handlers()
         scheduler = _start_scheduler(options)
-        stops = 0
-
-        def on_signal(signum, frame):
-            nonlocal stops
-            stops += 1
-            if stops > 1:
-                sys.stderr.write("forq_worker: second signal, exiting now\n")
-                sys.stderr.flush()
-                os._exit(1)
-            logging.getLogger("forqapp").warning(
-                "forq_worker: %s received, finishing the messages in flight (again to exit now)",
-                signal.Signals(signum).name)
-            worker.stop()
-            if scheduler is not None:
-                scheduler.stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
         try:
             counts = worker.run()
         finally:
             if scheduler is not None:
                 scheduler.stop()
                 scheduler.join(5.0)
-            if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-                from prometheus_client import multiprocess
-
-                multiprocess.mark_process_dead(os.getpid())
+            process.mark_dead()
         if options["verbosity"] >= 1:
             self.stdout.write(
                 "forq_worker: done, " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing to do")
             )
 
     def _supervise(self, queues: list[str], options: dict) -> None:
-        """Run ``--processes`` children (``forq_worker --processes 1``), pass signals on, wait."""
-        from django.conf import settings
-
-        command = [sys.executable, "-m", "django", "forq_worker", *queues,
-                   "--concurrency", str(options["concurrency"]), "--verbosity", str(options["verbosity"]),
-                   "--settings", settings.SETTINGS_MODULE]
-        if options["prefetch"]:
-            command += ["--prefetch", str(options["prefetch"])]
-        if options["burst"]:
-            command.append("--burst")
-        if options["max_messages"]:
-            command += ["--max-messages", str(options["max_messages"])]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        children = [subprocess.Popen(command, env=env) for _ in range(options["processes"])]
+        """Run ``--processes`` children (this command with its options, one process each), pass
+        signals on, wait."""
+        child_options = {k: v for k, v in options.items() if k not in NOT_FOR_CHILDREN}
+        supervisor = process.Supervisor()
+        for i in range(options["processes"]):
+            supervisor.start_command(f"worker-{i}", "forq_worker", child_options, args=queues)
         scheduler = _start_scheduler(options)
-        stops = 0
-
-        def on_signal(signum, frame):
-            nonlocal stops
-            stops += 1
-            for child in children:
-                if child.poll() is None:
-                    child.send_signal(signal.SIGKILL if stops > 1 else signal.SIGTERM)
-            if stops > 1:
-                os._exit(1)
-            if scheduler is not None:
-                scheduler.stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        codes = [child.wait() for child in children]
+        if scheduler is not None:
+            supervisor.on_first_signal(scheduler.stop)
+        supervisor.install_signal_handlers()
+        codes = list(supervisor.wait().values())
         if scheduler is not None:
             scheduler.stop()
             scheduler.join(5.0)
         # A child that got the SIGTERM before installing its handler (still starting) held nothing.
-        if any(code and not (stops and code == -signal.SIGTERM) for code in codes):
+        if any(code and not (supervisor.signals and code == -signal.SIGTERM) for code in codes):
             raise CommandError(f"worker processes exited with {codes}")
 
 
@@ -177,5 +136,6 @@ def _start_scheduler(options):
     from ...jobs import Scheduler
 
     scheduler = Scheduler()
+    scheduler.install_signal_handlers()  # beside the worker's: the first signal stops both
     scheduler.start_thread()
     return scheduler

@@ -1,4 +1,4 @@
-"""Queue-depth history for the UI's 24-hour charts.
+"""Queue-depth history: what the UI's 24-hour charts draw.
 
 The queue-depth job calls :func:`record_depth_samples` with ``services.queue_depths()``'s rows; the
 pages read :func:`depth_series`. Samples are rows of :class:`forqapp.models.QueueDepthSample`,
@@ -7,22 +7,18 @@ older than 24 hours ones are pruned on every write.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from django.db import transaction
 from django.db.models import F, Max
 
-from ..conf import forq_settings
-from ..models import QueueDepthSample
+from .conf import forq_settings
+from .models import QueueDepthSample
+from .utils import now_ms as _now_ms
 
 WINDOW_MS = 24 * 3_600_000
 SLOT_MS = 5 * 60_000  # one round of samples per 5 minutes: 288 points a queue over 24 hours
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def record_depth_samples(depths: Iterable[tuple[str, bool, int]], *, now: int | None = None,

@@ -1,0 +1,192 @@
+"""What every long-running forqapp process shares: stopping on signals, logging by verbosity,
+supervising child processes, and Prometheus's bookkeeping for processes that exit.
+
+* :func:`on_stop` and :func:`install_signal_handlers`: the first SIGTERM/SIGINT calls every
+  registered stop (the :class:`~forqapp.worker.Worker` finishes its messages in flight, the
+  :class:`~forqapp.jobs.Scheduler` gives its lease up); a second exits at once (code 1). The
+  long-running objects register themselves (``Worker.install_signal_handlers()``), the commands
+  only parse arguments and call.
+* :class:`Supervisor`: child processes, each a management command whose options go to it as data
+  (JSON in argv, run by ``python -m forqapp.process``): a new option of a command reaches its
+  children without anyone remembering to pass it on. The supervisor passes the first signal on as
+  SIGTERM, a second as SIGKILL, and marks exited children dead for Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger("forqapp")
+
+VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+
+
+def configure_logging(verbosity: int) -> None:
+    """``-v0`` warnings, ``-v1`` info, ``-v2`` and more debug, on the ``forqapp`` logger."""
+    logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
+
+
+def mark_dead(pid: int | None = None) -> None:
+    """In Prometheus multiprocess mode, drop the live gauges of ``pid`` (default: this process),
+    which has exited or is about to (django-prometheus #407, #429)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(os.getpid() if pid is None else pid)
+
+
+# --- stopping on signals -------------------------------------------------------------------------
+
+_stops: list[Callable[[], None]] = []
+_installed: dict[str, Any] = {}
+_received = 0
+
+
+def on_stop(callback: Callable[[], None]) -> None:
+    """Call ``callback`` on the first SIGTERM/SIGINT (see :func:`install_signal_handlers`)."""
+    _stops.append(callback)
+
+
+def install_signal_handlers(name: str, *, doing: str = "stopping", last_words: str | None = None) -> None:
+    """First SIGTERM/SIGINT: log ``"<name>: SIGTERM received, <doing>"`` and call every
+    :func:`on_stop` callback; a second exits at once with code 1 (writing ``last_words`` to stderr).
+
+    Installed once per process (later calls only add nothing). A SIGINT ignored from the start
+    stays ignored: ``forq_serve`` starts its jobs child so and stops it with one SIGTERM (a Ctrl-C
+    reaches the whole process group, and two signals would make the child exit at once, without
+    giving its lease up)."""
+    if _installed:
+        return
+    _installed.update(name=name, doing=doing, last_words=last_words)
+    signal.signal(signal.SIGTERM, _on_signal)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _on_signal)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    global _received
+    _received += 1
+    if _received > 1:
+        if _installed.get("last_words"):
+            sys.stderr.write(_installed["last_words"] + "\n")
+            sys.stderr.flush()
+        os._exit(1)
+    # A stop asked for is routine: INFO (shown at the default verbosity), not a warning.
+    logger.info("%s: %s received, %s", _installed["name"], signal.Signals(signum).name, _installed["doing"])
+    for stop in _stops:
+        stop()
+
+
+def reset_signal_handlers() -> None:
+    """Forget the stops and restore the default handlers (for tests that run several in a process)."""
+    global _received
+    _stops.clear()
+    _installed.clear()
+    _received = 0
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# --- children ------------------------------------------------------------------------------------
+
+
+def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a child: its settings module and its import path."""
+    from django.conf import settings
+
+    env = dict(os.environ if env is None else env)
+    env["DJANGO_SETTINGS_MODULE"] = settings.SETTINGS_MODULE or env.get("DJANGO_SETTINGS_MODULE", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
+def command_argv(command: str, options: dict[str, Any], args: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The command line of a child that runs ``manage.py <command> *args`` with ``options`` (by
+    their ``dest`` names, as :func:`~django.core.management.call_command` takes them)."""
+    return [sys.executable, "-c", "import sys; from forqapp.process import run_child; sys.exit(run_child(sys.argv[1]))",
+            json.dumps({"command": command, "args": list(args), "options": options})]
+
+
+class Supervisor:
+    """Child processes: started, stopped on signals (first SIGTERM, then SIGKILL), waited for."""
+
+    def __init__(self) -> None:
+        self.children: dict[str, subprocess.Popen] = {}
+        self.signals = 0
+        self._on_first: list[Callable[[], None]] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, *,
+              ignore_sigint: bool = False) -> subprocess.Popen:
+        """Start a child. ``ignore_sigint``: it starts with SIGINT ignored (inherited through
+        exec), so a Ctrl-C that reaches the whole process group does not stop it twice."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignore_sigint else None
+        try:
+            proc = subprocess.Popen(argv, env=env)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        self.children[name] = proc
+        return proc
+
+    def start_command(self, name: str, command: str, options: dict[str, Any], args: list[str] | tuple[str, ...] = (),
+                      **kwargs: Any) -> subprocess.Popen:
+        """A child that runs ``manage.py <command> *args`` with ``options`` given as data."""
+        return self.start(name, command_argv(command, options, args), child_environment(), **kwargs)
+
+    def on_first_signal(self, callback: Callable[[], None]) -> None:
+        self._on_first.append(callback)
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stop(kill=self.signals > 0)
+
+    def stop(self, *, kill: bool = False) -> None:
+        """SIGTERM to every running child (SIGKILL with ``kill``); the first time, the
+        :meth:`on_first_signal` callbacks too."""
+        first = self.signals == 0
+        self.signals += 1
+        for proc in self.children.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        if first:
+            for callback in self._on_first:
+                callback()
+
+    def any_exited(self) -> bool:
+        return any(proc.poll() is not None for proc in self.children.values())
+
+    def wait(self) -> dict[str, int]:
+        """Wait for every child; their exit codes, by name. Exited children are marked dead for
+        Prometheus (their live gauges no longer count)."""
+        codes = {name: proc.wait() for name, proc in self.children.items()}
+        for proc in self.children.values():
+            mark_dead(proc.pid)
+        return codes
+
+
+def run_child(spec: str) -> int:
+    """A child's ``'{"command": …, "args": […], "options": {…}}'`` (:func:`command_argv`): run it as
+    ``manage.py`` would, in this process; its exit code."""
+    import django
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    data = json.loads(spec)
+    django.setup()
+    try:
+        call_command(data["command"], *data["args"], **data["options"])
+    except CommandError as exc:
+        sys.stderr.write(f"CommandError: {exc}\n")
+        return exc.returncode
+    return 0
+

@@ -1,0 +1,29 @@
+"""Small helpers shared by the core, the admin and the UI: Forq's clock and display forms."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+
+def now_ms() -> int:
+    """Now, in Unix milliseconds: Forq's time for every column of the queue."""
+    return time.time_ns() // 1_000_000
+
+
+def ms_to_datetime(ms: int | None) -> datetime | None:
+    """A Unix-milliseconds column as an aware UTC datetime (None stays None)."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def pretty_json(content: str) -> tuple[str, bool]:
+    """``content`` indented, if it is a JSON object or array: (text, whether it was); anything
+    else as given. Non-ASCII stays as it is, and keys keep their order."""
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return content, False
+    if not isinstance(value, dict | list):
+        return content, False
+    return json.dumps(value, indent=2, ensure_ascii=False), True
