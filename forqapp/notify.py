@@ -183,8 +183,15 @@ _notifiers_lock = threading.Lock()
 
 
 def notifier_for(alias: str) -> Notifier:
+    """This process's notifier for the database ``alias`` (created on first use)."""
     try:
         return _notifiers[alias]
     except KeyError:
         with _notifiers_lock:
             return _notifiers.setdefault(alias, Notifier(alias))
+
+
+def notifiers() -> list[Notifier]:
+    """Every notifier of this process (one per database that had a waiter or a write)."""
+    with _notifiers_lock:
+        return list(_notifiers.values())

@@ -6,22 +6,22 @@ admin, the UI pages and the jobs all call these functions; none of them writes S
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
 
-from . import errors, ids, metrics, store, validation
+from . import db, errors, ids, metrics, store, utils, validation
 from .conf import forq_settings
 from .errors import ForqError
 from .store import Delivery, NewMessage, StagedMessage, Store
-from .vocab import SNAPSHOT_COLUMNS, base_of, is_dlq
+from .vocab import SNAPSHOT_COLUMNS, base_of
+
+T = TypeVar("T")
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+now_ms = utils.now_ms  # Forq's clock (Unix ms), here for the callers that always took it from services
 
 
 def alias() -> str:
@@ -30,10 +30,6 @@ def alias() -> str:
 
 def _store(using: str | None = None) -> Store:
     return store.for_alias(using or alias())
-
-
-def queue_type(queue: str) -> str:
-    return "dlq" if is_dlq(queue) else "regular"
 
 
 @dataclass
@@ -76,8 +72,9 @@ def _insert(st: Store, rows: list[NewMessage]) -> None:
     st.insert(rows)
 
 
-def _after_produce(using: str, queue: str, count: int) -> None:
-    metrics.produced(queue, count)
+def _kick(using: str) -> None:
+    """Messages became ready: wake this process's waiters now rather than at the next poll, once
+    the write is visible (on commit when inside the caller's ``atomic()``; never on rollback)."""
     from .notify import notifier_for
 
     notifier = notifier_for(using)
@@ -85,6 +82,11 @@ def _after_produce(using: str, queue: str, count: int) -> None:
         transaction.on_commit(notifier.kick, using=using)
     else:
         notifier.kick()
+
+
+def _after_produce(using: str, queue: str, count: int) -> None:
+    metrics.produced(queue, count)
+    _kick(using)
 
 
 def send(queue: str, content: str, process_after: int | None = None, *, using: str | None = None) -> str:
@@ -148,17 +150,11 @@ def claim_many(queue: str, limit: int, *, using: str | None = None) -> list[Rece
 
 
 def receive(queue: str, wait: float = 0, *, using: str | None = None) -> ReceivedMessage | None:
-    """Take the oldest due message of ``queue``, waiting up to ``wait`` seconds for one."""
-    from .notify import notifier_for
+    """Take the oldest due message of ``queue``, waiting up to ``wait`` seconds for one
+    (:func:`forqapp.waiting.claim`)."""
+    from . import waiting
 
-    deadline = time.monotonic() + wait
-    notifier = notifier_for(using or alias())
-    while True:
-        message = claim(queue, using=using)
-        remaining = deadline - time.monotonic()
-        if message is not None or remaining <= 0:
-            return message
-        notifier.wait(queue, remaining)
+    return waiting.claim(lambda: claim(queue, using=using), (queue,), wait, using=using)
 
 
 def _settled(done: bool) -> None:
@@ -186,7 +182,7 @@ def nack_delivery(queue: str, message_id: str, receipt: int, *, using: str | Non
                   error: str | BaseException | None = None) -> None:
     queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
     _settled(_store(using).nack(queue, message_id, receipt, now_ms(), forq_settings.FORQ_MAX_ATTEMPTS,
-                                tuple(forq_settings.FORQ_BACKOFF_MS), describe_error(error)))
+                                forq_settings.FORQ_BACKOFF_MS, describe_error(error)))
     metrics.nacked(queue, 1)
 
 
@@ -220,6 +216,7 @@ def fail(message: ReceivedMessage, error: str | BaseException | None = None, *, 
     failure reason ``fatal_error``. ``error`` (an exception or text) is kept as ``last_error``."""
     queue, message_id = validation.queue_name(message.queue), validation.message_id(message.id)
     _settled(_store(using).fail(queue, message_id, message.receipt, now_ms(), describe_error(error)))
+    metrics.failed(queue)
 
 
 def release(message: ReceivedMessage, *, using: str | None = None) -> bool:
@@ -227,10 +224,23 @@ def release(message: ReceivedMessage, *, using: str | None = None) -> bool:
     st = _store(using)
     done = st.release(message.queue, message.id, message.receipt, now_ms())
     if done:
-        from .notify import notifier_for
-
-        notifier_for(st.alias).kick()
+        _kick(st.alias)
     return done
+
+
+def release_many(queue: str, deliveries: Iterable[tuple[str, int]], *, using: str | None = None) -> int:
+    """Give back [(id, receipt)] claimed but never seen by a consumer, in one transaction (their
+    attempts are not counted); returns how many were still current."""
+    queue = validation.queue_name(queue)
+    valid = [(validation.message_id(m), int(r)) for m, r in deliveries]
+    if not valid:
+        return 0
+    st = _store(using)
+    with transaction.atomic(using=st.alias):
+        n = st.release_many(queue, valid, now_ms())
+        if n:
+            _kick(st.alias)
+    return n
 
 
 def extend(message: ReceivedMessage, *, using: str | None = None) -> bool:
@@ -254,9 +264,7 @@ def requeue(dlq: str, message_id: str | None = None, *, using: str | None = None
     n = st.requeue(dlq, message_id, now_ms(), forq_settings.queue_ttl_ms)
     if n:
         metrics.requeued(base_of(dlq), n)
-        from .notify import notifier_for
-
-        notifier_for(st.alias).kick()
+        _kick(st.alias)
     return n
 
 
@@ -300,7 +308,7 @@ def publish_staged(staged: Sequence[tuple[str, str]], *, using: str | None = Non
     st = _store(using)
     with transaction.atomic(using=st.alias):
         published = st.publish_staged(staged, now_ms(), forq_settings.queue_ttl_ms,
-                                      int(forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS))
+                                      forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS)
     for queue, n in published.items():
         if n:
             _after_produce(st.alias, queue, n)
@@ -343,8 +351,8 @@ def auth_retry_after(address: str, *, using: str | None = None) -> int:
 def auth_failed(address: str, *, using: str | None = None) -> None:
     """Count a wrong key from ``address``: the ``FORQ_AUTH_MAX_FAILURES``-th within
     ``FORQ_AUTH_FAILURE_WINDOW_S`` blocks it for ``FORQ_AUTH_BLOCK_S``."""
-    _store(using).auth_failed(address[:100], now_ms(), int(forq_settings.FORQ_AUTH_FAILURE_WINDOW_S) * 1000,
-                   int(forq_settings.FORQ_AUTH_MAX_FAILURES), int(forq_settings.FORQ_AUTH_BLOCK_S) * 1000)
+    _store(using).auth_failed(address[:100], now_ms(), forq_settings.FORQ_AUTH_FAILURE_WINDOW_S * 1000,
+                   forq_settings.FORQ_AUTH_MAX_FAILURES, forq_settings.FORQ_AUTH_BLOCK_S * 1000)
 
 
 # --- login throttle (the API-key throttle's table, under "login-…" keys) ----------------------
@@ -364,9 +372,9 @@ def login_failed(keys: Iterable[str], *, using: str | None = None) -> int:
     the login is now blocked (Unix ms, or 0)."""
     st = _store(using)
     now = now_ms()
-    window = int(forq_settings.FORQ_LOGIN_FAILURE_WINDOW_S) * 1000
-    limit = int(forq_settings.FORQ_LOGIN_MAX_FAILURES)
-    block = int(forq_settings.FORQ_LOGIN_BLOCK_S) * 1000
+    window = forq_settings.FORQ_LOGIN_FAILURE_WINDOW_S * 1000
+    limit = forq_settings.FORQ_LOGIN_MAX_FAILURES
+    block = forq_settings.FORQ_LOGIN_BLOCK_S * 1000
     return max((st.login_failed(key[:100], now, window, limit, block) for key in keys), default=0)
 
 
@@ -381,7 +389,7 @@ def healthy(*, using: str | None = None) -> bool:
         return False
 
 
-# --- background jobs (issue 3): thin wrappers over the store's job SQL, counting metrics ---------
+# --- background jobs (README, "Background jobs"): thin wrappers over the store's job SQL, counting metrics ---------
 
 
 def move_expired_to_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
@@ -407,15 +415,13 @@ def move_failed_to_dlq(*, dry_run: bool = False, using: str | None = None) -> in
 def recover_stale(*, dry_run: bool = False, using: str | None = None) -> int:
     """Deliveries older than the visibility timeout → ready (or failed when out of attempts)."""
     st = _store(using)
-    visibility = int(forq_settings.FORQ_VISIBILITY_TIMEOUT_MS)
+    visibility = forq_settings.FORQ_VISIBILITY_TIMEOUT_MS
     if dry_run:
         return st.count_stale(now_ms(), visibility)
-    n = st.recover_stale(now_ms(), visibility, int(forq_settings.FORQ_MAX_ATTEMPTS))
+    n = st.recover_stale(now_ms(), visibility, forq_settings.FORQ_MAX_ATTEMPTS)
     metrics.stale_recovered(n)
     if n:
-        from .notify import notifier_for
-
-        notifier_for(st.alias).kick()
+        _kick(st.alias)
     return n
 
 
@@ -478,6 +484,12 @@ def wake_poll_interval(*, using: str | None = None) -> float:
 def default_db_threads(*, using: str | None = None) -> int:
     """The async API's database threads when ``FORQ_DB_THREADS`` is unset."""
     return _store(using).default_db_threads
+
+
+async def run_async(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run a service function (``fn``) on one of the database threads of :mod:`forqapp.db`, whose
+    Django connections stay open: how the async API calls the services."""
+    return await db.run(fn, *args, **kwargs)
 
 
 def startup_problems(*, using: str | None = None) -> list[str]:

@@ -7,8 +7,8 @@ failures nacked, :class:`~forqapp.FatalError` failed at once. It also renews the
 message it holds (heartbeat, every third of ``FORQ_VISIBILITY_TIMEOUT_MS``), so a slow healthy
 handler keeps its message, while a crashed worker's messages come back after the visibility timeout.
 It never holds more messages than it has handler threads (``prefetch``), so a crash costs few
-innocent deliveries. When there is nothing to claim it sleeps on the process's notifier, which
-wakes it within a few milliseconds of a produce in any process.
+innocent deliveries. When there is nothing to claim it waits (:func:`forqapp.waiting.claim`) on the
+process's notifier, which wakes it within a few milliseconds of a produce in any process.
 
 Poison messages: a handler that kills the process leaves its message in processing with the attempt
 counted. The stale job hands it out again after the visibility timeout, and once it is out of
@@ -18,8 +18,10 @@ attempts makes it failed; the failed job moves it to the DLQ. Run the jobs (``fo
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue as queue_module
+import random
 import threading
 import time
 from collections import defaultdict
@@ -27,11 +29,10 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, close_old_connections, connections, reset_queries
 
-from . import metrics, services
+from . import metrics, process, services, waiting
 from .conf import forq_settings
 from .consumers import Consumer
 from .errors import FatalError, ForqError
-from .notify import notifier_for
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class Worker:
         max_messages: int | None = None,
         using: str | None = None,
         report_every: float = REPORT_EVERY_S,
+        start_jitter: float | None = None,
     ):
         if not consumers:
             raise ValueError("a worker needs at least one consumer")
@@ -76,6 +78,10 @@ class Worker:
         self.max_messages = max_messages
         self.using = using or services.alias()
         self.report_every = report_every
+        # Seconds: a random wait up to this before the first claim (FORQ_WORKER_START_JITTER_MS),
+        # so workers started together (a deploy, a supervisor's restart) do not all claim at once.
+        self.start_jitter = (forq_settings.FORQ_WORKER_START_JITTER_MS / 1000 if start_jitter is None
+                             else start_jitter)
         self._stop = threading.Event()
         self._work: queue_module.Queue = queue_module.Queue()
         self._results: queue_module.Queue = queue_module.Queue()
@@ -96,6 +102,14 @@ class Worker:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    def install_signal_handlers(self) -> None:
+        """First SIGTERM/SIGINT: :meth:`stop` (the messages in flight are finished, those not
+        started given back); a second exits at once with code 1 (:mod:`forqapp.process`)."""
+        process.on_stop(self.stop)
+        process.install_signal_handlers(
+            "forq_worker", doing="finishing the messages in flight (again to exit now)",
+            last_words="forq_worker: second signal, exiting now")
+
     @property
     def heartbeat_s(self) -> float:
         return max(0.05, forq_settings.FORQ_VISIBILITY_TIMEOUT_MS / 3000)
@@ -109,6 +123,8 @@ class Worker:
             thread.start()
             self._threads.append(thread)
         logger.info("forq_worker: %d thread(s) on %s", self.concurrency, ", ".join(self.queues))
+        if self.start_jitter > 0:
+            self._stop.wait(random.uniform(0, self.start_jitter))  # noqa: S311 - not for secrets
         last_report, reported = time.monotonic(), 0
         try:
             while True:
@@ -123,6 +139,8 @@ class Worker:
                         (self.processed - reported) / (now - last_report), len(self._held), self.processed,
                     )
                     last_report, reported = now, self.processed
+                if waiting.draining():  # the process is stopping (forqapp.waiting.drain)
+                    self._stop.set()
                 if self._stop.is_set() or self._claims_left() == 0:
                     if self._stop.is_set():
                         self._release_unstarted()
@@ -134,14 +152,15 @@ class Worker:
                 if capacity <= 0:
                     self._wait_result(0.1)
                     continue
-                if self._claim(capacity):
+                # Nothing in flight: wait for a message (up to IDLE_WAIT_S, then report and look again).
+                idle = not self._held and not self.burst
+                if waiting.claim(functools.partial(self._claim, capacity), self.queues,
+                                 IDLE_WAIT_S if idle else 0, using=self.using, stop=self._stop.is_set):
                     continue
-                if not self._held:
-                    if self.burst:
-                        break
-                    notifier_for(self.using).wait_any(self.queues, IDLE_WAIT_S)
-                else:
+                if self._held:
                     self._wait_result(BUSY_WAIT_S)
+                elif self.burst:
+                    break
         finally:
             self._shutdown()
         return dict(self._counts)

@@ -17,7 +17,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 FORQ_ENV = env_str("FORQ_ENV", "local")
 DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or (
-    # Local only: derived from the API secret so a restart keeps sessions; forqapp.E010 refuses this in pro.
+    # Local only: derived from the API secret so a restart keeps sessions. In pro, set DJANGO_SECRET_KEY:
+    # nothing refuses the derived key (forqapp cannot tell it from a real one).
     "forq-local-" + os.environ.get("FORQ_AUTH_SECRET", "unset")
 )
 ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
@@ -64,7 +65,7 @@ TEMPLATES = [
     },
 ]
 WSGI_APPLICATION = "project.wsgi.application"
-ASGI_APPLICATION = "project.asgi.application"
+ASGI_APPLICATION = "project.asgi.application"  # the whole project under Django's ASGI handler
 
 # DATABASE_URL=postgres://user:pass@host:5432/name selects PostgreSQL (several API and worker hosts on
 # one database); persistent connections (a worker must hold its connection), checked before reuse.
@@ -133,6 +134,7 @@ FORQ_TRUST_PROXY_HEADERS = env_bool("FORQ_TRUST_PROXY_HEADERS", False)
 FORQ_API_WORKERS = env_int("FORQ_API_WORKERS", 2)
 FORQ_DB_THREADS = env_int("FORQ_DB_THREADS", 0) or None  # None: 1 on SQLite, 4 on PostgreSQL
 FORQ_LONG_POLL_SECONDS = env_int("FORQ_LONG_POLL_SECONDS", 30)
+FORQ_WORKER_START_JITTER_MS = env_int("FORQ_WORKER_START_JITTER_MS", 500)
 FORQ_UI_URLCONF = "project.urls_ui"  # the UI listener: admin and UI pages, no API
 
 LOGGING = {

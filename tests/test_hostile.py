@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forqapp import errors
-from forqapp.asgi import APIApplication
+from forqapp.api.asgi import APIApplication
 from forqapp.models import Message
 
 from .conftest import SECRET

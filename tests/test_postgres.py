@@ -320,7 +320,7 @@ def start_api_server(port: int) -> subprocess.Popen:
     else:
         cmd = [str(Path(sys.executable).parent / "granian"), "--interface", "asgi", "--factory",
                "--loop", "uvloop", "--host", "127.0.0.1", "--port", str(port),
-               "forqapp.asgi:api_application"]
+               "forqapp.api.asgi:api_application"]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
 

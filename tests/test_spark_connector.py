@@ -96,7 +96,7 @@ def start_live_forq(directory: Path):
         command = [sys.executable, "manage.py", "forq_serve", "--no-ui"]
     else:
         command = [sys.executable, "-m", "granian", "--interface", "asgi", "--factory", "--host", "127.0.0.1",
-                   "--port", str(port), "--loop", "uvloop", "forqapp.asgi:api_application"]
+                   "--port", str(port), "--loop", "uvloop", "forqapp.api.asgi:api_application"]
     log = open(directory / "server.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

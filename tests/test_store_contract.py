@@ -153,6 +153,19 @@ def test_ack_many_counts_only_current_deliveries(st):
     assert list(Message.objects.values_list("id", flat=True)) == [b.id]
 
 
+def test_release_many_counts_only_current_deliveries_and_uncounts_their_attempts(st):
+    put(st, "releases", 3)
+    a, b, c = st.claim_many("releases", NOW, 3)
+    assert st.release_many("releases", [(a.id, a.receipt), (b.id, b.receipt + 1), (c.id, c.receipt),
+                                        (a.id, a.receipt)], NOW + 1) == 2
+    assert st.release_many("releases", [], NOW + 1) == 0
+    assert st.release_many("other", [(b.id, b.receipt)], NOW + 1) == 0
+    for m in (a, c):
+        r = row(m.id)
+        assert (r.status, r.attempts, r.processing_started_at) == (READY, 0, None)
+    assert row(b.id).status == PROCESSING
+
+
 def test_nack_backs_off_by_attempt_and_fails_when_out_of_attempts(st):
     (m,) = put(st, "nack")
     backoff = (100, 200, 300)

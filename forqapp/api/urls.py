@@ -1,13 +1,16 @@
-"""Forq's HTTP API routes (the API listener serves exactly these).
+"""Forq's HTTP API routes (the API listener serves exactly these), in one ordered list.
 
 Path segments may be empty (``/api/v1/queues//messages``), as in Forq's router: the view then
 refuses the empty name with Forq's 400 (``bad_request.queue.invalid_name``, ``…messageId.invalid``)
 instead of a 404 nobody can parse. Any other path under ``api/v1/`` is a JSON 404.
+
+Every route is documented in the OpenAPI document (openapi.json, openapi_bulk.json) and every
+documented path is routed, with the same methods (tests/test_routes.py checks both ways).
 """
 
 from django.urls import path, re_path, register_converter
 
-from . import bulk, views
+from . import bulk, meta, plumbing, views
 
 
 class SegmentConverter:
@@ -24,28 +27,27 @@ class SegmentConverter:
 
 register_converter(SegmentConverter, "forq_segment")
 
-urlpatterns = [
-    path("healthcheck", views.healthcheck, name="forq-healthcheck"),
-    path("metrics", views.metrics_view, name="forq-metrics"),
-    path("api/v1/openapi.json", views.openapi, name="forq-openapi"),
-    path("api/v1/queues/<forq_segment:queue>/messages", views.messages, name="forq-messages"),
-    path("api/v1/queues/<forq_segment:queue>/messages/<forq_segment:message_id>/ack", views.ack, name="forq-ack"),
-    path("api/v1/queues/<forq_segment:queue>/messages/<forq_segment:message_id>/nack", views.nack,
-         name="forq-nack"),
-]
+Q = "api/v1/queues/<forq_segment:queue>"
 
-# Bulk endpoints (the Spark connector): forqapp/api/bulk.py, documented in openapi_bulk.json.
-urlpatterns += [
-    path("api/v1/queues/<forq_segment:queue>/messages/batch", bulk.batch, name="forq-batch"),
-    path("api/v1/queues/<forq_segment:queue>/messages/claim", bulk.claim, name="forq-claim"),
-    path("api/v1/queues/<forq_segment:queue>/messages/ack", bulk.ack, name="forq-ack-many"),
-    path("api/v1/queues/<forq_segment:queue>/messages/release", bulk.release, name="forq-release-many"),
-    path("api/v1/queues/<forq_segment:queue>/staged/<forq_segment:token>", bulk.stage, name="forq-stage"),
+urlpatterns = [
+    path("healthcheck", meta.healthcheck, name="forq-healthcheck"),
+    path("metrics", meta.metrics_view, name="forq-metrics"),
+    path("api/v1/openapi.json", meta.openapi, name="forq-openapi"),
+    # Literal paths first: a segment route placed before them would take their last word for an id
+    # (``…/messages/<id>`` would swallow ``…/messages/batch``). Django tries routes in this order.
+    path(f"{Q}/messages/batch", bulk.batch, name="forq-batch"),
+    path(f"{Q}/messages/claim", bulk.claim, name="forq-claim"),
+    path(f"{Q}/messages/ack", bulk.ack, name="forq-ack-many"),
+    path(f"{Q}/messages/release", bulk.release, name="forq-release-many"),
+    path(f"{Q}/snapshot/bounds", bulk.snapshot_bounds, name="forq-snapshot-bounds"),
     path("api/v1/staged/publish", bulk.publish, name="forq-publish-staged"),
     path("api/v1/staged/discard", bulk.discard, name="forq-discard-staged"),
-    path("api/v1/queues/<forq_segment:queue>/snapshot", bulk.snapshot, name="forq-snapshot"),
-    path("api/v1/queues/<forq_segment:queue>/snapshot/bounds", bulk.snapshot_bounds, name="forq-snapshot-bounds"),
+    # Then the routes with a segment where the literal ones have a word.
+    path(f"{Q}/messages", views.messages, name="forq-messages"),
+    path(f"{Q}/messages/<forq_segment:message_id>/ack", views.ack, name="forq-ack"),
+    path(f"{Q}/messages/<forq_segment:message_id>/nack", views.nack, name="forq-nack"),
+    path(f"{Q}/staged/<forq_segment:token>", bulk.stage, name="forq-stage"),
+    path(f"{Q}/snapshot", bulk.snapshot, name="forq-snapshot"),
+    # Last: the rest of api/v1/ is forqapp's too, and answers in JSON (also under a project's own urls).
+    re_path(r"^api/v1/", plumbing.unknown_path, name="forq-unknown"),
 ]
-
-# Last: the rest of api/v1/ is forqapp's too, and answers in JSON (also under a project's own urls).
-urlpatterns += [re_path(r"^api/v1/", views.unknown_path, name="forq-unknown")]

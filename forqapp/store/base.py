@@ -202,6 +202,10 @@ class Store(abc.ABC):
         """Undo a claim whose message never reached a consumer: ready again, attempt not counted."""
 
     @abc.abstractmethod
+    def release_many(self, queue: str, deliveries: Iterable[tuple[str, int]], now: int) -> int:
+        """Release [(id, receipt)] as :meth:`release` does; returns how many were still current."""
+
+    @abc.abstractmethod
     def extend(self, queue: str, message_id: str, receipt: int, now: int) -> int | None:
         """Renew a delivery's lease (heartbeat). Returns the new receipt, or None if not current."""
 

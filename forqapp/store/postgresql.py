@@ -132,6 +132,18 @@ WITH r AS (
 )
 SELECT pg_notify('{CHANNEL}', queue) FROM r"""
 
+RELEASE_MANY = f"""
+WITH r AS (
+    UPDATE messages AS m
+    SET status = {READY}, attempts = m.attempts - 1, processing_started_at = NULL,
+        updated_at = GREATEST(%(now)s::bigint, m.updated_at)
+    FROM unnest(%(ids)s::text[], %(receipts)s::bigint[]) AS d(id, receipt)
+    WHERE m.id = d.id AND m.queue = %(queue)s AND m.status = {PROCESSING}
+      AND m.processing_started_at = d.receipt
+    RETURNING 1
+), n AS (SELECT COUNT(*) AS n FROM r)
+SELECT n, CASE WHEN n > 0 THEN pg_notify('{CHANNEL}', %(queue)s) END FROM n"""
+
 EXTEND = f"""
 UPDATE messages
 SET processing_started_at = GREATEST(%(now)s, updated_at + 1),
@@ -454,6 +466,16 @@ class PostgreSQLStore(Store):
     def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
         rows = self._fetchall(RELEASE, {"now": now, "id": message_id, "queue": queue, "receipt": receipt})
         return len(rows) == 1
+
+    def release_many(self, queue: str, deliveries: Iterable[tuple[str, int]], now: int) -> int:
+        deliveries = list(deliveries)
+        if not deliveries:
+            return 0
+        rows = self._fetchall(RELEASE_MANY, {
+            "now": now, "queue": queue, "ids": [d[0] for d in deliveries],
+            "receipts": [int(d[1]) for d in deliveries],
+        })
+        return int(rows[0][0])
 
     def extend(self, queue: str, message_id: str, receipt: int, now: int) -> int | None:
         rows = self._fetchall(EXTEND, {"now": now, "id": message_id, "queue": queue, "receipt": receipt})

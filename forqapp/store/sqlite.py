@@ -391,6 +391,10 @@ class SQLiteStore(Store):
     def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
         return self._conn().execute(RELEASE, (now, message_id, queue, receipt)).rowcount == 1
 
+    def release_many(self, queue: str, deliveries: Iterable[tuple[str, int]], now: int) -> int:
+        cur = self._conn().executemany(RELEASE, [(now, mid, queue, receipt) for mid, receipt in deliveries])
+        return cur.rowcount
+
     def extend(self, queue: str, message_id: str, receipt: int, now: int) -> int | None:
         rows = self._conn().execute(
             EXTEND, {"now": now, "id": message_id, "queue": queue, "receipt": receipt}

@@ -1,0 +1,224 @@
+"""The ASGI application of the API listener (``forq_serve``: ``forqapp.api.asgi:api_application``).
+
+It serves :mod:`forqapp.api.urls` and nothing else, calling the views directly: Django's own
+``ASGIHandler`` spends ~1 ms of thread hand-offs per request (request signals and middleware run
+through ``sync_to_async``), which would cap the API far below what SQLite can take. What the
+middleware would have added, the views add themselves (:mod:`forqapp.api.plumbing`: security
+headers, errors as JSON).
+
+It also does what a queue needs from its server against clients that are slow, hostile or gone:
+
+* the method and the API key are checked from the headers, before any byte of the body is
+  received: a wrong key is answered 401 (a throttled address 429) at once, and costs no memory;
+* the 2 MiB body cap is enforced while the body arrives, so an oversized request is refused
+  (413) before it is read whole;
+* a body that arrives too slowly is cut off (408): ``FORQ_BODY_TIMEOUT_S`` in all, and after
+  ``FORQ_BODY_GRACE_S`` at least ``FORQ_BODY_MIN_RATE_BYTES_S`` on average; and
+* a request that may wait (its endpoint says so: ``waits``) is cancelled as soon as its client
+  goes away once it waits, so it never claims a message for a connection nobody listens to (a
+  claim already running is given back: :mod:`forqapp.waiting`).
+
+Every answer is JSON (``{"code": …}`` for errors), unknown paths included. At start-up it watches
+for ``forq_serve``'s drain request, and at shutdown it drains (:func:`forqapp.waiting.drain`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import django
+from django.core.handlers.asgi import ASGIRequest
+from django.urls import Resolver404, get_resolver
+
+logger = logging.getLogger("forqapp.api")
+
+
+class DisconnectWatch:
+    """Cancels a waiting view's task when its client disconnects (ASGI ``http.disconnect``): the
+    :class:`forqapp.waiting.Caller` of a request that may wait, armed when it starts to wait."""
+
+    def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        self.task: asyncio.Task | None = None
+        self.receive = receive
+        self.listener: asyncio.Task | None = None
+        self.disconnected = False
+
+    def arm(self) -> None:
+        if self.listener is None:
+            self.listener = asyncio.ensure_future(self._listen())
+
+    async def _listen(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.cancel()
+
+
+class BodyRefused(Exception):
+    """The body is not read whole: too big (413) or too slow (408)."""
+
+    def __init__(self, code: str, status: int):
+        self.code, self.status = code, status
+
+
+class APIApplication:
+    urlconf = "forqapp.api.urls"
+
+    def __init__(self):
+        django.setup(set_prefix=False)
+        from .. import errors, waiting
+        from ..conf import forq_settings
+        from . import plumbing
+
+        self._plumbing = plumbing
+        self._waiting = waiting
+        self._errors = errors
+        self._settings = forq_settings
+        self._resolver = get_resolver(self.urlconf)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        plumbing = self._plumbing
+        try:
+            match = self._resolver.resolve(_route_path(scope))
+        except Resolver404:
+            await self._respond(send, plumbing.not_found(None))
+            return
+        body_file = io.BytesIO()  # filled below, once the headers passed
+        try:
+            request = ASGIRequest(scope, body_file)
+        except UnicodeDecodeError:  # raw non-ASCII bytes in the query string (Django decodes it as UTF-8)
+            await self._respond(send, plumbing.secure(plumbing.error_response(self._errors.BODY_INVALID)))
+            return
+        refused = await plumbing.early_refusal(request, match.func)
+        if refused is not None:  # wrong method or key, throttled: the body is never received
+            await self._respond(send, refused)
+            return
+        endpoint = plumbing.spec(match.func)
+        if scope["method"] == "POST" and endpoint is not None:  # no other view reads one
+            try:
+                body = await self._read_body(scope, receive)
+            except BodyRefused as exc:
+                response = plumbing.error_response(exc.code, exc.status)
+                await self._respond(send, plumbing.secure(response))
+                return
+            if body is None:
+                return  # the client went away: nobody to answer
+            body_file.write(body)
+            body_file.seek(0)
+        view = match.func(request, *match.args, **match.kwargs)
+        if endpoint is not None and scope["method"] in endpoint.waits:
+            response = await self._unless_disconnected(view, receive)
+            if response is None:
+                return
+        else:
+            response = await view
+        await self._respond(send, response)
+
+    async def _read_body(self, scope, receive) -> bytes | None:
+        """The whole body, or None if the client went away. Raises :class:`BodyRefused` as soon as
+        the body is known to exceed the cap (413), or when it arrives too slowly (408).
+
+        Too slow: not complete within ``FORQ_BODY_TIMEOUT_S``, or, after ``FORQ_BODY_GRACE_S``,
+        less than ``FORQ_BODY_MIN_RATE_BYTES_S`` received on average. Each chunk moves the
+        deadline on by the time it buys at that rate; a client that holds, sends nothing."""
+        settings = self._settings
+        limit = settings.FORQ_MAX_BODY_BYTES
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    if int(value) > limit:
+                        raise BodyRefused(self._errors.CONTENT_EXCEEDS_LIMIT, 413)
+                except ValueError:
+                    pass
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        last = start + float(settings.FORQ_BODY_TIMEOUT_S)
+        grace, rate = float(settings.FORQ_BODY_GRACE_S), float(settings.FORQ_BODY_MIN_RATE_BYTES_S or 0)
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout_at(min(last, start + grace) if rate else last) as deadline:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyRefused(self._errors.CONTENT_EXCEEDS_LIMIT, 413)
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        return b"".join(chunks)
+                    if rate:
+                        deadline.reschedule(min(last, start + grace + size / rate))
+        except TimeoutError:
+            logger.info("%s %s: body too slow (%d bytes in %.1f s), cut off", scope["method"],
+                        scope["path"], size, loop.time() - start)
+            raise BodyRefused(self._errors.REQUEST_TIMEOUT, 408) from None
+
+    async def _unless_disconnected(self, view, receive):
+        """Run a view that may wait; if its client disconnects while it waits, cancel it and
+        return None. The disconnect listener starts only when the view is about to wait (the
+        waiting module arms the request's :class:`DisconnectWatch`), so requests answered at once
+        pay nothing for it."""
+        watch = DisconnectWatch(receive)
+        with self._waiting.serving(watch):  # the task starts in this context: its waits arm the watch
+            task = watch.task = asyncio.ensure_future(view)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if watch.disconnected:
+                return None
+            raise
+        finally:
+            watch.close()
+
+    @staticmethod
+    async def _respond(send, response) -> None:
+        content = response.content
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
+        headers.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    async def _lifespan(self, receive, send) -> None:
+        watcher = None
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                watcher = asyncio.ensure_future(self._waiting.watch_drain_file())  # forq_serve's request
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self._waiting.drain()
+                if watcher is not None:
+                    watcher.cancel()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _route_path(scope) -> str:
+    """The path to route on. An encoded slash stays inside its segment, as Forq's router keeps it
+    (Forq's SDKs escape queue names): a queue name "a/b" sent as ``a%2Fb`` is refused as an invalid
+    name rather than routed as two segments."""
+    raw = scope.get("raw_path")
+    if raw and (b"%2F" in raw or b"%2f" in raw):
+        return raw.decode("latin-1")
+    return scope["path"]
+
+
+def api_application():
+    """Factory for ASGI servers: ``granian --interface asgi --factory forqapp.api.asgi:api_application``."""
+    return APIApplication()

@@ -1,0 +1,63 @@
+"""The API's endpoints about the server itself: ``/healthcheck``, ``/metrics`` (Prometheus) and
+``/api/v1/openapi.json`` (the document that describes every route of :mod:`forqapp.api.urls`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from .. import errors, services
+from ..conf import forq_settings
+from .plumbing import endpoint, error_response, secure
+
+HERE = Path(__file__).parent
+
+
+@endpoint("GET", "HEAD", key=None)
+async def healthcheck(request: HttpRequest) -> HttpResponse:
+    if await services.run_async(services.healthy):
+        return HttpResponse(status=204)
+    return error_response(errors.UNHEALTHY)
+
+
+@endpoint("GET", key="FORQ_METRICS_AUTH_SECRET")
+async def metrics(request: HttpRequest) -> HttpResponse:
+    from ..metrics import exposition
+
+    body, content_type = exposition()
+    return HttpResponse(body, content_type=content_type)
+
+
+@csrf_exempt
+async def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: 404 unless ``FORQ_METRICS_ENABLED`` (checked before the key)."""
+    if not forq_settings.FORQ_METRICS_ENABLED:
+        return secure(HttpResponse(status=404))
+    return await metrics(request)
+
+
+def openapi_document() -> dict[str, Any]:
+    """forqapp/api/openapi.json, with the bulk endpoints' paths (openapi_bulk.json) merged in."""
+    document = json.loads((HERE / "openapi.json").read_text())
+    bulk = HERE / "openapi_bulk.json"
+    if bulk.exists():
+        extra = json.loads(bulk.read_text())
+        document["paths"].update(extra.get("paths", {}))
+        for kind, items in extra.get("components", {}).items():
+            document["components"].setdefault(kind, {}).update(items)
+    return document
+
+
+@functools.cache
+def _openapi_bytes() -> bytes:
+    return json.dumps(openapi_document()).encode()
+
+
+@endpoint("GET", key=None)
+async def openapi(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(_openapi_bytes(), content_type="application/json")

@@ -1,0 +1,160 @@
+"""What every API view shares: the :func:`endpoint` decorator (method check, API key and its
+throttle, Forq's error mapping, security headers), JSON body parsing and the answers of the edges
+(404 for unknown paths). Views hold none of this; they map HTTP to one service call.
+
+The method and key are checked from the request line and headers alone (:func:`early_refusal`),
+which forqapp's ASGI app (:mod:`forqapp.api.asgi`) asks before it receives the body.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from .. import errors, services, validation
+from ..conf import forq_settings
+from ..errors import ForqError
+from .auth import client_address, key_matches
+
+logger = logging.getLogger("forqapp.api")
+
+RECEIPT_HEADER = "X-Forq-Receipt"
+
+View = Callable[..., Coroutine[Any, Any, HttpResponse]]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What :func:`endpoint` declares about a view, for the ASGI app and the route tests."""
+
+    methods: tuple[str, ...]
+    key: str | None  # the setting that holds the API key, or None: open
+    waits: tuple[str, ...]  # methods that may wait (long polls): cancelled when their client leaves
+
+
+def spec(view: object) -> Endpoint | None:
+    """The :class:`Endpoint` of an API view, or None for anything else."""
+    return getattr(view, "forq_endpoint", None)
+
+
+def error_response(code: str, status: int | None = None, headers: dict[str, str] | None = None) -> JsonResponse:
+    return JsonResponse({"code": code}, status=status or errors.STATUS[code], headers=headers)
+
+
+def secure(response: HttpResponse) -> HttpResponse:
+    response["X-Content-Type-Options"] = "nosniff"
+    response["X-Frame-Options"] = "DENY"
+    response["Referrer-Policy"] = "no-referrer"
+    if forq_settings.FORQ_ENV == "pro":
+        response["Strict-Transport-Security"] = "max-age=31536000; includeSubDomains"
+    if response.status_code == 204:
+        del response["Content-Type"]  # no body, no type (Django sets text/html on every response)
+    return response
+
+
+async def _authorize(request: HttpRequest, secret_setting: str) -> None:
+    if key_matches(request.headers.get("X-API-Key"), getattr(forq_settings, secret_setting)):
+        return  # a valid key always passes, even from a throttled address (and costs no query)
+    address = client_address(request)
+    retry_after = await services.run_async(services.auth_retry_after, address)
+    if retry_after:
+        raise ForqError(errors.TOO_MANY_REQUESTS, headers={"Retry-After": str(retry_after)})
+    await services.run_async(services.auth_failed, address)
+    raise ForqError(errors.UNAUTHORIZED)
+
+
+async def _check_headers(request: HttpRequest, endpoint: Endpoint) -> None:
+    """What is refused from the request line and headers alone: a wrong method, a wrong key."""
+    if request.method not in endpoint.methods:
+        raise ForqError(errors.METHOD_NOT_ALLOWED, headers={"Allow": ", ".join(endpoint.methods)})
+    if endpoint.key:
+        await _authorize(request, endpoint.key)
+
+
+def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """The JSON answer to a view's exception: Forq's code, never a bare 500 for bad input."""
+    if isinstance(exc, ForqError):
+        return error_response(exc.code, exc.status, exc.headers)
+    if isinstance(exc, RequestDataTooBig):  # under Django's own handler: DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(errors.CONTENT_EXCEEDS_LIMIT, 413)
+    if isinstance(exc, SuspiciousOperation):  # e.g. TooManyFieldsSent (DATA_UPLOAD_MAX_NUMBER_FIELDS)
+        return error_response(errors.BODY_INVALID)
+    logger.error("%s %s failed", request.method, request.path, exc_info=exc)
+    return error_response(errors.INTERNAL)
+
+
+def endpoint(*methods: str, key: str | None = "FORQ_AUTH_SECRET",
+             waits: tuple[str, ...] = ()) -> Callable[[View], View]:
+    """Method check, API key, Forq's error mapping and security headers, for every API view.
+    ``waits``: the methods under which the view may wait for a message (:mod:`forqapp.waiting`).
+
+    The method and key are checked before the view reads the body; forqapp's ASGI app runs the same
+    check (:func:`early_refusal`) before it even receives the body, so a wrong key costs no memory."""
+    declared = Endpoint(methods, key, waits)
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        async def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+            response: HttpResponse
+            try:
+                await _check_headers(request, declared)  # again under the ASGI app: a valid key is a compare
+                response = await view(request, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - mapped to Forq's codes; unexpected ones logged, 500
+                response = _refusal(request, exc)
+            return secure(response)
+
+        wrapper.csrf_exempt = True  # type: ignore[attr-defined]
+        wrapper.forq_endpoint = declared  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+async def early_refusal(request: HttpRequest, view: object) -> HttpResponse | None:
+    """The answer ``view`` would give from the request's headers alone (405, 401, 429), or None.
+    forqapp's ASGI app asks this before it receives the body: a client with a wrong key, or from a
+    throttled address, is answered at once and never has its body buffered."""
+    declared = spec(view)
+    if declared is None:
+        return None
+    try:
+        await _check_headers(request, declared)
+    except Exception as exc:  # noqa: BLE001 - as in the view itself
+        return secure(_refusal(request, exc))
+    return None
+
+
+def json_body(request: HttpRequest) -> dict[str, Any]:
+    """The request's body, which must be a JSON object (400 ``bad_request.body.invalid`` if not)."""
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested ~1,000 deep
+        raise ForqError(errors.BODY_INVALID, "body is not JSON") from None
+    if not isinstance(body, dict):
+        raise ForqError(errors.BODY_INVALID, "body is not a JSON object")
+    return body
+
+
+def receipt(request: HttpRequest) -> int:
+    """The delivery's receipt, from the ``X-Forq-Receipt`` header."""
+    return validation.receipt(request.headers.get(RECEIPT_HEADER))
+
+
+@csrf_exempt
+def not_found(request: HttpRequest | None, exception: Exception | None = None, **kwargs: Any) -> HttpResponse:
+    """No such endpoint: 404 JSON, as every answer of the API (Forq's SDKs parse the body)."""
+    return secure(error_response(errors.NOT_FOUND_ROUTE))
+
+
+@csrf_exempt
+async def unknown_path(request: HttpRequest) -> HttpResponse:
+    """Any other path under ``api/v1/`` (the last route): the same JSON 404."""
+    return not_found(request)

@@ -1,0 +1,128 @@
+"""forqapp.waiting: claim or wait, the process-wide drain, the give-back of a claim whose caller
+left; and wake-up kicks that wait for the commit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from django.db import connections, transaction
+
+import forqapp
+from forqapp import services, waiting
+from forqapp.models import Message
+from forqapp.notify import Notifier
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _in_thread(fn, *args):
+    """Run ``fn`` in a thread of its own that closes its database connection when done."""
+
+    def run():
+        try:
+            fn(*args)
+        finally:
+            connections.close_all()
+
+    return threading.Thread(target=run)
+
+
+@pytest.fixture
+def drained():
+    waiting.drain()
+    yield
+    waiting._undrain()
+
+
+def test_claim_returns_what_came_while_it_waited():
+    def send_later():
+        time.sleep(0.2)
+        forqapp.send("later", "x")
+
+    sender = _in_thread(send_later)
+    sender.start()
+    started = time.monotonic()
+    message = forqapp.receive("later", wait=5)
+    sender.join(5)
+    assert message is not None and message.content == "x"
+    assert time.monotonic() - started < 3
+
+
+def test_a_draining_process_does_not_wait(drained):
+    started = time.monotonic()
+    assert forqapp.receive("nothing", wait=5) is None
+    assert asyncio.run(waiting.claim_async(services.claim, "nothing", 5)) is None
+    assert time.monotonic() - started < 1
+
+
+def test_drain_ends_the_waits_under_way():
+    result = {}
+    thread = _in_thread(lambda: result.setdefault("got", forqapp.receive("idle", wait=10)))
+    thread.start()
+    time.sleep(0.3)  # waiting now
+    started = time.monotonic()
+    try:
+        waiting.drain()
+        thread.join(5)
+    finally:
+        waiting._undrain()
+    assert not thread.is_alive() and result == {"got": None}
+    assert time.monotonic() - started < 1
+
+
+def test_a_claim_that_finishes_after_its_caller_left_is_given_back():
+    forqapp.send("left", "x")
+    claimed = threading.Event()
+
+    def slow_claim(queue: str):
+        message = services.claim(queue)
+        claimed.set()
+        time.sleep(0.3)  # the caller leaves meanwhile
+        return message
+
+    async def caller_leaves():
+        task = asyncio.ensure_future(waiting.claim_async(slow_claim, "left", 0))
+        await asyncio.get_running_loop().run_in_executor(None, claimed.wait, 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.6)  # a server's loop lives on: the claim ends, its give-back runs
+
+    asyncio.run(caller_leaves())
+    deadline = time.monotonic() + 5
+    while Message.objects.get(queue="left").status != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    row = Message.objects.get(queue="left")
+    assert (row.status, row.attempts) == (0, 0)  # ready again, the attempt not counted
+
+
+def test_release_many_gives_back_only_current_deliveries():
+    forqapp.send_many("rel", ["a", "b"])
+    a, b = services.claim_many("rel", 2)
+    assert services.release_many("rel", [(a.id, a.receipt), (b.id, b.receipt + 1)]) == 1
+    assert services.release_many("rel", []) == 0
+    assert sorted(Message.objects.filter(queue="rel").values_list("status", "attempts")) == [(0, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("operation", ["send", "release", "release_many", "requeue"])
+def test_wake_up_kicks_wait_for_the_commit(monkeypatch, operation):
+    forqapp.send("kick", "x")
+    message = services.claim("kick")
+    if operation == "requeue":
+        Message.objects.filter(id=message.id).update(queue="kick-dlq", is_dlq=True, status=0)
+    kicks = []
+    monkeypatch.setattr(Notifier, "kick", lambda self: kicks.append(self.alias))
+    with transaction.atomic():
+        if operation == "send":
+            forqapp.send("kick", "y")
+        elif operation == "release":
+            assert services.release(message)
+        elif operation == "release_many":
+            assert services.release_many("kick", [(message.id, message.receipt)]) == 1
+        else:
+            assert services.requeue("kick-dlq") == 1
+        assert kicks == []  # not yet: a waiter woken now would find nothing
+    assert kicks == ["default"]
