@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
@@ -207,7 +207,7 @@ class Setting(Generic[T]):
         value, problem = self.resolve()
         if problem is not None:
             raise ImproperlyConfigured(f"{problem} ({self.id})")
-        return value
+        return cast(T, value)  # checked above: the declared type
 
     def raw(self) -> Any:
         """The value as configured (settings, then the environment, then the default), unchecked;

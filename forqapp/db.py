@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections
 
 from .conf import forq_settings
+
+T = TypeVar("T")
 
 _pool: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
@@ -42,11 +46,11 @@ def _call(fn, args, kwargs):
         raise
 
 
-def submit(fn, *args, **kwargs) -> asyncio.Future:
+def submit(fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
     """Run ``fn`` on a database thread; returns an awaitable future."""
     loop = asyncio.get_running_loop()
     return loop.run_in_executor(pool(), functools.partial(_call, fn, args, kwargs))
 
 
-async def run(fn, *args, **kwargs):
+async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await submit(fn, *args, **kwargs)

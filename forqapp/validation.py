@@ -174,7 +174,7 @@ def claim_wait(body: dict) -> float:
     wait = body.get("wait", 0)
     if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_WAIT_S:
         raise _invalid(f"wait must be a number of seconds from 0 to {MAX_WAIT_S:g}")
-    return wait
+    return float(wait)
 
 
 def page_limit(raw: str | None) -> int:
