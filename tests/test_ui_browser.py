@@ -90,7 +90,7 @@ def data():
 
     import forqapp
     from forqapp import ids, services, store
-    from forqapp.ui.history import record_depth_samples
+    from forqapp.history import record_depth_samples
 
     freshness.clear()
     forqapp.send_many("emails", [f'{{"to": "user{i}@example.com", "template": "welcome"}}' for i in range(30)])
