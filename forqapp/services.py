@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
@@ -101,6 +102,11 @@ def send(queue: str, content: str, process_after: int | None = None, *, using: s
     return row.id
 
 
+# ``NewMessage(...)`` runs a generated ``__new__`` (~0.4 µs); building the tuple directly costs a
+# third of that, which shows on send_many's 100,000+ rows a second.
+_new_message: Callable[[tuple[str, str, str, int, int, int]], NewMessage] = partial(tuple.__new__, NewMessage)
+
+
 def send_many(queue: str, contents: Iterable[Any], process_after: int | None = None, *,
               using: str | None = None) -> list[str]:
     """Put many messages on ``queue`` in one transaction; returns their ids, in order.
@@ -116,7 +122,7 @@ def send_many(queue: str, contents: Iterable[Any], process_after: int | None = N
     rows = [
         _new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, ttl, limit)
         if isinstance(item, dict)
-        else NewMessage(message_id, queue, content(item, limit), due, now, due + ttl)
+        else _new_message((message_id, queue, content(item, limit), due, now, due + ttl))
         for message_id, item in zip(ids.new_ids(len(contents)), contents, strict=True)
     ]
     if not rows:
