@@ -3,6 +3,7 @@ background jobs (one scheduler per database), and serves the UI's static files i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -200,9 +201,9 @@ def test_no_jobs_runs_none(tmp_path, args, env):
         server.stop()
 
 
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_two_servers_on_one_database_run_the_jobs_once_and_hand_over(tmp_path):
+@contextlib.contextmanager
+def two_servers_on_one_database(tmp_path):
+    """Two ``forq_serve``s on one database, the first running the jobs and the second standing by."""
     overrides = {"FORQ_JOB_INTERVALS": {"failed": 0.2}, "FORQ_JOBS_LEASE_MS": 3000}
     first = Served(tmp_path, "first", "--no-ui", overrides=overrides)
     second = None
@@ -210,6 +211,19 @@ def test_two_servers_on_one_database_run_the_jobs_once_and_hand_over(tmp_path):
         wait_for(lambda: "forq_jobs: running the jobs" in first.output(), "the first server's jobs")
         second = Served(tmp_path, "second", "--no-ui", overrides=overrides)
         wait_for(lambda: "forq_jobs: standing by" in second.output(), "the second server to stand by")
+        yield first, second
+    finally:
+        for server in (first, second):
+            if server is not None and server.proc.returncode is None:  # not stopped or killed yet
+                server.stop()
+            elif server is not None:
+                server.client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_two_servers_on_one_database_run_the_jobs_once_and_hand_over(tmp_path):
+    with two_servers_on_one_database(tmp_path) as (first, second):
         for _ in range(3):
             failed = failed_message("twice")
             wait_for(lambda: in_dlq(failed), "the failed job")  # noqa: B023
@@ -221,30 +235,17 @@ def test_two_servers_on_one_database_run_the_jobs_once_and_hand_over(tmp_path):
         failed = failed_message("twice")
         wait_for(lambda: in_dlq(failed), "the failed job, run by the second server")
         assert "forqapp job failed: 1 in" in second.output()
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_killed_servers_jobs_are_taken_over(tmp_path):
-    overrides = {"FORQ_JOB_INTERVALS": {"failed": 0.2}, "FORQ_JOBS_LEASE_MS": 3000}
-    first = Served(tmp_path, "first", "--no-ui", overrides=overrides)
-    second = None
-    try:
-        wait_for(lambda: "forq_jobs: running the jobs" in first.output(), "the first server's jobs")
-        second = Served(tmp_path, "second", "--no-ui", overrides=overrides)
-        wait_for(lambda: "forq_jobs: standing by" in second.output(), "the second server to stand by")
+    with two_servers_on_one_database(tmp_path) as (first, second):
         os.killpg(first.proc.pid, signal.SIGKILL)  # no release: the lease is taken over, not given
         first.proc.wait(10)
         wait_for(lambda: "forq_jobs: running the jobs" in second.output(), "the second server to take over")
         failed = failed_message("killed")
         wait_for(lambda: in_dlq(failed), "the failed job, run by the second server")
-    finally:
-        if second is not None:
-            second.stop()
 
 
 @pytest.mark.slow
