@@ -182,6 +182,18 @@ def test_a_body_in_many_chunks_at_a_normal_pace_passes(app):
     assert Message.objects.get(queue="chunked").content == "x" * 5000
 
 
+def test_the_key_is_checked_once_per_request_under_the_asgi_app(app, monkeypatch):
+    from forqapp.api import plumbing
+
+    calls = []
+    real = plumbing.key_matches
+    monkeypatch.setattr(plumbing, "key_matches", lambda *a: calls.append(a) or real(*a))
+    scope = _scope("POST", "/api/v1/queues/once/messages", {"x-api-key": APP_SECRET.encode()})
+    status, _, _ = asyncio.run(_call(app, scope, _pieces((0, b'{"content": "x"}'))))
+    assert status == 204 and len(calls) == 1
+    assert Message.objects.get(queue="once").content == "x"
+
+
 # --- no 500, whatever the request ---------------------------------------------------------------
 
 ENDPOINTS = [

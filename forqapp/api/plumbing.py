@@ -60,6 +60,11 @@ def secure(response: HttpResponse) -> HttpResponse:
     return response
 
 
+# Set on a request whose method and key :func:`early_refusal` passed (under forqapp's ASGI app);
+# under any other server the view's wrapper checks them itself.
+_HEADERS_CHECKED = "_forq_headers_checked"
+
+
 async def _authorize(request: HttpRequest, secret_setting: str) -> None:
     if key_matches(request.headers.get("X-API-Key"), getattr(forq_settings, secret_setting)):
         return  # a valid key always passes, even from a throttled address (and costs no query)
@@ -96,8 +101,9 @@ def endpoint(*methods: str, key: str | None = "FORQ_AUTH_SECRET",
     """Method check, API key, Forq's error mapping and security headers, for every API view.
     ``waits``: the methods under which the view may wait for a message (:mod:`forqapp.waiting`).
 
-    The method and key are checked before the view reads the body; forqapp's ASGI app runs the same
-    check (:func:`early_refusal`) before it even receives the body, so a wrong key costs no memory."""
+    The method and key are checked before the view reads the body; forqapp's ASGI app runs that
+    check (:func:`early_refusal`) before it even receives the body, so a wrong key costs no memory,
+    and the view then skips it."""
     declared = Endpoint(methods, key, waits)
 
     def decorate(view: View) -> View:
@@ -105,7 +111,8 @@ def endpoint(*methods: str, key: str | None = "FORQ_AUTH_SECRET",
         async def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
             response: HttpResponse
             try:
-                await _check_headers(request, declared)  # again under the ASGI app: a valid key is a compare
+                if not getattr(request, _HEADERS_CHECKED, False):  # forqapp's ASGI app checked them already
+                    await _check_headers(request, declared)
                 response = await view(request, **kwargs)
             except Exception as exc:  # noqa: BLE001 - mapped to Forq's codes; unexpected ones logged, 500
                 response = _refusal(request, exc)
@@ -129,6 +136,7 @@ async def early_refusal(request: HttpRequest, view: object) -> HttpResponse | No
         await _check_headers(request, declared)
     except Exception as exc:  # noqa: BLE001 - as in the view itself
         return secure(_refusal(request, exc))
+    setattr(request, _HEADERS_CHECKED, True)  # the view need not check them again
     return None
 
 

@@ -603,9 +603,15 @@ class PostgreSQLStore(Store):
     # -- API-key throttle --------------------------------------------------------------------
 
     def auth_failed(self, address: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
-        params = {"address": address, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
+        return self._count_failure(AUTH_FORGET, address, now, window_ms, max_failures, block_ms)
+
+    def _count_failure(self, forget: str, key: str, now: int, window_ms: int, max_failures: int,
+                       block_ms: int) -> int:
+        """One more failure for ``key`` (until when it is blocked), then prune stale rows with
+        ``forget`` (API keys and logins prune only their own kind of rows)."""
+        params = {"address": key, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
         rows = self._fetchall(AUTH_FAILED, params)
-        self._rowcount(AUTH_FORGET, {"cutoff": now - 2 * window_ms, "now": now, "login_keys": LOGIN_KEYS})
+        self._rowcount(forget, {"cutoff": now - 2 * window_ms, "now": now, "login_keys": LOGIN_KEYS})
         return int(rows[0][0])
 
     def auth_blocked_until(self, address: str) -> int:
@@ -615,10 +621,7 @@ class PostgreSQLStore(Store):
     # -- login throttle ----------------------------------------------------------------------
 
     def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
-        params = {"address": key, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
-        rows = self._fetchall(AUTH_FAILED, params)
-        self._rowcount(LOGIN_FORGET, {"cutoff": now - 2 * window_ms, "now": now, "login_keys": LOGIN_KEYS})
-        return int(rows[0][0])
+        return self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms)
 
     # -- leases ------------------------------------------------------------------------------
 

@@ -513,10 +513,16 @@ class SQLiteStore(Store):
     # -- API-key throttle --------------------------------------------------------------------
 
     def auth_failed(self, address: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
+        return self._count_failure(AUTH_FORGET, address, now, window_ms, max_failures, block_ms)
+
+    def _count_failure(self, forget: str, key: str, now: int, window_ms: int, max_failures: int,
+                       block_ms: int) -> int:
+        """One more failure for ``key`` (until when it is blocked), then prune stale rows with
+        ``forget`` (API keys and logins prune only their own kind of rows)."""
         conn = self._conn()
-        params = {"address": address, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
+        params = {"address": key, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
         rows = conn.execute(AUTH_FAILED, params).fetchall()
-        conn.execute(AUTH_FORGET, (now - 2 * window_ms, now))
+        conn.execute(forget, (now - 2 * window_ms, now))
         return int(rows[0][0])
 
     def auth_blocked_until(self, address: str) -> int:
@@ -526,11 +532,7 @@ class SQLiteStore(Store):
     # -- login throttle ----------------------------------------------------------------------
 
     def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
-        conn = self._conn()
-        params = {"address": key, "now": now, "window": window_ms, "max": max_failures, "block": block_ms}
-        rows = conn.execute(AUTH_FAILED, params).fetchall()
-        conn.execute(LOGIN_FORGET, (now - 2 * window_ms, now))
-        return int(rows[0][0])
+        return self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms)
 
     # -- leases ------------------------------------------------------------------------------
 
