@@ -9,6 +9,9 @@ The Python API::
     if message:
         handle(message.content)
         forqapp.ack(message)                                      # or forqapp.nack(message)
+
+    forqapp.configure_queue("emails", max_attempts=3, visibility_timeout=60, ordering="lifo")
+    forqapp.send("emails", "urgent", priority=10, attributes={"kind": "reset"}, dedup_id="reset-42")
 """
 
 from __future__ import annotations
@@ -19,15 +22,28 @@ __all__ = [
     "FatalError",
     "ForqError",
     "ack",
+    "ack_many",
+    "change_visibility",
+    "configure_queue",
+    "delete_queue",
     "extend",
     "fail",
+    "list_queues",
     "nack",
+    "nack_many",
+    "peek",
+    "purge",
+    "queue_info",
     "receive",
+    "receive_many",
     "send",
     "send_many",
 ]
 
-_SERVICES = {"send", "send_many", "receive", "ack", "nack", "fail", "extend"}
+_SERVICES = {
+    "send", "send_many", "receive", "receive_many", "ack", "ack_many", "nack", "nack_many", "fail", "extend",
+    "change_visibility", "peek", "configure_queue", "queue_info", "list_queues", "purge", "delete_queue",
+}
 
 
 def __getattr__(name: str):

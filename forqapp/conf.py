@@ -160,6 +160,24 @@ def intervals(name: str, value: Any) -> str | None:
     return None
 
 
+def queues(name: str, value: Any) -> str | None:
+    """``FORQ_QUEUES``: ``{queue name: {policy field: value}}``, each valid as ``configure_queue``'s."""
+    from .errors import ForqError
+    from .validation import policy, queue_name
+
+    if not isinstance(value, dict):
+        return f"{name} must be a dict of {{queue: policy}}"
+    for queue, fields in value.items():
+        try:
+            queue_name(queue, produce=True)
+            if not isinstance(fields, dict):
+                return f"{name}[{queue!r}] must be a dict of policy fields"
+            policy(fields)
+        except ForqError as e:
+            return f"{name}[{queue!r}]: {e}"
+    return None
+
+
 def mapping(name: str, value: Any) -> str | None:
     return None if value is None or isinstance(value, Mapping) else f"{name} must be a dict (got {value!r})"
 
@@ -280,6 +298,12 @@ class ForqSettings:
     FORQ_VISIBILITY_TIMEOUT_MS: Setting[int] = Setting(
         5 * 60 * 1000, "a message in processing longer than this is stale (ms); the worker renews its "
         "messages every third of it", check=integer(1))
+    FORQ_DEDUP_WINDOW_S: Setting[float] = Setting(
+        300.0, "a send's `dedup_id` is remembered this long unless the queue or the send says (seconds)",
+        check=number(0.001), coerce=float)
+    FORQ_QUEUES: Setting[dict[str, Any]] = Setting(
+        {}, "`{queue: {policy}}` applied by `migrate` and `forq_queues` (E050)", check=queues, coerce=_dict,
+        id="forqapp.E050")
     FORQ_LONG_POLL_SECONDS: Setting[float] = Setting(30.0, "longest wait of a consume (seconds)",
                                                      check=number(0), coerce=float)
     FORQ_MAX_CONTENT_BYTES: Setting[int] = Setting(262_144, "largest message content (bytes)", check=integer(1))

@@ -20,6 +20,8 @@ NOT_FOUND_ROUTE = "not_found.route"  # no such endpoint
 METHOD_NOT_ALLOWED = "method_not_allowed"
 REQUEST_TIMEOUT = "request_timeout"  # the body arrived too slowly (FORQ_BODY_TIMEOUT_S, ..._MIN_RATE_...)
 UNHEALTHY = "forq.unhealthy"
+QUEUE_FULL = "queue.full"  # the queue holds its max_length of messages (503)
+NOT_FOUND_QUEUE = "not_found.queue"  # forqapp's own: no such queue (v2 API)
 INTERNAL = "internal"
 
 STATUS = {
@@ -41,6 +43,8 @@ STATUS = {
     TOO_MANY_REQUESTS: 429,
     INTERNAL: 500,
     UNHEALTHY: 503,
+    QUEUE_FULL: 503,
+    NOT_FOUND_QUEUE: 404,
 }
 
 

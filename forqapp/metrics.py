@@ -39,6 +39,17 @@ messages_stale_recovered_total = Counter(
 messages_cleanup_total = Counter(
     "forq_messages_cleanup_total", "Messages deleted by jobs or users.", ("reason",)
 )
+sends_deduplicated_total = Counter(
+    "forq_sends_deduplicated_total", "Sends that created nothing: their dedup id was seen in its window.",
+    ("queue_name",)
+)
+sends_refused_full_total = Counter(
+    "forq_sends_refused_full_total", "Sends refused because the queue was at its max_length.", ("queue_name",)
+)
+messages_redriven_total = Counter(
+    "forq_messages_redriven_total", "Used-up messages a claim moved to the DLQ instead of delivering.",
+    ("queue_name",)
+)
 
 
 def queue_type(queue: str) -> str:
@@ -84,6 +95,21 @@ def stale_recovered(n: int) -> None:
 def cleaned_up(reason: str, n: int) -> None:
     if n:
         messages_cleanup_total.labels(reason).inc(n)
+
+
+def deduplicated(queue: str, n: int = 1) -> None:
+    if n:
+        sends_deduplicated_total.labels(queue).inc(n)
+
+
+def refused_full(queue: str, n: int = 1) -> None:
+    sends_refused_full_total.labels(queue).inc(n)
+
+
+def redriven(queue: str, n: int) -> None:
+    if n:
+        messages_redriven_total.labels(queue).inc(n)
+        messages_moved_to_dlq_total.labels("failed").inc(n)
 
 
 def exposition() -> tuple[bytes, str]:

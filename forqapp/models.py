@@ -1,8 +1,8 @@
-"""The single ``messages`` table of Forq, as a Django model.
+"""Forq's ``messages`` table and forqapp's own tables, as Django models.
 
-Times are Unix milliseconds (integers), exactly as Forq stores them. Queues are virtual: a queue is
-the set of rows with the same ``queue`` value; the dead-letter queue of ``emails`` is
-``emails-dlq`` with ``is_dlq`` set. Every write of the queue goes through :mod:`forqapp.store`; the
+Times are Unix milliseconds (integers), exactly as Forq stores them. A queue is the set of rows with
+the same ``queue`` value; its policy (if any) is its row in ``forq_queues`` (:class:`Queue`), created
+on its first produce. The dead-letter queue of ``emails`` is ``emails-dlq`` with ``is_dlq`` set. Every write of the queue goes through :mod:`forqapp.store`; the
 model is for reading (admin, UI, analytics) and for the schema.
 """
 
@@ -59,6 +59,14 @@ class Message(models.Model):
     received_at = models.BigIntegerField()
     updated_at = models.BigIntegerField()
     expires_after = models.BigIntegerField()
+    # Higher is delivered first (-1000..1000); FIFO (or LIFO) by ``sequence`` within a priority.
+    priority = models.IntegerField(default=0)
+    # Up to 10 string key/values, as a JSON object (NULL: none).
+    attributes = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = no attributes
+    dedup_id = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 - NULL = none
+    # Strictly increasing per queue, assigned at send, kept through DLQ moves and requeues.
+    sequence = models.BigIntegerField(default=0)
+    first_received_at = models.BigIntegerField(null=True, blank=True)  # the first claim (Unix ms)
 
     objects = MessageQuerySet.as_manager()
 
@@ -66,11 +74,12 @@ class Message(models.Model):
         db_table = "messages"
         ordering = ["received_at"]
         indexes = [
-            # The claim path: FIFO by receive time among ready rows; covering (id is in every index).
+            # The claim path: by priority, then sequence, among ready rows and deliveries (whose
+            # ``process_after`` is their lease end: an expired lease is claimable at once).
             models.Index(
-                fields=["queue", "status", "received_at", "process_after"],
-                condition=Q(status=0),
-                name="idx_queue_ready_for_consuming",
+                fields=["queue", "-priority", "sequence", "process_after"],
+                condition=Q(status__in=[0, 1]),
+                name="idx_queue_claim",
             ),
             models.Index(fields=["queue", "is_dlq"], name="idx_for_queue_depth"),
             models.Index(fields=["status", "is_dlq", "expires_after"], name="idx_expired"),
@@ -83,6 +92,18 @@ class Message(models.Model):
     @property
     def regular_queue(self) -> str:
         return base_of(self.queue) if self.is_dlq else self.queue
+
+    @property
+    def lease_expires_at(self) -> int | None:
+        """When the current delivery's lease ends (Unix ms); None when not in processing. While a
+        message is processing, ``process_after`` holds its lease end."""
+        return self.process_after if self.status == Status.PROCESSING else None
+
+    @property
+    def attributes_dict(self) -> dict[str, str]:
+        import json
+
+        return json.loads(self.attributes) if self.attributes else {}
 
 
 # A module-level name, so django-stubs can type the generated base class.
@@ -104,6 +125,54 @@ class DeadLetter(Message):
         proxy = True
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
+
+
+class Queue(models.Model):
+    """A queue's policy and state: created on its first produce (or by ``configure_queue``,
+    ``FORQ_QUEUES``, the admin or the v2 API). A NULL field follows the global setting."""
+
+    name = models.CharField(primary_key=True, max_length=128)
+    # Deliveries before a message goes to the DLQ; 0 = unlimited.
+    max_attempts = models.IntegerField(null=True, blank=True)
+    # JSON: a list of delays (ms) by attempt, or {"base_ms", "max_ms", "jitter"} (exponential).
+    backoff = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = FORQ_BACKOFF_MS
+    visibility_timeout_ms = models.BigIntegerField(null=True, blank=True)
+    retention_ms = models.BigIntegerField(null=True, blank=True)
+    dlq_retention_ms = models.BigIntegerField(null=True, blank=True)
+    max_length = models.BigIntegerField(null=True, blank=True)
+    ordering = models.CharField(max_length=4, null=True, blank=True,  # noqa: DJ001 - NULL = fifo
+                                choices=[("fifo", "FIFO"), ("lifo", "LIFO")])
+    dedup_window_ms = models.BigIntegerField(null=True, blank=True)
+    paused = models.BooleanField(default=False)
+    # SQLite's per-queue sequence counter (PostgreSQL draws from one database sequence instead).
+    last_sequence = models.BigIntegerField(default=0)
+    created_at = models.BigIntegerField()
+    updated_at = models.BigIntegerField()
+
+    class Meta:
+        db_table = "forq_queues"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DedupEntry(models.Model):
+    """A deduplication id seen on ``queue``: a send with the same id before ``expires_at`` creates
+    nothing and answers ``message_id`` (also after that message was acked)."""
+
+    pk = models.CompositePrimaryKey("queue", "dedup_id")
+    queue = models.CharField(max_length=128)
+    dedup_id = models.CharField(max_length=128)
+    message_id = models.CharField(max_length=36)
+    expires_at = models.BigIntegerField()  # Unix ms
+
+    class Meta:
+        db_table = "forq_dedup"
+        indexes = [models.Index(fields=["expires_at"], name="idx_dedup_expires")]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.dedup_id}"
 
 
 class QueueDepthSample(models.Model):
@@ -157,6 +226,8 @@ class StagedMessage(models.Model):
     content = models.TextField()
     process_after = models.BigIntegerField()
     staged_at = models.BigIntegerField()  # Unix ms
+    priority = models.IntegerField(default=0)
+    attributes = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = no attributes
 
     class Meta:
         db_table = "forq_staged"

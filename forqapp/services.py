@@ -6,17 +6,22 @@ admin, the UI pages and the jobs all call these functions; none of them writes S
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
 
-from . import db, errors, ids, metrics, store, utils, validation
+from . import db, errors, ids, metrics, store, utils, validation, vocab
+from . import policy as policy_module
 from .conf import forq_settings
 from .errors import ForqError
-from .store import Delivery, NewMessage, StagedMessage, Store
+from .policy import Policy
+from .store import POLICY_COLUMNS, Delivery, NewMessage, QueueRow, StagedMessage, Store
 from .vocab import SNAPSHOT_COLUMNS, base_of
 
 T = TypeVar("T")
@@ -35,42 +40,74 @@ def _store(using: str | None = None) -> Store:
 
 @dataclass
 class ReceivedMessage:
-    """A delivered message. ``receipt`` names this delivery: ack/nack must echo it."""
+    """A delivered (or peeked) message. ``receipt`` names this delivery: ack/nack must echo it (None
+    for a peek). Times are Unix ms; ``lease_expires_at`` is when the lease ends (None: not leased)."""
 
     id: str
     queue: str
     content: str
     attempts: int
-    receipt: int
+    receipt: int | None
+    priority: int = 0
+    attributes: dict[str, str] = field(default_factory=dict)
+    dedup_id: str | None = None
+    sequence: int = 0
+    received_at: int = 0
+    first_received_at: int | None = None
+    lease_expires_at: int | None = None
 
     @classmethod
     def from_row(cls, row: Delivery) -> ReceivedMessage:
-        return cls(id=row.id, queue=row.queue, content=row.content, attempts=row.attempts, receipt=row.receipt)
+        return cls(row.id, row.queue, row.content, row.attempts, row.receipt, row.priority,
+                   json.loads(row.attributes) if row.attributes else {}, row.dedup_id, row.sequence,
+                   row.received_at, row.first_received_at, row.lease_expires_at)
 
     def json(self) -> Any:
         """``content`` parsed as JSON."""
-        import json
-
         return json.loads(self.content)
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What a send did: the message's id and sequence, or, when ``deduplicated``, the id of the
+    message its dedup id already named (and sequence 0: nothing was created)."""
+
+    id: str
+    sequence: int
+    deduplicated: bool = False
+
+
+# --- queue policy ------------------------------------------------------------------------------
+
+_policies: dict[tuple[str, str], tuple[float, Policy]] = {}
+
+
+def policy(queue: str, *, using: str | None = None) -> Policy:
+    """``queue``'s policy (a DLQ's is its regular queue's), read at most every
+    :data:`forqapp.policy.CACHE_S` seconds by each process."""
+    name = base_of(queue)
+    st = _store(using)
+    key = (st.alias, name)
+    cached = _policies.get(key)
+    now = time.monotonic()
+    if cached is not None and now - cached[0] < policy_module.CACHE_S:
+        return cached[1]
+    resolved = policy_module.resolve(st.queue_get(name))
+    _policies[key] = (now, resolved)
+    return resolved
+
+
+def forget_policies() -> None:
+    """Drop this process's cached policies (after a change, and in tests)."""
+    _policies.clear()
 
 
 # --- produce --------------------------------------------------------------------------------
 
 
-def _new_row(message_id: str, queue: str, content: Any, process_after: Any, now: int, ttl_ms: int,
-             limit: int | None = None) -> NewMessage:
-    due = validation.process_after(process_after, now)
-    return NewMessage(message_id, queue, validation.content(content, limit), due, now, due + ttl_ms)
-
-
 def _refuse_nul(st: Store, contents: Iterable[str]) -> None:
     if not st.text_holds_nul and any("\x00" in c for c in contents):
         raise ForqError(errors.BODY_INVALID, "content with NUL characters cannot be stored on this database")
-
-
-def _insert(st: Store, rows: list[NewMessage]) -> None:
-    _refuse_nul(st, (r.content for r in rows))
-    st.insert(rows)
 
 
 def _kick(using: str) -> None:
@@ -90,77 +127,195 @@ def _after_produce(using: str, queue: str, count: int) -> None:
     _kick(using)
 
 
-def send(queue: str, content: str, process_after: int | None = None, *, using: str | None = None) -> str:
-    """Put one message on ``queue``; returns its id. Inside the caller's ``transaction.atomic()`` on
-    the same database, the message commits or rolls back with the caller's own writes."""
-    queue = validation.queue_name(queue, produce=True)
-    now = now_ms()
-    row = _new_row(ids.new_id(), queue, content, process_after, now, forq_settings.queue_ttl_ms)
-    st = _store(using)
-    _insert(st, [row])
-    _after_produce(st.alias, queue, 1)
-    return row.id
+SEND_OPTIONS = ("process_after", "delay", "priority", "attributes", "dedup_id", "dedup_window", "retention")
+
+
+def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int) -> NewMessage:
+    """One send's row: ``item`` is the content, or a dict of ``content`` and :data:`SEND_OPTIONS`
+    (``processAfter`` too, as Forq's bulk bodies spell it)."""
+    if not isinstance(item, dict):
+        due = now
+        return _new_message((message_id, queue, validation.content(item, limit), due, now, due + pol.retention_ms,
+                             0, None, None))
+    unknown = set(item) - {"content", "processAfter", *SEND_OPTIONS}
+    if unknown:
+        raise ForqError(errors.BODY_INVALID, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
+    due = _due(item.get("process_after", item.get("processAfter")), item.get("delay"), now)
+    retention = validation.optional_duration_ms(item.get("retention"), "retention", 1, validation.YEAR_S)
+    return _new_message((
+        message_id, queue, validation.content(item.get("content"), limit), due, now,
+        due + (pol.retention_ms if retention is None else retention),
+        validation.priority(item.get("priority")), validation.attributes(item.get("attributes")),
+        validation.dedup_id(item.get("dedup_id")),
+    ))
+
+
+def _due(process_after: Any, delay: Any, now: int) -> int:
+    if delay is not None:
+        if process_after is not None:
+            raise ForqError(errors.BODY_INVALID, "give process_after or delay, not both")
+        return now + validation.duration_ms(delay, "delay", 0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
+    if isinstance(process_after, datetime):
+        process_after = int(process_after.timestamp() * 1000)
+    return validation.process_after(process_after, now)
 
 
 # ``NewMessage(...)`` runs a generated ``__new__`` (~0.4 µs); building the tuple directly costs a
 # third of that, which shows on send_many's 100,000+ rows a second.
-_new_message: Callable[[tuple[str, str, str, int, int, int]], NewMessage] = partial(tuple.__new__, NewMessage)
+_new_message: Callable[[tuple[Any, ...]], NewMessage] = partial(tuple.__new__, NewMessage)
 
 
-def send_many(queue: str, contents: Iterable[Any], process_after: int | None = None, *,
+def send(queue: str, content: str, process_after: int | datetime | None = None, *, delay: Any = None,
+         priority: int = 0, attributes: dict[str, str] | None = None, dedup_id: str | None = None,
+         dedup_window: Any = None, retention: Any = None, using: str | None = None) -> str:
+    """Put one message on ``queue``; returns its id (with a ``dedup_id`` seen within its window:
+    the id of the message it named, and nothing is created). Inside the caller's
+    ``transaction.atomic()`` on the same database, the message commits or rolls back with the
+    caller's own writes (the outbox).
+
+    ``process_after`` (Unix ms or an aware datetime) or ``delay`` (seconds or timedelta) makes it
+    due later; ``priority`` (-1000..1000, higher first); ``attributes`` (≤ 10 string pairs);
+    ``retention`` (seconds or timedelta) overrides the queue's."""
+    if priority == 0 and attributes is None and dedup_id is None and retention is None and delay is None \
+            and not isinstance(process_after, datetime):
+        item: Any = content if process_after is None else {"content": content, "process_after": process_after}
+    else:
+        item = {"content": content, "process_after": process_after, "delay": delay, "priority": priority,
+                "attributes": attributes, "dedup_id": dedup_id, "retention": retention}
+    return send_entries(queue, [item], dedup_window=dedup_window, using=using)[0].id
+
+
+def send_many(queue: str, items: Iterable[Any], process_after: int | None = None, *,
               using: str | None = None) -> list[str]:
     """Put many messages on ``queue`` in one transaction; returns their ids, in order.
 
-    ``contents`` holds strings, or ``{"content": ..., "processAfter": ...}`` dicts."""
+    ``items`` holds strings, or dicts of ``content`` and :func:`send`'s keywords."""
+    if process_after is not None:
+        items = [{"content": i, "process_after": process_after} if not isinstance(i, dict) else i for i in items]
+    return [r.id for r in send_entries(queue, items, using=using)]
+
+
+def send_entries(queue: str, items: Iterable[Any], *, dedup_window: Any = None,
+                 using: str | None = None) -> list[SendResult]:
+    """Send ``items`` (contents, or dicts of ``content`` and :data:`SEND_OPTIONS`; a dict may
+    carry its own ``dedup_window``) to ``queue`` in one transaction; one :class:`SendResult` each.
+    Raises ``ForqError`` (and sends nothing) if any item is invalid, or ``queue.full`` when the
+    queue's ``max_length`` would be passed."""
     queue = validation.queue_name(queue, produce=True)
     now = now_ms()
-    ttl = forq_settings.queue_ttl_ms
-    contents = list(contents)
-    limit = forq_settings.FORQ_MAX_CONTENT_BYTES  # read once: settings are looked up on access
-    due = validation.process_after(process_after, now)
-    content = validation.content
-    rows = [
-        _new_row(message_id, queue, item.get("content"), item.get("processAfter"), now, ttl, limit)
-        if isinstance(item, dict)
-        else _new_message((message_id, queue, content(item, limit), due, now, due + ttl))
-        for message_id, item in zip(ids.new_ids(len(contents)), contents, strict=True)
-    ]
-    if not rows:
+    items = list(items)
+    if not items:
         return []
     st = _store(using)
+    pol = policy(queue, using=st.alias)
+    limit = forq_settings.FORQ_MAX_CONTENT_BYTES  # read once: settings are looked up on access
+    rows = [_entry(mid, queue, item, now, pol, limit)
+            for mid, item in zip(ids.new_ids(len(items)), items, strict=True)]
+    _refuse_nul(st, (r.content for r in rows))
+    windows = [_dedup_window(item, dedup_window, pol) for item in items] if any(r.dedup_id for r in rows) else None
+    if windows is None and pol.max_length is None:
+        sequences = st.insert(rows)  # atomic on its own, or part of the caller's transaction
+        _after_produce(st.alias, queue, len(rows))
+        return [SendResult(r.id, seq) for r, seq in zip(rows, sequences, strict=True)]
+    results: list[SendResult | None] = [None] * len(rows)
     with transaction.atomic(using=st.alias):
-        _insert(st, rows)
-    _after_produce(st.alias, queue, len(rows))
-    return [r.id for r in rows]
+        fresh = []
+        if windows is not None:
+            for i, (row, window) in enumerate(zip(rows, windows, strict=True)):
+                original = st.dedup(queue, row.dedup_id, row.id, now, window) if row.dedup_id else None
+                if original is None:
+                    fresh.append(i)
+                else:
+                    results[i] = SendResult(original, 0, deduplicated=True)
+        else:
+            fresh = list(range(len(rows)))
+        if fresh and pol.max_length is not None and \
+                st.queue_length(queue, pol.max_length) + len(fresh) > pol.max_length:
+            metrics.refused_full(queue, len(fresh))
+            raise ForqError(errors.QUEUE_FULL, f"queue {queue!r} holds its max_length of {pol.max_length} messages")
+        sequences = st.insert([rows[i] for i in fresh]) if fresh else []
+    for i, seq in zip(fresh, sequences, strict=True):
+        results[i] = SendResult(rows[i].id, seq)
+    metrics.deduplicated(queue, len(rows) - len(fresh))
+    if fresh:
+        _after_produce(st.alias, queue, len(fresh))
+    return [r for r in results if r is not None]
+
+
+def _dedup_window(item: Any, default: Any, pol: Policy) -> int:
+    window = item.get("dedup_window", default) if isinstance(item, dict) else default
+    if window is None:
+        return pol.dedup_window_ms
+    return validation.duration_ms(window, "dedup_window", 0.001, 12 * 3600)
 
 
 # --- consume --------------------------------------------------------------------------------
 
 
-def claim(queue: str, *, using: str | None = None) -> ReceivedMessage | None:
-    """Take the oldest due message of ``queue`` now, or None (no waiting)."""
+def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using: str | None) -> list[ReceivedMessage]:
+    st = _store(using)
+    pol = policy(queue, using=st.alias)
+    if pol.paused:
+        return []
+    visibility = pol.visibility_timeout_ms if visibility_timeout is None else \
+        validation.duration_ms(visibility_timeout, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
+    claimed = st.claim(queue, now_ms(), limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
+                       dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering)
+    metrics.redriven(queue, claimed.redriven)
+    if claimed.deliveries:
+        metrics.consumed(queue, len(claimed.deliveries))
+    return [ReceivedMessage.from_row(d) for d in claimed.deliveries]
+
+
+def claim(queue: str, *, visibility_timeout: Any = None, random: bool = False,
+          using: str | None = None) -> ReceivedMessage | None:
+    """Take the next due message of ``queue`` now (by its policy's order), or None (no waiting)."""
     queue = validation.queue_name(queue)
-    row = _store(using).claim(queue, now_ms())
-    if row is None:
-        return None
-    metrics.consumed(queue, 1)
-    return ReceivedMessage.from_row(row)
+    got = _claim(queue, 1, visibility_timeout, random, using)
+    return got[0] if got else None
 
 
-def claim_many(queue: str, limit: int, *, using: str | None = None) -> list[ReceivedMessage]:
+def claim_many(queue: str, limit: int, *, visibility_timeout: Any = None, random: bool = False,
+               using: str | None = None) -> list[ReceivedMessage]:
     queue = validation.queue_name(queue)
-    rows = _store(using).claim_many(queue, now_ms(), limit)
-    if rows:
-        metrics.consumed(queue, len(rows))
-    return [ReceivedMessage.from_row(r) for r in rows]
+    return _claim(queue, limit, visibility_timeout, random, using)
 
 
-def receive(queue: str, wait: float = 0, *, using: str | None = None) -> ReceivedMessage | None:
-    """Take the oldest due message of ``queue``, waiting up to ``wait`` seconds for one
-    (:func:`forqapp.waiting.claim`)."""
+def receive(queue: str, wait: float = 0, *, visibility_timeout: Any = None, random: bool = False,
+            using: str | None = None) -> ReceivedMessage | None:
+    """Take the next due message of ``queue``, waiting up to ``wait`` seconds for one
+    (:func:`forqapp.waiting.claim`). ``visibility_timeout`` (0 s to 12 h) overrides the queue's
+    lease for this receive; ``random`` picks at random among the due messages."""
     from . import waiting
 
-    return waiting.claim(lambda: claim(queue, using=using), (queue,), wait, using=using)
+    return waiting.claim(lambda: claim(queue, visibility_timeout=visibility_timeout, random=random, using=using),
+                         (queue,), wait, using=using)
+
+
+def receive_many(queue: str, max_messages: int, *, wait: float = 0, visibility_timeout: Any = None,
+                 random: bool = False, using: str | None = None) -> list[ReceivedMessage]:
+    """Take up to ``max_messages`` due messages of ``queue`` in one statement, waiting up to
+    ``wait`` seconds for the first."""
+    from . import waiting
+
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+        raise ForqError(errors.BODY_INVALID, "max_messages must be a positive integer")
+    got = waiting.claim(
+        lambda: claim_many(queue, max_messages, visibility_timeout=visibility_timeout, random=random,
+                           using=using) or None,
+        (queue,), wait, using=using)
+    return got or []
+
+
+def peek(queue: str, id: str | None = None, *, using: str | None = None) -> ReceivedMessage | None:  # noqa: A002
+    """The message a receive would get now (or message ``id`` of ``queue``, in any state), changing
+    nothing; its ``receipt`` is None."""
+    queue = validation.queue_name(queue)
+    message_id = None if id is None else validation.message_id(id)
+    st = _store(using)
+    order = "fifo" if message_id is not None else policy(queue, using=st.alias).ordering
+    row = st.peek(queue, now_ms(), message_id, order)
+    return ReceivedMessage.from_row(row) if row else None
 
 
 def _settled(done: bool) -> None:
@@ -169,13 +324,19 @@ def _settled(done: bool) -> None:
 
 
 def ack(message: ReceivedMessage, *, using: str | None = None) -> None:
-    ack_delivery(message.queue, message.id, message.receipt, using=using)
+    ack_delivery(message.queue, message.id, _receipt(message), using=using)
 
 
 def nack(message: ReceivedMessage, error: str | BaseException | None = None, *, using: str | None = None) -> None:
-    """Retry later (Forq's backoff); ``error`` (an exception or text) is kept as the message's
-    ``last_error``, which goes with it to the DLQ."""
-    nack_delivery(message.queue, message.id, message.receipt, using=using, error=error)
+    """Retry later (the queue's backoff); ``error`` (an exception or text) is kept as the
+    message's ``last_error``, which goes with it to the DLQ."""
+    nack_delivery(message.queue, message.id, _receipt(message), using=using, error=error)
+
+
+def _receipt(message: ReceivedMessage) -> int:
+    if message.receipt is None:
+        raise ForqError(errors.RECEIPT_MISSING, "a peeked message has no receipt: receive it first")
+    return message.receipt
 
 
 def ack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None = None) -> None:
@@ -187,20 +348,70 @@ def ack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None
 def nack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None = None,
                   error: str | BaseException | None = None) -> None:
     queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
-    _settled(_store(using).nack(queue, message_id, receipt, now_ms(), forq_settings.FORQ_MAX_ATTEMPTS,
-                                forq_settings.FORQ_BACKOFF_MS, describe_error(error)))
+    st = _store(using)
+    pol = policy(queue, using=st.alias)
+    _settled(st.nack(queue, message_id, receipt, now_ms(), pol.max_attempts, pol.backoff_ms,
+                     describe_error(error), pol.jitter))
     metrics.nacked(queue, 1)
 
 
-def ack_many(queue: str, deliveries: Iterable[tuple[str, int]], *, using: str | None = None) -> int:
-    """Ack [(id, receipt)] in one transaction; returns how many were still current."""
+def ack_many(queue_or_messages: str | Iterable[ReceivedMessage], deliveries: Iterable[tuple[str, int]] = (), *,
+             using: str | None = None) -> int:
+    """Ack many deliveries in one transaction — ``ack_many(messages)``, or ``ack_many(queue,
+    [(id, receipt)])`` — returns how many were still current."""
+    n = 0
+    for queue, pairs in _by_queue(queue_or_messages, deliveries).items():
+        st = _store(using)
+        with transaction.atomic(using=st.alias):
+            done = st.ack_many(queue, pairs)
+        metrics.acked(queue, done)
+        n += done
+    return n
+
+
+def nack_many(messages: Iterable[ReceivedMessage], error: str | BaseException | None = None, *,
+              using: str | None = None) -> int:
+    """Nack many deliveries in one transaction; returns how many were still current."""
+    return sum(settle_many("nack", queue, pairs, error=error, using=using).count(True)
+               for queue, pairs in _by_queue(messages, ()).items())
+
+
+def _by_queue(queue_or_messages: str | Iterable[ReceivedMessage], deliveries: Iterable[tuple[str, int]]
+              ) -> dict[str, list[tuple[str, int]]]:
+    if isinstance(queue_or_messages, str):
+        queue = validation.queue_name(queue_or_messages)
+        return {queue: [(validation.message_id(m), int(r)) for m, r in deliveries]}
+    out: dict[str, list[tuple[str, int]]] = {}
+    for m in queue_or_messages:
+        out.setdefault(validation.queue_name(m.queue), []).append((validation.message_id(m.id), _receipt(m)))
+    return out
+
+
+def settle_many(action: str, queue: str, deliveries: Sequence[tuple[str, int]], *, seconds: Any = None,
+                error: str | BaseException | None = None, using: str | None = None) -> list[bool]:
+    """``action`` (``"ack"``, ``"nack"`` or ``"change_visibility"`` to ``seconds``) on each of
+    [(id, receipt)] of ``queue``, in one transaction; one bool each: was the delivery current?"""
     queue = validation.queue_name(queue)
     valid = [(validation.message_id(m), int(r)) for m, r in deliveries]
     st = _store(using)
+    now = now_ms()
     with transaction.atomic(using=st.alias):
-        n = st.ack_many(queue, valid)
-    metrics.acked(queue, n)
-    return n
+        if action == "ack":
+            done = [st.ack(queue, m, r) for m, r in valid]
+            metrics.acked(queue, done.count(True))
+        elif action == "nack":
+            pol = policy(queue, using=st.alias)
+            text = describe_error(error)
+            done = [st.nack(queue, m, r, now, pol.max_attempts, pol.backoff_ms, text, pol.jitter) for m, r in valid]
+            metrics.nacked(queue, done.count(True))
+        elif action == "change_visibility":
+            ms = validation.duration_ms(seconds, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
+            done = st.change_visibility(queue, valid, now, ms)
+            if ms == 0 and any(done):
+                _kick(st.alias)
+        else:
+            raise ValueError(f"unknown action {action!r}")
+    return done
 
 
 MAX_ERROR_CHARS = 2_000  # a consumer's error is a diagnosis, not a log: keep rows small
@@ -221,14 +432,14 @@ def fail(message: ReceivedMessage, error: str | BaseException | None = None, *, 
     """Fail a delivery at once, without retries: the failed job moves it to the DLQ with the
     failure reason ``fatal_error``. ``error`` (an exception or text) is kept as ``last_error``."""
     queue, message_id = validation.queue_name(message.queue), validation.message_id(message.id)
-    _settled(_store(using).fail(queue, message_id, message.receipt, now_ms(), describe_error(error)))
+    _settled(_store(using).fail(queue, message_id, _receipt(message), now_ms(), describe_error(error)))
     metrics.failed(queue)
 
 
 def release(message: ReceivedMessage, *, using: str | None = None) -> bool:
     """Give back a claimed message that no consumer saw (its attempt is not counted)."""
     st = _store(using)
-    done = st.release(message.queue, message.id, message.receipt, now_ms())
+    done = st.release(message.queue, message.id, _receipt(message), now_ms())
     if done:
         _kick(st.alias)
     return done
@@ -249,13 +460,127 @@ def release_many(queue: str, deliveries: Iterable[tuple[str, int]], *, using: st
     return n
 
 
+def change_visibility(message: ReceivedMessage | Iterable[ReceivedMessage], seconds: Any, *,
+                      using: str | None = None) -> int:
+    """End the lease of a delivery (or of each of a list, in one transaction) ``seconds`` (0 s to
+    12 h, or a timedelta) from now: more time to work, or, with 0, back to the queue at once (the
+    attempt stays counted). The receipt stays the same. Returns how many were still current; a
+    single message that was not raises ``ForqError`` (``not_found.message``)."""
+    if isinstance(message, ReceivedMessage):
+        done = settle_many("change_visibility", message.queue, [(message.id, _receipt(message))],
+                           seconds=seconds, using=using)
+        _settled(done[0])
+        ms = validation.duration_ms(seconds, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
+        message.lease_expires_at = now_ms() + ms
+        return 1
+    return sum(settle_many("change_visibility", queue, pairs, seconds=seconds, using=using).count(True)
+               for queue, pairs in _by_queue(message, ()).items())
+
+
 def extend(message: ReceivedMessage, *, using: str | None = None) -> bool:
-    """Renew the lease of a delivery (heartbeat); updates ``message.receipt``. False if it was lost."""
-    receipt = _store(using).extend(message.queue, message.id, message.receipt, now_ms())
-    if receipt is None:
-        return False
-    message.receipt = receipt
-    return True
+    """Renew the lease of a delivery for its queue's visibility timeout (the worker's heartbeat).
+    False if the delivery is no longer current."""
+    st = _store(using)
+    ms = policy(message.queue, using=st.alias).visibility_timeout_ms
+    now = now_ms()
+    done = st.change_visibility(message.queue, [(message.id, _receipt(message))], now, ms)[0]
+    if done:
+        message.lease_expires_at = now + ms
+    return done
+
+
+# --- queues -----------------------------------------------------------------------------------
+
+
+@dataclass
+class QueueInfo:
+    """A queue's policy (``policy``: every field resolved; ``overrides``: those the queue sets
+    itself), state and counts (ready, delayed, in_flight, failed, dlq)."""
+
+    name: str
+    policy: dict[str, Any]
+    overrides: dict[str, Any]
+    paused: bool
+    counts: dict[str, int]
+    last_sequence: int
+    created_at: int | None
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _info(st: Store, name: str, row: QueueRow | None, now: int) -> QueueInfo:
+    pol = policy_module.resolve(row)
+    counts = st.queue_counts(name, now)._asdict()
+    return QueueInfo(name, pol.public(), pol.overrides, pol.paused, counts,
+                     row.last_sequence if row else 0, row.created_at if row else None)
+
+
+def configure_queue(name: str, *, using: str | None = None, **fields: Any) -> QueueInfo:
+    """Set ``name``'s policy fields (creating the queue if needed): ``max_attempts`` (≥ 1 or
+    ``"unlimited"``), ``backoff`` (a list of ms, or ``{"base_ms", "max_ms", "jitter"}``),
+    ``visibility_timeout``, ``retention``, ``dlq_retention``, ``dedup_window`` (seconds or
+    timedelta), ``max_length``, ``ordering`` (``"fifo"``/``"lifo"``), ``paused``. Fields not given
+    keep their value; None resets one to the global setting."""
+    name = validation.queue_name(name, produce=True)
+    changes = validation.policy(fields)
+    st = _store(using)
+    with transaction.atomic(using=st.alias):
+        row = st.queue_get(name)
+        current = {c: getattr(row, c) for c in (*POLICY_COLUMNS, "paused")} if row else {}
+        st.queue_put(name, {**current, **changes}, now_ms())
+    forget_policies()
+    if row is not None and row.paused and changes.get("paused") is False:
+        _kick(st.alias)  # consumers waiting on a paused queue look again
+    return queue_info(name, using=st.alias)
+
+
+def declare_queue(name: str, fields: dict[str, Any], *, using: str | None = None) -> QueueInfo:
+    """Make ``name``'s policy exactly ``fields`` (the others follow the global settings):
+    ``FORQ_QUEUES``' declarative form. Idempotent."""
+    name = validation.queue_name(name, produce=True)
+    st = _store(using)
+    st.queue_put(name, validation.policy(fields), now_ms())
+    forget_policies()
+    return queue_info(name, using=st.alias)
+
+
+def queue_info(name: str, *, using: str | None = None) -> QueueInfo:
+    """``name``'s policy, state and counts; raises ``ForqError`` (``not_found.queue``) for a queue
+    that has neither a row nor messages."""
+    name = validation.queue_name(name, produce=True)
+    st = _store(using)
+    row = st.queue_get(name)
+    info = _info(st, name, row, now_ms())
+    if row is None and not any(info.counts.values()):
+        raise ForqError(errors.NOT_FOUND_QUEUE, f"no queue {name!r}")
+    return info
+
+
+def list_queues(*, using: str | None = None) -> list[QueueInfo]:
+    """Every queue (with a row, or with messages), by name."""
+    st = _store(using)
+    now = now_ms()
+    rows = {r.name: r for r in st.queue_list()}
+    names = set(rows) | {base_of(d.queue) for d in st.queue_depths()}
+    return [_info(st, n, rows.get(n), now) for n in sorted(names)]
+
+
+def purge(name: str, *, using: str | None = None) -> int:
+    """Delete every message of queue ``name`` (in any state; its DLQ is kept); returns how many."""
+    name = validation.queue_name(name, produce=True)
+    n = _store(using).purge(name)
+    metrics.cleaned_up("purged", n)
+    return n
+
+
+def delete_queue(name: str, *, using: str | None = None) -> bool:
+    """Delete queue ``name``: its policy, its messages and its DLQ's. A later produce creates it
+    again (its sequence numbers never go back). False if there was no such queue."""
+    name = validation.queue_name(name, produce=True)
+    done = _store(using).queue_delete(name, now_ms())
+    forget_policies()
+    return done
 
 
 # --- admin: dead-letter queues --------------------------------------------------------------
@@ -267,7 +592,7 @@ def requeue(dlq: str, message_id: str | None = None, *, using: str | None = None
     if message_id is not None:
         message_id = validation.message_id(message_id)
     st = _store(using)
-    n = st.requeue(dlq, message_id, now_ms(), forq_settings.queue_ttl_ms)
+    n = st.requeue(dlq, message_id, now_ms(), policy(dlq, using=st.alias).retention_ms)
     if n:
         metrics.requeued(base_of(dlq), n)
         _kick(st.alias)
@@ -299,7 +624,8 @@ def stage(queue: str, token: str, items: Iterable[dict[str, Any]], *, using: str
     content, process_after = validation.content, validation.process_after
     rows = [
         StagedMessage(message_id, content(item.get("content"), limit),
-                      process_after(item.get("processAfter"), now))
+                      process_after(item.get("processAfter"), now), validation.priority(item.get("priority")),
+                      validation.attributes(item.get("attributes")))
         for message_id, item in zip(ids.new_ids(len(items)), items, strict=True)
     ]
     st = _store(using)
@@ -312,9 +638,15 @@ def stage(queue: str, token: str, items: Iterable[dict[str, Any]], *, using: str
 def publish_staged(staged: Sequence[tuple[str, str]], *, using: str | None = None) -> int:
     """Make all rows staged under [(token, queue)] visible, in one transaction."""
     st = _store(using)
+    by_queue: dict[str, list[tuple[str, str]]] = {}
+    for token, queue in staged:
+        by_queue.setdefault(queue, []).append((token, queue))
+    now = now_ms()
+    published: dict[str, int] = {}
     with transaction.atomic(using=st.alias):
-        published = st.publish_staged(staged, now_ms(), forq_settings.queue_ttl_ms,
-                                      forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS)
+        for queue, pairs in by_queue.items():
+            published.update(st.publish_staged(pairs, now, policy(queue, using=st.alias).retention_ms,
+                                               forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS))
     for queue, n in published.items():
         if n:
             _after_produce(st.alias, queue, n)
@@ -419,12 +751,12 @@ def move_failed_to_dlq(*, dry_run: bool = False, using: str | None = None) -> in
 
 
 def recover_stale(*, dry_run: bool = False, using: str | None = None) -> int:
-    """Deliveries older than the visibility timeout → ready (or failed when out of attempts)."""
+    """Deliveries whose lease has ended → ready (or failed when out of attempts). A safety net: a
+    receive takes such a delivery by itself."""
     st = _store(using)
-    visibility = forq_settings.FORQ_VISIBILITY_TIMEOUT_MS
     if dry_run:
-        return st.count_stale(now_ms(), visibility)
-    n = st.recover_stale(now_ms(), visibility, forq_settings.FORQ_MAX_ATTEMPTS)
+        return st.count_stale(now_ms())
+    n = st.recover_stale(now_ms(), forq_settings.FORQ_MAX_ATTEMPTS)
     metrics.stale_recovered(n)
     if n:
         _kick(st.alias)
@@ -433,7 +765,8 @@ def recover_stale(*, dry_run: bool = False, using: str | None = None) -> int:
 
 def delete_expired_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
     """Expired DLQ messages → deleted. Also deletes rows staged by Spark jobs that never published
-    nor discarded them within ``STAGE_TTL_MS`` (they were never messages: not counted)."""
+    nor discarded them within ``STAGE_TTL_MS`` (they were never messages: not counted), and
+    forgets dedup ids whose window has ended."""
     st = _store(using)
     now = now_ms()
     if dry_run:
@@ -441,6 +774,7 @@ def delete_expired_dlq(*, dry_run: bool = False, using: str | None = None) -> in
     n = st.delete_expired_dlq(now)
     metrics.cleaned_up("expired", n)
     st.delete_abandoned_staged(now - STAGE_TTL_MS)
+    st.delete_expired_dedup(now)
     return n
 
 

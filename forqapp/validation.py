@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import uuid
+from datetime import timedelta
 
-from . import errors
+from . import errors, vocab
 from .conf import forq_settings
 from .errors import ForqError
 from .vocab import QUEUE_NAME, is_dlq
@@ -199,3 +202,152 @@ def optional_message_id(value: str | None) -> str | None:
     if value is None or value == "":
         return None
     return message_id(value)
+
+
+# --- message options and queue policy (issue 12) ----------------------------------------------
+
+_DEDUP_ID = re.compile(rf"[\x21-\x7e]{{1,{vocab.DEDUP_ID_MAX}}}")  # printable ASCII, no spaces
+
+
+def priority(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not vocab.PRIORITY_MIN <= value <= vocab.PRIORITY_MAX:
+        raise _invalid(f"priority must be an integer from {vocab.PRIORITY_MIN} to {vocab.PRIORITY_MAX}")
+    return value
+
+
+def attributes(value: object) -> str | None:
+    """Up to 10 string key/values, as the JSON text stored (None when there are none)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _invalid("attributes must be an object of strings")
+    if len(value) > vocab.MAX_ATTRIBUTES:
+        raise _invalid(f"attributes holds more than {vocab.MAX_ATTRIBUTES} keys")
+    for key, item in value.items():
+        if not isinstance(key, str) or not 1 <= len(key) <= vocab.ATTRIBUTE_KEY_MAX:
+            raise _invalid(f"an attribute key must be a string of 1 to {vocab.ATTRIBUTE_KEY_MAX} characters")
+        if not isinstance(item, str) or len(item) > vocab.ATTRIBUTE_VALUE_MAX:
+            raise _invalid(f"attribute {key!r} must be a string of at most {vocab.ATTRIBUTE_VALUE_MAX} characters")
+        if not _text_ok(key + item):  # a lone surrogate: no storable text
+            raise _invalid(f"attribute {key!r} holds characters that cannot be stored")
+    if not value:
+        return None
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def dedup_id(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _DEDUP_ID.fullmatch(value):
+        raise _invalid(f"dedup_id must be 1 to {vocab.DEDUP_ID_MAX} printable ASCII characters, no spaces")
+    return value
+
+
+def duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int:
+    """Seconds (int or float) or a ``timedelta``, from ``lo_s`` to ``hi_s``, in whole ms."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        seconds = float(value)
+    else:
+        raise _invalid(f"{name} must be a number of seconds or a timedelta")
+    if not lo_s <= seconds <= hi_s:
+        raise _invalid(f"{name} must be from {lo_s:g} to {hi_s:g} seconds")
+    return round(seconds * 1000)
+
+
+def optional_duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int | None:
+    return None if value is None else duration_ms(value, name, lo_s, hi_s)
+
+
+DAY_S = 86_400.0
+YEAR_S = 366 * DAY_S
+
+
+def backoff(value: object) -> str:
+    """A backoff policy as the JSON text stored: a list of 1 to 100 delays (ms, ≥ 0), or an
+    exponential one, ``{"base_ms", "max_ms", "jitter"}`` (jitter a fraction from 0 to 1)."""
+    if isinstance(value, (list, tuple)):
+        if not 1 <= len(value) <= 100 or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= YEAR_S * 1000 for v in value
+        ):
+            raise _invalid("backoff must be 1 to 100 delays in ms (integers from 0 to a year)")
+        return json.dumps(list(value))
+    if isinstance(value, dict):
+        if set(value) - {"base_ms", "max_ms", "jitter"} or "base_ms" not in value:
+            raise _invalid('an exponential backoff is {"base_ms", "max_ms"?, "jitter"?}')
+        base, cap, jit = value["base_ms"], value.get("max_ms", 3_600_000), value.get("jitter", 0)
+        for name, v in (("base_ms", base), ("max_ms", cap)):
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= YEAR_S * 1000:
+                raise _invalid(f"backoff {name} must be an integer from 1 to a year in ms")
+        if cap < base:
+            raise _invalid("backoff max_ms must be at least base_ms")
+        if isinstance(jit, bool) or not isinstance(jit, (int, float)) or not 0 <= jit <= 1:
+            raise _invalid("backoff jitter must be a fraction from 0 to 1")
+        return json.dumps({"base_ms": base, "max_ms": cap, "jitter": jit})
+    raise _invalid("backoff must be a list of delays in ms or an exponential {base_ms, max_ms, jitter}")
+
+
+def max_attempts(value: object) -> int:
+    """At least 1, or unlimited (``"unlimited"``, ``math.inf`` or 0): stored as 0."""
+    if value == "unlimited" or value == 0 or (isinstance(value, float) and math.isinf(value) and value > 0):
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+        raise _invalid('max_attempts must be an integer from 1 to 1000000, or "unlimited"')
+    return value
+
+
+def ordering(value: object) -> str:
+    if value not in vocab.ORDERINGS:
+        raise _invalid('ordering must be "fifo" or "lifo"')
+    return str(value)
+
+
+def max_length(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**12:
+        raise _invalid("max_length must be a positive integer")
+    return value
+
+
+def paused(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid("paused must be true or false")
+    return value
+
+
+# Each policy field: (stored column, the rule that turns a given value into the stored one).
+POLICY_FIELDS = {
+    "max_attempts": ("max_attempts", max_attempts),
+    "backoff": ("backoff", backoff),
+    "visibility_timeout": ("visibility_timeout_ms",
+                           lambda v: duration_ms(v, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)),
+    "retention": ("retention_ms", lambda v: duration_ms(v, "retention", 1, YEAR_S)),
+    "dlq_retention": ("dlq_retention_ms", lambda v: duration_ms(v, "dlq_retention", 1, YEAR_S)),
+    "max_length": ("max_length", max_length),
+    "ordering": ("ordering", ordering),
+    "dedup_window": ("dedup_window_ms", lambda v: duration_ms(v, "dedup_window", 0.001, 12 * 3600)),
+    "paused": ("paused", paused),
+}
+
+
+def policy(values: dict) -> dict:
+    """A queue's policy as given (``configure_queue``'s keywords, ``FORQ_QUEUES``, the v2 API's
+    body) → the stored columns. None resets a field to the global setting (``paused``: False)."""
+    unknown = set(values) - set(POLICY_FIELDS)
+    if unknown:
+        raise _invalid(f"unknown policy field(s): {', '.join(sorted(map(str, unknown)))}")
+    out = {}
+    for name, value in values.items():
+        column, rule = POLICY_FIELDS[name]
+        out[column] = (False if name == "paused" else None) if value is None else rule(value)
+    return out

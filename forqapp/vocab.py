@@ -66,4 +66,15 @@ def base_of(name: str) -> str:
 # schema all follow this tuple.
 SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "id", "queue", "content", "status", "attempts", "received_at", "process_after", "failure_reason",
+    "priority", "attributes", "dedup_id", "sequence", "first_received_at", "last_error",
 )
+
+# --- messages and queues --------------------------------------------------------------------
+
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+MAX_ATTRIBUTES = 10
+ATTRIBUTE_KEY_MAX, ATTRIBUTE_VALUE_MAX = 64, 1024
+DEDUP_ID_MAX = 128
+VISIBILITY_MAX_S = 12 * 3600  # a receive's lease: 0 s to 12 h
+
+ORDERINGS = ("fifo", "lifo")

@@ -4,7 +4,7 @@ One dispatcher (the thread that calls :meth:`Worker.run`) does every database wr
 through the service layer: it claims due messages in batches (``claim_many``), hands them to a pool
 of handler threads, and settles the results — successes acked together in one transaction per queue,
 failures nacked, :class:`~forqapp.FatalError` failed at once. It also renews the lease of every
-message it holds (heartbeat, every third of ``FORQ_VISIBILITY_TIMEOUT_MS``), so a slow healthy
+message it holds (heartbeat, every third of its queue's visibility timeout), so a slow healthy
 handler keeps its message, while a crashed worker's messages come back after the visibility timeout.
 It never holds more messages than it has handler threads (``prefetch``), so a crash costs few
 innocent deliveries. When there is nothing to claim it waits (:func:`forqapp.waiting.claim`) on the
@@ -112,7 +112,12 @@ class Worker:
 
     @property
     def heartbeat_s(self) -> float:
+        """The heartbeat of a queue that sets no visibility timeout of its own."""
         return max(0.05, forq_settings.FORQ_VISIBILITY_TIMEOUT_MS / 3000)
+
+    def heartbeat_of(self, queue: str) -> float:
+        """Every third of ``queue``'s visibility timeout (its policy, read at most every second)."""
+        return max(0.05, services.policy(queue, using=self.using).visibility_timeout_ms / 3000)
 
     # -- the dispatcher --------------------------------------------------------------------
 
@@ -238,8 +243,7 @@ class Worker:
                 self._database_trouble(f"settling {held.message.id}")
         for queue, helds in acks.items():
             try:
-                n = services.ack_many(queue, [(h.message.id, h.message.receipt) for h in helds],
-                                      using=self.using)
+                n = services.ack_many([h.message for h in helds], using=self.using)
             except DatabaseError:
                 self._database_trouble("acking")
                 continue
@@ -257,9 +261,9 @@ class Worker:
     def _heartbeat(self) -> None:
         if not self._held:
             return
-        due = time.monotonic() - self.heartbeat_s
+        now = time.monotonic()
         for held in list(self._held.values()):
-            if held.renewed > due or held.lost:
+            if held.lost or held.renewed > now - self.heartbeat_of(held.message.queue):
                 continue
             try:
                 if not services.extend(held.message, using=self.using):

@@ -29,8 +29,11 @@ def craft(queue: str, *, status: int = 0, attempts: int = 0, expired: bool = Fal
     fields = {"status": status, "attempts": attempts}
     if expired:
         fields["expires_after"] = now - 1000
-    if started_ago_ms is not None:
+    if started_ago_ms is not None:  # claimed then, leased for the visibility timeout
+        from forqapp.conf import forq_settings
+
         fields["processing_started_at"] = now - started_ago_ms
+        fields["process_after"] = now - started_ago_ms + forq_settings.FORQ_VISIBILITY_TIMEOUT_MS
     if dlq:
         fields.update(queue=queue + "-dlq", is_dlq=True, expires_after=now + HOUR if not expired else now - 1000)
     Message.objects.filter(id=message_id).update(**fields)

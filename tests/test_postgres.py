@@ -97,21 +97,24 @@ def test_migration_creates_table_and_partial_index():
         cur.execute("""SELECT column_name, collation_name FROM information_schema.columns
                        WHERE table_name = 'messages' AND column_name IN ('id', 'queue')""")
         collations = dict(cur.fetchall())
-    assert set(indexes) == {"messages_pkey", "idx_queue_ready_for_consuming", "idx_for_queue_depth",
+    assert set(indexes) == {"messages_pkey", "idx_queue_claim", "idx_for_queue_depth",
                             "idx_expired", "idx_for_requeueing"}  # no varchar_pattern_ops copies
-    assert indexes["idx_queue_ready_for_consuming"].endswith("WHERE (status = 0)")
+    assert indexes["idx_queue_claim"].endswith("WHERE (status = ANY (ARRAY[0, 1]))")
     assert collations == {"id": "C", "queue": "C"}
 
 
 @pytest.mark.django_db
-def test_claim_uses_the_partial_index():
+@pytest.mark.parametrize("order", ["fifo", "lifo"])
+def test_claim_uses_the_partial_index_in_claim_order(order):
+    """The claim's own pick reads the claim index in its order: no sort of the queue."""
+    from forqapp.store.postgresql import PICK
+
     with connection.cursor() as cur:
         cur.execute("SET enable_seqscan = off")
-        cur.execute("""EXPLAIN SELECT id FROM messages WHERE queue = 'q' AND status = 0
-                       AND process_after <= 1 ORDER BY received_at LIMIT 1 FOR UPDATE SKIP LOCKED""")
+        cur.execute("EXPLAIN " + PICK[order], {"queue": "q", "now": 1, "limit": 1})
         plan = "\n".join(r[0] for r in cur.fetchall())
         cur.execute("RESET enable_seqscan")
-    assert "idx_queue_ready_for_consuming" in plan
+    assert "idx_queue_claim" in plan and "Sort" not in plan
 
 
 # --- SKIP LOCKED ------------------------------------------------------------------------------
@@ -199,9 +202,13 @@ def test_receipts_fence_settlement_across_sessions():
         elsewhere = PostgreSQLStore.on(other)
         # another host can't ack with a wrong receipt, nor twice
         assert not elsewhere.ack("fence", message.id, message.receipt + 1)
-        assert elsewhere.extend("fence", message.id, message.receipt, services.now_ms()) > message.receipt
+        # another host ends the lease and claims the message again: a new receipt
+        assert elsewhere.change_visibility("fence", [(message.id, message.receipt)], services.now_ms(), 0) == [True]
+        again = elsewhere.claim("fence", services.now_ms(), visibility_ms=60_000, max_attempts=0,
+                                dlq_ttl_ms=60_000).deliveries
+        assert [(d.id, d.attempts) for d in again] == [(message.id, 2)] and again[0].receipt > message.receipt
     with pytest.raises(forqapp.ForqError):
-        forqapp.ack(message)  # its receipt was renewed elsewhere
+        forqapp.ack(message)  # its delivery was taken over elsewhere
 
 
 # --- LISTEN/NOTIFY ----------------------------------------------------------------------------

@@ -141,16 +141,21 @@ def test_receive_wait_times_out_with_none():
 
 
 def test_fail_and_extend_are_fenced():
+    forqapp.configure_queue("fence", visibility_timeout=0)
     forqapp.send("fence", "x")
-    message = forqapp.receive("fence")
-    old = message.receipt
-    assert forqapp.extend(message) and message.receipt > old
-    stale = services.ReceivedMessage(message.id, "fence", "x", 1, old)
+    first = forqapp.receive("fence")  # leased for 0 s: the next receive takes it again
+    message = forqapp.receive("fence", visibility_timeout=1)
+    assert message.id == first.id and message.receipt > first.receipt and message.attempts == 2
+    lease = message.lease_expires_at
+    forqapp.configure_queue("fence", visibility_timeout=30)
+    assert forqapp.extend(message) and message.lease_expires_at >= lease + 29_000  # the queue's 30 s from now
+    assert Message.objects.get(id=message.id).lease_expires_at == message.lease_expires_at
+    assert not forqapp.extend(first)  # the first delivery's receipt settles nothing
     with pytest.raises(ForqError):
-        forqapp.fail(stale)
+        forqapp.fail(first)
     forqapp.fail(message)
     row = Message.objects.get(id=message.id)
-    assert row.status == Status.FAILED and row.attempts == 1
+    assert row.status == Status.FAILED and row.attempts == 2
 
 
 def test_requeue_and_delete_are_dlq_only():

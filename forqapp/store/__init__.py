@@ -14,10 +14,14 @@ from django.db import connections
 
 from .base import (
     BATCH,
+    POLICY_COLUMNS,
+    Claim,
     Delivery,
     LeaseHolder,
     NewMessage,
+    QueueCounts,
     QueueDepth,
+    QueueRow,
     SnapshotBounds,
     SnapshotRow,
     StagedMessage,
@@ -26,10 +30,14 @@ from .base import (
 
 __all__ = [
     "BATCH",
+    "POLICY_COLUMNS",
+    "Claim",
     "Delivery",
     "LeaseHolder",
     "NewMessage",
+    "QueueCounts",
     "QueueDepth",
+    "QueueRow",
     "SnapshotBounds",
     "SnapshotRow",
     "StagedMessage",

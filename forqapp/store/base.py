@@ -33,7 +33,8 @@ from ..vocab import SNAPSHOT_COLUMNS
 
 
 class NewMessage(NamedTuple):
-    """A message to insert, ready (``status`` READY, no attempts yet)."""
+    """A message to insert, ready (``status`` READY, no attempts yet). ``attributes`` is a JSON
+    object as text (or None); the store assigns ``sequence``."""
 
     id: str
     queue: str
@@ -41,16 +42,67 @@ class NewMessage(NamedTuple):
     process_after: int
     received_at: int
     expires_after: int
+    priority: int = 0
+    attributes: str | None = None
+    dedup_id: str | None = None
 
 
 class Delivery(NamedTuple):
-    """A claimed message; ``receipt`` names this delivery (settles must echo it)."""
+    """A claimed (or peeked) message; ``receipt`` names this delivery (settles must echo it; None
+    for a peek). ``lease_expires_at`` is when the lease ends (None when not in processing)."""
 
     id: str
     queue: str
     content: str
     attempts: int
-    receipt: int
+    receipt: int | None
+    priority: int = 0
+    attributes: str | None = None
+    dedup_id: str | None = None
+    sequence: int = 0
+    received_at: int = 0
+    first_received_at: int | None = None
+    lease_expires_at: int | None = None
+
+
+class QueueRow(NamedTuple):
+    """A queue's row in ``forq_queues``: its policy (None: the global setting), pause and counter."""
+
+    name: str
+    max_attempts: int | None
+    backoff: str | None
+    visibility_timeout_ms: int | None
+    retention_ms: int | None
+    dlq_retention_ms: int | None
+    max_length: int | None
+    ordering: str | None
+    dedup_window_ms: int | None
+    paused: bool
+    last_sequence: int
+    created_at: int
+    updated_at: int
+
+
+#: The policy columns of ``forq_queues`` (what :meth:`Store.queue_put` sets).
+POLICY_COLUMNS: tuple[str, ...] = QueueRow._fields[1:10]
+
+
+class QueueCounts(NamedTuple):
+    """A queue's messages by state: ready (due now), delayed, in flight (leased), failed (waiting
+    for the DLQ job), and in its DLQ."""
+
+    ready: int
+    delayed: int
+    in_flight: int
+    failed: int
+    dlq: int
+
+
+class Claim(NamedTuple):
+    """What a claim did: the deliveries, and how many used-up messages it moved to the DLQ instead."""
+
+    deliveries: list[Delivery]
+    redriven: int
 
 
 class StagedMessage(NamedTuple):
@@ -59,6 +111,8 @@ class StagedMessage(NamedTuple):
     id: str
     content: str
     process_after: int
+    priority: int = 0
+    attributes: str | None = None
 
 
 class SnapshotRow(NamedTuple):
@@ -72,6 +126,12 @@ class SnapshotRow(NamedTuple):
     received_at: int
     process_after: int
     failure_reason: str | None
+    priority: int
+    attributes: str | None
+    dedup_id: str | None
+    sequence: int
+    first_received_at: int | None
+    last_error: str | None
 
 
 assert SnapshotRow._fields == SNAPSHOT_COLUMNS  # noqa: S101 - the row is the vocabulary's column list
@@ -99,6 +159,10 @@ class LeaseHolder(NamedTuple):
 Staged = tuple[str, str]  # (token, queue)
 
 BATCH = 1_000
+#: A random-order claim picks among this many due messages (the next ones in priority order).
+RANDOM_AMONG = 1_000
+#: A claim that finds used-up messages moves them to the DLQ and claims again, this many times at most.
+MAX_REDRIVE_ROUNDS = 100
 
 
 # --- the contract ---------------------------------------------------------------------------
@@ -160,20 +224,43 @@ class Store(abc.ABC):
     # -- produce -----------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> None:
-        """Insert new ready messages (attempts 0). A write that makes messages ready wakes
-        listeners on commit where :attr:`wakeups` is ``"listen"``."""
+    def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> list[int]:
+        """Insert new ready messages (attempts 0), creating their queue's row if it has none.
+        Returns their sequence numbers, in row order: strictly increasing per queue, never reused
+        (a DLQ's messages number with their regular queue). Atomic on its own (the numbers and the
+        rows commit together), or part of the caller's transaction. A write that makes messages
+        ready wakes listeners on commit where :attr:`wakeups` is ``"listen"``."""
+
+    @abc.abstractmethod
+    def dedup(self, queue: str, dedup_id: str, message_id: str, now: int, window_ms: int) -> str | None:
+        """Record that ``dedup_id`` on ``queue`` names ``message_id`` until ``now + window_ms``, and
+        return None; or, while an earlier record is live, record nothing and return its message id.
+        Call in the transaction that inserts the message, so a refused insert forgets the record."""
+
+    @abc.abstractmethod
+    def queue_length(self, queue: str, limit: int) -> int:
+        """How many messages ``queue`` holds (its DLQ apart), counting up to ``limit``. Inside the
+        produce's transaction, exact against concurrent producers (PostgreSQL locks the queue's row
+        first; SQLite has one writer)."""
 
     # -- consume -----------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def claim(self, queue: str, now: int) -> Delivery | None:
-        """Take the oldest due message of ``queue`` (by ``received_at``): processing, one attempt
-        more, a new receipt. None when nothing is due. Concurrent claims never take the same row."""
+    def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
+              dlq_ttl_ms: int, order: str = "fifo") -> Claim:
+        """Take up to ``limit`` due messages of ``queue`` — ready ones due by ``now`` and deliveries
+        whose lease has ended — by priority (highest first), then sequence (``order`` ``"fifo"``:
+        oldest first; ``"lifo"``: newest first, within the highest priority that has a due message;
+        ``"random"``: at random among the next :data:`RANDOM_AMONG`). Each becomes processing, one
+        attempt more, a new receipt, leased until ``now + visibility_ms``. A message whose attempts
+        are used up (``max_attempts`` > 0) is moved to its DLQ (reason ``max_attempts_reached``,
+        expiring after ``dlq_ttl_ms``) instead, and counted in :attr:`Claim.redriven`. Concurrent
+        claims never take the same row. Deliveries come sorted in the claim's order."""
 
     @abc.abstractmethod
-    def claim_many(self, queue: str, now: int, limit: int) -> list[Delivery]:
-        """Take up to ``limit`` due messages of ``queue`` at once, oldest first."""
+    def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
+        """The message a claim would take now (or ``message_id`` of ``queue``, in any state),
+        changing nothing; its ``receipt`` is None."""
 
     @abc.abstractmethod
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
@@ -185,10 +272,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def nack(self, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
-             backoff_ms: Sequence[int], error: str | None = None) -> bool:
+             backoff_ms: Sequence[int], error: str | None = None, jitter: float = 0.0) -> bool:
         """Back to ready after ``backoff_ms[attempts - 1]`` (the last value for every later
-        attempt), or failed when ``attempts >= max_attempts``. ``error`` (the consumer's exception,
-        as text) replaces ``last_error``; None keeps the one recorded. False when not current."""
+        attempt), less up to ``jitter`` (a fraction) of it at random; or failed when
+        ``attempts >= max_attempts`` (0: unlimited). ``error`` (the consumer's exception, as text)
+        replaces ``last_error``; None keeps the one recorded. False when not current."""
 
     @abc.abstractmethod
     def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
@@ -206,8 +294,40 @@ class Store(abc.ABC):
         """Release [(id, receipt)] as :meth:`release` does; returns how many were still current."""
 
     @abc.abstractmethod
-    def extend(self, queue: str, message_id: str, receipt: int, now: int) -> int | None:
-        """Renew a delivery's lease (heartbeat). Returns the new receipt, or None if not current."""
+    def change_visibility(self, queue: str, deliveries: Iterable[tuple[str, int]], now: int,
+                          visibility_ms: int) -> list[bool]:
+        """End the leases of [(id, receipt)] ``visibility_ms`` from now (0: at once, so the next
+        claim takes the message; the attempt stays counted). The receipt stays the same, and keeps
+        working until the message is claimed again. One bool per delivery: was it current?"""
+
+    # -- queues ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def queue_get(self, name: str) -> QueueRow | None:
+        """The queue's row (policy and state), or None if it has none."""
+
+    @abc.abstractmethod
+    def queue_list(self) -> list[QueueRow]:
+        """Every queue's row, by name."""
+
+    @abc.abstractmethod
+    def queue_put(self, name: str, policy: dict[str, Any], now: int) -> None:
+        """Create or update the queue's row: every :data:`POLICY_COLUMNS` field (and ``paused``)
+        takes its value from ``policy``, None where it is missing. The sequence counter is kept."""
+
+    @abc.abstractmethod
+    def queue_delete(self, name: str, now: int) -> bool:
+        """Delete the queue: its row, its messages, its DLQ's messages and its dedup records, in one
+        transaction. Its sequence numbers are never reused if it is created again. False when
+        there was nothing to delete."""
+
+    @abc.abstractmethod
+    def purge(self, queue: str) -> int:
+        """Delete every message of ``queue`` (in any state; not its DLQ's); returns how many."""
+
+    @abc.abstractmethod
+    def queue_counts(self, queue: str, now: int) -> QueueCounts:
+        """``queue``'s messages by state (an expired lease counts as ready)."""
 
     # -- wake-ups and health -----------------------------------------------------------------
 
@@ -230,8 +350,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def requeue(self, dlq: str, message_id: str | None, now: int, queue_ttl_ms: int) -> int:
         """Move one (or, with ``message_id=None``, every) DLQ message back to its queue, ready,
-        attempts 0, keeping its original ``received_at`` (its FIFO place). Messages in processing
-        are left alone. Returns how many moved."""
+        attempts 0, keeping its ``sequence`` and ``received_at`` (its FIFO place). Messages in
+        processing are left alone. Returns how many moved."""
 
     @abc.abstractmethod
     def delete_dlq(self, dlq: str, message_id: str | None) -> int:
@@ -241,17 +361,20 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def move_expired_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
-        """Expired regular messages (ready or failed) → their DLQ, reason ``message_expired``."""
+        """Expired regular messages (ready or failed) → their DLQ, reason ``message_expired``,
+        expiring after their queue's ``dlq_retention_ms`` (else ``dlq_ttl_ms``)."""
 
     @abc.abstractmethod
     def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
         """Failed regular messages → their DLQ, reason ``max_attempts_reached`` — or the reason
-        they already have (``fatal_error``, set by :meth:`fail`). ``last_error`` goes with them."""
+        they already have (``fatal_error``, set by :meth:`fail`). ``last_error`` goes with them;
+        their DLQ retention is as in :meth:`move_expired_to_dlq`."""
 
     @abc.abstractmethod
-    def recover_stale(self, now: int, visibility_ms: int, max_attempts: int, batch: int = BATCH) -> int:
-        """Deliveries claimed before ``now - visibility_ms`` → ready now (or failed when out of
-        attempts); their receipts stop working."""
+    def recover_stale(self, now: int, max_attempts: int, batch: int = BATCH) -> int:
+        """Deliveries whose lease ended before ``now`` → ready now, or failed when their attempts
+        are used up (their queue's ``max_attempts``, else ``max_attempts``; 0: unlimited); their
+        receipts stop working. A safety net: a claim takes an expired delivery by itself."""
 
     @abc.abstractmethod
     def delete_expired_dlq(self, now: int, batch: int = BATCH) -> int:
@@ -270,8 +393,12 @@ class Store(abc.ABC):
         """What :meth:`move_failed_to_dlq` (or :meth:`delete_failed_dlq`) would touch."""
 
     @abc.abstractmethod
-    def count_stale(self, now: int, visibility_ms: int) -> int:
+    def count_stale(self, now: int) -> int:
         """What :meth:`recover_stale` would touch."""
+
+    @abc.abstractmethod
+    def delete_expired_dedup(self, now: int, batch: int = BATCH) -> int:
+        """Forget deduplication records whose window ended."""
 
     @abc.abstractmethod
     def optimize(self) -> None:

@@ -27,17 +27,25 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from typing import Any, ClassVar, Literal
 
 import psycopg
+from django.db import transaction
 
-from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, is_dlq
+from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, base_of, is_dlq
 from .base import (
     BATCH,
+    MAX_REDRIVE_ROUNDS,
+    POLICY_COLUMNS,
+    RANDOM_AMONG,
+    Claim,
     Delivery,
     LeaseHolder,
     NewMessage,
+    QueueCounts,
     QueueDepth,
+    QueueRow,
     SnapshotBounds,
     SnapshotRow,
     Staged,
@@ -54,45 +62,112 @@ SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS)
 
 # --- produce ----------------------------------------------------------------------------------
 
+COLUMNS = """id, queue, is_dlq, content, status, attempts, process_after, processing_started_at,
+             failure_reason, received_at, updated_at, expires_after, priority, attributes, dedup_id,
+             sequence"""
+
+# Sequence numbers come from one database sequence (strictly increasing for every queue, never
+# reused, and no row lock shared by a queue's producers). The queue's row is created on its first
+# produce (a no-op afterwards: an index probe, no lock held).
+SEQUENCE = "nextval('forq_message_sequence')"
+
+ENSURE_QUEUE = """
+    INSERT INTO forq_queues (name, paused, last_sequence, created_at, updated_at)
+    VALUES (%(base)s, FALSE, 0, %(now)s, %(now)s) ON CONFLICT (name) DO NOTHING"""
+
 INSERT = f"""
-WITH ins AS (
-    INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
-                          processing_started_at, failure_reason, received_at, updated_at, expires_after)
-    SELECT i, %(queue)s, %(is_dlq)s, c, {READY}, 0, p, NULL, NULL, r, r, e
-    FROM unnest(%(ids)s::text[], %(contents)s::text[], %(process_after)s::bigint[],
-                %(received_at)s::bigint[], %(expires_after)s::bigint[]) AS t(i, c, p, r, e)
-)
-SELECT pg_notify('{CHANNEL}', %(queue)s)"""
+WITH q AS ({ENSURE_QUEUE}
+), ins AS (
+    INSERT INTO messages ({COLUMNS})
+    SELECT i, %(queue)s, %(is_dlq)s, c, {READY}, 0, p, NULL, NULL, r, r, e, pr, a, d, {SEQUENCE}
+    FROM unnest(%(ids)s::text[], %(contents)s::text[], %(process_after)s::bigint[], %(received_at)s::bigint[],
+                %(expires_after)s::bigint[], %(priority)s::int[], %(attributes)s::text[], %(dedup)s::text[])
+         WITH ORDINALITY AS t(i, c, p, r, e, pr, a, d, n)
+    ORDER BY n
+    RETURNING id, sequence
+), woken AS (SELECT pg_notify('{CHANNEL}', %(queue)s))
+SELECT ins.id, ins.sequence FROM ins, woken"""
 
 INSERT_ONE = f"""
-WITH ins AS (
-    INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
-                          processing_started_at, failure_reason, received_at, updated_at, expires_after)
+WITH q AS ({ENSURE_QUEUE}
+), ins AS (
+    INSERT INTO messages ({COLUMNS})
     VALUES (%(id)s, %(queue)s, %(is_dlq)s, %(content)s, {READY}, 0, %(process_after)s, NULL, NULL,
-            %(received_at)s, %(received_at)s, %(expires_after)s)
+            %(received_at)s, %(received_at)s, %(expires_after)s, %(priority)s, %(attributes)s, %(dedup)s,
+            {SEQUENCE})
+    RETURNING sequence
 )
-SELECT pg_notify('{CHANNEL}', %(queue)s)"""
+SELECT ins.sequence, pg_notify('{CHANNEL}', %(queue)s) FROM ins"""
+
+# A deduplication id: recorded for this message unless a live one exists (whose message id comes
+# back from DEDUP_ORIGINAL). An expired entry is taken over. A concurrent send of the same id waits
+# for the first one's transaction, then sees its record.
+DEDUP_RECORD = """
+INSERT INTO forq_dedup (queue, dedup_id, message_id, expires_at) VALUES (%(queue)s, %(dedup_id)s, %(id)s, %(expires)s)
+ON CONFLICT (queue, dedup_id) DO UPDATE SET message_id = excluded.message_id, expires_at = excluded.expires_at
+WHERE forq_dedup.expires_at <= %(now)s
+RETURNING message_id"""
+
+DEDUP_ORIGINAL = "SELECT message_id FROM forq_dedup WHERE queue = %s AND dedup_id = %s"
+
+# Locks the queue's row until the produce commits: producers of a queue with a max_length count
+# one after the other, so the limit holds exactly.
+LOCK_QUEUE = "SELECT 1 FROM forq_queues WHERE name = %s FOR UPDATE"
+
+QUEUE_LENGTH = """
+SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE queue = %s AND NOT is_dlq LIMIT %s) AS m"""
 
 # --- consume ----------------------------------------------------------------------------------
+#
+# A claim takes due rows: ready ones whose time has come, and deliveries whose lease has ended (a
+# processing row's ``process_after`` is its lease end), by priority, then sequence. Rows are picked
+# and locked by the CTE (FOR UPDATE SKIP LOCKED: a row another consumer is taking right now is
+# passed over, not waited for), then updated, in one statement. A row whose attempts are used up
+# (%(max)s > 0) is not delivered: the same statement moves it to its DLQ (SQS's redrive).
 
-# The row is picked and locked by the CTE (FOR UPDATE SKIP LOCKED: a row another consumer is taking
-# right now is passed over, not waited for), then updated, in one statement.
-CLAIM = f"""
-WITH picked AS (
-    SELECT id FROM messages
-    WHERE queue = %(queue)s AND status = {READY} AND process_after <= %(now)s
-    ORDER BY received_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE messages AS m
-SET status = {PROCESSING},
-    attempts = m.attempts + 1,
-    processing_started_at = GREATEST(%(now)s, m.updated_at + 1),
-    updated_at = GREATEST(%(now)s, m.updated_at + 1)
-FROM picked
-WHERE m.id = picked.id
-RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.received_at"""
+USED_UP = "(%(max)s > 0 AND m.attempts >= %(max)s)"
+
+CLAIM_SET = f"""
+SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
+    is_dlq = {USED_UP},
+    status = CASE WHEN {USED_UP} THEN {READY} ELSE {PROCESSING} END,
+    attempts = CASE WHEN {USED_UP} THEN 0 ELSE m.attempts + 1 END,
+    failure_reason = CASE WHEN {USED_UP} THEN '{MAX_ATTEMPTS}' ELSE m.failure_reason END,
+    expires_after = CASE WHEN {USED_UP} THEN %(now)s + %(dlq_ttl)s ELSE m.expires_after END,
+    processing_started_at = CASE WHEN {USED_UP} THEN NULL ELSE GREATEST(%(now)s, m.updated_at + 1) END,
+    process_after = CASE WHEN {USED_UP} THEN %(now)s ELSE %(now)s + %(visibility)s END,
+    first_received_at = CASE WHEN {USED_UP} THEN m.first_received_at
+                             ELSE COALESCE(m.first_received_at, %(now)s) END,
+    updated_at = GREATEST(%(now)s, m.updated_at + 1)"""
+
+DUE = f"queue = %(queue)s AND status IN ({READY}, {PROCESSING}) AND process_after <= %(now)s"
+
+PICK = {
+    "fifo": f"""SELECT id FROM messages WHERE {DUE}
+                ORDER BY priority DESC, sequence LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+    # LIFO: the newest of the highest priority that has a due message (both steps on the index).
+    "lifo": f"""SELECT id FROM messages WHERE {DUE} AND priority = (
+                    SELECT priority FROM messages WHERE {DUE} ORDER BY priority DESC, sequence LIMIT 1)
+                ORDER BY sequence DESC LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+    # Random: among the next RANDOM_AMONG due messages (in priority order).
+    "random": f"""SELECT id FROM messages WHERE id IN (
+                      SELECT id FROM messages WHERE {DUE} ORDER BY priority DESC, sequence LIMIT %(among)s)
+                  ORDER BY random() LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+}
+
+CLAIM = {order: f"""
+WITH picked AS ({pick})
+UPDATE messages AS m {CLAIM_SET}
+FROM picked WHERE m.id = picked.id
+RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.priority, m.attributes,
+          m.dedup_id, m.sequence, m.received_at, m.first_received_at, m.process_after, m.is_dlq"""
+         for order, pick in PICK.items()}
+
+PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attributes, dedup_id, sequence,
+                   received_at, first_received_at, CASE WHEN status = {PROCESSING} THEN process_after END"""
+PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick.replace(' FOR UPDATE SKIP LOCKED', '')})"
+        for order, pick in PICK.items()}
+PEEK_ID = f"SELECT {PEEK_COLUMNS} FROM messages WHERE id = %(id)s AND queue = %(queue)s"
 
 ACK = f"""
 DELETE FROM messages WHERE id = %s AND queue = %s AND status = {PROCESSING} AND processing_started_at = %s"""
@@ -107,8 +182,9 @@ WHERE m.id = d.id AND m.queue = %(queue)s AND m.status = {PROCESSING}
 # A NULL %(error)s keeps the last_error recorded by an earlier attempt.
 NACK = f"""
 UPDATE messages
-SET status = CASE WHEN attempts >= %(max)s THEN {FAILED} ELSE {READY} END,
-    process_after = %(now)s + COALESCE((%(backoff)s::bigint[])[attempts], %(backoff_last)s::bigint),
+SET status = CASE WHEN %(max)s > 0 AND attempts >= %(max)s THEN {FAILED} ELSE {READY} END,
+    process_after = %(now)s + (COALESCE((%(backoff)s::bigint[])[attempts], %(backoff_last)s::bigint)
+                               * (1.0 - %(jitter)s::float8 * random()))::bigint,
     processing_started_at = NULL,
     updated_at = GREATEST(%(now)s, updated_at),
     last_error = COALESCE(%(error)s::text, last_error)
@@ -125,7 +201,7 @@ WHERE id = %(id)s AND queue = %(queue)s AND status = {PROCESSING} AND processing
 RELEASE = f"""
 WITH r AS (
     UPDATE messages
-    SET status = {READY}, attempts = attempts - 1, processing_started_at = NULL,
+    SET status = {READY}, attempts = attempts - 1, processing_started_at = NULL, process_after = %(now)s,
         updated_at = GREATEST(%(now)s::bigint, updated_at)
     WHERE id = %(id)s AND queue = %(queue)s AND status = {PROCESSING} AND processing_started_at = %(receipt)s
     RETURNING queue
@@ -135,7 +211,7 @@ SELECT pg_notify('{CHANNEL}', queue) FROM r"""
 RELEASE_MANY = f"""
 WITH r AS (
     UPDATE messages AS m
-    SET status = {READY}, attempts = m.attempts - 1, processing_started_at = NULL,
+    SET status = {READY}, attempts = m.attempts - 1, processing_started_at = NULL, process_after = %(now)s,
         updated_at = GREATEST(%(now)s::bigint, m.updated_at)
     FROM unnest(%(ids)s::text[], %(receipts)s::bigint[]) AS d(id, receipt)
     WHERE m.id = d.id AND m.queue = %(queue)s AND m.status = {PROCESSING}
@@ -144,12 +220,17 @@ WITH r AS (
 ), n AS (SELECT COUNT(*) AS n FROM r)
 SELECT n, CASE WHEN n > 0 THEN pg_notify('{CHANNEL}', %(queue)s) END FROM n"""
 
-EXTEND = f"""
-UPDATE messages
-SET processing_started_at = GREATEST(%(now)s, updated_at + 1),
-    updated_at = GREATEST(%(now)s, updated_at + 1)
-WHERE id = %(id)s AND queue = %(queue)s AND status = {PROCESSING} AND processing_started_at = %(receipt)s
-RETURNING processing_started_at"""
+# A lease ends ``visibility`` ms from now (0: at once, so the next claim takes it; that wakes
+# consumers); the receipt stays the same until the message is claimed again.
+CHANGE_VISIBILITY = f"""
+WITH c AS (
+    UPDATE messages AS m SET process_after = %(now)s + %(visibility)s, updated_at = GREATEST(%(now)s, m.updated_at)
+    FROM unnest(%(ids)s::text[], %(receipts)s::bigint[]) AS d(id, receipt)
+    WHERE m.id = d.id AND m.queue = %(queue)s AND m.status = {PROCESSING} AND m.processing_started_at = d.receipt
+    RETURNING m.id
+), woken AS (SELECT CASE WHEN %(visibility)s = 0 AND EXISTS (SELECT 1 FROM c)
+                         THEN pg_notify('{CHANNEL}', %(queue)s) END)
+SELECT c.id FROM c, woken"""
 
 # --- wake-ups and health ----------------------------------------------------------------------
 
@@ -159,7 +240,7 @@ FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN LATERAL (
     SELECT COUNT(*) AS n FROM (
         SELECT 1 FROM messages
-        WHERE queue = q.name AND status = {READY} AND process_after <= %(now)s
+        WHERE queue = q.name AND status IN ({READY}, {PROCESSING}) AND process_after <= %(now)s
         LIMIT %(limit)s
     ) AS due
 ) AS c
@@ -198,13 +279,14 @@ DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = %s AND queue = %s AND is_dlq"
 
 # --- background jobs (each skips messages in processing, and rows another job holds) ----------
 
-# A move to the DLQ wakes a consumer waiting on the DLQ.
+# A move to the DLQ wakes a consumer waiting on the DLQ. A queue's own DLQ retention, or the global one:
+DLQ_TTL = "COALESCE((SELECT q.dlq_retention_ms FROM forq_queues AS q WHERE q.name = messages.queue), %(ttl)s)"
 MOVE_EXPIRED_TO_DLQ = f"""
 WITH moved AS (
     UPDATE messages
     SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = TRUE,
         process_after = %(now)s, processing_started_at = NULL, failure_reason = '{EXPIRED}',
-        updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + %(ttl)s
+        updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + {DLQ_TTL}
     WHERE id IN (SELECT id FROM messages
                  WHERE status IN ({READY}, {FAILED}) AND NOT is_dlq AND expires_after < %(now)s
                  LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
@@ -220,7 +302,7 @@ WITH moved AS (
     SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = TRUE,
         process_after = %(now)s, processing_started_at = NULL,
         failure_reason = COALESCE(failure_reason, '{MAX_ATTEMPTS}'),  -- a consumer's fatal_error stays
-        updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + %(ttl)s
+        updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + {DLQ_TTL}
     WHERE id IN (SELECT id FROM messages
                  WHERE status = {FAILED} AND NOT is_dlq
                  LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
@@ -230,13 +312,18 @@ WITH moved AS (
 )
 SELECT (SELECT COUNT(*) FROM moved), (SELECT COUNT(*) FROM woken)"""
 
+# The safety net behind precise leases (a claim takes an expired delivery at once): deliveries whose
+# lease ended before %(cutoff)s → ready, or failed when their attempts are used up (the queue's own
+# max_attempts, or %(max)s; 0 is unlimited).
+MAX_ATTEMPTS_OF_QUEUE = "COALESCE((SELECT q.max_attempts FROM forq_queues AS q WHERE q.name = messages.queue), %(max)s)"
+
 RECOVER_STALE = f"""
 WITH r AS (
     UPDATE messages
-    SET status = CASE WHEN attempts >= %(max)s THEN {FAILED} ELSE {READY} END, process_after = %(now)s,
-        processing_started_at = NULL, updated_at = GREATEST(%(now)s, updated_at)
+    SET status = CASE WHEN {MAX_ATTEMPTS_OF_QUEUE} BETWEEN 1 AND attempts THEN {FAILED} ELSE {READY} END,
+        process_after = %(now)s, processing_started_at = NULL, updated_at = GREATEST(%(now)s, updated_at)
     WHERE id IN (SELECT id FROM messages
-                 WHERE status = {PROCESSING} AND processing_started_at < %(cutoff)s
+                 WHERE status = {PROCESSING} AND process_after < %(cutoff)s
                  LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
     RETURNING queue, status
 ), woken AS (
@@ -258,7 +345,11 @@ SELECT COUNT(*) FROM messages WHERE status IN ({READY}, {FAILED}) AND is_dlq = %
 
 COUNT_FAILED = f"SELECT COUNT(*) FROM messages WHERE status = {FAILED} AND is_dlq = %s"
 
-COUNT_STALE = f"SELECT COUNT(*) FROM messages WHERE status = {PROCESSING} AND processing_started_at < %s"
+COUNT_STALE = f"SELECT COUNT(*) FROM messages WHERE status = {PROCESSING} AND process_after < %s"
+
+DELETE_EXPIRED_DEDUP = """
+DELETE FROM forq_dedup WHERE (queue, dedup_id) IN (
+    SELECT queue, dedup_id FROM forq_dedup WHERE expires_at <= %(now)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"""
 
 OPTIMIZE = "ANALYZE messages"
 
@@ -270,20 +361,21 @@ QUEUE_DEPTHS = "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_
 # into ``messages`` with one statement, or discards it.
 
 STAGE = """
-INSERT INTO forq_staged (token, message_id, queue, content, process_after, staged_at)
-SELECT %(token)s, i, %(queue)s, c, p, %(now)s
-FROM unnest(%(ids)s::text[], %(contents)s::text[], %(process_after)s::bigint[]) AS t(i, c, p)"""
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, staged_at)
+SELECT %(token)s, i, %(queue)s, c, p, pr, a, %(now)s
+FROM unnest(%(ids)s::text[], %(contents)s::text[], %(process_after)s::bigint[], %(priority)s::int[],
+            %(attributes)s::text[]) AS t(i, c, p, pr, a)"""
 
 PUBLISH = f"""
 WITH staged AS (
     DELETE FROM forq_staged WHERE token = %(token)s AND queue = %(queue)s
-    RETURNING message_id, content, process_after
+    RETURNING message_id, content, process_after, priority, attributes
+), q AS ({ENSURE_QUEUE.replace("%(base)s", "%(queue)s")}
 ), published AS (
-    INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
-                          processing_started_at, failure_reason, received_at, updated_at, expires_after)
+    INSERT INTO messages ({COLUMNS})
     SELECT message_id, %(queue)s, FALSE, content, {READY}, 0,
            GREATEST(process_after, %(now)s - %(tolerance)s), NULL, NULL, %(now)s, %(now)s,
-           GREATEST(process_after, %(now)s) + %(ttl)s
+           GREATEST(process_after, %(now)s) + %(ttl)s, priority, attributes, NULL, {SEQUENCE}
     FROM staged ORDER BY message_id
     RETURNING 1
 ), n AS (SELECT COUNT(*) AS n FROM published)
@@ -305,6 +397,40 @@ SELECT {SNAPSHOT_SELECT_LIST} FROM messages
 WHERE queue = %s AND is_dlq = %s AND id > %s AND id <= %s ORDER BY id LIMIT %s"""
 
 SNAPSHOT_BOUNDS = "SELECT COUNT(*), MIN(id), MAX(id) FROM messages WHERE queue = %s AND is_dlq = %s"
+
+# --- queues -----------------------------------------------------------------------------------
+
+QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
+                         max_length, ordering, dedup_window_ms, paused, last_sequence, created_at, updated_at
+                  FROM forq_queues"""
+QUEUE_GET = QUEUE_SELECT + " WHERE name = %s"
+QUEUE_LIST = QUEUE_SELECT + " ORDER BY name"
+
+QUEUE_PUT = """
+INSERT INTO forq_queues (name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
+                         max_length, ordering, dedup_window_ms, paused, last_sequence, created_at, updated_at)
+VALUES (%(name)s, %(max_attempts)s, %(backoff)s, %(visibility_timeout_ms)s, %(retention_ms)s, %(dlq_retention_ms)s,
+        %(max_length)s, %(ordering)s, %(dedup_window_ms)s, %(paused)s, 0, %(now)s, %(now)s)
+ON CONFLICT (name) DO UPDATE SET
+    max_attempts = excluded.max_attempts, backoff = excluded.backoff,
+    visibility_timeout_ms = excluded.visibility_timeout_ms, retention_ms = excluded.retention_ms,
+    dlq_retention_ms = excluded.dlq_retention_ms, max_length = excluded.max_length,
+    ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms, paused = excluded.paused,
+    updated_at = excluded.updated_at"""
+
+QUEUE_DELETE = "DELETE FROM forq_queues WHERE name = %s"
+DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (%s, %s)"
+DELETE_QUEUE_DEDUP = "DELETE FROM forq_dedup WHERE queue = %s"
+PURGE = "DELETE FROM messages WHERE queue = %s AND NOT is_dlq"
+
+QUEUE_COUNTS = f"""
+SELECT
+    COUNT(*) FILTER (WHERE NOT is_dlq AND status IN ({READY}, {PROCESSING}) AND process_after <= %(now)s),
+    COUNT(*) FILTER (WHERE NOT is_dlq AND status = {READY} AND process_after > %(now)s),
+    COUNT(*) FILTER (WHERE NOT is_dlq AND status = {PROCESSING} AND process_after > %(now)s),
+    COUNT(*) FILTER (WHERE NOT is_dlq AND status = {FAILED}),
+    COUNT(*) FILTER (WHERE is_dlq)
+FROM messages WHERE queue IN (%(queue)s, %(dlq)s)"""
 
 # --- API-key throttle (every process and host shares it) --------------------------------------
 
@@ -406,39 +532,75 @@ class PostgreSQLStore(Store):
 
     # -- produce -----------------------------------------------------------------------------
 
-    def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> None:
+    def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> list[int]:
         """One statement per queue (rows are batched through arrays), which also notifies
         listeners — on commit of the caller's transaction, if there is one."""
         if not rows:
-            return
-        by_queue: dict[str, list[NewMessage]] = {}
-        for r in rows:
-            by_queue.setdefault(r[1], []).append(r)
-        for queue, group in by_queue.items():
+            return []
+        by_queue: dict[str, list[int]] = {}
+        for i, r in enumerate(rows):
+            by_queue.setdefault(r[1], []).append(i)
+        sequences = [0] * len(rows)
+        for queue, indexes in by_queue.items():
+            group = [rows[i] for i in indexes]
+            common = {"queue": queue, "base": base_of(queue) if is_dlq else queue, "is_dlq": bool(is_dlq),
+                      "now": group[0][4]}
             if len(group) == 1:
                 r = group[0]
-                self._fetchall(INSERT_ONE, {
-                    "id": r[0], "queue": queue, "is_dlq": bool(is_dlq), "content": r[2],
-                    "process_after": r[3], "received_at": r[4], "expires_after": r[5],
+                ((seq, _),) = self._fetchall(INSERT_ONE, {
+                    **common, "id": r[0], "content": r[2], "process_after": r[3], "received_at": r[4],
+                    "expires_after": r[5], "priority": r[6], "attributes": r[7], "dedup": r[8],
                 })
+                sequences[indexes[0]] = int(seq)
             else:
-                self._fetchall(INSERT, {
-                    "queue": queue, "is_dlq": bool(is_dlq),
-                    "ids": [r[0] for r in group], "contents": [r[2] for r in group],
+                got = dict(self._fetchall(INSERT, {
+                    **common, "ids": [r[0] for r in group], "contents": [r[2] for r in group],
                     "process_after": [r[3] for r in group], "received_at": [r[4] for r in group],
-                    "expires_after": [r[5] for r in group],
-                })
+                    "expires_after": [r[5] for r in group], "priority": [r[6] for r in group],
+                    "attributes": [r[7] for r in group], "dedup": [r[8] for r in group],
+                }))
+                for i in indexes:
+                    sequences[i] = int(got[rows[i][0]])
+        return sequences
+
+    def dedup(self, queue: str, dedup_id: str, message_id: str, now: int, window_ms: int) -> str | None:
+        params = {"queue": queue, "dedup_id": dedup_id, "id": message_id, "expires": now + window_ms, "now": now}
+        if self._fetchall(DEDUP_RECORD, params):
+            return None
+        return str(self._fetchall(DEDUP_ORIGINAL, (queue, dedup_id))[0][0])
+
+    def queue_length(self, queue: str, limit: int) -> int:
+        self._fetchall(LOCK_QUEUE, (queue,))
+        return int(self._fetchall(QUEUE_LENGTH, (queue, limit))[0][0])
 
     # -- consume -----------------------------------------------------------------------------
 
-    def claim(self, queue: str, now: int) -> Delivery | None:
-        rows = self._fetchall(CLAIM, {"queue": queue, "now": now, "limit": 1})
-        return Delivery._make(rows[0][:5]) if rows else None
+    def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
+              dlq_ttl_ms: int, order: str = "fifo") -> Claim:
+        params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
+                  "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG}
+        sql = CLAIM[order]
+        deliveries: list[Delivery] = []
+        redriven = 0
+        for _ in range(MAX_REDRIVE_ROUNDS):
+            rows = self._fetchall(sql, params)
+            live = [r for r in rows if not r[12]]
+            redriven += len(rows) - len(live)
+            deliveries += [Delivery._make(r[:12]) for r in live]
+            if len(live) == len(rows) or len(deliveries) >= limit:
+                break
+            params["limit"] = limit - len(deliveries)
+        if len(deliveries) > 1 and order != "random":  # RETURNING order is unspecified
+            newest_first = order == "lifo"
+            deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
+        return Claim(deliveries, redriven)
 
-    def claim_many(self, queue: str, now: int, limit: int) -> list[Delivery]:
-        rows = self._fetchall(CLAIM, {"queue": queue, "now": now, "limit": limit})
-        rows.sort(key=lambda r: (r[5], r[0]))  # RETURNING order is unspecified
-        return [Delivery._make(r[:5]) for r in rows]
+    def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
+        if message_id is not None:
+            rows = self._fetchall(PEEK_ID, {"id": message_id, "queue": queue})
+        else:
+            rows = self._fetchall(PEEK[order], {"queue": queue, "now": now, "limit": 1, "among": RANDOM_AMONG})
+        return Delivery._make(rows[0]) if rows else None
 
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
         return self._rowcount(ACK, (message_id, queue, receipt)) == 1
@@ -452,11 +614,11 @@ class PostgreSQLStore(Store):
         })
 
     def nack(self, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
-             backoff_ms: Sequence[int], error: str | None = None) -> bool:
+             backoff_ms: Sequence[int], error: str | None = None, jitter: float = 0.0) -> bool:
         return self._rowcount(NACK, {
             "max": max_attempts, "now": now, "id": message_id, "queue": queue, "receipt": receipt,
             "backoff": [int(ms) for ms in backoff_ms], "backoff_last": int(backoff_ms[-1]),
-            "error": error,
+            "error": error, "jitter": float(jitter),
         }) == 1
 
     def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
@@ -477,9 +639,43 @@ class PostgreSQLStore(Store):
         })
         return int(rows[0][0])
 
-    def extend(self, queue: str, message_id: str, receipt: int, now: int) -> int | None:
-        rows = self._fetchall(EXTEND, {"now": now, "id": message_id, "queue": queue, "receipt": receipt})
-        return int(rows[0][0]) if rows else None
+    def change_visibility(self, queue: str, deliveries: Iterable[tuple[str, int]], now: int,
+                          visibility_ms: int) -> list[bool]:
+        deliveries = list(deliveries)
+        if not deliveries:
+            return []
+        changed = {r[0] for r in self._fetchall(CHANGE_VISIBILITY, {
+            "now": now, "visibility": visibility_ms, "queue": queue, "ids": [d[0] for d in deliveries],
+            "receipts": [int(d[1]) for d in deliveries],
+        })}
+        return [d[0] in changed for d in deliveries]
+
+    # -- queues ------------------------------------------------------------------------------
+
+    def queue_get(self, name: str) -> QueueRow | None:
+        rows = self._fetchall(QUEUE_GET, (name,))
+        return QueueRow._make(rows[0]) if rows else None
+
+    def queue_list(self) -> list[QueueRow]:
+        return [QueueRow._make(r) for r in self._fetchall(QUEUE_LIST)]
+
+    def queue_put(self, name: str, policy: dict[str, Any], now: int) -> None:
+        self._rowcount(QUEUE_PUT, {**dict.fromkeys(POLICY_COLUMNS), "paused": False, **policy,
+                                   "name": name, "now": now})
+
+    def queue_delete(self, name: str, now: int) -> bool:
+        with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
+            found = self._rowcount(QUEUE_DELETE, (name,))
+            n = self._rowcount(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX))
+            self._rowcount(DELETE_QUEUE_DEDUP, (name,))
+        return bool(found or n)
+
+    def purge(self, queue: str) -> int:
+        return self._rowcount(PURGE, (queue,))
+
+    def queue_counts(self, queue: str, now: int) -> QueueCounts:
+        rows = self._fetchall(QUEUE_COUNTS, {"queue": queue, "dlq": queue + DLQ_SUFFIX, "now": now})
+        return QueueCounts(*map(int, rows[0]))
 
     # -- wake-ups and health -----------------------------------------------------------------
 
@@ -535,9 +731,9 @@ class PostgreSQLStore(Store):
     def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
         return self._batched_counted(MOVE_FAILED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms}, batch)
 
-    def recover_stale(self, now: int, visibility_ms: int, max_attempts: int, batch: int = BATCH) -> int:
+    def recover_stale(self, now: int, max_attempts: int, batch: int = BATCH) -> int:
         return self._batched_counted(
-            RECOVER_STALE, {"now": now, "max": max_attempts, "cutoff": now - visibility_ms}, batch
+            RECOVER_STALE, {"now": now, "max": max_attempts, "cutoff": now}, batch
         )
 
     def delete_expired_dlq(self, now: int, batch: int = BATCH) -> int:
@@ -552,8 +748,11 @@ class PostgreSQLStore(Store):
     def count_failed(self, is_dlq: bool) -> int:
         return int(self._fetchall(COUNT_FAILED, (bool(is_dlq),))[0][0])
 
-    def count_stale(self, now: int, visibility_ms: int) -> int:
-        return int(self._fetchall(COUNT_STALE, (now - visibility_ms,))[0][0])
+    def count_stale(self, now: int) -> int:
+        return int(self._fetchall(COUNT_STALE, (now,))[0][0])
+
+    def delete_expired_dedup(self, now: int, batch: int = BATCH) -> int:
+        return self._batched(DELETE_EXPIRED_DEDUP, {"now": now}, batch)
 
     def optimize(self) -> None:
         """SQLite's ``PRAGMA optimize`` (fresh planner statistics): ``ANALYZE messages``, a sample read
@@ -570,6 +769,7 @@ class PostgreSQLStore(Store):
         self._rowcount(STAGE, {
             "token": token, "queue": queue, "now": now, "ids": [r[0] for r in rows],
             "contents": [r[1] for r in rows], "process_after": [r[2] for r in rows],
+            "priority": [r[3] for r in rows], "attributes": [r[4] for r in rows],
         })
 
     def publish_staged(self, staged: Sequence[Staged], now: int, queue_ttl_ms: int,

@@ -16,19 +16,26 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from django.core.checks import CheckMessage, Error
 from django.db.backends.sqlite3.base import DatabaseWrapper
 
-from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, is_dlq
+from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, base_of, is_dlq
 from .base import (
     BATCH,
+    MAX_REDRIVE_ROUNDS,
+    POLICY_COLUMNS,
+    RANDOM_AMONG,
+    Claim,
     Delivery,
     LeaseHolder,
     NewMessage,
+    QueueCounts,
     QueueDepth,
+    QueueRow,
     SnapshotBounds,
     SnapshotRow,
     Staged,
@@ -45,67 +52,117 @@ SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS)
 
 # --- produce ----------------------------------------------------------------------------------
 
+COLUMNS = """id, queue, is_dlq, content, status, attempts, process_after, processing_started_at,
+             failure_reason, received_at, updated_at, expires_after, priority, attributes, dedup_id,
+             sequence"""
+
+# A queue's sequence counter: ``n`` numbers taken at once (the last one comes back). Creates the
+# queue's row on its first produce. SQLite has one writer: the counter and the insert that uses it
+# commit together (one transaction), so numbers follow commit order.
+# A new queue's counter starts above every deleted queue's (kept in the hidden row named '').
+COUNTER_FLOOR = "COALESCE((SELECT last_sequence FROM forq_queues WHERE name = ''), 0)"
+
+NEXT_SEQUENCE = f"""
+INSERT INTO forq_queues (name, last_sequence, paused, created_at, updated_at)
+VALUES (:queue, {COUNTER_FLOOR} + :n, 0, :now, :now)
+ON CONFLICT (name) DO UPDATE SET last_sequence = last_sequence + :n
+RETURNING last_sequence"""
+
 INSERT = f"""
-INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
-                      processing_started_at, failure_reason, received_at, updated_at, expires_after)
-VALUES (?, ?, ?, ?, {READY}, 0, ?, NULL, NULL, ?, ?, ?)"""
+INSERT INTO messages ({COLUMNS})
+VALUES (?, ?, ?, ?, {READY}, 0, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?)"""
 
 # Many rows in one statement: the rows travel as one JSON array that SQLite unpacks in C, binding a
-# parameter once instead of eight times a row. A batch of one queue and one due time (the usual
-# ``send_many``) sends just [id, content] pairs; ~1.5x faster than ``executemany`` in all.
+# parameter once instead of a dozen times a row; ``key`` (the row's index) numbers them. A batch of
+# one queue and one due time with no priority, attributes nor dedup id (the usual ``send_many``)
+# sends just [id, content] pairs; ~1.5x faster than ``executemany`` in all.
 INSERT_JSON = f"""
-INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
-                      processing_started_at, failure_reason, received_at, updated_at, expires_after)
+INSERT INTO messages ({COLUMNS})
 SELECT value->>0, value->>1, :is_dlq, value->>2, {READY}, 0, value->>3, NULL, NULL, value->>4, value->>4,
-       value->>5
+       value->>5, value->>6, value->>7, value->>8, :first + key
 FROM json_each(:rows)"""
 
 INSERT_JSON_SHARED = f"""
-INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
-                      processing_started_at, failure_reason, received_at, updated_at, expires_after)
+INSERT INTO messages ({COLUMNS})
 SELECT value->>0, :queue, :is_dlq, value->>1, {READY}, 0, :process_after, NULL, NULL, :received_at,
-       :received_at, :expires_after
+       :received_at, :expires_after, 0, NULL, NULL, :first + key
 FROM json_each(:rows)"""
 
+# A deduplication id: recorded for this message unless a live one exists (whose message id comes
+# back from DEDUP_ORIGINAL). An expired entry is taken over.
+DEDUP_RECORD = """
+INSERT INTO forq_dedup (queue, dedup_id, message_id, expires_at) VALUES (:queue, :dedup_id, :id, :expires)
+ON CONFLICT (queue, dedup_id) DO UPDATE SET message_id = excluded.message_id, expires_at = excluded.expires_at
+WHERE forq_dedup.expires_at <= :now
+RETURNING message_id"""
+
+DEDUP_ORIGINAL = "SELECT message_id FROM forq_dedup WHERE queue = ? AND dedup_id = ?"
+
+QUEUE_LENGTH = """
+SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_for_queue_depth
+                      WHERE queue = ? AND is_dlq = 0 LIMIT ?)"""
+
 # --- consume ----------------------------------------------------------------------------------
+#
+# A claim takes due rows: ready ones whose time has come, and deliveries whose lease has ended (a
+# processing row's ``process_after`` is its lease end), by priority, then sequence. A row whose
+# attempts are used up (:max > 0) is not delivered: the same statement moves it to its DLQ
+# (SQS's redrive), and the store claims again.
 
-CLAIM = f"""
-UPDATE messages
-SET status = {PROCESSING},
-    attempts = attempts + 1,
-    processing_started_at = MAX(:now, updated_at + 1),
-    updated_at = MAX(:now, updated_at + 1)
-WHERE id = (
-    SELECT id FROM messages INDEXED BY idx_queue_ready_for_consuming
-    WHERE queue = :queue AND status = {READY} AND process_after <= :now
-    ORDER BY received_at
-    LIMIT 1
-)
-RETURNING id, queue, content, attempts, processing_started_at"""
+USED_UP = "(:max > 0 AND attempts >= :max)"
 
-CLAIM_MANY = f"""
-UPDATE messages
-SET status = {PROCESSING},
-    attempts = attempts + 1,
-    processing_started_at = MAX(:now, updated_at + 1),
-    updated_at = MAX(:now, updated_at + 1)
-WHERE id IN (
-    SELECT id FROM messages INDEXED BY idx_queue_ready_for_consuming
-    WHERE queue = :queue AND status = {READY} AND process_after <= :now
-    ORDER BY received_at
-    LIMIT :limit
-)
-RETURNING id, queue, content, attempts, processing_started_at, received_at"""
+CLAIM_SET = f"""
+SET queue = CASE WHEN {USED_UP} THEN queue || '{DLQ_SUFFIX}' ELSE queue END,
+    is_dlq = {USED_UP},
+    status = CASE WHEN {USED_UP} THEN {READY} ELSE {PROCESSING} END,
+    attempts = CASE WHEN {USED_UP} THEN 0 ELSE attempts + 1 END,
+    failure_reason = CASE WHEN {USED_UP} THEN '{MAX_ATTEMPTS}' ELSE failure_reason END,
+    expires_after = CASE WHEN {USED_UP} THEN :now + :dlq_ttl ELSE expires_after END,
+    processing_started_at = CASE WHEN {USED_UP} THEN NULL ELSE MAX(:now, updated_at + 1) END,
+    process_after = CASE WHEN {USED_UP} THEN :now ELSE :now + :visibility END,
+    first_received_at = CASE WHEN {USED_UP} THEN first_received_at ELSE COALESCE(first_received_at, :now) END,
+    updated_at = MAX(:now, updated_at + 1)"""
+
+DUE = f"queue = :queue AND status IN ({READY}, {PROCESSING}) AND process_after <= :now"
+
+CLAIM_RETURNING = """
+RETURNING id, queue, content, attempts, processing_started_at, priority, attributes, dedup_id, sequence,
+          received_at, first_received_at, process_after, is_dlq"""
+
+PICK = {
+    "fifo": f"""SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {DUE}
+                ORDER BY priority DESC, sequence LIMIT :limit""",
+    # LIFO: the newest of the highest priority that has a due message (both steps on the index).
+    "lifo": f"""SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {DUE} AND priority = (
+                    SELECT priority FROM messages INDEXED BY idx_queue_claim WHERE {DUE}
+                    ORDER BY priority DESC, sequence LIMIT 1)
+                ORDER BY sequence DESC LIMIT :limit""",
+    # Random: among the next RANDOM_AMONG due messages (in priority order).
+    "random": f"""SELECT id FROM (SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {DUE}
+                                  ORDER BY priority DESC, sequence LIMIT :among)
+                  ORDER BY random() LIMIT :limit""",
+}
+
+CLAIM = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURNING}"
+         for order, pick in PICK.items()}
+CLAIM_ONE = f"UPDATE messages {CLAIM_SET} WHERE id = ({PICK['fifo']}) {CLAIM_RETURNING}"
+
+PEEK_COLUMNS = """id, queue, content, attempts, NULL, priority, attributes, dedup_id, sequence, received_at,
+                  first_received_at, CASE WHEN status = 1 THEN process_after END"""
+PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})" for order, pick in PICK.items()}
+PEEK_ID = f"SELECT {PEEK_COLUMNS} FROM messages WHERE id = :id AND queue = :queue"
 
 ACK = f"""
 DELETE FROM messages WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at = ?"""
 
-# The backoff table is bound as a JSON array: element ``attempts - 1``, or the last one past its end.
-# A NULL :error keeps the last_error recorded by an earlier attempt.
+# The backoff table is bound as a JSON array: element ``attempts - 1``, or the last one past its end;
+# ``:jitter`` takes up to that fraction off at random. A NULL :error keeps the last_error recorded by
+# an earlier attempt. :max 0 is unlimited.
 NACK = f"""
 UPDATE messages
-SET status = CASE WHEN attempts >= :max THEN {FAILED} ELSE {READY} END,
-    process_after = :now + COALESCE(:backoff ->> (attempts - 1), :backoff_last),
+SET status = CASE WHEN {USED_UP} THEN {FAILED} ELSE {READY} END,
+    process_after = :now + CAST(COALESCE(:backoff ->> (attempts - 1), :backoff_last)
+                                * (1.0 - :jitter * (abs(random() % 1000000) / 1000000.0)) AS INTEGER),
     processing_started_at = NULL,
     updated_at = MAX(:now, updated_at),
     last_error = COALESCE(:error, last_error)
@@ -121,21 +178,21 @@ WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_start
 
 RELEASE = f"""
 UPDATE messages
-SET status = {READY}, attempts = attempts - 1, processing_started_at = NULL,
+SET status = {READY}, attempts = attempts - 1, processing_started_at = NULL, process_after = ?,
     updated_at = MAX(?, updated_at)
 WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at = ?"""
 
-EXTEND = f"""
-UPDATE messages
-SET processing_started_at = MAX(:now, updated_at + 1), updated_at = MAX(:now, updated_at + 1)
-WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_started_at = :receipt
-RETURNING processing_started_at"""
+# A lease ends ``visibility`` ms from now (0: at once, so the next claim takes it); the receipt
+# stays the same until the message is claimed again.
+CHANGE_VISIBILITY = f"""
+UPDATE messages SET process_after = :now + :visibility, updated_at = MAX(:now, updated_at)
+WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_started_at = :receipt"""
 
 # --- wake-ups and health ----------------------------------------------------------------------
 
 HAS_DUE = f"""
-SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_ready_for_consuming
-                      WHERE queue = ? AND status = {READY} AND process_after <= ? LIMIT ?)"""
+SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_claim
+                      WHERE queue = ? AND status IN ({READY}, {PROCESSING}) AND process_after <= ? LIMIT ?)"""
 
 DATA_VERSION = "PRAGMA data_version"
 
@@ -162,11 +219,14 @@ DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = ? AND queue = ? AND is_dlq = 1
 
 # --- background jobs (each skips messages in processing) --------------------------------------
 
+# A queue's own DLQ retention, or the global one.
+DLQ_TTL = "COALESCE((SELECT dlq_retention_ms FROM forq_queues WHERE name = messages.queue), :ttl)"
+
 MOVE_EXPIRED_TO_DLQ = f"""
 UPDATE messages
 SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = 1, process_after = :now,
     processing_started_at = NULL, failure_reason = '{EXPIRED}',
-    updated_at = MAX(:now, updated_at), expires_after = :now + :ttl
+    updated_at = MAX(:now, updated_at), expires_after = :now + {DLQ_TTL}
 WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
              WHERE status IN ({READY}, {FAILED}) AND is_dlq = 0 AND expires_after < :now LIMIT :batch)"""
 
@@ -174,16 +234,21 @@ MOVE_FAILED_TO_DLQ = f"""
 UPDATE messages
 SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = 1, process_after = :now,
     processing_started_at = NULL, failure_reason = COALESCE(failure_reason, '{MAX_ATTEMPTS}'),
-    updated_at = MAX(:now, updated_at), expires_after = :now + :ttl
+    updated_at = MAX(:now, updated_at), expires_after = :now + {DLQ_TTL}
 WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
              WHERE status = {FAILED} AND is_dlq = 0 LIMIT :batch)"""
 
+# The safety net behind precise leases (a claim takes an expired delivery at once): deliveries whose
+# lease ended before :cutoff → ready, or failed when their attempts are used up (the queue's own
+# max_attempts, or :max; 0 is unlimited).
+MAX_ATTEMPTS_OF_QUEUE = "COALESCE((SELECT max_attempts FROM forq_queues WHERE name = messages.queue), :max)"
+
 RECOVER_STALE = f"""
 UPDATE messages
-SET status = CASE WHEN attempts >= :max THEN {FAILED} ELSE {READY} END, process_after = :now,
-    processing_started_at = NULL, updated_at = MAX(:now, updated_at)
+SET status = CASE WHEN {MAX_ATTEMPTS_OF_QUEUE} BETWEEN 1 AND attempts THEN {FAILED} ELSE {READY} END,
+    process_after = :now, processing_started_at = NULL, updated_at = MAX(:now, updated_at)
 WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
-             WHERE status = {PROCESSING} AND processing_started_at < :cutoff LIMIT :batch)"""
+             WHERE status = {PROCESSING} AND process_after < :cutoff LIMIT :batch)"""
 
 DELETE_EXPIRED_DLQ = f"""
 DELETE FROM messages WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
@@ -198,7 +263,11 @@ SELECT COUNT(*) FROM messages WHERE status IN ({READY}, {FAILED}) AND is_dlq = ?
 
 COUNT_FAILED = f"SELECT COUNT(*) FROM messages WHERE status = {FAILED} AND is_dlq = ?"
 
-COUNT_STALE = f"SELECT COUNT(*) FROM messages WHERE status = {PROCESSING} AND processing_started_at < ?"
+COUNT_STALE = f"SELECT COUNT(*) FROM messages WHERE status = {PROCESSING} AND process_after < ?"
+
+DELETE_EXPIRED_DEDUP = """
+DELETE FROM forq_dedup WHERE (queue, dedup_id) IN (
+    SELECT queue, dedup_id FROM forq_dedup INDEXED BY idx_dedup_expires WHERE expires_at <= :now LIMIT :batch)"""
 
 OPTIMIZE = "PRAGMA optimize"
 
@@ -210,18 +279,21 @@ QUEUE_DEPTHS = "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_
 # publishes it into ``messages`` with one INSERT … SELECT, or discards it.
 
 STAGE = """
-INSERT INTO forq_staged (token, message_id, queue, content, process_after, staged_at)
-VALUES (?, ?, ?, ?, ?, ?)"""
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, staged_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
 
 STAGE_JSON = """
-INSERT INTO forq_staged (token, message_id, queue, content, process_after, staged_at)
-SELECT :token, value->>0, :queue, value->>1, value->>2, :now FROM json_each(:rows)"""
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, staged_at)
+SELECT :token, value->>0, :queue, value->>1, value->>2, value->>3, value->>4, :now FROM json_each(:rows)"""
 
+STAGED_COUNT = "SELECT COUNT(*) FROM forq_staged WHERE token = :token AND queue = :queue"
+
+# Sequence numbers in message id order (the order the job wrote them), after :first - 1.
 PUBLISH = f"""
-INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after,
-                      processing_started_at, failure_reason, received_at, updated_at, expires_after)
+INSERT INTO messages ({COLUMNS})
 SELECT message_id, queue, 0, content, {READY}, 0, MAX(process_after, :now - :tolerance), NULL, NULL,
-       :now, :now, MAX(process_after, :now) + :ttl
+       :now, :now, MAX(process_after, :now) + :ttl, priority, attributes, NULL,
+       :first - 1 + row_number() OVER (ORDER BY message_id)
 FROM forq_staged WHERE token = :token AND queue = :queue"""
 
 UNSTAGE = "DELETE FROM forq_staged WHERE token = :token AND queue = :queue"
@@ -245,6 +317,47 @@ WHERE queue = ? AND is_dlq = ? AND id > ? AND id <= ? ORDER BY id LIMIT ?"""
 SNAPSHOT_BOUNDS = """
 SELECT COUNT(*), MIN(id), MAX(id) FROM messages INDEXED BY idx_for_queue_depth
 WHERE queue = ? AND is_dlq = ?"""
+
+# --- queues -----------------------------------------------------------------------------------
+
+QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
+                         max_length, ordering, dedup_window_ms, paused, last_sequence, created_at, updated_at
+                  FROM forq_queues"""
+QUEUE_GET = QUEUE_SELECT + " WHERE name = ?"
+QUEUE_LIST = QUEUE_SELECT + " WHERE name != '' ORDER BY name"
+
+QUEUE_PUT = f"""
+INSERT INTO forq_queues (name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
+                         max_length, ordering, dedup_window_ms, paused, last_sequence, created_at, updated_at)
+VALUES (:name, :max_attempts, :backoff, :visibility_timeout_ms, :retention_ms, :dlq_retention_ms,
+        :max_length, :ordering, :dedup_window_ms, :paused, {COUNTER_FLOOR}, :now, :now)
+ON CONFLICT (name) DO UPDATE SET
+    max_attempts = excluded.max_attempts, backoff = excluded.backoff,
+    visibility_timeout_ms = excluded.visibility_timeout_ms, retention_ms = excluded.retention_ms,
+    dlq_retention_ms = excluded.dlq_retention_ms, max_length = excluded.max_length,
+    ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms, paused = excluded.paused,
+    updated_at = excluded.updated_at"""
+
+# A deleted queue's counter raises the floor every new queue's counter starts from, so a queue
+# created again under the same name never reuses a number.
+RAISE_COUNTER_FLOOR = """
+INSERT INTO forq_queues (name, last_sequence, paused, created_at, updated_at)
+SELECT '', last_sequence, 0, :now, :now FROM forq_queues WHERE name = :name
+ON CONFLICT (name) DO UPDATE SET last_sequence = MAX(last_sequence, excluded.last_sequence)"""
+QUEUE_DELETE = "DELETE FROM forq_queues WHERE name = :name"
+DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (?, ?)"
+DELETE_QUEUE_DEDUP = "DELETE FROM forq_dedup WHERE queue = ?"
+PURGE = "DELETE FROM messages WHERE queue = ? AND is_dlq = 0"
+
+QUEUE_COUNTS = f"""
+SELECT
+    COALESCE(SUM(CASE WHEN NOT is_dlq AND status IN ({READY}, {PROCESSING}) AND process_after <= :now
+                      THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN NOT is_dlq AND status = {READY} AND process_after > :now THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN NOT is_dlq AND status = {PROCESSING} AND process_after > :now THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN NOT is_dlq AND status = {FAILED} THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN is_dlq THEN 1 ELSE 0 END), 0)
+FROM messages WHERE queue IN (:queue, :dlq)"""
 
 # --- API-key throttle (every process and host shares it) --------------------------------------
 
@@ -288,6 +401,10 @@ RETURNING holder"""
 LEASE_HOLDER = "SELECT holder, expires_at FROM forq_leases WHERE name = ?"
 
 LEASE_RELEASE = "DELETE FROM forq_leases WHERE name = ? AND holder = ?"
+
+
+def _queue_row(row: Sequence[Any]) -> QueueRow:
+    return QueueRow._make((*row[:9], bool(row[9]), *row[10:]))
 
 
 def _holds_nul(rows: Sequence[Sequence[Any]], index: int) -> bool:
@@ -334,38 +451,113 @@ class SQLiteStore(Store):
 
     # -- produce -----------------------------------------------------------------------------
 
-    def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> None:
-        if not rows:
-            return
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """Several statements that commit together: the caller's transaction when there is one,
+        else ``BEGIN IMMEDIATE`` … ``COMMIT`` straight on the connection (a tenth of the cost of
+        Django's ``atomic()``; Django's wrapper stays in autocommit around it)."""
         conn = self._conn()
-        flag = 1 if is_dlq else 0
-        if len(rows) == 1 or _holds_nul(rows, 2):  # row by row: one row, or text JSON can't carry
-            params = [(r[0], r[1], flag, r[2], r[3], r[4], r[4], r[5]) for r in rows]
-            if len(params) == 1:
-                conn.execute(INSERT, params[0])
-            else:
-                conn.executemany(INSERT, params)
+        if self._fixed is not None or self.connection.in_atomic_block or conn.in_transaction:
+            yield conn
             return
-        _, queue, _, due, received, expires = rows[0]
-        if all(r[1] == queue and r[3] == due and r[4] == received and r[5] == expires for r in rows):
-            conn.execute(INSERT_JSON_SHARED, {
-                "queue": queue, "is_dlq": flag, "process_after": due, "received_at": received,
-                "expires_after": expires,
-                "rows": json.dumps([(r[0], r[2]) for r in rows], ensure_ascii=False),
-            })
-        else:
-            conn.execute(INSERT_JSON, {"is_dlq": flag, "rows": json.dumps(rows, ensure_ascii=False)})
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _next_sequence(self, conn: sqlite3.Connection, queue: str, n: int, now: int) -> int:
+        """Take ``n`` numbers of ``queue``'s counter; returns the first."""
+        ((last,),) = conn.execute(NEXT_SEQUENCE, {"queue": queue, "n": n, "now": now}).fetchall()
+        return int(last) - n + 1
+
+    def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> list[int]:
+        if not rows:
+            return []
+        flag = 1 if is_dlq else 0
+        queue = rows[0][1]
+        now = rows[0][4]
+        with self._transaction() as conn:
+            if any(r[1] != queue for r in rows):  # several queues: each its own counter
+                counts: dict[str, int] = {}
+                for r in rows:
+                    counts[r[1]] = counts.get(r[1], 0) + 1
+                # a DLQ's messages number with their regular queue's
+                nxt = {q: self._next_sequence(conn, base_of(q) if is_dlq else q, n, now) for q, n in counts.items()}
+                sequences = []
+                for r in rows:
+                    sequences.append(nxt[r[1]])
+                    nxt[r[1]] += 1
+                conn.executemany(INSERT, [(*r[:2], flag, r[2], r[3], r[4], r[4], *r[5:], seq)
+                                          for r, seq in zip(rows, sequences, strict=True)])
+                return sequences
+            first = self._next_sequence(conn, base_of(queue) if is_dlq else queue, len(rows), now)
+            sequences = list(range(first, first + len(rows)))
+            if len(rows) == 1 or _holds_nul(rows, 2):  # row by row: one row, or text JSON can't carry
+                params = [(*r[:2], flag, r[2], r[3], r[4], r[4], *r[5:], seq)
+                          for r, seq in zip(rows, sequences, strict=True)]
+                if len(params) == 1:
+                    conn.execute(INSERT, params[0])
+                else:
+                    conn.executemany(INSERT, params)
+                return sequences
+            _, _, _, due, received, expires, *_ = rows[0]
+            if all(r[3] == due and r[5] == expires and r[6] == 0 and r[7] is None and r[8] is None
+                   for r in rows):
+                conn.execute(INSERT_JSON_SHARED, {
+                    "queue": queue, "is_dlq": flag, "process_after": due, "received_at": received,
+                    "expires_after": expires, "first": first,
+                    "rows": json.dumps([(r[0], r[2]) for r in rows], ensure_ascii=False),
+                })
+            else:
+                conn.execute(INSERT_JSON, {"is_dlq": flag, "first": first,
+                                           "rows": json.dumps(rows, ensure_ascii=False)})
+            return sequences
+
+    def dedup(self, queue: str, dedup_id: str, message_id: str, now: int, window_ms: int) -> str | None:
+        conn = self._conn()
+        params = {"queue": queue, "dedup_id": dedup_id, "id": message_id, "expires": now + window_ms, "now": now}
+        if conn.execute(DEDUP_RECORD, params).fetchall():
+            return None
+        return str(conn.execute(DEDUP_ORIGINAL, (queue, dedup_id)).fetchone()[0])
+
+    def queue_length(self, queue: str, limit: int) -> int:
+        # SQLite has one writer: inside the produce's transaction, the count is exact.
+        return int(self._conn().execute(QUEUE_LENGTH, (queue, limit)).fetchone()[0])
 
     # -- consume -----------------------------------------------------------------------------
 
-    def claim(self, queue: str, now: int) -> Delivery | None:
-        rows = self._conn().execute(CLAIM, {"queue": queue, "now": now}).fetchall()
-        return Delivery._make(rows[0]) if rows else None
+    def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
+              dlq_ttl_ms: int, order: str = "fifo") -> Claim:
+        conn = self._conn()
+        sql = CLAIM_ONE if limit == 1 and order == "fifo" else CLAIM[order]
+        params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
+                  "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG}
+        deliveries: list[Delivery] = []
+        redriven = 0
+        for _ in range(MAX_REDRIVE_ROUNDS):
+            rows = conn.execute(sql, params).fetchall()
+            live = [r for r in rows if not r[12]]
+            redriven += len(rows) - len(live)
+            deliveries += [Delivery._make(r[:12]) for r in live]
+            if len(live) == len(rows) or len(deliveries) >= limit:
+                break
+            params["limit"] = limit - len(deliveries)
+            sql = CLAIM_ONE if params["limit"] == 1 and order == "fifo" else CLAIM[order]
+        if len(deliveries) > 1 and order != "random":  # RETURNING order is unspecified
+            newest_first = order == "lifo"
+            deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
+        return Claim(deliveries, redriven)
 
-    def claim_many(self, queue: str, now: int, limit: int) -> list[Delivery]:
-        rows = self._conn().execute(CLAIM_MANY, {"queue": queue, "now": now, "limit": limit}).fetchall()
-        rows.sort(key=lambda r: (r[5], r[0]))  # RETURNING order is unspecified
-        return [Delivery._make(r[:5]) for r in rows]
+    def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
+        if message_id is not None:
+            row = self._conn().execute(PEEK_ID, {"id": message_id, "queue": queue}).fetchone()
+        else:
+            row = self._conn().execute(PEEK[order], {"queue": queue, "now": now, "limit": 1,
+                                                     "among": RANDOM_AMONG}).fetchone()
+        return Delivery._make(row) if row else None
 
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
         return self._conn().execute(ACK, (message_id, queue, receipt)).rowcount == 1
@@ -375,11 +567,11 @@ class SQLiteStore(Store):
         return cur.rowcount
 
     def nack(self, queue: str, message_id: str, receipt: int, now: int, max_attempts: int,
-             backoff_ms: Sequence[int], error: str | None = None) -> bool:
+             backoff_ms: Sequence[int], error: str | None = None, jitter: float = 0.0) -> bool:
         cur = self._conn().execute(NACK, {
             "max": max_attempts, "now": now, "id": message_id, "queue": queue, "receipt": receipt,
             "backoff": json.dumps([int(ms) for ms in backoff_ms]), "backoff_last": int(backoff_ms[-1]),
-            "error": error,
+            "error": error, "jitter": float(jitter),
         })
         return cur.rowcount == 1
 
@@ -389,17 +581,18 @@ class SQLiteStore(Store):
         return cur.rowcount == 1
 
     def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
-        return self._conn().execute(RELEASE, (now, message_id, queue, receipt)).rowcount == 1
+        return self._conn().execute(RELEASE, (now, now, message_id, queue, receipt)).rowcount == 1
 
     def release_many(self, queue: str, deliveries: Iterable[tuple[str, int]], now: int) -> int:
-        cur = self._conn().executemany(RELEASE, [(now, mid, queue, receipt) for mid, receipt in deliveries])
+        cur = self._conn().executemany(RELEASE, [(now, now, mid, queue, receipt) for mid, receipt in deliveries])
         return cur.rowcount
 
-    def extend(self, queue: str, message_id: str, receipt: int, now: int) -> int | None:
-        rows = self._conn().execute(
-            EXTEND, {"now": now, "id": message_id, "queue": queue, "receipt": receipt}
-        ).fetchall()
-        return int(rows[0][0]) if rows else None
+    def change_visibility(self, queue: str, deliveries: Iterable[tuple[str, int]], now: int,
+                          visibility_ms: int) -> list[bool]:
+        conn = self._conn()
+        return [conn.execute(CHANGE_VISIBILITY, {"now": now, "visibility": visibility_ms, "id": mid,
+                                                 "queue": queue, "receipt": receipt}).rowcount == 1
+                for mid, receipt in deliveries]
 
     # -- wake-ups and health -----------------------------------------------------------------
 
@@ -441,10 +634,8 @@ class SQLiteStore(Store):
     def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
         return self._batched(MOVE_FAILED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms}, batch)
 
-    def recover_stale(self, now: int, visibility_ms: int, max_attempts: int, batch: int = BATCH) -> int:
-        return self._batched(
-            RECOVER_STALE, {"now": now, "max": max_attempts, "cutoff": now - visibility_ms}, batch
-        )
+    def recover_stale(self, now: int, max_attempts: int, batch: int = BATCH) -> int:
+        return self._batched(RECOVER_STALE, {"now": now, "max": max_attempts, "cutoff": now}, batch)
 
     def delete_expired_dlq(self, now: int, batch: int = BATCH) -> int:
         return self._batched(DELETE_EXPIRED_DLQ, {"now": now}, batch)
@@ -458,8 +649,11 @@ class SQLiteStore(Store):
     def count_failed(self, is_dlq: bool) -> int:
         return int(self._conn().execute(COUNT_FAILED, (1 if is_dlq else 0,)).fetchone()[0])
 
-    def count_stale(self, now: int, visibility_ms: int) -> int:
-        return int(self._conn().execute(COUNT_STALE, (now - visibility_ms,)).fetchone()[0])
+    def count_stale(self, now: int) -> int:
+        return int(self._conn().execute(COUNT_STALE, (now,)).fetchone()[0])
+
+    def delete_expired_dedup(self, now: int, batch: int = BATCH) -> int:
+        return self._batched(DELETE_EXPIRED_DEDUP, {"now": now}, batch)
 
     def optimize(self) -> None:
         self._conn().execute(OPTIMIZE)
@@ -473,7 +667,7 @@ class SQLiteStore(Store):
     def stage(self, token: str, queue: str, rows: Sequence[StagedMessage], now: int) -> None:
         conn = self._conn()
         if _holds_nul(rows, 1):
-            conn.executemany(STAGE, [(token, r[0], queue, r[1], r[2], now) for r in rows])
+            conn.executemany(STAGE, [(token, r[0], queue, r[1], r[2], r[3], r[4], now) for r in rows])
         else:
             conn.execute(STAGE_JSON, {"token": token, "queue": queue, "now": now,
                                       "rows": json.dumps(rows, ensure_ascii=False)})
@@ -483,8 +677,12 @@ class SQLiteStore(Store):
         conn = self._conn()
         published: dict[str, int] = {}
         for token, queue in staged:
-            params = {"token": token, "queue": queue, "now": now, "ttl": queue_ttl_ms,
-                      "tolerance": past_tolerance_ms}
+            params: dict[str, Any] = {"token": token, "queue": queue, "now": now, "ttl": queue_ttl_ms,
+                                      "tolerance": past_tolerance_ms}
+            ((count,),) = conn.execute(STAGED_COUNT, params).fetchall()
+            if not count:
+                continue
+            params["first"] = self._next_sequence(conn, queue, count, now)
             n = conn.execute(PUBLISH, params).rowcount
             conn.execute(UNSTAGE, params)
             published[queue] = published.get(queue, 0) + n
@@ -509,6 +707,34 @@ class SQLiteStore(Store):
     def snapshot_bounds(self, queue: str) -> SnapshotBounds:
         row = self._conn().execute(SNAPSHOT_BOUNDS, (queue, 1 if is_dlq(queue) else 0)).fetchone()
         return SnapshotBounds._make(row)
+
+    # -- queues ------------------------------------------------------------------------------
+
+    def queue_get(self, name: str) -> QueueRow | None:
+        row = self._conn().execute(QUEUE_GET, (name,)).fetchone()
+        return _queue_row(row) if row else None
+
+    def queue_list(self) -> list[QueueRow]:
+        return [_queue_row(r) for r in self._conn().execute(QUEUE_LIST)]
+
+    def queue_put(self, name: str, policy: dict[str, Any], now: int) -> None:
+        self._conn().execute(QUEUE_PUT, {**dict.fromkeys(POLICY_COLUMNS), "paused": False, **policy,
+                                         "name": name, "now": now})
+
+    def queue_delete(self, name: str, now: int) -> bool:
+        with self._transaction() as conn:
+            conn.execute(RAISE_COUNTER_FLOOR, {"name": name, "now": now})
+            found = conn.execute(QUEUE_DELETE, {"name": name}).rowcount
+            n = conn.execute(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX)).rowcount
+            conn.execute(DELETE_QUEUE_DEDUP, (name,))
+        return bool(found or n)
+
+    def purge(self, queue: str) -> int:
+        return self._conn().execute(PURGE, (queue,)).rowcount
+
+    def queue_counts(self, queue: str, now: int) -> QueueCounts:
+        row = self._conn().execute(QUEUE_COUNTS, {"queue": queue, "dlq": queue + DLQ_SUFFIX, "now": now}).fetchone()
+        return QueueCounts(*map(int, row))
 
     # -- API-key throttle --------------------------------------------------------------------
 

@@ -1,0 +1,112 @@
+"""A queue's policy, resolved: its own fields where it has them, the global settings elsewhere.
+
+Pure (no database): :mod:`forqapp.services` reads the queue's row (:class:`forqapp.store.QueueRow`)
+and caches the :class:`Policy` built here for :data:`CACHE_S`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .conf import forq_settings
+from .store import QueueRow
+
+#: How long a process keeps a queue's policy before reading it again: a change made by another
+#: process (the admin, the v2 API, ``configure_queue``) takes effect everywhere within this.
+CACHE_S = 1.0
+
+UNLIMITED = 0  # max_attempts
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_attempts: int  # 0: unlimited
+    backoff: Any  # as configured: a list of ms, or {"base_ms", "max_ms", "jitter"}
+    backoff_ms: tuple[int, ...]  # the delay table the store indexes by attempt (last one repeats)
+    jitter: float
+    visibility_timeout_ms: int
+    retention_ms: int
+    dlq_retention_ms: int
+    max_length: int | None
+    ordering: str
+    dedup_window_ms: int
+    paused: bool
+    overrides: dict[str, Any] = field(default_factory=dict)  # the fields the queue sets itself
+
+    def public(self) -> dict[str, Any]:
+        """The policy as the Python and v2 APIs show it (durations in seconds)."""
+        return {
+            "max_attempts": "unlimited" if self.max_attempts == UNLIMITED else self.max_attempts,
+            "backoff": self.backoff,
+            "visibility_timeout": self.visibility_timeout_ms / 1000,
+            "retention": self.retention_ms / 1000,
+            "dlq_retention": self.dlq_retention_ms / 1000,
+            "max_length": self.max_length,
+            "ordering": self.ordering,
+            "dedup_window": self.dedup_window_ms / 1000,
+            "paused": self.paused,
+        }
+
+
+def backoff_table(backoff: Any) -> tuple[tuple[int, ...], float]:
+    """(delays by attempt, jitter) of a backoff policy: a list as is; an exponential one doubles
+    from ``base_ms`` up to ``max_ms``, the table ending at the cap (which then repeats)."""
+    if isinstance(backoff, dict):
+        base = int(backoff["base_ms"])
+        cap = int(backoff.get("max_ms", base))
+        table: list[int] = []
+        delay = base
+        while delay < cap and len(table) < 64:
+            table.append(delay)
+            delay *= 2
+        table.append(cap)
+        return tuple(table), float(backoff.get("jitter", 0))
+    return tuple(int(ms) for ms in backoff), 0.0
+
+
+PUBLIC_NAMES = {  # stored column → the policy field's name in the APIs
+    "max_attempts": "max_attempts", "backoff": "backoff", "visibility_timeout_ms": "visibility_timeout",
+    "retention_ms": "retention", "dlq_retention_ms": "dlq_retention", "max_length": "max_length",
+    "ordering": "ordering", "dedup_window_ms": "dedup_window",
+}
+
+
+def resolve(row: QueueRow | None) -> Policy:
+    s = forq_settings
+    backoff: Any = list(s.FORQ_BACKOFF_MS)
+    overrides: dict[str, Any] = {}
+    if row is not None:
+        for column, name in PUBLIC_NAMES.items():
+            value = getattr(row, column)
+            if value is None:
+                continue
+            if column == "backoff":
+                value = json.loads(value)
+            elif column.endswith("_ms"):
+                value = value / 1000
+            elif column == "max_attempts" and value == UNLIMITED:
+                value = "unlimited"
+            overrides[name] = value
+        if row.backoff is not None:
+            backoff = json.loads(row.backoff)
+    table, jitter = backoff_table(backoff)
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return Policy(
+        max_attempts=pick(row and row.max_attempts, s.FORQ_MAX_ATTEMPTS),
+        backoff=backoff,
+        backoff_ms=table,
+        jitter=jitter,
+        visibility_timeout_ms=pick(row and row.visibility_timeout_ms, s.FORQ_VISIBILITY_TIMEOUT_MS),
+        retention_ms=pick(row and row.retention_ms, s.queue_ttl_ms),
+        dlq_retention_ms=pick(row and row.dlq_retention_ms, s.dlq_ttl_ms),
+        max_length=row.max_length if row else None,
+        ordering=pick(row and row.ordering, "fifo"),
+        dedup_window_ms=pick(row and row.dedup_window_ms, round(s.FORQ_DEDUP_WINDOW_S * 1000)),
+        paused=bool(row and row.paused),
+        overrides=overrides,
+    )
