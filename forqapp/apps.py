@@ -11,6 +11,10 @@ class ForqConfig(AppConfig):
 
         from . import checks, login_throttle  # noqa: F401  (checks: registers the system checks)
 
+        # FORQ_QUEUES is applied after every migrate of forqapp's database.
+        from django.db.models.signals import post_migrate
+
+        post_migrate.connect(_apply_declared_queues, sender=self, dispatch_uid="forqapp.declared_queues")
         # Failed logins count towards the login throttle, wherever they happen.
         user_login_failed.connect(login_throttle.record_failure, dispatch_uid="forqapp.login_throttle")
         # The admin's login page refuses a throttled login with its message (a project's own form wins).
@@ -19,3 +23,15 @@ class ForqConfig(AppConfig):
 
         if apps.is_installed("django.contrib.admin") and admin.site.login_form is None:
             admin.site.login_form = login_throttle.AdminLoginThrottleForm
+
+
+def _apply_declared_queues(sender, using: str, **kwargs) -> None:
+    from .conf import forq_settings
+    from .management.commands.forq_queues import apply_declared_queues
+
+    if using != forq_settings.FORQ_DATABASE or not forq_settings.FORQ_QUEUES:
+        return
+    from .schema import database_problem
+
+    if database_problem(using) is None:  # not after a partial or backwards migrate of forqapp
+        apply_declared_queues(using)

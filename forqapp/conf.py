@@ -296,7 +296,7 @@ class ForqSettings:
         (1_000, 5_000, 15_000, 30_000, 60_000),
         "delay after the n-th nack (ms; the last one repeats)", check=delays, coerce=_tuple_of_int)
     FORQ_VISIBILITY_TIMEOUT_MS: Setting[int] = Setting(
-        5 * 60 * 1000, "a message in processing longer than this is stale (ms); the worker renews its "
+        5 * 60 * 1000, "the lease a receive takes, for queues that set none (ms); the worker renews its "
         "messages every third of it", check=integer(1))
     FORQ_DEDUP_WINDOW_S: Setting[float] = Setting(
         300.0, "a send's `dedup_id` is remembered this long unless the queue or the send says (seconds)",

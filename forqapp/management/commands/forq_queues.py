@@ -1,0 +1,56 @@
+"""``manage.py forq_queues``: list the queues with their policy and counts, or apply ``FORQ_QUEUES``."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ... import services
+from ...conf import forq_settings
+from ...errors import ForqError
+from ...schema import database_problem
+
+
+class Command(BaseCommand):
+    help = (
+        "List the queues (policy, paused, counts by state), or `apply` the FORQ_QUEUES setting: each "
+        "queue it names gets exactly that policy (fields it leaves out follow the global settings). "
+        "Idempotent; `migrate` applies it too."
+    )
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", metavar="{list,apply}")
+        sub.add_parser("list", help="List every queue (the default).")
+        sub.add_parser("apply", help="Apply FORQ_QUEUES.")
+        parser.add_argument("--json", action="store_true", help="Print JSON (list).")
+
+    def handle(self, *args, **options):
+        if problem := database_problem():
+            raise CommandError(problem)
+        if options.get("action") == "apply":
+            try:
+                applied = apply_declared_queues()
+            except ForqError as e:
+                raise CommandError(f"FORQ_QUEUES: {e}") from None
+            for name in applied:
+                self.stdout.write(f"applied the policy of {name}")
+            if not applied:
+                self.stdout.write("FORQ_QUEUES declares no queue")
+            return
+        queues = services.list_queues()
+        if options["json"]:
+            self.stdout.write(json.dumps([q.json() for q in queues], indent=2))
+            return
+        for q in queues:
+            counts = " ".join(f"{k}={v}" for k, v in q.counts.items())
+            own = ", ".join(f"{k}={v}" for k, v in q.overrides.items()) or "global policy"
+            self.stdout.write(f"{q.name:24} {'PAUSED ' if q.paused else ''}{counts}  ({own})")
+
+
+def apply_declared_queues(using: str | None = None) -> list[str]:
+    """Give every queue of ``FORQ_QUEUES`` exactly its declared policy; returns their names."""
+    declared = forq_settings.FORQ_QUEUES
+    for name, fields in declared.items():
+        services.declare_queue(name, dict(fields), using=using)
+    return list(declared)
