@@ -414,3 +414,37 @@ def test_throttle_is_shared_by_every_server_process():
         assert statuses == [401] * 5 + [429] * 3
     finally:
         stop_server(api)
+
+
+# --- issue 12 through Forq's v1 API: the queue's policy applies, the contract is unchanged ------
+
+
+def test_v1_produce_beyond_max_length_is_503_queue_full(live_api):
+    forqapp.configure_queue("capped", max_length=2)
+    assert live_api.produce("capped", "a").status_code == 204
+    assert live_api.produce("capped", "b").status_code == 204
+    full = live_api.produce("capped", "c")
+    assert (full.status_code, code(full)) == (503, "queue.full")
+    assert Message.objects.filter(queue="capped").count() == 2
+    body = consume_one(live_api, "capped")
+    assert live_api.settle("ack", "capped", body["id"], body["receipt"]).status_code == 204
+    assert live_api.produce("capped", "c").status_code == 204  # room again
+
+
+def test_v1_consume_of_a_paused_queue_gets_nothing_until_resumed(live_api):
+    forqapp.configure_queue("held", paused=True)
+    assert live_api.produce("held", "x").status_code == 204  # sends are still accepted
+    assert live_api.consume("held").status_code == 204
+    forqapp.configure_queue("held", paused=False)
+    deadline = time.monotonic() + 5  # the server process reads the policy again within a second
+    while (response := live_api.consume("held")).status_code == 204 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert response.status_code == 200 and set(response.json()) == {"id", "content", "receipt"}
+
+
+def test_v1_consume_delivers_by_priority_and_keeps_forqs_shape(live_api):
+    forqapp.send("prio", "low", priority=-5)
+    forqapp.send("prio", "high", priority=7)
+    forqapp.send("prio", "normal")
+    got = [consume_one(live_api, "prio")["content"] for _ in range(3)]
+    assert got == ["high", "normal", "low"]
