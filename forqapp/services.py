@@ -811,9 +811,12 @@ def wake_version(*, using: str | None = None) -> int:
 
 
 def due_counts(queues: Sequence[str], limit: int, *, using: str | None = None) -> dict[str, int]:
-    """How many messages (up to ``limit`` each) are due now in ``queues``; queues with none are
-    left out. A read: takes no write lock."""
-    return _store(using).has_due(queues, now_ms(), limit)
+    """How many messages (up to ``limit`` each) are due now in ``queues``; queues with none, and
+    paused queues (their waiters would only wake to claim nothing), are left out. A read: takes no
+    write lock."""
+    st = _store(using)
+    open_queues = [q for q in queues if not policy(q, using=st.alias).paused]
+    return st.has_due(open_queues, now_ms(), limit) if open_queues else {}
 
 
 def wake_poll_interval(*, using: str | None = None) -> float:

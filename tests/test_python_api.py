@@ -178,3 +178,18 @@ def test_requeue_keeps_the_fifo_place():
     assert (row.queue, row.is_dlq, row.attempts, row.status, row.failure_reason) == ("emails", False, 0, 0, None)
     assert row.received_at == received_at
     assert forqapp.receive("emails").content == "first"
+
+
+def test_a_wait_on_a_paused_queue_sleeps_instead_of_spinning():
+    """Waiters are not woken for a paused queue's due messages (they would claim nothing, again and
+    again); they are once it is resumed."""
+    from unittest import mock
+
+    forqapp.configure_queue("napping", paused=True)
+    forqapp.send("napping", "x")
+    real_claim = services.claim
+    with mock.patch.object(services, "claim", side_effect=real_claim) as claims:
+        assert forqapp.receive("napping", wait=1.0) is None
+    assert claims.call_count <= 8  # the first try, then about one per FORQ_WAKE_FALLBACK_MS (250 ms)
+    forqapp.configure_queue("napping", paused=False)
+    assert forqapp.receive("napping", wait=2).content == "x"
