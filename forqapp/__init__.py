@@ -16,15 +16,17 @@ The Python API::
 
 from __future__ import annotations
 
-from .errors import FatalError, ForqError
+from .errors import Defer, FatalError, ForqError
 
 __all__ = [
+    "Defer",
     "FatalError",
     "ForqError",
     "ack",
     "ack_many",
     "change_visibility",
     "configure_queue",
+    "defer",
     "delete_queue",
     "extend",
     "fail",
@@ -36,13 +38,16 @@ __all__ = [
     "queue_info",
     "receive",
     "receive_many",
+    "schedule",
+    "list_schedules",
+    "unschedule",
     "send",
     "send_many",
 ]
 
 _SERVICES = {
     "send", "send_many", "receive", "receive_many", "ack", "ack_many", "nack", "nack_many", "fail", "extend",
-    "change_visibility", "peek", "configure_queue", "queue_info", "list_queues", "purge", "delete_queue",
+    "change_visibility", "peek", "defer", "configure_queue", "queue_info", "list_queues", "purge", "delete_queue",
 }
 
 
@@ -52,6 +57,10 @@ def __getattr__(name: str):
         from . import services
 
         return getattr(services, name)
+    if name in ("schedule", "unschedule", "list_schedules"):
+        from . import schedules
+
+        return getattr(schedules, name)
     if name == "consumer":
         from .consumers import consumer
 

@@ -9,10 +9,10 @@ class ForqConfig(AppConfig):
     def ready(self) -> None:
         from django.contrib.auth.signals import user_login_failed
 
-        from . import checks, login_throttle  # noqa: F401  (checks: registers the system checks)
-
         # FORQ_QUEUES is applied after every migrate of forqapp's database.
         from django.db.models.signals import post_migrate
+
+        from . import checks, login_throttle  # noqa: F401  (checks: registers the system checks)
 
         post_migrate.connect(_apply_declared_queues, sender=self, dispatch_uid="forqapp.declared_queues")
         # Failed logins count towards the login throttle, wherever they happen.
@@ -29,9 +29,11 @@ def _apply_declared_queues(sender, using: str, **kwargs) -> None:
     from .conf import forq_settings
     from .management.commands.forq_queues import apply_declared_queues
 
-    if using != forq_settings.FORQ_DATABASE or not forq_settings.FORQ_QUEUES:
+    if using != forq_settings.FORQ_DATABASE or not (forq_settings.FORQ_QUEUES or forq_settings.FORQ_SCHEDULES):
         return
+    from . import schedules
     from .schema import database_problem
 
     if database_problem(using) is None:  # not after a partial or backwards migrate of forqapp
         apply_declared_queues(using)
+        schedules.declare(using)

@@ -304,6 +304,9 @@ class ForqSettings:
     FORQ_QUEUES: Setting[dict[str, Any]] = Setting(
         {}, "`{queue: {policy}}` applied by `migrate` and `forq_queues` (E050)", check=queues, coerce=_dict,
         id="forqapp.E050")
+    FORQ_SCHEDULES: Setting[dict[str, Any]] = Setting(
+        {}, "`{name: {queue, content, cron | every, …}}` periodic messages, applied by `migrate` and "
+        "`forq_queues apply`", check=mapping, coerce=_dict)
     FORQ_LONG_POLL_SECONDS: Setting[float] = Setting(30.0, "longest wait of a consume (seconds)",
                                                      check=number(0), coerce=float)
     FORQ_MAX_CONTENT_BYTES: Setting[int] = Setting(262_144, "largest message content (bytes)", check=integer(1))

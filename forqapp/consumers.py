@@ -26,7 +26,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 
 from . import validation
 from .conf import SETTINGS
-from .errors import FatalError, ForqError
+from .errors import Defer, FatalError, ForqError
 
 DECODERS = (None, "json")
 
@@ -39,15 +39,22 @@ class Consumer:
 
     def __call__(self, message) -> Any:
         """Run the handler on a :class:`~forqapp.services.ReceivedMessage`. With ``decode="json"``
-        the handler gets a copy whose ``content`` is the parsed JSON; content that is not JSON can
-        never succeed, so it raises :class:`FatalError` (the message fails without retries)."""
-        if self.decode == "json":
-            try:
-                content = json.loads(message.content)
-            except ValueError as exc:
-                raise FatalError(f"message {message.id} is not JSON: {exc}") from exc
-            message = dataclasses.replace(message, content=content)
-        return self.handler(message)
+        the handler gets a copy whose ``content`` (and saved ``state``) is the parsed JSON, and the
+        ``state`` of a :class:`Defer` it raises is saved as JSON; content that is not JSON can never
+        succeed, so it raises :class:`FatalError` (the message fails without retries)."""
+        if self.decode != "json":
+            return self.handler(message)
+        try:
+            content = json.loads(message.content)
+            state = None if message.state is None else json.loads(message.state)
+        except ValueError as exc:
+            raise FatalError(f"message {message.id} is not JSON: {exc}") from exc
+        try:
+            return self.handler(dataclasses.replace(message, content=content, state=state))
+        except Defer as defer:  # the state the handler saved, as JSON text
+            if defer.state is not None:
+                defer.state = json.dumps(defer.state)
+            raise
 
 
 _registry: dict[str, Consumer] = {}

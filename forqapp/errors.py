@@ -22,6 +22,7 @@ REQUEST_TIMEOUT = "request_timeout"  # the body arrived too slowly (FORQ_BODY_TI
 UNHEALTHY = "forq.unhealthy"
 QUEUE_FULL = "queue.full"  # the queue holds its max_length of messages (503)
 NOT_FOUND_QUEUE = "not_found.queue"  # forqapp's own: no such queue (v2 API)
+NOT_FOUND_SCHEDULE = "not_found.schedule"  # forqapp's own: no such schedule
 INTERNAL = "internal"
 
 STATUS = {
@@ -45,6 +46,7 @@ STATUS = {
     UNHEALTHY: 503,
     QUEUE_FULL: 503,
     NOT_FOUND_QUEUE: 404,
+    NOT_FOUND_SCHEDULE: 404,
 }
 
 
@@ -62,3 +64,14 @@ class ForqError(Exception):
 
 class FatalError(Exception):
     """Raised by a consumer to fail a message at once, without retries (it goes to the DLQ)."""
+
+
+class Defer(Exception):  # noqa: N818 - an instruction to the worker, not an error
+    """Raised by a consumer to put its message back on the queue ``delay`` (seconds or timedelta)
+    from now, keeping its id and attempts, with ``state`` saved for the next delivery
+    (``message.state``; with ``decode="json"``, any JSON value). See :func:`forqapp.defer`."""
+
+    def __init__(self, delay: float = 0, state: object = None):
+        super().__init__(f"defer {delay}s")
+        self.delay = delay
+        self.state = state

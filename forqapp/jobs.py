@@ -61,6 +61,14 @@ def db_optimize(*, dry_run: bool = False, using: str | None = None) -> int:
     return services.optimize_database(dry_run=dry_run, using=using)
 
 
+def schedules(*, dry_run: bool = False, using: str | None = None) -> int:
+    """Send the messages of every schedule whose tick has come (``forqapp.schedule``). Returns how
+    many."""
+    from . import schedules as schedules_module
+
+    return schedules_module.run_due(dry_run=dry_run, using=using)
+
+
 _depth_labels: set = set()
 
 
@@ -108,6 +116,7 @@ JOBS: dict[str, Job] = {
         Job("failed-dlq", failed_dlq, 89 * 60),
         Job("db-optimize", db_optimize, 60 * 60),
         Job("queue-depth", queue_depth, 30),
+        Job("schedules", schedules, 1),
     )
 }
 

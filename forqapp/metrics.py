@@ -97,6 +97,38 @@ def cleaned_up(reason: str, n: int) -> None:
         messages_cleanup_total.labels(reason).inc(n)
 
 
+claims_throttled_total = Counter(
+    "forq_claims_throttled_total", "Claims a queue's limit held back.", ("queue_name", "reason")
+)
+messages_deferred_total = Counter(
+    "forq_messages_deferred_total", "Messages deferred with their state (forqapp.defer, Defer).", ("queue_name",)
+)
+schedule_ticks_total = Counter(
+    "forq_schedule_ticks_total", "Messages sent by schedules.", ("schedule",)
+)
+schedule_missed_total = Counter(
+    "forq_schedule_missed_total", "Schedule ticks skipped after downtime (catch_up).", ("schedule",)
+)
+
+
+def throttled(queue: str, reason: str) -> None:
+    claims_throttled_total.labels(queue, reason).inc()
+
+
+def deferred(queue: str) -> None:
+    messages_deferred_total.labels(queue).inc()
+
+
+def schedule_ticked(name: str, n: int = 1) -> None:
+    if n:
+        schedule_ticks_total.labels(name).inc(n)
+
+
+def schedule_missed(name: str, n: int) -> None:
+    if n:
+        schedule_missed_total.labels(name).inc(n)
+
+
 def deduplicated(queue: str, n: int = 1) -> None:
     if n:
         sends_deduplicated_total.labels(queue).inc(n)

@@ -67,6 +67,8 @@ class Message(models.Model):
     # Strictly increasing per queue, assigned at send, kept through DLQ moves and requeues.
     sequence = models.BigIntegerField(default=0)
     first_received_at = models.BigIntegerField(null=True, blank=True)  # the first claim (Unix ms)
+    # A deferred message's saved progress (``forqapp.defer(message, state=…)``), given to its next delivery.
+    state = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = no state saved
 
     objects = MessageQuerySet.as_manager()
 
@@ -144,6 +146,12 @@ class Queue(models.Model):
                                 choices=[("fifo", "FIFO"), ("lifo", "LIFO")])
     dedup_window_ms = models.BigIntegerField(null=True, blank=True)
     paused = models.BooleanField(default=False)
+    # Flow control: at most this many messages in processing at once (NULL: no limit) …
+    max_in_flight = models.IntegerField(null=True, blank=True)
+    # … and at most this rate of claims: "10/s", "600/m", "100/h", "1000/d" (NULL: no limit).
+    rate = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001 - NULL = no limit
+    # The rate limit's state: the earliest time (Unix µs) the next claim may happen.
+    rate_next_at_us = models.BigIntegerField(default=0, db_default=0)
     # SQLite's per-queue sequence counter (PostgreSQL draws from one database sequence instead).
     last_sequence = models.BigIntegerField(default=0)
     created_at = models.BigIntegerField()
@@ -152,6 +160,35 @@ class Queue(models.Model):
     class Meta:
         db_table = "forq_queues"
         ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Schedule(models.Model):
+    """A periodic message: every tick of ``cron`` (or every ``every_ms``) enqueues ``content`` on
+    ``queue`` exactly once (the tick is the dedup key). ``catch_up`` says what happens to ticks
+    missed while nothing ran: ``skip`` them, send ``one``, or send ``all``."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    queue = models.CharField(max_length=128)
+    content = models.TextField()
+    cron = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - NULL = every_ms
+    every_ms = models.BigIntegerField(null=True, blank=True)
+    catch_up = models.CharField(max_length=4, default="one",
+                                choices=[("skip", "skip"), ("one", "one"), ("all", "all")])
+    priority = models.IntegerField(default=0)
+    attributes = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = no attributes
+    paused = models.BooleanField(default=False)
+    next_run_at = models.BigIntegerField()  # Unix ms of the next tick
+    last_run_at = models.BigIntegerField(null=True, blank=True)  # Unix ms of the last tick sent
+    created_at = models.BigIntegerField()
+    updated_at = models.BigIntegerField()
+
+    class Meta:
+        db_table = "forq_schedules"
+        ordering = ["name"]
+        indexes = [models.Index(fields=["next_run_at"], name="idx_schedules_next_run")]
 
     def __str__(self) -> str:
         return self.name

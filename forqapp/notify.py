@@ -144,6 +144,7 @@ class Notifier:
     def _run(self) -> None:
         last_version = None
         last_check = 0.0
+        recheck_at: int | None = None
         while True:
             try:
                 with self._cond:
@@ -154,11 +155,13 @@ class Notifier:
                 version = services.wake_version(using=self.alias)
                 now = time.monotonic()
                 fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
-                if kicked or version != last_version or now - last_check >= fallback:
+                slot_came = recheck_at is not None and services.now_ms() >= recheck_at
+                if kicked or version != last_version or now - last_check >= fallback or slot_came:
                     last_version, last_check = version, now
-                    due = services.due_counts(list(wanted), max(wanted.values()), using=self.alias)
-                    if due:
-                        self._wake(due)
+                    due = services.due(list(wanted), max(wanted.values()), using=self.alias)
+                    recheck_at = due.recheck_at  # a rate-limited queue's next slot: look again then
+                    if due.counts:
+                        self._wake(due.counts)
                 with self._cond:
                     if not self._kicked and self._waiters:
                         self._cond.wait(services.wake_poll_interval(using=self.alias))

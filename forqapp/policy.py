@@ -12,6 +12,7 @@ from typing import Any
 
 from .conf import forq_settings
 from .store import QueueRow
+from .validation import rate_interval_us
 
 #: How long a process keeps a queue's policy before reading it again: a change made by another
 #: process (the admin, the v2 API, ``configure_queue``) takes effect everywhere within this.
@@ -32,8 +33,16 @@ class Policy:
     max_length: int | None
     ordering: str
     dedup_window_ms: int
+    max_in_flight: int | None
+    rate: str | None
+    rate_interval_us: int | None  # the spacing of claims the rate gives
     paused: bool
     overrides: dict[str, Any] = field(default_factory=dict)  # the fields the queue sets itself
+
+    @property
+    def limited(self) -> bool:
+        """Whether claims must respect a concurrency or rate limit."""
+        return self.max_in_flight is not None or self.rate_interval_us is not None
 
     def public(self) -> dict[str, Any]:
         """The policy as the Python and v2 APIs show it (durations in seconds)."""
@@ -46,6 +55,8 @@ class Policy:
             "max_length": self.max_length,
             "ordering": self.ordering,
             "dedup_window": self.dedup_window_ms / 1000,
+            "max_in_flight": self.max_in_flight,
+            "rate": self.rate,
             "paused": self.paused,
         }
 
@@ -69,7 +80,7 @@ def backoff_table(backoff: Any) -> tuple[tuple[int, ...], float]:
 PUBLIC_NAMES = {  # stored column → the policy field's name in the APIs
     "max_attempts": "max_attempts", "backoff": "backoff", "visibility_timeout_ms": "visibility_timeout",
     "retention_ms": "retention", "dlq_retention_ms": "dlq_retention", "max_length": "max_length",
-    "ordering": "ordering", "dedup_window_ms": "dedup_window",
+    "ordering": "ordering", "dedup_window_ms": "dedup_window", "max_in_flight": "max_in_flight", "rate": "rate",
 }
 
 
@@ -107,6 +118,9 @@ def resolve(row: QueueRow | None) -> Policy:
         max_length=row.max_length if row else None,
         ordering=pick(row and row.ordering, "fifo"),
         dedup_window_ms=pick(row and row.dedup_window_ms, round(s.FORQ_DEDUP_WINDOW_S * 1000)),
+        max_in_flight=row.max_in_flight if row else None,
+        rate=row.rate if row else None,
+        rate_interval_us=rate_interval_us(row.rate) if row and row.rate else None,
         paused=bool(row and row.paused),
         overrides=overrides,
     )

@@ -55,12 +55,13 @@ class ReceivedMessage:
     received_at: int = 0
     first_received_at: int | None = None
     lease_expires_at: int | None = None
+    state: str | None = None  # saved by forqapp.defer(message, state=…)
 
     @classmethod
     def from_row(cls, row: Delivery) -> ReceivedMessage:
         return cls(row.id, row.queue, row.content, row.attempts, row.receipt, row.priority,
                    json.loads(row.attributes) if row.attributes else {}, row.dedup_id, row.sequence,
-                   row.received_at, row.first_received_at, row.lease_expires_at)
+                   row.received_at, row.first_received_at, row.lease_expires_at, row.state)
 
     def json(self) -> Any:
         """``content`` parsed as JSON."""
@@ -260,7 +261,10 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
     visibility = pol.visibility_timeout_ms if visibility_timeout is None else \
         validation.duration_ms(visibility_timeout, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
     claimed = st.claim(queue, now_ms(), limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
-                       dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering)
+                       dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering,
+                       max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us)
+    if claimed.throttled:
+        metrics.throttled(queue, claimed.throttled)
     metrics.redriven(queue, claimed.redriven)
     if claimed.deliveries:
         metrics.consumed(queue, len(claimed.deliveries))
@@ -475,6 +479,24 @@ def change_visibility(message: ReceivedMessage | Iterable[ReceivedMessage], seco
         return 1
     return sum(settle_many("change_visibility", queue, pairs, seconds=seconds, using=using).count(True)
                for queue, pairs in _by_queue(message, ()).items())
+
+
+def defer(message: ReceivedMessage, delay: Any = 0, *, state: str | None = None, using: str | None = None) -> None:
+    """Put a delivered message back on its queue ``delay`` (seconds or timedelta) from now, keeping
+    its id and attempts, with ``state`` (text; None keeps what was saved) given to its next delivery
+    as ``message.state``: a long job saves its progress and lets others have a turn. Fenced by the
+    receipt, like ack (``not_found.message`` when the delivery is no longer current)."""
+    queue, message_id = validation.queue_name(message.queue), validation.message_id(message.id)
+    delay_ms = validation.duration_ms(delay, "delay", 0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
+    if state is not None and not isinstance(state, str):
+        raise ForqError(errors.BODY_INVALID, "state must be a string (JSON-encode other values)")
+    st = _store(using)
+    if state is not None:  # the same rules as content: valid text, at most FORQ_MAX_CONTENT_BYTES
+        _refuse_nul(st, [validation.content(state)])
+    _settled(st.defer(queue, message_id, _receipt(message), now_ms(), delay_ms, state))
+    metrics.deferred(queue)
+    if delay_ms == 0:
+        _kick(st.alias)
 
 
 def extend(message: ReceivedMessage, *, using: str | None = None) -> bool:
@@ -810,13 +832,45 @@ def wake_version(*, using: str | None = None) -> int:
     return _store(using).data_version()
 
 
-def due_counts(queues: Sequence[str], limit: int, *, using: str | None = None) -> dict[str, int]:
-    """How many messages (up to ``limit`` each) are due now in ``queues``; queues with none, and
-    paused queues (their waiters would only wake to claim nothing), are left out. A read: takes no
-    write lock."""
+@dataclass
+class Due:
+    """What waiters may claim now: messages due per queue (up to a limit; queues with none left
+    out), and the earliest time (Unix ms) a rate-limited queue's next slot comes, if any."""
+
+    counts: dict[str, int]
+    recheck_at: int | None = None
+
+
+def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
+    """How many messages waiters could claim now in ``queues``: a read, no write lock. Paused
+    queues count none, and a limited queue no more than its free slots (none before its next rate
+    slot, whose time comes back in :attr:`Due.recheck_at`), so waiters never wake to claim nothing."""
     st = _store(using)
-    open_queues = [q for q in queues if not policy(q, using=st.alias).paused]
-    return st.has_due(open_queues, now_ms(), limit) if open_queues else {}
+    now = now_ms()
+    policies = {q: policy(q, using=st.alias) for q in queues}
+    open_queues = [q for q, p in policies.items() if not p.paused]
+    counts = st.has_due(open_queues, now, limit) if open_queues else {}
+    recheck_at = None
+    for queue in [q for q in counts if policies[q].limited]:
+        pol = policies[queue]
+        state = st.throttle_state(queue, now)
+        free = counts[queue]
+        if pol.max_in_flight is not None:
+            free = min(free, pol.max_in_flight - state.in_flight)
+        if pol.rate_interval_us is not None and state.rate_next_at_us > now * 1000:
+            slot = -(-state.rate_next_at_us // 1000)
+            recheck_at = slot if recheck_at is None else min(recheck_at, slot)
+            free = 0
+        if free > 0:
+            counts[queue] = free
+        else:
+            del counts[queue]
+    return Due(counts, recheck_at)
+
+
+def due_counts(queues: Sequence[str], limit: int, *, using: str | None = None) -> dict[str, int]:
+    """:func:`due`'s counts alone."""
+    return due(queues, limit, using=using).counts
 
 
 def wake_poll_interval(*, using: str | None = None) -> float:

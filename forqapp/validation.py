@@ -319,6 +319,41 @@ def max_length(value: object) -> int:
     return value
 
 
+def max_in_flight(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+        raise _invalid("max_in_flight must be an integer from 1 to 1000000")
+    return value
+
+
+_RATE = re.compile(r"([1-9][0-9]{0,8})/([0-9]*\.?[0-9]*)(s|m|h|d)")
+_RATE_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def rate(value: object) -> str:
+    """A rate limit: ``"N/s"``, ``"N/m"``, ``"N/h"``, ``"N/d"`` (or ``"N/2.5s"``), or a minimum
+    interval between claims (seconds or timedelta, stored as ``"1/<seconds>s"``)."""
+    if isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
+        return f"1/{duration_ms(value, 'rate', 0.001, DAY_S) / 1000:g}s"
+    if isinstance(value, str) and (match := _RATE.fullmatch(value.strip())):
+        count, amount, unit = match.groups()
+        try:
+            period = float(amount or 1) * _RATE_UNIT_S[unit]
+        except ValueError:
+            period = 0
+        if 0.001 <= period <= DAY_S * 366 and int(count) / period <= 1_000_000:
+            return value.strip()
+    raise _invalid('rate must be like "10/s", "600/m", "100/h", "1/2.5s", or a minimum interval in seconds')
+
+
+def rate_interval_us(value: str) -> int:
+    """The spacing of claims (µs) of a stored rate."""
+    match = _RATE.fullmatch(value)
+    if match is None:  # stored by an older or hand-edited row: refuse loudly rather than unlimit
+        raise ValueError(f"bad stored rate {value!r}")
+    count, amount, unit = match.groups()
+    return max(1, round(float(amount or 1) * _RATE_UNIT_S[unit] * 1_000_000 / int(count)))
+
+
 def paused(value: object) -> bool:
     if not isinstance(value, bool):
         raise _invalid("paused must be true or false")
@@ -336,6 +371,8 @@ POLICY_FIELDS = {
     "max_length": ("max_length", max_length),
     "ordering": ("ordering", ordering),
     "dedup_window": ("dedup_window_ms", lambda v: duration_ms(v, "dedup_window", 0.001, 12 * 3600)),
+    "max_in_flight": ("max_in_flight", max_in_flight),
+    "rate": ("rate", rate),
     "paused": ("paused", paused),
 }
 

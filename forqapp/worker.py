@@ -32,11 +32,11 @@ from django.db import DatabaseError, close_old_connections, connections, reset_q
 from . import metrics, process, services, waiting
 from .conf import forq_settings
 from .consumers import Consumer
-from .errors import FatalError, ForqError
+from .errors import Defer, FatalError, ForqError
 
 logger = logging.getLogger(__name__)
 
-ACK, NACK, FAIL = "ack", "nack", "fail"
+ACK, NACK, FAIL, DEFER = "ack", "nack", "fail", "defer"
 REPORT_EVERY_S = 10.0
 IDLE_WAIT_S = 1.0  # longest sleep on the notifier with nothing in flight
 BUSY_WAIT_S = 0.01  # sleep between result checks while handlers run and the queues are empty
@@ -231,7 +231,11 @@ class Worker:
                 continue
             try:
                 # The consumer's error goes with the message (last_error), into the DLQ and the admin.
-                if outcome == FAIL:
+                if outcome == DEFER:
+                    assert isinstance(error, Defer)  # noqa: S101 - _handle pairs DEFER with its Defer
+                    services.defer(held.message, error.delay, state=error.state,  # type: ignore[arg-type]
+                                   using=self.using)
+                elif outcome == FAIL:
                     services.fail(held.message, error, using=self.using)
                 else:
                     services.nack(held.message, error, using=self.using)
@@ -334,6 +338,8 @@ class Worker:
         try:
             held.consumer(message)
             outcome = ACK
+        except Defer as exc:
+            outcome, error = DEFER, exc
         except FatalError as exc:
             logger.warning("forq_worker: %s on %s failed for good: %s", message.id, message.queue, exc)
             outcome, error = FAIL, exc

@@ -22,10 +22,12 @@ from .base import (
     QueueCounts,
     QueueDepth,
     QueueRow,
+    ScheduleRow,
     SnapshotBounds,
     SnapshotRow,
     StagedMessage,
     Store,
+    ThrottleState,
 )
 
 __all__ = [
@@ -38,10 +40,12 @@ __all__ = [
     "QueueCounts",
     "QueueDepth",
     "QueueRow",
+    "ScheduleRow",
     "SnapshotBounds",
     "SnapshotRow",
     "StagedMessage",
     "Store",
+    "ThrottleState",
     "for_alias",
     "store_class",
 ]

@@ -63,6 +63,7 @@ class Delivery(NamedTuple):
     received_at: int = 0
     first_received_at: int | None = None
     lease_expires_at: int | None = None
+    state: str | None = None
 
 
 class QueueRow(NamedTuple):
@@ -77,14 +78,17 @@ class QueueRow(NamedTuple):
     max_length: int | None
     ordering: str | None
     dedup_window_ms: int | None
+    max_in_flight: int | None
+    rate: str | None
     paused: bool
     last_sequence: int
     created_at: int
     updated_at: int
+    rate_next_at_us: int
 
 
-#: The policy columns of ``forq_queues`` (what :meth:`Store.queue_put` sets).
-POLICY_COLUMNS: tuple[str, ...] = QueueRow._fields[1:10]
+#: The policy columns of ``forq_queues`` (what :meth:`Store.queue_put` sets, with ``paused``).
+POLICY_COLUMNS: tuple[str, ...] = QueueRow._fields[1:12]
 
 
 class QueueCounts(NamedTuple):
@@ -99,10 +103,39 @@ class QueueCounts(NamedTuple):
 
 
 class Claim(NamedTuple):
-    """What a claim did: the deliveries, and how many used-up messages it moved to the DLQ instead."""
+    """What a claim did: the deliveries, and how many used-up messages it moved to the DLQ instead;
+    when a limit of the queue held it back, which (``"concurrency"`` or ``"rate"``) and, for the
+    rate, when the next claim may happen (Unix ms)."""
 
     deliveries: list[Delivery]
     redriven: int
+    throttled: str | None = None
+    retry_at: int | None = None
+
+
+class ThrottleState(NamedTuple):
+    """A limited queue's state: its live leases, and when its next claim may happen (Unix µs)."""
+
+    in_flight: int
+    rate_next_at_us: int
+
+
+class ScheduleRow(NamedTuple):
+    """A periodic message (``forq_schedules``)."""
+
+    name: str
+    queue: str
+    content: str
+    cron: str | None
+    every_ms: int | None
+    catch_up: str
+    priority: int
+    attributes: str | None
+    paused: bool
+    next_run_at: int
+    last_run_at: int | None
+    created_at: int
+    updated_at: int
 
 
 class StagedMessage(NamedTuple):
@@ -247,7 +280,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
-              dlq_ttl_ms: int, order: str = "fifo") -> Claim:
+              dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
+              rate_interval_us: int | None = None) -> Claim:
         """Take up to ``limit`` due messages of ``queue`` — ready ones due by ``now`` and deliveries
         whose lease has ended — by priority (highest first), then sequence (``order`` ``"fifo"``:
         oldest first; ``"lifo"``: newest first, within the highest priority that has a due message;
@@ -255,7 +289,22 @@ class Store(abc.ABC):
         attempt more, a new receipt, leased until ``now + visibility_ms``. A message whose attempts
         are used up (``max_attempts`` > 0) is moved to its DLQ (reason ``max_attempts_reached``,
         expiring after ``dlq_ttl_ms``) instead, and counted in :attr:`Claim.redriven`. Concurrent
-        claims never take the same row. Deliveries come sorted in the claim's order."""
+        claims never take the same row. Deliveries come sorted in the claim's order.
+
+        With ``max_in_flight`` and/or ``rate_interval_us`` (the queue's limits), the claim runs in one
+        transaction that holds the queue's row: it takes no more than leave ``max_in_flight`` live
+        leases (an expired lease frees its slot), and only when the queue's next rate slot has come
+        (each message claimed moves it ``rate_interval_us`` on) — exact across processes and hosts.
+        Held back, it returns the reason in :attr:`Claim.throttled`."""
+
+    @abc.abstractmethod
+    def throttle_state(self, queue: str, now: int) -> ThrottleState:
+        """A limited queue's live leases and next rate slot (a read)."""
+
+    @abc.abstractmethod
+    def defer(self, queue: str, message_id: str, receipt: int, now: int, delay_ms: int, state: str | None) -> bool:
+        """Put a delivered message back to ready ``delay_ms`` from now, keeping its id and attempts;
+        ``state`` (when not None) replaces its saved state. False when the delivery is not current."""
 
     @abc.abstractmethod
     def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
@@ -299,6 +348,36 @@ class Store(abc.ABC):
         """End the leases of [(id, receipt)] ``visibility_ms`` from now (0: at once, so the next
         claim takes the message; the attempt stays counted). The receipt stays the same, and keeps
         working until the message is claimed again. One bool per delivery: was it current?"""
+
+    # -- queues ------------------------------------------------------------------------------
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def schedule_put(self, row: ScheduleRow) -> None:
+        """Create or replace a schedule."""
+
+    @abc.abstractmethod
+    def schedule_get(self, name: str) -> ScheduleRow | None:
+        """One schedule, or None."""
+
+    @abc.abstractmethod
+    def schedule_list(self) -> list[ScheduleRow]:
+        """Every schedule, by name."""
+
+    @abc.abstractmethod
+    def schedule_delete(self, name: str) -> bool:
+        """Delete a schedule; False when there was none."""
+
+    @abc.abstractmethod
+    def schedules_due(self, now: int, limit: int) -> list[ScheduleRow]:
+        """Schedules not paused whose next tick is at or before ``now``, earliest first."""
+
+    @abc.abstractmethod
+    def schedule_advance(self, name: str, expected_next: int, next_run_at: int, last_run_at: int | None,
+                         now: int) -> bool:
+        """Move a schedule's next tick from ``expected_next`` to ``next_run_at`` (compare and set:
+        False when another scheduler moved it first). Call in the transaction that sends the tick."""
 
     # -- queues ------------------------------------------------------------------------------
 

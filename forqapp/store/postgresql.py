@@ -46,11 +46,13 @@ from .base import (
     QueueCounts,
     QueueDepth,
     QueueRow,
+    ScheduleRow,
     SnapshotBounds,
     SnapshotRow,
     Staged,
     StagedMessage,
     Store,
+    ThrottleState,
 )
 
 READY, PROCESSING, FAILED = int(Status.READY), int(Status.PROCESSING), int(Status.FAILED)
@@ -160,14 +162,37 @@ WITH picked AS ({pick})
 UPDATE messages AS m {CLAIM_SET}
 FROM picked WHERE m.id = picked.id
 RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.priority, m.attributes,
-          m.dedup_id, m.sequence, m.received_at, m.first_received_at, m.process_after, m.is_dlq"""
+          m.dedup_id, m.sequence, m.received_at, m.first_received_at, m.process_after, m.state, m.is_dlq"""
          for order, pick in PICK.items()}
 
 PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attributes, dedup_id, sequence,
-                   received_at, first_received_at, CASE WHEN status = {PROCESSING} THEN process_after END"""
+                   received_at, first_received_at, CASE WHEN status = {PROCESSING} THEN process_after END, state"""
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick.replace(' FOR UPDATE SKIP LOCKED', '')})"
         for order, pick in PICK.items()}
 PEEK_ID = f"SELECT {PEEK_COLUMNS} FROM messages WHERE id = %(id)s AND queue = %(queue)s"
+
+# Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
+# claims of a limited queue count and take one after the other, on every host.
+LOCK_RATE = "SELECT rate_next_at_us FROM forq_queues WHERE name = %s FOR UPDATE"
+RATE_NEXT = "SELECT rate_next_at_us FROM forq_queues WHERE name = %s"
+
+IN_FLIGHT = f"""
+SELECT COUNT(*) FROM messages WHERE queue = %s AND status = {PROCESSING} AND process_after > %s"""
+
+RATE_TAKE = """
+UPDATE forq_queues SET rate_next_at_us = GREATEST(rate_next_at_us, %(now_us)s) + %(n)s * %(interval)s
+WHERE name = %(queue)s"""
+
+# Back to ready later, same id and attempts, its progress saved (NULL state keeps the saved one).
+DEFER = f"""
+WITH d AS (
+    UPDATE messages
+    SET status = {READY}, process_after = %(now)s + %(delay)s, processing_started_at = NULL,
+        updated_at = GREATEST(%(now)s::bigint, updated_at), state = COALESCE(%(state)s::text, state)
+    WHERE id = %(id)s AND queue = %(queue)s AND status = {PROCESSING} AND processing_started_at = %(receipt)s
+    RETURNING queue
+)
+SELECT pg_notify('{CHANNEL}', queue) FROM d"""
 
 ACK = f"""
 DELETE FROM messages WHERE id = %s AND queue = %s AND status = {PROCESSING} AND processing_started_at = %s"""
@@ -401,22 +426,46 @@ SNAPSHOT_BOUNDS = "SELECT COUNT(*), MIN(id), MAX(id) FROM messages WHERE queue =
 # --- queues -----------------------------------------------------------------------------------
 
 QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
-                         max_length, ordering, dedup_window_ms, paused, last_sequence, created_at, updated_at
+                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused, last_sequence,
+                         created_at, updated_at, rate_next_at_us
                   FROM forq_queues"""
 QUEUE_GET = QUEUE_SELECT + " WHERE name = %s"
 QUEUE_LIST = QUEUE_SELECT + " ORDER BY name"
 
 QUEUE_PUT = """
 INSERT INTO forq_queues (name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
-                         max_length, ordering, dedup_window_ms, paused, last_sequence, created_at, updated_at)
+                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused, last_sequence,
+                         created_at, updated_at)
 VALUES (%(name)s, %(max_attempts)s, %(backoff)s, %(visibility_timeout_ms)s, %(retention_ms)s, %(dlq_retention_ms)s,
-        %(max_length)s, %(ordering)s, %(dedup_window_ms)s, %(paused)s, 0, %(now)s, %(now)s)
+        %(max_length)s, %(ordering)s, %(dedup_window_ms)s, %(max_in_flight)s, %(rate)s, %(paused)s, 0,
+        %(now)s, %(now)s)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = excluded.max_attempts, backoff = excluded.backoff,
     visibility_timeout_ms = excluded.visibility_timeout_ms, retention_ms = excluded.retention_ms,
     dlq_retention_ms = excluded.dlq_retention_ms, max_length = excluded.max_length,
-    ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms, paused = excluded.paused,
+    ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms,
+    max_in_flight = excluded.max_in_flight, rate = excluded.rate, paused = excluded.paused,
     updated_at = excluded.updated_at"""
+
+# --- schedules --------------------------------------------------------------------------------
+
+SCHEDULE_COLUMNS = """name, queue, content, cron, every_ms, catch_up, priority, attributes, paused, next_run_at,
+                      last_run_at, created_at, updated_at"""
+SCHEDULE_PUT = f"""
+INSERT INTO forq_schedules ({SCHEDULE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (name) DO UPDATE SET
+    queue = excluded.queue, content = excluded.content, cron = excluded.cron, every_ms = excluded.every_ms,
+    catch_up = excluded.catch_up, priority = excluded.priority, attributes = excluded.attributes,
+    paused = excluded.paused, next_run_at = excluded.next_run_at, last_run_at = excluded.last_run_at,
+    updated_at = excluded.updated_at"""
+SCHEDULE_GET = f"SELECT {SCHEDULE_COLUMNS} FROM forq_schedules WHERE name = %s"
+SCHEDULE_LIST = f"SELECT {SCHEDULE_COLUMNS} FROM forq_schedules ORDER BY name"
+SCHEDULE_DELETE = "DELETE FROM forq_schedules WHERE name = %s"
+SCHEDULES_DUE = f"""
+SELECT {SCHEDULE_COLUMNS} FROM forq_schedules WHERE next_run_at <= %s AND NOT paused ORDER BY next_run_at LIMIT %s"""
+SCHEDULE_ADVANCE = """
+UPDATE forq_schedules SET next_run_at = %(next)s, last_run_at = COALESCE(%(last)s, last_run_at), updated_at = %(now)s
+WHERE name = %(name)s AND next_run_at = %(expected)s"""
 
 QUEUE_DELETE = "DELETE FROM forq_queues WHERE name = %s"
 DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (%s, %s)"
@@ -576,7 +625,40 @@ class PostgreSQLStore(Store):
     # -- consume -----------------------------------------------------------------------------
 
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
-              dlq_ttl_ms: int, order: str = "fifo") -> Claim:
+              dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
+              rate_interval_us: int | None = None) -> Claim:
+        if max_in_flight is None and rate_interval_us is None:
+            return self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+        with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
+            rows = self._fetchall(LOCK_RATE, (queue,))
+            if max_in_flight is not None:
+                in_flight = int(self._fetchall(IN_FLIGHT, (queue, now))[0][0])
+                limit = min(limit, max_in_flight - in_flight)
+                if limit <= 0:
+                    return Claim([], 0, "concurrency")
+            if rate_interval_us is not None:
+                next_us = int(rows[0][0]) if rows else 0
+                if next_us > now * 1000:
+                    return Claim([], 0, "rate", -(-next_us // 1000))
+                limit = 1  # claims are spaced evenly: one per slot
+            claimed = self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+            if rate_interval_us is not None and claimed.deliveries:
+                self._rowcount(RATE_TAKE, {"now_us": now * 1000, "n": len(claimed.deliveries),
+                                           "interval": rate_interval_us, "queue": queue})
+            return claimed
+
+    def throttle_state(self, queue: str, now: int) -> ThrottleState:
+        in_flight = int(self._fetchall(IN_FLIGHT, (queue, now))[0][0])
+        rows = self._fetchall(RATE_NEXT, (queue,))
+        return ThrottleState(in_flight, int(rows[0][0]) if rows else 0)
+
+    def defer(self, queue: str, message_id: str, receipt: int, now: int, delay_ms: int, state: str | None) -> bool:
+        rows = self._fetchall(DEFER, {"now": now, "delay": delay_ms, "state": state, "id": message_id,
+                                      "queue": queue, "receipt": receipt})
+        return len(rows) == 1
+
+    def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
+               order: str) -> Claim:
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
                   "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG}
         sql = CLAIM[order]
@@ -584,9 +666,9 @@ class PostgreSQLStore(Store):
         redriven = 0
         for _ in range(MAX_REDRIVE_ROUNDS):
             rows = self._fetchall(sql, params)
-            live = [r for r in rows if not r[12]]
+            live = [r for r in rows if not r[13]]
             redriven += len(rows) - len(live)
-            deliveries += [Delivery._make(r[:12]) for r in live]
+            deliveries += [Delivery._make(r[:13]) for r in live]
             if len(live) == len(rows) or len(deliveries) >= limit:
                 break
             params["limit"] = limit - len(deliveries)
@@ -649,6 +731,29 @@ class PostgreSQLStore(Store):
             "receipts": [int(d[1]) for d in deliveries],
         })}
         return [d[0] in changed for d in deliveries]
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def schedule_put(self, row: ScheduleRow) -> None:
+        self._rowcount(SCHEDULE_PUT, tuple(row))
+
+    def schedule_get(self, name: str) -> ScheduleRow | None:
+        rows = self._fetchall(SCHEDULE_GET, (name,))
+        return ScheduleRow._make(rows[0]) if rows else None
+
+    def schedule_list(self) -> list[ScheduleRow]:
+        return [ScheduleRow._make(r) for r in self._fetchall(SCHEDULE_LIST)]
+
+    def schedule_delete(self, name: str) -> bool:
+        return self._rowcount(SCHEDULE_DELETE, (name,)) > 0
+
+    def schedules_due(self, now: int, limit: int) -> list[ScheduleRow]:
+        return [ScheduleRow._make(r) for r in self._fetchall(SCHEDULES_DUE, (now, limit))]
+
+    def schedule_advance(self, name: str, expected_next: int, next_run_at: int, last_run_at: int | None,
+                         now: int) -> bool:
+        return self._rowcount(SCHEDULE_ADVANCE, {"next": next_run_at, "last": last_run_at, "now": now,
+                                                 "name": name, "expected": expected_next}) == 1
 
     # -- queues ------------------------------------------------------------------------------
 

@@ -36,11 +36,13 @@ from .base import (
     QueueCounts,
     QueueDepth,
     QueueRow,
+    ScheduleRow,
     SnapshotBounds,
     SnapshotRow,
     Staged,
     StagedMessage,
     Store,
+    ThrottleState,
 )
 
 READY, PROCESSING, FAILED = int(Status.READY), int(Status.PROCESSING), int(Status.FAILED)
@@ -127,7 +129,7 @@ DUE = f"queue = :queue AND status IN ({READY}, {PROCESSING}) AND process_after <
 
 CLAIM_RETURNING = """
 RETURNING id, queue, content, attempts, processing_started_at, priority, attributes, dedup_id, sequence,
-          received_at, first_received_at, process_after, is_dlq"""
+          received_at, first_received_at, process_after, state, is_dlq"""
 
 PICK = {
     "fifo": f"""SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {DUE}
@@ -148,7 +150,7 @@ CLAIM = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURN
 CLAIM_ONE = f"UPDATE messages {CLAIM_SET} WHERE id = ({PICK['fifo']}) {CLAIM_RETURNING}"
 
 PEEK_COLUMNS = """id, queue, content, attempts, NULL, priority, attributes, dedup_id, sequence, received_at,
-                  first_received_at, CASE WHEN status = 1 THEN process_after END"""
+                  first_received_at, CASE WHEN status = 1 THEN process_after END, state"""
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})" for order, pick in PICK.items()}
 PEEK_ID = f"SELECT {PEEK_COLUMNS} FROM messages WHERE id = :id AND queue = :queue"
 
@@ -181,6 +183,23 @@ UPDATE messages
 SET status = {READY}, attempts = attempts - 1, processing_started_at = NULL, process_after = ?,
     updated_at = MAX(?, updated_at)
 WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at = ?"""
+
+# Flow control (queues with limits): live leases, and the rate limit's next slot on the queue's row.
+IN_FLIGHT = f"""
+SELECT COUNT(*) FROM messages INDEXED BY idx_for_requeueing
+WHERE queue = ? AND status = {PROCESSING} AND process_after > ?"""
+
+RATE_NEXT = "SELECT rate_next_at_us FROM forq_queues WHERE name = ?"
+
+RATE_TAKE = """
+UPDATE forq_queues SET rate_next_at_us = MAX(rate_next_at_us, :now_us) + :n * :interval WHERE name = :queue"""
+
+# Back to ready later, same id and attempts, its progress saved (NULL :state keeps the saved one).
+DEFER = f"""
+UPDATE messages
+SET status = {READY}, process_after = :now + :delay, processing_started_at = NULL,
+    updated_at = MAX(:now, updated_at), state = COALESCE(:state, state)
+WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_started_at = :receipt"""
 
 # A lease ends ``visibility`` ms from now (0: at once, so the next claim takes it); the receipt
 # stays the same until the message is claimed again.
@@ -321,22 +340,46 @@ WHERE queue = ? AND is_dlq = ?"""
 # --- queues -----------------------------------------------------------------------------------
 
 QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
-                         max_length, ordering, dedup_window_ms, paused, last_sequence, created_at, updated_at
+                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused, last_sequence,
+                         created_at, updated_at, rate_next_at_us
                   FROM forq_queues"""
 QUEUE_GET = QUEUE_SELECT + " WHERE name = ?"
 QUEUE_LIST = QUEUE_SELECT + " WHERE name != '' ORDER BY name"
 
 QUEUE_PUT = f"""
 INSERT INTO forq_queues (name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
-                         max_length, ordering, dedup_window_ms, paused, last_sequence, created_at, updated_at)
+                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused, last_sequence,
+                         created_at, updated_at)
 VALUES (:name, :max_attempts, :backoff, :visibility_timeout_ms, :retention_ms, :dlq_retention_ms,
-        :max_length, :ordering, :dedup_window_ms, :paused, {COUNTER_FLOOR}, :now, :now)
+        :max_length, :ordering, :dedup_window_ms, :max_in_flight, :rate, :paused, {COUNTER_FLOOR}, :now, :now)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = excluded.max_attempts, backoff = excluded.backoff,
     visibility_timeout_ms = excluded.visibility_timeout_ms, retention_ms = excluded.retention_ms,
     dlq_retention_ms = excluded.dlq_retention_ms, max_length = excluded.max_length,
-    ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms, paused = excluded.paused,
+    ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms,
+    max_in_flight = excluded.max_in_flight, rate = excluded.rate, paused = excluded.paused,
     updated_at = excluded.updated_at"""
+
+# --- schedules --------------------------------------------------------------------------------
+
+SCHEDULE_COLUMNS = """name, queue, content, cron, every_ms, catch_up, priority, attributes, paused, next_run_at,
+                      last_run_at, created_at, updated_at"""
+SCHEDULE_PUT = f"""
+INSERT INTO forq_schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET
+    queue = excluded.queue, content = excluded.content, cron = excluded.cron, every_ms = excluded.every_ms,
+    catch_up = excluded.catch_up, priority = excluded.priority, attributes = excluded.attributes,
+    paused = excluded.paused, next_run_at = excluded.next_run_at, last_run_at = excluded.last_run_at,
+    updated_at = excluded.updated_at"""
+SCHEDULE_GET = f"SELECT {SCHEDULE_COLUMNS} FROM forq_schedules WHERE name = ?"
+SCHEDULE_LIST = f"SELECT {SCHEDULE_COLUMNS} FROM forq_schedules ORDER BY name"
+SCHEDULE_DELETE = "DELETE FROM forq_schedules WHERE name = ?"
+SCHEDULES_DUE = f"""
+SELECT {SCHEDULE_COLUMNS} FROM forq_schedules INDEXED BY idx_schedules_next_run
+WHERE next_run_at <= ? AND NOT paused ORDER BY next_run_at LIMIT ?"""
+SCHEDULE_ADVANCE = """
+UPDATE forq_schedules SET next_run_at = :next, last_run_at = COALESCE(:last, last_run_at), updated_at = :now
+WHERE name = :name AND next_run_at = :expected"""
 
 # A deleted queue's counter raises the floor every new queue's counter starts from, so a queue
 # created again under the same name never reuses a number.
@@ -404,7 +447,11 @@ LEASE_RELEASE = "DELETE FROM forq_leases WHERE name = ? AND holder = ?"
 
 
 def _queue_row(row: Sequence[Any]) -> QueueRow:
-    return QueueRow._make((*row[:9], bool(row[9]), *row[10:]))
+    return QueueRow._make((*row[:11], bool(row[11]), *row[12:]))
+
+
+def _schedule_row(row: Sequence[Any]) -> ScheduleRow:
+    return ScheduleRow._make((*row[:8], bool(row[8]), *row[9:]))
 
 
 def _holds_nul(rows: Sequence[Sequence[Any]], index: int) -> bool:
@@ -530,7 +577,41 @@ class SQLiteStore(Store):
     # -- consume -----------------------------------------------------------------------------
 
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
-              dlq_ttl_ms: int, order: str = "fifo") -> Claim:
+              dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
+              rate_interval_us: int | None = None) -> Claim:
+        if max_in_flight is None and rate_interval_us is None:
+            return self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+        # SQLite has one writer: inside BEGIN IMMEDIATE, nobody claims from the queue meanwhile.
+        with self._transaction() as conn:
+            if max_in_flight is not None:
+                ((in_flight,),) = conn.execute(IN_FLIGHT, (queue, now)).fetchall()
+                limit = min(limit, max_in_flight - in_flight)
+                if limit <= 0:
+                    return Claim([], 0, "concurrency")
+            if rate_interval_us is not None:
+                row = conn.execute(RATE_NEXT, (queue,)).fetchone()
+                next_us = int(row[0]) if row else 0
+                if next_us > now * 1000:
+                    return Claim([], 0, "rate", -(-next_us // 1000))
+                limit = 1  # claims are spaced evenly: one per slot
+            claimed = self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+            if rate_interval_us is not None and claimed.deliveries:
+                conn.execute(RATE_TAKE, {"now_us": now * 1000, "n": len(claimed.deliveries),
+                                         "interval": rate_interval_us, "queue": queue})
+            return claimed
+
+    def throttle_state(self, queue: str, now: int) -> ThrottleState:
+        conn = self._conn()
+        ((in_flight,),) = conn.execute(IN_FLIGHT, (queue, now)).fetchall()
+        row = conn.execute(RATE_NEXT, (queue,)).fetchone()
+        return ThrottleState(int(in_flight), int(row[0]) if row else 0)
+
+    def defer(self, queue: str, message_id: str, receipt: int, now: int, delay_ms: int, state: str | None) -> bool:
+        return self._conn().execute(DEFER, {"now": now, "delay": delay_ms, "state": state, "id": message_id,
+                                            "queue": queue, "receipt": receipt}).rowcount == 1
+
+    def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
+               order: str) -> Claim:
         conn = self._conn()
         sql = CLAIM_ONE if limit == 1 and order == "fifo" else CLAIM[order]
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
@@ -539,9 +620,9 @@ class SQLiteStore(Store):
         redriven = 0
         for _ in range(MAX_REDRIVE_ROUNDS):
             rows = conn.execute(sql, params).fetchall()
-            live = [r for r in rows if not r[12]]
+            live = [r for r in rows if not r[13]]
             redriven += len(rows) - len(live)
-            deliveries += [Delivery._make(r[:12]) for r in live]
+            deliveries += [Delivery._make(r[:13]) for r in live]
             if len(live) == len(rows) or len(deliveries) >= limit:
                 break
             params["limit"] = limit - len(deliveries)
@@ -707,6 +788,29 @@ class SQLiteStore(Store):
     def snapshot_bounds(self, queue: str) -> SnapshotBounds:
         row = self._conn().execute(SNAPSHOT_BOUNDS, (queue, 1 if is_dlq(queue) else 0)).fetchone()
         return SnapshotBounds._make(row)
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def schedule_put(self, row: ScheduleRow) -> None:
+        self._conn().execute(SCHEDULE_PUT, row)
+
+    def schedule_get(self, name: str) -> ScheduleRow | None:
+        row = self._conn().execute(SCHEDULE_GET, (name,)).fetchone()
+        return _schedule_row(row) if row else None
+
+    def schedule_list(self) -> list[ScheduleRow]:
+        return [_schedule_row(r) for r in self._conn().execute(SCHEDULE_LIST)]
+
+    def schedule_delete(self, name: str) -> bool:
+        return self._conn().execute(SCHEDULE_DELETE, (name,)).rowcount > 0
+
+    def schedules_due(self, now: int, limit: int) -> list[ScheduleRow]:
+        return [_schedule_row(r) for r in self._conn().execute(SCHEDULES_DUE, (now, limit))]
+
+    def schedule_advance(self, name: str, expected_next: int, next_run_at: int, last_run_at: int | None,
+                         now: int) -> bool:
+        return self._conn().execute(SCHEDULE_ADVANCE, {"next": next_run_at, "last": last_run_at, "now": now,
+                                                       "name": name, "expected": expected_next}).rowcount == 1
 
     # -- queues ------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import services
+from ... import schedules, services
 from ...conf import forq_settings
 from ...errors import ForqError
 from ...schema import database_problem
@@ -14,9 +14,10 @@ from ...schema import database_problem
 
 class Command(BaseCommand):
     help = (
-        "List the queues (policy, paused, counts by state), or `apply` the FORQ_QUEUES setting: each "
-        "queue it names gets exactly that policy (fields it leaves out follow the global settings). "
-        "Idempotent; `migrate` applies it too."
+        "List the queues (policy, paused, counts by state), or `apply` the FORQ_QUEUES setting (each "
+        "queue it names gets exactly that policy; fields it leaves out follow the global settings) and "
+        "FORQ_SCHEDULES (each schedule it names is created or updated). Idempotent; `migrate` applies "
+        "both too."
     )
 
     def add_arguments(self, parser):
@@ -35,8 +36,14 @@ class Command(BaseCommand):
                 raise CommandError(f"FORQ_QUEUES: {e}") from None
             for name in applied:
                 self.stdout.write(f"applied the policy of {name}")
-            if not applied:
-                self.stdout.write("FORQ_QUEUES declares no queue")
+            try:
+                scheduled = schedules.declare()
+            except ForqError as e:
+                raise CommandError(f"FORQ_SCHEDULES: {e}") from None
+            for name in scheduled:
+                self.stdout.write(f"applied the schedule {name}")
+            if not applied and not scheduled:
+                self.stdout.write("FORQ_QUEUES and FORQ_SCHEDULES declare nothing")
             return
         queues = services.list_queues()
         if options["json"]:

@@ -1,0 +1,206 @@
+"""Periodic messages: ``forqapp.schedule(name, queue=…, content=…, cron=… | every=…)``.
+
+A schedule is a row of ``forq_schedules`` with its next tick. The jobs scheduler (inside
+``forq_serve``, or ``forq_jobs``) runs :func:`run_due` every second: for each schedule whose tick
+has come, one transaction moves the row's next tick on (compare and set: a second scheduler running
+at the same moment moves nothing and sends nothing) and sends the tick's message with the tick as
+its dedup id, so every tick is sent exactly once — with two schedulers, and after a crash in the
+middle of a tick (the transaction rolls back whole; the next run sends it).
+
+Cron expressions are read by `cronsim <https://github.com/cuu508/cronsim>`_ (the cron parser of
+healthchecks.io), in the project's ``TIME_ZONE``.
+
+Ticks missed while nothing ran (downtime) follow the schedule's ``catch_up``: ``skip`` them (only a
+tick less than :data:`GRACE_MS` late is sent), send ``one`` message for the latest, or send ``all``
+(at most :data:`MAX_CATCH_UP` of them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from cronsim import CronSim, CronSimError
+from django.db import transaction
+from django.utils import timezone
+
+from . import errors, metrics, services, validation
+from .errors import ForqError
+from .store import ScheduleRow
+
+GRACE_MS = 60_000  # a tick this late is on time, not missed
+MAX_CATCH_UP = 1_000  # ticks one run sends at most ("all")
+DEDUP_WINDOW_S = 12 * 3600
+CATCH_UP = ("skip", "one", "all")
+
+
+@dataclass
+class ScheduleInfo:
+    name: str
+    queue: str
+    content: str
+    cron: str | None
+    every: float | None  # seconds
+    catch_up: str
+    priority: int
+    attributes: dict[str, str]
+    paused: bool
+    next_run_at: int  # Unix ms
+    last_run_at: int | None
+
+    @classmethod
+    def from_row(cls, row: ScheduleRow) -> ScheduleInfo:
+        return cls(row.name, row.queue, row.content, row.cron,
+                   None if row.every_ms is None else row.every_ms / 1000, row.catch_up, row.priority,
+                   json.loads(row.attributes) if row.attributes else {}, row.paused, row.next_run_at,
+                   row.last_run_at)
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _invalid(message: str) -> ForqError:
+    return ForqError(errors.BODY_INVALID, message)
+
+
+def next_tick(cron: str | None, every_ms: int | None, after: int) -> int:
+    """The first tick strictly after ``after`` (Unix ms)."""
+    if every_ms is not None:
+        return after + every_ms
+    assert cron is not None  # noqa: S101 - a schedule has one or the other
+    start = datetime.fromtimestamp(after / 1000, tz=timezone.get_default_timezone())
+    for moment in CronSim(cron, start):
+        tick = int(moment.timestamp() * 1000)
+        if tick > after:
+            return tick
+    raise _invalid(f"cron {cron!r} never ticks")  # pragma: no cover - cronsim ends only on bad input
+
+
+def _check_cron(cron: object) -> str:
+    if not isinstance(cron, str) or len(cron) > 200:
+        raise _invalid("cron must be a cron expression (five fields)")
+    try:
+        next(iter(CronSim(cron, timezone.now())))
+    except (CronSimError, StopIteration) as exc:
+        raise _invalid(f"cron {cron!r}: {exc}") from None
+    return cron
+
+
+_NAME = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+
+
+def schedule(name: str, *, queue: str, content: str, cron: str | None = None, every: Any = None,
+             catch_up: str = "one", priority: int = 0, attributes: dict[str, str] | None = None,
+             paused: bool = False, using: str | None = None) -> ScheduleInfo:
+    """Create or update the schedule ``name``: every tick of ``cron`` (five fields, in ``TIME_ZONE``)
+    or every ``every`` (seconds or timedelta) sends ``content`` to ``queue`` once. A schedule whose
+    timing is unchanged keeps its next tick."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _invalid("a schedule's name is 1 to 100 of A-Z a-z 0-9 . _ : -")
+    queue = validation.queue_name(queue, produce=True)
+    content = validation.content(content)
+    if (cron is None) == (every is None):
+        raise _invalid("give a schedule cron or every, one of them")
+    cron = None if cron is None else _check_cron(cron)
+    every_ms = None if every is None else validation.duration_ms(every, "every", 1, 366 * 86_400)
+    if catch_up not in CATCH_UP:
+        raise _invalid('catch_up must be "skip", "one" or "all"')
+    fields = (queue, content, cron, every_ms, catch_up, validation.priority(priority),
+              validation.attributes(attributes), validation.paused(paused))
+    st = services._store(using)
+    now = services.now_ms()
+    with transaction.atomic(using=st.alias):
+        old = st.schedule_get(name)
+        same_timing = old is not None and (old.cron, old.every_ms) == (cron, every_ms)
+        next_run_at = old.next_run_at if old is not None and same_timing else next_tick(cron, every_ms, now)
+        row = ScheduleRow(name, *fields, next_run_at, old.last_run_at if old else None,
+                          old.created_at if old else now, now)
+        st.schedule_put(row)
+    return ScheduleInfo.from_row(row)
+
+
+def unschedule(name: str, *, using: str | None = None) -> bool:
+    """Delete the schedule ``name``; False when there was none."""
+    return services._store(using).schedule_delete(str(name))
+
+
+def list_schedules(*, using: str | None = None) -> list[ScheduleInfo]:
+    return [ScheduleInfo.from_row(r) for r in services._store(using).schedule_list()]
+
+
+def get(name: str, *, using: str | None = None) -> ScheduleInfo:
+    row = services._store(using).schedule_get(str(name))
+    if row is None:
+        raise ForqError(errors.NOT_FOUND_SCHEDULE, f"no schedule {name!r}")
+    return ScheduleInfo.from_row(row)
+
+
+def run_now(name: str, *, using: str | None = None) -> str:
+    """Send the schedule's message now, outside its ticks (the admin's "run now"); returns its id."""
+    info = get(name, using=using)
+    return services.send(info.queue, info.content, priority=info.priority, attributes=info.attributes or None,
+                         using=using)
+
+
+def _ticks(row: ScheduleRow, now: int) -> tuple[list[int], int, int]:
+    """(ticks to send, ticks missed, the next tick after now) of a due schedule."""
+    if row.every_ms is not None:  # arithmetic: any downtime costs nothing to walk
+        total = (now - row.next_run_at) // row.every_ms + 1
+        tail = [row.next_run_at + k * row.every_ms for k in range(max(0, total - MAX_CATCH_UP), total)]
+        next_run_at = row.next_run_at + total * row.every_ms
+    else:
+        kept: deque[int] = deque(maxlen=MAX_CATCH_UP)
+        total, tick = 0, row.next_run_at
+        while tick <= now:
+            kept.append(tick)
+            total += 1
+            tick = next_tick(row.cron, None, tick)
+        tail, next_run_at = list(kept), tick
+    if row.catch_up == "all":
+        send = tail
+    elif row.catch_up == "one":
+        send = tail[-1:]
+    else:  # skip: only a tick that is on time
+        send = [t for t in tail[-1:] if now - t <= GRACE_MS]
+    return send, total - len(send), next_run_at
+
+
+def run_due(*, dry_run: bool = False, using: str | None = None) -> int:
+    """Send every tick that has come (the ``schedules`` job); returns how many messages were sent."""
+    st = services._store(using)
+    now = services.now_ms()
+    sent = 0
+    for row in st.schedules_due(now, 100):
+        ticks, missed, next_run_at = _ticks(row, now)
+        if dry_run:
+            sent += len(ticks)
+            continue
+        attributes = json.loads(row.attributes) if row.attributes else None
+        with transaction.atomic(using=st.alias):
+            if not st.schedule_advance(row.name, row.next_run_at, next_run_at, max(ticks, default=None), now):
+                continue  # another scheduler took this tick
+            if ticks:
+                services.send_entries(row.queue, [
+                    {"content": row.content, "priority": row.priority, "attributes": attributes,
+                     "dedup_id": f"schedule:{row.name}:{tick}"} for tick in ticks
+                ], dedup_window=DEDUP_WINDOW_S, using=st.alias)
+        metrics.schedule_ticked(row.name, len(ticks))
+        metrics.schedule_missed(row.name, missed)
+        sent += len(ticks)
+    return sent
+
+
+def declare(using: str | None = None) -> list[str]:
+    """Create or update every schedule of ``FORQ_SCHEDULES``; returns their names."""
+    from .conf import forq_settings
+
+    declared = forq_settings.FORQ_SCHEDULES
+    for name, fields in declared.items():
+        fields = dict(fields)
+        schedule(name, using=using, **fields)
+    return list(declared)
+
