@@ -30,6 +30,10 @@ messages_requeued_total = Counter(
 queue_depth = Gauge(
     "forq_queue_depth", "Messages in a queue.", _QUEUE, multiprocess_mode="mostrecent"
 )
+queue_in_flight = Gauge(
+    "forq_queue_in_flight", "Messages of a queue under a live lease (every consumer, process and host).",
+    ("queue_name",), multiprocess_mode="mostrecent"
+)
 messages_moved_to_dlq_total = Counter(
     "forq_messages_moved_to_dlq_total", "Messages moved to a DLQ.", ("reason",)
 )
@@ -213,6 +217,15 @@ def set_queue_depths(depths, previous=()) -> set:
     for labels in set(previous) - seen:
         queue_depth.labels(*labels).set(0)
     return seen
+
+
+def set_in_flight(counts: dict[str, int], previous=()) -> set:
+    """Set the in-flight gauge from {queue: leases}; queues seen before and now idle go to 0."""
+    for queue, n in counts.items():
+        queue_in_flight.labels(queue).set(n)
+    for queue in set(previous) - set(counts):
+        queue_in_flight.labels(queue).set(0)
+    return set(counts)
 
 
 def job_ran(job: str, ok: bool) -> None:

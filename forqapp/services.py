@@ -817,6 +817,11 @@ def optimize_database(*, dry_run: bool = False, using: str | None = None) -> int
     return 0
 
 
+def in_flight_counts(*, using: str | None = None) -> dict[str, int]:
+    """{queue: messages under a live lease} for every queue that has any."""
+    return _store(using).in_flight_by_queue(now_ms())
+
+
 def queue_depths(*, using: str | None = None) -> list[store.QueueDepth]:
     """(queue, is_dlq, messages) for every queue."""
     st = _store(using)

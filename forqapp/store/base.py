@@ -484,6 +484,10 @@ class Store(abc.ABC):
         """Refresh the planner's statistics if the database needs telling (a no-op where not)."""
 
     @abc.abstractmethod
+    def in_flight_by_queue(self, now: int) -> dict[str, int]:
+        """{queue: messages under a live lease (processing, lease not ended)}, queues with none left out."""
+
+    @abc.abstractmethod
     def queue_depths(self) -> list[QueueDepth]:
         """(queue, is_dlq, messages) for every queue that has messages, by queue name."""
 

@@ -380,6 +380,9 @@ OPTIMIZE = "ANALYZE messages"
 
 QUEUE_DEPTHS = "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_dlq ORDER BY queue"
 
+IN_FLIGHT_BY_QUEUE = f"""
+SELECT queue, COUNT(*) FROM messages WHERE status = {PROCESSING} AND process_after > %s GROUP BY queue"""
+
 # --- bulk: staged writes (exactly-once Spark jobs) and snapshot reads -------------------------
 #
 # A staged row waits in ``forq_staged`` (keyed by token, message_id) until its job publishes it
@@ -864,6 +867,9 @@ class PostgreSQLStore(Store):
         that blocks no writer. Autovacuum does it too (the migration tunes it for this table), but a
         server with autovacuum off would otherwise plan claims with statistics from an empty table."""
         self._execute(OPTIMIZE).close()
+
+    def in_flight_by_queue(self, now: int) -> dict[str, int]:
+        return {q: int(n) for q, n in self._fetchall(IN_FLIGHT_BY_QUEUE, (now,))}
 
     def queue_depths(self) -> list[QueueDepth]:
         return [QueueDepth(q, bool(d), int(n)) for q, d, n in self._fetchall(QUEUE_DEPTHS)]

@@ -292,6 +292,9 @@ OPTIMIZE = "PRAGMA optimize"
 
 QUEUE_DEPTHS = "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_dlq ORDER BY queue"
 
+IN_FLIGHT_BY_QUEUE = f"""
+SELECT queue, COUNT(*) FROM messages WHERE status = {PROCESSING} AND process_after > ? GROUP BY queue"""
+
 # --- bulk: staged writes (exactly-once Spark jobs) and snapshot reads -------------------------
 #
 # A staged row waits in ``forq_staged`` (one B-tree keyed by token, message_id) until its job
@@ -738,6 +741,9 @@ class SQLiteStore(Store):
 
     def optimize(self) -> None:
         self._conn().execute(OPTIMIZE)
+
+    def in_flight_by_queue(self, now: int) -> dict[str, int]:
+        return {q: int(n) for q, n in self._conn().execute(IN_FLIGHT_BY_QUEUE, (now,))}
 
     def queue_depths(self) -> list[QueueDepth]:
         """Every queue's depth (a covering index scan)."""
