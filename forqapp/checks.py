@@ -16,6 +16,8 @@ Every id, so it can be looked up and silenced (``SILENCED_SYSTEM_CHECKS``):
   (:mod:`forqapp.envconfig`).
 * ``forqapp.E030`` / ``E031`` django-htmx's app / middleware missing (the UI needs them).
 * ``forqapp.E040`` a ``FORQ_CONSUMERS`` entry that does not import (one per entry).
+* ``forqapp.E050`` / ``E051`` a ``FORQ_QUEUES`` / ``FORQ_SCHEDULES`` entry that is not a valid
+  policy / schedule.
 * ``forqapp.W010`` ``SECURE_REFERRER_POLICY = "no-referrer"``, which breaks the admin's forms.
 
 ``forq_serve`` runs the same checks as one-line reasons not to start (:func:`serve_problems`).

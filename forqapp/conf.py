@@ -178,6 +178,23 @@ def queues(name: str, value: Any) -> str | None:
     return None
 
 
+def schedules(name: str, value: Any) -> str | None:
+    """``FORQ_SCHEDULES``: ``{name: {queue, content, cron | every, …}}``, each valid as ``schedule()``'s."""
+    from .errors import ForqError
+    from .schedules import validate
+
+    if not isinstance(value, dict):
+        return f"{name} must be a dict of {{name: schedule}}"
+    for key, fields in value.items():
+        if not isinstance(fields, dict):
+            return f"{name}[{key!r}] must be a dict of schedule fields"
+        try:
+            validate(key, fields)
+        except ForqError as e:
+            return f"{name}[{key!r}]: {e}"
+    return None
+
+
 def mapping(name: str, value: Any) -> str | None:
     return None if value is None or isinstance(value, Mapping) else f"{name} must be a dict (got {value!r})"
 
@@ -306,7 +323,7 @@ class ForqSettings:
         id="forqapp.E050")
     FORQ_SCHEDULES: Setting[dict[str, Any]] = Setting(
         {}, "`{name: {queue, content, cron | every, …}}` periodic messages, applied by `migrate` and "
-        "`forq_queues apply`", check=mapping, coerce=_dict)
+        "`forq_queues apply` (E051)", check=schedules, coerce=_dict, id="forqapp.E051")
     FORQ_LONG_POLL_SECONDS: Setting[float] = Setting(30.0, "longest wait of a consume (seconds)",
                                                      check=number(0), coerce=float)
     FORQ_MAX_CONTENT_BYTES: Setting[int] = Setting(262_144, "largest message content (bytes)", check=integer(1))

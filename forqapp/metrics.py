@@ -128,6 +128,15 @@ def schedule_ticked(name: str, n: int = 1) -> None:
         schedule_ticks_total.labels(name).inc(n)
 
 
+schedule_failures_total = Counter(
+    "forq_schedule_failures_total", "Schedule ticks that could not be sent (kept for the next run).", ("schedule",)
+)
+
+
+def schedule_failed(name: str) -> None:
+    schedule_failures_total.labels(name).inc()
+
+
 def schedule_missed(name: str, n: int) -> None:
     if n:
         schedule_missed_total.labels(name).inc(n)

@@ -18,6 +18,7 @@ tick less than :data:`GRACE_MS` late is sent), send ``one`` message for the late
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import deque
 from dataclasses import asdict, dataclass
@@ -31,6 +32,8 @@ from django.utils import timezone
 from . import errors, metrics, services, validation
 from .errors import ForqError
 from .store import ScheduleRow
+
+logger = logging.getLogger(__name__)
 
 GRACE_MS = 60_000  # a tick this late is on time, not missed
 MAX_CATCH_UP = 1_000  # ticks one run sends at most ("all")
@@ -93,32 +96,52 @@ def _check_cron(cron: object) -> str:
 _NAME = re.compile(r"[A-Za-z0-9._:-]{1,100}")
 
 
+FIELDS = ("queue", "content", "cron", "every", "catch_up", "priority", "attributes", "paused")
+
+
+def validate(name: object, fields: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    """``name`` and the schedule's ``fields`` (:func:`schedule`'s keywords) → (name, the stored
+    values from ``queue`` to ``paused``). Raises ``ForqError``; touches no database (the
+    ``FORQ_SCHEDULES`` check uses it)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _invalid("a schedule's name is 1 to 100 of A-Z a-z 0-9 . _ : -")
+    unknown = set(fields) - set(FIELDS)
+    if unknown:
+        raise _invalid(f"unknown schedule field(s): {', '.join(sorted(map(str, unknown)))}")
+    if "queue" not in fields or "content" not in fields:
+        raise _invalid("a schedule needs a queue and a content")
+    queue = validation.queue_name(fields["queue"], produce=True)
+    content = validation.content(fields["content"])
+    cron, every = fields.get("cron"), fields.get("every")
+    if (cron is None) == (every is None):
+        raise _invalid("give a schedule cron or every, one of them")
+    cron = None if cron is None else _check_cron(cron)
+    every_ms = None if every is None else validation.duration_ms(every, "every", 1, 366 * 86_400)
+    catch_up = fields.get("catch_up", "one")
+    if catch_up not in CATCH_UP:
+        raise _invalid('catch_up must be "skip", "one" or "all"')
+    return name, (queue, content, cron, every_ms, catch_up, validation.priority(fields.get("priority", 0)),
+                  validation.attributes(fields.get("attributes")), validation.paused(fields.get("paused", False)))
+
+
 def schedule(name: str, *, queue: str, content: str, cron: str | None = None, every: Any = None,
              catch_up: str = "one", priority: int = 0, attributes: dict[str, str] | None = None,
              paused: bool = False, using: str | None = None) -> ScheduleInfo:
     """Create or update the schedule ``name``: every tick of ``cron`` (five fields, in ``TIME_ZONE``)
     or every ``every`` (seconds or timedelta) sends ``content`` to ``queue`` once. A schedule whose
     timing is unchanged keeps its next tick."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise _invalid("a schedule's name is 1 to 100 of A-Z a-z 0-9 . _ : -")
-    queue = validation.queue_name(queue, produce=True)
-    content = validation.content(content)
-    if (cron is None) == (every is None):
-        raise _invalid("give a schedule cron or every, one of them")
-    cron = None if cron is None else _check_cron(cron)
-    every_ms = None if every is None else validation.duration_ms(every, "every", 1, 366 * 86_400)
-    if catch_up not in CATCH_UP:
-        raise _invalid('catch_up must be "skip", "one" or "all"')
-    fields = (queue, content, cron, every_ms, catch_up, validation.priority(priority),
-              validation.attributes(attributes), validation.paused(paused))
+    name, fields = validate(name, {"queue": queue, "content": content, "cron": cron, "every": every,
+                                   "catch_up": catch_up, "priority": priority, "attributes": attributes,
+                                   "paused": paused})
+    cron, every_ms = fields[2], fields[3]
     st = services._store(using)
     now = services.now_ms()
     with transaction.atomic(using=st.alias):
         old = st.schedule_get(name)
         same_timing = old is not None and (old.cron, old.every_ms) == (cron, every_ms)
         next_run_at = old.next_run_at if old is not None and same_timing else next_tick(cron, every_ms, now)
-        row = ScheduleRow(name, *fields, next_run_at, old.last_run_at if old else None,
-                          old.created_at if old else now, now)
+        row = ScheduleRow._make((name, *fields, next_run_at, old.last_run_at if old else None,
+                                 old.created_at if old else now, now))
         st.schedule_put(row)
     return ScheduleInfo.from_row(row)
 
@@ -170,28 +193,45 @@ def _ticks(row: ScheduleRow, now: int) -> tuple[list[int], int, int]:
 
 
 def run_due(*, dry_run: bool = False, using: str | None = None) -> int:
-    """Send every tick that has come (the ``schedules`` job); returns how many messages were sent."""
+    """Send every tick that has come (the ``schedules`` job); returns how many messages were sent.
+    A schedule that cannot send (its queue full, say) keeps its tick for the next run and does not
+    hold up the others."""
     st = services._store(using)
     now = services.now_ms()
     sent = 0
+    failed = None
     for row in st.schedules_due(now, 100):
         ticks, missed, next_run_at = _ticks(row, now)
         if dry_run:
             sent += len(ticks)
             continue
-        attributes = json.loads(row.attributes) if row.attributes else None
-        with transaction.atomic(using=st.alias):
-            if not st.schedule_advance(row.name, row.next_run_at, next_run_at, max(ticks, default=None), now):
+        try:
+            if not _send_ticks(st, row, ticks, next_run_at, now):
                 continue  # another scheduler took this tick
-            if ticks:
-                services.send_entries(row.queue, [
-                    {"content": row.content, "priority": row.priority, "attributes": attributes,
-                     "dedup_id": f"schedule:{row.name}:{tick}"} for tick in ticks
-                ], dedup_window=DEDUP_WINDOW_S, using=st.alias)
+        except Exception as exc:  # noqa: BLE001 - one schedule's trouble must not stop the others
+            logger.warning("forqapp schedules: %s could not send its tick to %s: %s", row.name, row.queue, exc)
+            metrics.schedule_failed(row.name)
+            failed = exc
+            continue
         metrics.schedule_ticked(row.name, len(ticks))
         metrics.schedule_missed(row.name, missed)
         sent += len(ticks)
+    if failed is not None and not sent:
+        raise failed  # the job's run counts as an error (forq_job_runs_total), after the others ran
     return sent
+
+
+def _send_ticks(st: Any, row: ScheduleRow, ticks: list[int], next_run_at: int, now: int) -> bool:
+    attributes = json.loads(row.attributes) if row.attributes else None
+    with transaction.atomic(using=st.alias):
+        if not st.schedule_advance(row.name, row.next_run_at, next_run_at, max(ticks, default=None), now):
+            return False
+        if ticks:
+            services.send_entries(row.queue, [
+                {"content": row.content, "priority": row.priority, "attributes": attributes,
+                 "dedup_id": f"schedule:{row.name}:{tick}"} for tick in ticks
+            ], dedup_window=DEDUP_WINDOW_S, using=st.alias)
+    return True
 
 
 def declare(using: str | None = None) -> list[str]:

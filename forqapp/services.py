@@ -322,6 +322,14 @@ def peek(queue: str, id: str | None = None, *, using: str | None = None) -> Rece
     return ReceivedMessage.from_row(row) if row else None
 
 
+def _slot_freed(st: Store, queue: str) -> None:
+    """A delivery of ``queue`` ended: if the queue has a concurrency limit, its waiters (in every
+    process) look again — on PostgreSQL a settle that makes nothing ready would not tell them."""
+    if policy(queue, using=st.alias).max_in_flight is not None:
+        st.notify(queue)
+        _kick(st.alias)
+
+
 def _settled(done: bool) -> None:
     if not done:
         raise ForqError(errors.NOT_FOUND_MESSAGE, "no such delivery (wrong receipt, queue or id)")
@@ -345,8 +353,10 @@ def _receipt(message: ReceivedMessage) -> int:
 
 def ack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None = None) -> None:
     queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
-    _settled(_store(using).ack(queue, message_id, receipt))
+    st = _store(using)
+    _settled(st.ack(queue, message_id, receipt))
     metrics.acked(queue, 1)
+    _slot_freed(st, queue)
 
 
 def nack_delivery(queue: str, message_id: str, receipt: int, *, using: str | None = None,
@@ -357,6 +367,7 @@ def nack_delivery(queue: str, message_id: str, receipt: int, *, using: str | Non
     _settled(st.nack(queue, message_id, receipt, now_ms(), pol.max_attempts, pol.backoff_ms,
                      describe_error(error), pol.jitter))
     metrics.nacked(queue, 1)
+    _slot_freed(st, queue)
 
 
 def ack_many(queue_or_messages: str | Iterable[ReceivedMessage], deliveries: Iterable[tuple[str, int]] = (), *,
@@ -368,6 +379,8 @@ def ack_many(queue_or_messages: str | Iterable[ReceivedMessage], deliveries: Ite
         st = _store(using)
         with transaction.atomic(using=st.alias):
             done = st.ack_many(queue, pairs)
+            if done:
+                _slot_freed(st, queue)
         metrics.acked(queue, done)
         n += done
     return n
@@ -415,6 +428,8 @@ def settle_many(action: str, queue: str, deliveries: Sequence[tuple[str, int]], 
                 _kick(st.alias)
         else:
             raise ValueError(f"unknown action {action!r}")
+        if any(done):
+            _slot_freed(st, queue)
     return done
 
 
@@ -436,8 +451,10 @@ def fail(message: ReceivedMessage, error: str | BaseException | None = None, *, 
     """Fail a delivery at once, without retries: the failed job moves it to the DLQ with the
     failure reason ``fatal_error``. ``error`` (an exception or text) is kept as ``last_error``."""
     queue, message_id = validation.queue_name(message.queue), validation.message_id(message.id)
-    _settled(_store(using).fail(queue, message_id, _receipt(message), now_ms(), describe_error(error)))
+    st = _store(using)
+    _settled(st.fail(queue, message_id, _receipt(message), now_ms(), describe_error(error)))
     metrics.failed(queue)
+    _slot_freed(st, queue)
 
 
 def release(message: ReceivedMessage, *, using: str | None = None) -> bool:
@@ -483,7 +500,7 @@ def change_visibility(message: ReceivedMessage | Iterable[ReceivedMessage], seco
 
 def defer(message: ReceivedMessage, delay: Any = 0, *, state: str | None = None, using: str | None = None) -> None:
     """Put a delivered message back on its queue ``delay`` (seconds or timedelta) from now, keeping
-    its id and attempts, with ``state`` (text; None keeps what was saved) given to its next delivery
+    its id and attempts, behind the messages of its priority already waiting, with ``state`` (text; None keeps what was saved) given to its next delivery
     as ``message.state``: a long job saves its progress and lets others have a turn. Fenced by the
     receipt, like ack (``not_found.message`` when the delivery is no longer current)."""
     queue, message_id = validation.queue_name(message.queue), validation.message_id(message.id)
@@ -495,8 +512,7 @@ def defer(message: ReceivedMessage, delay: Any = 0, *, state: str | None = None,
         _refuse_nul(st, [validation.content(state)])
     _settled(st.defer(queue, message_id, _receipt(message), now_ms(), delay_ms, state))
     metrics.deferred(queue)
-    if delay_ms == 0:
-        _kick(st.alias)
+    _kick(st.alias)  # a slot freed, or the message is due again
 
 
 def extend(message: ReceivedMessage, *, using: str | None = None) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, close_old_connections, connections, reset_queries
 
-from . import metrics, process, services, waiting
+from . import errors, metrics, process, services, waiting
 from .conf import forq_settings
 from .consumers import Consumer
 from .errors import Defer, FatalError, ForqError
@@ -233,8 +233,17 @@ class Worker:
                 # The consumer's error goes with the message (last_error), into the DLQ and the admin.
                 if outcome == DEFER:
                     assert isinstance(error, Defer)  # noqa: S101 - _handle pairs DEFER with its Defer
-                    services.defer(held.message, error.delay, state=error.state,  # type: ignore[arg-type]
-                                   using=self.using)
+                    try:
+                        services.defer(held.message, error.delay, state=error.state,  # type: ignore[arg-type]
+                                       using=self.using)
+                    except ForqError as refused:
+                        if refused.code == errors.NOT_FOUND_MESSAGE:
+                            raise
+                        # the consumer's Defer was invalid (its delay, its state): retry, and say why
+                        logger.warning("forq_worker: %s on %s raised an invalid Defer (%s); nacking",
+                                       held.message.id, queue, refused)
+                        services.nack(held.message, refused, using=self.using)
+                        outcome = NACK
                 elif outcome == FAIL:
                     services.fail(held.message, error, using=self.using)
                 else:

@@ -6,6 +6,9 @@
 - ``messages`` gains ``priority``, ``attributes``, ``dedup_id``, ``sequence`` and
   ``first_received_at``. Existing messages keep everything and get sequence numbers in the order
   they were received (so their FIFO order is unchanged); each queue's counter starts after them.
+- A message in flight keeps its lease: before 0006 a lease ended ``FORQ_VISIBILITY_TIMEOUT_MS``
+  after ``processing_started_at`` (heartbeats renewed that); now ``process_after`` holds the lease
+  end, so it is set to that.
 - The claim index becomes ``(queue, priority DESC, sequence, process_after)`` over ready *and*
   processing rows: a processing row's ``process_after`` is its lease end, so an expired lease is
   claimable at once, by the same indexed statement.
@@ -49,6 +52,8 @@ CLAIM_INDEX = [
     " WHERE status IN (0, 1)",
 ]
 
+KEEP_LEASES = "UPDATE messages SET process_after = processing_started_at + %s WHERE status = 1"
+
 POSTGRESQL_SEQUENCE = [
     "CREATE SEQUENCE forq_message_sequence AS BIGINT",
     "SELECT setval('forq_message_sequence', COALESCE((SELECT MAX(sequence) FROM messages), 0) + 1, false)",
@@ -59,10 +64,13 @@ def forwards(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     if vendor not in ("sqlite", "postgresql"):
         raise NotImplementedError(f"forqapp supports SQLite and PostgreSQL, not {vendor}")
-    statements = [*ADD_COLUMNS, NUMBER_EXISTING, FILL_QUEUES, *CLAIM_INDEX]
-    if vendor == "postgresql":
-        statements += POSTGRESQL_SEQUENCE
+    from forqapp.conf import forq_settings
+
+    statements = [*ADD_COLUMNS, NUMBER_EXISTING, FILL_QUEUES]
     for sql in statements:
+        schema_editor.execute(sql)
+    schema_editor.execute(KEEP_LEASES, (int(forq_settings.FORQ_VISIBILITY_TIMEOUT_MS),))
+    for sql in CLAIM_INDEX + (POSTGRESQL_SEQUENCE if vendor == "postgresql" else []):
         schema_editor.execute(sql)
 
 

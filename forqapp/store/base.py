@@ -298,13 +298,20 @@ class Store(abc.ABC):
         Held back, it returns the reason in :attr:`Claim.throttled`."""
 
     @abc.abstractmethod
+    def notify(self, queue: str) -> None:
+        """Tell other processes' notifiers that ``queue`` may have something to claim although no
+        message became ready (a settle freed a slot of a limited queue); on commit inside a transaction."""
+
+    @abc.abstractmethod
     def throttle_state(self, queue: str, now: int) -> ThrottleState:
         """A limited queue's live leases and next rate slot (a read)."""
 
     @abc.abstractmethod
     def defer(self, queue: str, message_id: str, receipt: int, now: int, delay_ms: int, state: str | None) -> bool:
-        """Put a delivered message back to ready ``delay_ms`` from now, keeping its id and attempts;
-        ``state`` (when not None) replaces its saved state. False when the delivery is not current."""
+        """Put a delivered message back to ready ``delay_ms`` from now, keeping its id and attempts,
+        behind the messages of its priority already there (a new sequence number, so the others get
+        a turn); ``state`` (when not None) replaces its saved state. False when the delivery is not
+        current."""
 
     @abc.abstractmethod
     def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:

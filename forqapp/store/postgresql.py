@@ -127,11 +127,11 @@ SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE queue = %s AND NOT is_dlq LIM
 # passed over, not waited for), then updated, in one statement. A row whose attempts are used up
 # (%(max)s > 0) is not delivered: the same statement moves it to its DLQ (SQS's redrive).
 
-USED_UP = "(%(max)s > 0 AND m.attempts >= %(max)s)"
+USED_UP = "(%(max)s > 0 AND m.attempts >= %(max)s AND NOT m.is_dlq)"  # a dead letter is never redriven again
 
 CLAIM_SET = f"""
 SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
-    is_dlq = {USED_UP},
+    is_dlq = {USED_UP} OR m.is_dlq,
     status = CASE WHEN {USED_UP} THEN {READY} ELSE {PROCESSING} END,
     attempts = CASE WHEN {USED_UP} THEN 0 ELSE m.attempts + 1 END,
     failure_reason = CASE WHEN {USED_UP} THEN '{MAX_ATTEMPTS}' ELSE m.failure_reason END,
@@ -143,27 +143,41 @@ SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
     updated_at = GREATEST(%(now)s, m.updated_at + 1)"""
 
 DUE = f"queue = %(queue)s AND status IN ({READY}, {PROCESSING}) AND process_after <= %(now)s"
+# After a redrive, a claim goes on for what it is still short of, passing over what it has just
+# delivered (with a 0 s lease, those are due again at once).
+DUE_EXCEPT = DUE + " AND id <> ALL(%(delivered)s::text[])"
 
-PICK = {
-    "fifo": f"""SELECT id FROM messages WHERE {DUE}
-                ORDER BY priority DESC, sequence LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
-    # LIFO: the newest of the highest priority that has a due message (both steps on the index).
-    "lifo": f"""SELECT id FROM messages WHERE {DUE} AND priority = (
-                    SELECT priority FROM messages WHERE {DUE} ORDER BY priority DESC, sequence LIMIT 1)
-                ORDER BY sequence DESC LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
-    # Random: among the next RANDOM_AMONG due messages (in priority order).
-    "random": f"""SELECT id FROM messages WHERE id IN (
-                      SELECT id FROM messages WHERE {DUE} ORDER BY priority DESC, sequence LIMIT %(among)s)
-                  ORDER BY random() LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
-}
 
-CLAIM = {order: f"""
+def _picks(due: str) -> dict[str, str]:
+    return {
+        "fifo": f"""SELECT id FROM messages WHERE {due}
+                    ORDER BY priority DESC, sequence LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+        # LIFO: the newest of the highest priority that has a due message (both steps on the index).
+        "lifo": f"""SELECT id FROM messages WHERE {due} AND priority = (
+                        SELECT priority FROM messages WHERE {due} ORDER BY priority DESC, sequence LIMIT 1)
+                    ORDER BY sequence DESC LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+        # Random: among the next RANDOM_AMONG due messages (in priority order).
+        "random": f"""SELECT id FROM messages WHERE id IN (
+                          SELECT id FROM messages WHERE {due} ORDER BY priority DESC, sequence LIMIT %(among)s)
+                      ORDER BY random() LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+    }
+
+
+PICK = _picks(DUE)
+
+
+def _claims(picks: dict[str, str]) -> dict[str, str]:
+    return {order: f"""
 WITH picked AS ({pick})
 UPDATE messages AS m {CLAIM_SET}
 FROM picked WHERE m.id = picked.id
 RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.priority, m.attributes,
-          m.dedup_id, m.sequence, m.received_at, m.first_received_at, m.process_after, m.state, m.is_dlq"""
-         for order, pick in PICK.items()}
+          m.dedup_id, m.sequence, m.received_at, m.first_received_at, m.process_after, m.state, m.status"""
+            for order, pick in picks.items()}
+
+
+CLAIM = _claims(PICK)
+CLAIM_AGAIN = _claims(_picks(DUE_EXCEPT))
 
 PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attributes, dedup_id, sequence,
                    received_at, first_received_at, CASE WHEN status = {PROCESSING} THEN process_after END, state"""
@@ -183,12 +197,14 @@ RATE_TAKE = """
 UPDATE forq_queues SET rate_next_at_us = GREATEST(rate_next_at_us, %(now_us)s) + %(n)s * %(interval)s
 WHERE name = %(queue)s"""
 
-# Back to ready later, same id and attempts, its progress saved (NULL state keeps the saved one).
+# Back to ready later, same id and attempts, its progress saved (NULL state keeps the saved one),
+# behind the messages of its priority already there (a new sequence number: others get a turn).
 DEFER = f"""
 WITH d AS (
     UPDATE messages
     SET status = {READY}, process_after = %(now)s + %(delay)s, processing_started_at = NULL,
-        updated_at = GREATEST(%(now)s::bigint, updated_at), state = COALESCE(%(state)s::text, state)
+        updated_at = GREATEST(%(now)s::bigint, updated_at), state = COALESCE(%(state)s::text, state),
+        sequence = {SEQUENCE}
     WHERE id = %(id)s AND queue = %(queue)s AND status = {PROCESSING} AND processing_started_at = %(receipt)s
     RETURNING queue
 )
@@ -272,6 +288,7 @@ CROSS JOIN LATERAL (
 WHERE c.n > 0"""
 
 LISTEN = f"LISTEN {CHANNEL}"
+NOTIFY = f"SELECT pg_notify('{CHANNEL}', %s)"
 
 PING = "SELECT 1 FROM messages LIMIT 1"
 
@@ -428,10 +445,14 @@ SNAPSHOT_BOUNDS = "SELECT COUNT(*), MIN(id), MAX(id) FROM messages WHERE queue =
 
 # --- queues -----------------------------------------------------------------------------------
 
+# Sequence numbers come from one database sequence, so a queue's last one is the highest among its
+# messages (and its DLQ's) now stored, or what migration 0006 recorded.
 QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
-                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused, last_sequence,
+                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused,
+                         GREATEST(last_sequence, COALESCE((SELECT MAX(m.sequence) FROM messages AS m
+                                                           WHERE m.queue IN (q.name, q.name || '-dlq')), 0)),
                          created_at, updated_at, rate_next_at_us
-                  FROM forq_queues"""
+                  FROM forq_queues AS q"""
 QUEUE_GET = QUEUE_SELECT + " WHERE name = %s"
 QUEUE_LIST = QUEUE_SELECT + " ORDER BY name"
 
@@ -660,6 +681,10 @@ class PostgreSQLStore(Store):
                                       "queue": queue, "receipt": receipt})
         return len(rows) == 1
 
+    def notify(self, queue: str) -> None:
+        """Wake listeners of ``queue`` (on commit, inside a transaction): a slot of a limited queue freed."""
+        self._fetchall(NOTIFY, (queue,))
+
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
                order: str) -> Claim:
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
@@ -669,12 +694,14 @@ class PostgreSQLStore(Store):
         redriven = 0
         for _ in range(MAX_REDRIVE_ROUNDS):
             rows = self._fetchall(sql, params)
-            live = [r for r in rows if not r[13]]
+            live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
             redriven += len(rows) - len(live)
             deliveries += [Delivery._make(r[:13]) for r in live]
             if len(live) == len(rows) or len(deliveries) >= limit:
                 break
             params["limit"] = limit - len(deliveries)
+            params["delivered"] = [d.id for d in deliveries]
+            sql = CLAIM_AGAIN[order]
         if len(deliveries) > 1 and order != "random":  # RETURNING order is unspecified
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))

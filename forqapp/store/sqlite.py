@@ -111,11 +111,11 @@ SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_for_queue_depth
 # attempts are used up (:max > 0) is not delivered: the same statement moves it to its DLQ
 # (SQS's redrive), and the store claims again.
 
-USED_UP = "(:max > 0 AND attempts >= :max)"
+USED_UP = "(:max > 0 AND attempts >= :max AND NOT is_dlq)"  # a dead letter is never redriven again
 
 CLAIM_SET = f"""
 SET queue = CASE WHEN {USED_UP} THEN queue || '{DLQ_SUFFIX}' ELSE queue END,
-    is_dlq = {USED_UP},
+    is_dlq = CASE WHEN {USED_UP} THEN 1 ELSE is_dlq END,
     status = CASE WHEN {USED_UP} THEN {READY} ELSE {PROCESSING} END,
     attempts = CASE WHEN {USED_UP} THEN 0 ELSE attempts + 1 END,
     failure_reason = CASE WHEN {USED_UP} THEN '{MAX_ATTEMPTS}' ELSE failure_reason END,
@@ -126,27 +126,36 @@ SET queue = CASE WHEN {USED_UP} THEN queue || '{DLQ_SUFFIX}' ELSE queue END,
     updated_at = MAX(:now, updated_at + 1)"""
 
 DUE = f"queue = :queue AND status IN ({READY}, {PROCESSING}) AND process_after <= :now"
+# After a redrive, a claim goes on for what it is still short of, passing over what it has just
+# delivered (with a 0 s lease, those are due again at once).
+DUE_EXCEPT = DUE + " AND id NOT IN (SELECT value FROM json_each(:delivered))"
 
 CLAIM_RETURNING = """
 RETURNING id, queue, content, attempts, processing_started_at, priority, attributes, dedup_id, sequence,
-          received_at, first_received_at, process_after, state, is_dlq"""
+          received_at, first_received_at, process_after, state, status"""
 
-PICK = {
-    "fifo": f"""SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {DUE}
-                ORDER BY priority DESC, sequence LIMIT :limit""",
-    # LIFO: the newest of the highest priority that has a due message (both steps on the index).
-    "lifo": f"""SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {DUE} AND priority = (
-                    SELECT priority FROM messages INDEXED BY idx_queue_claim WHERE {DUE}
-                    ORDER BY priority DESC, sequence LIMIT 1)
-                ORDER BY sequence DESC LIMIT :limit""",
-    # Random: among the next RANDOM_AMONG due messages (in priority order).
-    "random": f"""SELECT id FROM (SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {DUE}
-                                  ORDER BY priority DESC, sequence LIMIT :among)
-                  ORDER BY random() LIMIT :limit""",
-}
 
+def _picks(due: str) -> dict[str, str]:
+    return {
+        "fifo": f"""SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {due}
+                    ORDER BY priority DESC, sequence LIMIT :limit""",
+        # LIFO: the newest of the highest priority that has a due message (both steps on the index).
+        "lifo": f"""SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {due} AND priority = (
+                        SELECT priority FROM messages INDEXED BY idx_queue_claim WHERE {due}
+                        ORDER BY priority DESC, sequence LIMIT 1)
+                    ORDER BY sequence DESC LIMIT :limit""",
+        # Random: among the next RANDOM_AMONG due messages (in priority order).
+        "random": f"""SELECT id FROM (SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {due}
+                                      ORDER BY priority DESC, sequence LIMIT :among)
+                      ORDER BY random() LIMIT :limit""",
+    }
+
+
+PICK = _picks(DUE)
 CLAIM = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURNING}"
          for order, pick in PICK.items()}
+CLAIM_AGAIN = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURNING}"
+               for order, pick in _picks(DUE_EXCEPT).items()}
 CLAIM_ONE = f"UPDATE messages {CLAIM_SET} WHERE id = ({PICK['fifo']}) {CLAIM_RETURNING}"
 
 PEEK_COLUMNS = """id, queue, content, attempts, NULL, priority, attributes, dedup_id, sequence, received_at,
@@ -162,7 +171,7 @@ DELETE FROM messages WHERE id = ? AND queue = ? AND status = {PROCESSING} AND pr
 # an earlier attempt. :max 0 is unlimited.
 NACK = f"""
 UPDATE messages
-SET status = CASE WHEN {USED_UP} THEN {FAILED} ELSE {READY} END,
+SET status = CASE WHEN :max > 0 AND attempts >= :max THEN {FAILED} ELSE {READY} END,
     process_after = :now + CAST(COALESCE(:backoff ->> (attempts - 1), :backoff_last)
                                 * (1.0 - :jitter * (abs(random() % 1000000) / 1000000.0)) AS INTEGER),
     processing_started_at = NULL,
@@ -194,11 +203,12 @@ RATE_NEXT = "SELECT rate_next_at_us FROM forq_queues WHERE name = ?"
 RATE_TAKE = """
 UPDATE forq_queues SET rate_next_at_us = MAX(rate_next_at_us, :now_us) + :n * :interval WHERE name = :queue"""
 
-# Back to ready later, same id and attempts, its progress saved (NULL :state keeps the saved one).
+# Back to ready later, same id and attempts, its progress saved (NULL :state keeps the saved one),
+# behind the messages of its priority already there (a new sequence number: others get a turn).
 DEFER = f"""
 UPDATE messages
 SET status = {READY}, process_after = :now + :delay, processing_started_at = NULL,
-    updated_at = MAX(:now, updated_at), state = COALESCE(:state, state)
+    updated_at = MAX(:now, updated_at), state = COALESCE(:state, state), sequence = :sequence
 WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_started_at = :receipt"""
 
 # A lease ends ``visibility`` ms from now (0: at once, so the next claim takes it); the receipt
@@ -554,8 +564,8 @@ class SQLiteStore(Store):
                     conn.executemany(INSERT, params)
                 return sequences
             _, _, _, due, received, expires, *_ = rows[0]
-            if all(r[3] == due and r[5] == expires and r[6] == 0 and r[7] is None and r[8] is None
-                   for r in rows):
+            if all(r[3] == due and r[4] == received and r[5] == expires and r[6] == 0 and r[7] is None
+                   and r[8] is None for r in rows):
                 conn.execute(INSERT_JSON_SHARED, {
                     "queue": queue, "is_dlq": flag, "process_after": due, "received_at": received,
                     "expires_after": expires, "first": first,
@@ -610,8 +620,13 @@ class SQLiteStore(Store):
         return ThrottleState(int(in_flight), int(row[0]) if row else 0)
 
     def defer(self, queue: str, message_id: str, receipt: int, now: int, delay_ms: int, state: str | None) -> bool:
-        return self._conn().execute(DEFER, {"now": now, "delay": delay_ms, "state": state, "id": message_id,
-                                            "queue": queue, "receipt": receipt}).rowcount == 1
+        with self._transaction() as conn:
+            sequence = self._next_sequence(conn, base_of(queue), 1, now)
+            return conn.execute(DEFER, {"now": now, "delay": delay_ms, "state": state, "id": message_id,
+                                        "queue": queue, "receipt": receipt, "sequence": sequence}).rowcount == 1
+
+    def notify(self, queue: str) -> None:
+        """Nothing to do: every commit changes ``PRAGMA data_version``, which the notifier watches."""
 
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
                order: str) -> Claim:
@@ -623,13 +638,14 @@ class SQLiteStore(Store):
         redriven = 0
         for _ in range(MAX_REDRIVE_ROUNDS):
             rows = conn.execute(sql, params).fetchall()
-            live = [r for r in rows if not r[13]]
+            live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
             redriven += len(rows) - len(live)
             deliveries += [Delivery._make(r[:13]) for r in live]
             if len(live) == len(rows) or len(deliveries) >= limit:
                 break
             params["limit"] = limit - len(deliveries)
-            sql = CLAIM_ONE if params["limit"] == 1 and order == "fifo" else CLAIM[order]
+            params["delivered"] = json.dumps([d.id for d in deliveries])
+            sql = CLAIM_AGAIN[order]
         if len(deliveries) > 1 and order != "random":  # RETURNING order is unspecified
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
@@ -767,7 +783,8 @@ class SQLiteStore(Store):
             params: dict[str, Any] = {"token": token, "queue": queue, "now": now, "ttl": queue_ttl_ms,
                                       "tolerance": past_tolerance_ms}
             ((count,),) = conn.execute(STAGED_COUNT, params).fetchall()
-            if not count:
+            if not count:  # published (or discarded) already: nothing more
+                published[queue] = published.get(queue, 0)
                 continue
             params["first"] = self._next_sequence(conn, queue, count, now)
             n = conn.execute(PUBLISH, params).rowcount
