@@ -1,22 +1,33 @@
-"""Django admin for the queue: every message, and the dead letters on their own list.
+"""Django admin: queues (policy, state, counts; pause, resume, purge), every message, and the dead
+letters on their own list.
 
-Read-only: a message is changed only through :mod:`forqapp.services` (requeue, delete), here as
-admin actions with a confirmation page. Message content is always escaped (``format_html``).
+Nothing here writes to the database itself: a queue's policy is saved by
+``services.configure_queue`` after the form checked it with ``validation.policy`` (the rules of
+``forqapp.configure_queue``, the v2 API and ``FORQ_QUEUES``); pause, resume, purge, requeue and delete
+are admin actions that call :mod:`forqapp.services`, the destructive ones behind a confirmation page.
+Messages are read-only. Anything from a message or a queue is escaped (``format_html``).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
+from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
-from django.utils.html import format_html
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 
-from . import services, vocab
-from .models import DeadLetter, Message
-from .ui import freshness, queries
-from .utils import ms_to_datetime, pretty_json
+from . import services, validation, vocab
+from .errors import ForqError
+from .models import DeadLetter, Message, Queue
+from .ui import display, freshness, queries
+from .utils import ms_to_datetime, now_ms, pretty_json
 
 ERROR_PREVIEW = 80  # characters of last_error in the lists
 
@@ -109,7 +120,7 @@ def delete_messages(modeladmin, request, queryset):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    list_display = ["id", "queue", "status", "attempts", "due", "received", "failure_reason", "error"]
+    list_display = ["id", "queue", "status", "priority", "attempts", "due", "received", "failure_reason", "error"]
     list_filter = [QueueFilter, "status", DlqFilter]
     search_fields = ["id"]
     search_help_text = "A message id (exact)."
@@ -117,8 +128,9 @@ class MessageAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False
     actions = [requeue_messages, delete_messages]
-    fields = ["id", "queue", "is_dlq", "status", "attempts", "due", "received", "updated",
-              "expires", "processing_started", "failure_reason", "last_error", "pretty_content"]
+    fields = ["id", "queue", "is_dlq", "status", "priority", "sequence", "attempts", "due", "lease_end",
+              "received", "first_received", "updated", "expires", "processing_started", "dedup_id",
+              "attributes_table", "failure_reason", "last_error", "pretty_content"]
     # mypy types `fields` as the base class's field groups; it holds plain names here.
     readonly_fields = fields  # type: ignore[assignment]
 
@@ -168,6 +180,33 @@ class MessageAdmin(admin.ModelAdmin):
     def processing_started(self, obj):
         return _dt(obj.processing_started_at)
 
+    @admin.display(description="first delivered")
+    def first_received(self, obj):
+        return _dt(obj.first_received_at)
+
+    @admin.display(description="lease end")
+    def lease_end(self, obj):
+        """While in processing, the delivery's lease end (``process_after``); after it, the next
+        receive takes the message again."""
+        end = obj.lease_expires_at
+        if end is None:
+            return "— (not in processing)"
+        if end <= now_ms():
+            return f"{_dt(end)} (ended: the next receive takes it)"
+        return _dt(end)
+
+    @admin.display(description="attributes")
+    def attributes_table(self, obj):
+        try:
+            attributes = obj.attributes_dict
+        except ValueError:
+            return obj.attributes  # not a JSON object: as stored (escaped by the admin)
+        if not attributes:
+            return "—"
+        rows = format_html_join("", "<tr><th><code>{}</code></th><td><code>{}</code></td></tr>",
+                                attributes.items())
+        return format_html('<table class="forq-attributes">{}</table>', rows)
+
     @admin.display(description="last error")
     def error(self, obj):
         """The consumer's own error, cut for the list (the change page shows all of it)."""
@@ -185,3 +224,380 @@ class MessageAdmin(admin.ModelAdmin):
 @admin.register(DeadLetter)
 class DeadLetterAdmin(MessageAdmin):
     list_filter = [QueueFilter, "status", "failure_reason"]
+
+
+# --- queues -----------------------------------------------------------------------------------
+
+POLICY_FIELDS = tuple(validation.POLICY_FIELDS)  # configure_queue's keywords, "paused" included
+DURATIONS = ("visibility_timeout", "retention", "dlq_retention", "dedup_window")
+_DURATION_COLUMNS = {name: column for name, (column, _) in validation.POLICY_FIELDS.items() if name in DURATIONS}
+
+
+def _global(field: str) -> str:
+    return display.value(field, queries.policy_of(None).public().get(field))
+
+
+class LooseField(forms.CharField):
+    """A policy field this form has no special field for (a newer one): JSON if it parses (``10``,
+    ``true``), else the text (``10/s``); ``validation.policy`` judges it."""
+
+    def to_python(self, value: Any) -> Any:
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+
+class QueueForm(forms.ModelForm):
+    """A queue's policy. A blank field follows the global setting; a value is checked by
+    ``validation.policy`` (``configure_queue``'s rules) and saved through ``configure_queue``."""
+
+    max_attempts = forms.CharField(
+        required=False, max_length=20, label="Max attempts",
+        help_text='Deliveries before a message goes to the DLQ: 1 to 1000000, or "unlimited".')
+    backoff = forms.CharField(
+        required=False, max_length=2000, label="Backoff", widget=forms.TextInput(attrs={"size": 60}),
+        help_text=format_html("Delays in ms by attempt, the last one repeating (<code>{}</code> or a JSON list), "
+                              "or exponential: <code>{}</code>.", "1000, 5000, 30000",
+                              '{"base_ms": 1000, "max_ms": 300000, "jitter": 0.2}'))
+    visibility_timeout = forms.FloatField(
+        required=False, label="Visibility timeout (s)", help_text="The lease a receive takes: 0 to 43200 seconds.")
+    retention = forms.FloatField(
+        required=False, label="Retention (s)", help_text="How long a message may wait in the queue (seconds).")
+    dlq_retention = forms.FloatField(
+        required=False, label="DLQ retention (s)", help_text="How long a message stays in the DLQ (seconds).")
+    max_length = forms.IntegerField(
+        required=False, label="Max length", help_text="A produce beyond it is refused (503, queue.full).")
+    ordering = forms.ChoiceField(
+        required=False, label="Ordering", choices=[("", "—"), ("fifo", "FIFO"), ("lifo", "LIFO")],
+        help_text="Within a priority: oldest (FIFO) or newest (LIFO) first.")
+    dedup_window = forms.FloatField(
+        required=False, label="Dedup window (s)", help_text="How long a dedup id is remembered (seconds).")
+    max_in_flight = forms.IntegerField(
+        required=False, label="Max in flight",
+        help_text="Deliveries leased at once; receives beyond it get nothing until one settles.")
+    rate = forms.CharField(
+        required=False, max_length=32, label="Rate",
+        help_text=format_html("At most this many receives: <code>{}</code>, <code>{}</code>, <code>{}</code>, "
+                              "<code>{}</code> (or <code>{}</code>: one per 2.5 seconds).",
+                              "10/s", "600/m", "100/h", "1000/d", "1/2.5s"))
+    paused = forms.BooleanField(
+        required=False, label="Paused", help_text="Receives get nothing; produces are still accepted.")
+
+    class Meta:
+        model = Queue
+        fields = ["name"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in POLICY_FIELDS:
+            if name not in self.fields:
+                self.fields[name] = LooseField(required=False, label=display.label(name), max_length=200,
+                                               help_text=next((h for n, _, h in display.FIELDS if n == name), ""))
+        ordering = self.fields["ordering"]
+        assert isinstance(ordering, forms.ChoiceField)  # noqa: S101 - declared above
+        ordering.choices = [("", f"— ({_global('ordering')})"), ("fifo", "FIFO"), ("lifo", "LIFO")]
+        for name in POLICY_FIELDS:
+            if name in self.fields and name != "paused":
+                field = self.fields[name]
+                field.help_text = format_html("{} Blank: the global setting ({}).", field.help_text, _global(name))
+        if self.instance.pk is not None:
+            for name in POLICY_FIELDS:
+                # What the page showed travels with the form, so only the fields this user edited
+                # are saved: a pause (or any change) made meanwhile elsewhere is not undone.
+                self.fields[name].show_hidden_initial = True
+            row = self.instance
+            self.initial.setdefault("max_attempts", {None: "", 0: "unlimited"}.get(row.max_attempts, row.max_attempts))
+            self.initial.setdefault("backoff", row.backoff or "")
+            for name, column in _DURATION_COLUMNS.items():
+                ms = getattr(row, column)
+                self.initial.setdefault(name, None if ms is None else ms / 1000)
+            self.initial.setdefault("max_length", row.max_length)
+            self.initial.setdefault("max_in_flight", row.max_in_flight)
+            self.initial.setdefault("rate", row.rate or "")
+            self.initial.setdefault("ordering", row.ordering or "")
+            self.initial.setdefault("paused", row.paused)
+            for name in POLICY_FIELDS:
+                if isinstance(self.fields[name], LooseField):
+                    column = validation.POLICY_FIELDS[name][0]
+                    stored = getattr(row, column, None)
+                    self.initial.setdefault(name, stored / 1000 if column.endswith("_ms") and stored is not None
+                                            else stored)
+
+    def clean_name(self) -> str:
+        try:
+            return validation.queue_name(self.cleaned_data.get("name"), produce=True)
+        except ForqError as e:
+            raise forms.ValidationError(str(e)) from None
+
+    def clean_max_attempts(self) -> int | str | None:
+        text = (self.cleaned_data.get("max_attempts") or "").strip().lower()
+        if not text:
+            return None
+        if text in ("unlimited", "0", "∞"):
+            return "unlimited"
+        try:
+            return int(text)
+        except ValueError:
+            raise forms.ValidationError('An integer, or "unlimited".') from None
+
+    def clean_backoff(self) -> Any:
+        text = (self.cleaned_data.get("backoff") or "").strip()
+        if not text:
+            return None
+        if text[0] in "[{":
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise forms.ValidationError("Not valid JSON.") from None
+        try:
+            return [int(part) for part in text.split(",")]
+        except ValueError:
+            raise forms.ValidationError("Delays in ms, separated by commas, or JSON.") from None
+
+    def policy_values(self) -> dict[str, Any]:
+        """The fields to save: on a new queue those given, on a queue those the user changed
+        from what the page showed. None: the global setting."""
+        adding = self.instance._state.adding
+        values = {}
+        for name in POLICY_FIELDS:
+            if name not in self.fields or (not adding and name not in self.changed_data):
+                continue
+            value = self.cleaned_data.get(name)
+            if value is None or value == "":
+                value = None
+            if adding and (value is None or value is False):  # (0 is a value: a 0 s visibility)
+                continue
+            values[name] = value
+        return values
+
+    def clean(self) -> dict[str, Any] | None:
+        cleaned = super().clean()
+        if not self.errors:
+            try:
+                validation.policy(self.policy_values())
+            except ForqError as e:
+                text = str(e)
+                field = next((n for n in sorted(POLICY_FIELDS, key=len, reverse=True)
+                              if re.search(rf"\b{n}\b", text)), None)
+                self.add_error(field if field in self.fields else None, text)
+        return cleaned
+
+
+def _policy_html(public: dict[str, Any], overrides: dict[str, Any], *, inline: bool = False) -> str:
+    """Each field: the queue's own value in bold, the global setting's grey. ``inline``: one
+    paragraph (the list), else a line each (the change page)."""
+    items = display.policy_items(public, overrides)
+    return format_html_join(
+        " · " if inline else "", "<span>{}: {}</span>" if inline else "<div>{}: {}</div>",
+        ((item.label, format_html('<strong title="set on this queue">{}</strong>', item.value) if item.overridden
+          else format_html('<span class="quiet" title="the global setting">{}</span>', item.value))
+         for item in items),
+    )
+
+
+def _stats(names: list[str]) -> dict[str, queries.QueueStats]:
+    """Counts of these queues and their DLQs, in two grouped reads."""
+    return queries.queue_stats(now_ms(), [n for name in names for n in (name, vocab.dlq_of(name))])
+
+
+def _confirm_purge(modeladmin, request, queryset):
+    names = list(queryset.values_list("name", flat=True)[:1000])
+    stats = _stats(names)
+    rows = [(name, stats.get(name, queries.QueueStats(name)).total) for name in names]
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Are you sure?",
+        "opts": modeladmin.model._meta,
+        "queues": rows,
+        "total": sum(n for _, n in rows),
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        "select_across": request.POST.get("select_across", "0"),
+    }
+    return TemplateResponse(request, "forqapp/admin/confirm_purge.html", context)
+
+
+def _names(queryset) -> list[str]:
+    return list(queryset.order_by("name").values_list("name", flat=True))
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+
+
+def _set_paused(modeladmin, request, queryset, paused: bool) -> None:
+    names = _names(queryset)
+    for name in names:
+        services.configure_queue(name, paused=paused)
+    freshness.invalidate()
+    verb = "Paused" if paused else "Resumed"
+    modeladmin.message_user(
+        request, f"{verb} {len(names)} queue{'s' if len(names) != 1 else ''}: {_listed(names)}.", messages.SUCCESS)
+
+
+@admin.action(description="Pause selected queues (receives get nothing; produces are accepted)",
+              permissions=["change"])
+def pause_queues(modeladmin, request, queryset):
+    _set_paused(modeladmin, request, queryset, True)
+
+
+@admin.action(description="Resume selected queues", permissions=["change"])
+def resume_queues(modeladmin, request, queryset):
+    _set_paused(modeladmin, request, queryset, False)
+
+
+@admin.action(description="Purge selected queues (delete all their messages)", permissions=["purge"])
+def purge_queues(modeladmin, request, queryset):
+    if request.POST.get("post") != "yes":
+        return _confirm_purge(modeladmin, request, queryset)
+    names = _names(queryset)
+    deleted = sum(services.purge(name) for name in names)
+    freshness.invalidate()
+    modeladmin.message_user(
+        request, f"Purged {len(names)} queue{'s' if len(names) != 1 else ''} ({_listed(names)}): "
+        f"deleted {deleted} message{'s' if deleted != 1 else ''}.", messages.SUCCESS)
+    return None
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    form = QueueForm
+    # The counts first, the policy last: it wraps in the width they leave.
+    list_display = ["name", "paused", "ready", "delayed", "in_flight", "failed", "dlq", "policy"]
+    search_fields = ["name"]
+    search_help_text = "A queue name (or part of it)."
+    ordering = ["name"]
+    list_per_page = 50
+    show_full_result_count = False
+    actions = [pause_queues, resume_queues, purge_queues]
+    info_fields = ["counts", "resolved_policy", "last_sequence", "created", "updated", "links"]
+
+    def get_fieldsets(self, request, obj=None):
+        policy = ("Policy", {
+            "fields": list(POLICY_FIELDS),
+            "description": "A blank field follows the global setting (FORQ_* settings); saving goes "
+                           "through forqapp.configure_queue, with its checks.",
+        })
+        if obj is None:
+            return [(None, {"fields": ["name"]}), policy]
+        if not self.has_change_permission(request, obj):
+            return [(None, {"fields": ["name", "paused", *self.info_fields]})]
+        return [(None, {"fields": ["name", *self.info_fields]}), policy]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else ["name", *self.info_fields]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        # The policy fields are the form's own; the only model field it sets is a new queue's name.
+        kwargs["fields"] = ["name"] if obj is None else []
+        return super().get_form(request, obj, change, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        values = form.policy_values()
+        if values or not change:
+            services.configure_queue(obj.name, **values)
+        freshness.invalidate()
+
+    def save_related(self, request, form, formsets, change):
+        pass  # a queue has no related objects; the form saved nothing itself
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # deleting a queue (and its messages) is services.delete_queue / the v2 API
+
+    def has_purge_permission(self, request):
+        """Purge deletes messages: the message delete permission."""
+        return request.user.has_perm(f"{Message._meta.app_label}.delete_{Message._meta.model_name}")
+
+    # -- the list: each page's policies resolved in Python, its counts in two grouped reads ----
+
+    def get_changelist_instance(self, request):
+        changelist = super().get_changelist_instance(request)
+        rows = list(changelist.result_list)
+        stats = _stats([q.name for q in rows])
+        for q in rows:
+            q.forq_policy = queries.policy_of(q)
+            q.forq_stats = stats.get(q.name) or queries.QueueStats(q.name)
+            q.forq_dlq = stats.get(vocab.dlq_of(q.name)) or queries.QueueStats(vocab.dlq_of(q.name))
+        changelist.result_list = rows
+        return changelist
+
+    def _counts_of(self, obj: Any) -> tuple[queries.QueueStats, queries.QueueStats]:
+        if not hasattr(obj, "forq_stats"):
+            stats = _stats([obj.name])
+            obj.forq_stats = stats.get(obj.name) or queries.QueueStats(obj.name)
+            obj.forq_dlq = stats.get(vocab.dlq_of(obj.name)) or queries.QueueStats(vocab.dlq_of(obj.name))
+        return obj.forq_stats, obj.forq_dlq
+
+    @admin.display(description="policy (bold: set on this queue, grey: global)")
+    def policy(self, obj):
+        resolved = getattr(obj, "forq_policy", None) or queries.policy_of(obj)
+        return _policy_html(resolved.public(), resolved.overrides, inline=True)
+
+    @admin.display(description="ready")
+    def ready(self, obj):
+        return self._counts_of(obj)[0].ready
+
+    @admin.display(description="delayed")
+    def delayed(self, obj):
+        return self._counts_of(obj)[0].delayed
+
+    @admin.display(description="in flight")
+    def in_flight(self, obj):
+        return self._counts_of(obj)[0].processing
+
+    @admin.display(description="failed")
+    def failed(self, obj):
+        return self._counts_of(obj)[0].failed
+
+    @admin.display(description="DLQ")
+    def dlq(self, obj):
+        dead = self._counts_of(obj)[1]
+        if not dead.total:
+            return 0
+        url = reverse("admin:forqapp_deadletter_changelist") + "?" + urlencode({"queue": dead.name})
+        return format_html('<a href="{}">{}</a>', url, dead.total)
+
+    # -- the change page: the queue as services.queue_info reports it ------------------------
+
+    def _info(self, obj: Any) -> services.QueueInfo:
+        if not hasattr(obj, "forq_info"):
+            obj.forq_info = services.queue_info(obj.name)
+        return obj.forq_info
+
+    @admin.display(description="messages")
+    def counts(self, obj):
+        c = self._info(obj).counts
+        return format_html(
+            "ready {} · delayed {} · in flight {} · failed {} · in the DLQ {}",
+            c["ready"], c["delayed"], c["in_flight"], c["failed"], c["dlq"])
+
+    @admin.display(description="policy in force")
+    def resolved_policy(self, obj):
+        info = self._info(obj)
+        return format_html("{}<div>{}</div>", _policy_html(info.policy, info.overrides),
+                           "paused: receives get nothing" if info.paused else "not paused")
+
+    @admin.display(description="created")
+    def created(self, obj):
+        return _dt(obj.created_at)
+
+    @admin.display(description="updated")
+    def updated(self, obj):
+        return _dt(obj.updated_at)
+
+    @admin.display(description="see")
+    def links(self, obj):
+        links = [
+            ("its messages", reverse("admin:forqapp_message_changelist") + "?" + urlencode({"queue": obj.name})),
+            ("its dead letters",
+             reverse("admin:forqapp_deadletter_changelist") + "?" + urlencode({"queue": vocab.dlq_of(obj.name)})),
+        ]
+        try:
+            links.append(("its page in the Forq UI", reverse("forqapp-ui:queue", args=[obj.name])))
+        except NoReverseMatch:  # a project that does not serve forqapp's UI pages
+            pass
+        return format_html_join(" · ", '<a href="{1}">{0}</a>', links)

@@ -1,7 +1,10 @@
 # ruff: noqa: S106  (test passwords)
-"""Django admin: read-only lists and detail, escaped content, DLQ-only actions with confirmation."""
+"""Django admin: read-only message lists and detail, escaped content, DLQ-only actions with
+confirmation; the queues: policy, state and counts, the policy form, pause, resume and purge."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from django.contrib.auth.models import User
@@ -12,6 +15,7 @@ import forqapp
 from forqapp import ids as forq_ids
 from forqapp import services, store
 from forqapp.models import Message
+from forqapp.utils import ms_to_datetime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 XSS = '{"html": "<script>alert(1)</script>"}'
@@ -101,3 +105,253 @@ def test_the_consumers_error_shows_in_the_admin_and_the_ui(admin_client_):
     ui = admin_client_.get(f"/ui/queues/emails-dlq/messages/{d}/")
     assert ui.status_code == 200
     assert 'data-testid="last-error">forqapp.errors.FatalError: no &lt;b&gt;recipient&lt;/b&gt;' in ui.content.decode()
+
+
+# --- messages: issue 12's fields ------------------------------------------------------------------
+
+
+def test_message_detail_shows_priority_attributes_dedup_sequence_and_lease(admin_client_):
+    mid = forqapp.send("emails", "a", priority=7, attributes={"tenant": "<b>acme</b>", "kind": "welcome"},
+                       dedup_id="order-42")
+    page = admin_client_.get(f"/admin/forqapp/message/{mid}/change/").content.decode()
+    m = Message.objects.get(id=mid)
+    for label in ("priority", "sequence", "lease end", "first delivered", "dedup id", "attributes"):
+        assert label in page.lower()
+    assert f'<div class="readonly">{m.sequence}</div>' in page and m.sequence > 0
+    assert '<div class="readonly">7</div>' in page
+    assert "order-42" in page
+    assert "<th><code>tenant</code></th><td><code>&lt;b&gt;acme&lt;/b&gt;</code></td>" in page  # escaped
+    assert "<b>acme</b>" not in page
+    assert "— (not in processing)" in page
+    delivered = forqapp.receive("emails")
+    assert delivered is not None and delivered.id == mid
+    page = admin_client_.get(f"/admin/forqapp/message/{mid}/change/").content.decode()
+    lease_end = ms_to_datetime(delivered.lease_expires_at).strftime("%Y-%m-%d %H:%M:%S UTC")
+    first = ms_to_datetime(delivered.first_received_at).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert lease_end in page and first in page and "(ended" not in page
+    services.change_visibility(delivered, 0)  # the lease ends now: the next receive takes it
+    page = admin_client_.get(f"/admin/forqapp/message/{mid}/change/").content.decode()
+    assert "(ended: the next receive takes it)" in page
+    listing = admin_client_.get("/admin/forqapp/message/").content.decode()
+    assert '<td class="field-priority">7</td>' in listing
+
+
+# --- queues ----------------------------------------------------------------------------------------
+
+
+def queue_state():
+    """emails: max_attempts 3 and a 30 s visibility of its own, paused; 2 ready, 1 delayed, 1 in
+    flight, 1 failed, 2 in its DLQ. sms: the global policy, 1 ready."""
+    services.configure_queue("emails", max_attempts=3, visibility_timeout=30, paused=True)
+    forqapp.send_many("emails", ["r1", "r2"])
+    forqapp.send("emails", "later", delay=600)
+    forqapp.send_many("emails", ["lease", "fail"])
+    services.configure_queue("emails", paused=False)
+    leased, failing = services.claim_many("emails", 2)
+    services.fail(failing, "boom")
+    services.configure_queue("emails", paused=True)
+    dead("emails", 2)
+    forqapp.send("sms", "hi")
+    return leased
+
+
+def test_queue_list_shows_policy_state_and_counts(admin_client_):
+    queue_state()
+    page = admin_client_.get("/admin/forqapp/queue/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    emails, sms = html.split('class="field-name"')[1:3]
+    # Policy: the queue's own values in bold, the global ones grey.
+    assert 'Max attempts: <strong title="set on this queue">3</strong>' in emails
+    assert 'Visibility timeout: <strong title="set on this queue">30 s</strong>' in emails
+    assert 'Retention: <span class="quiet" title="the global setting">1 d</span>' in emails
+    assert 'Max attempts: <span class="quiet" title="the global setting">5</span>' in sms
+    assert "<strong" not in sms
+    # Paused state and counts by state.
+    assert 'alt="True"' in emails.split('class="field-policy"')[0]
+    assert 'alt="False"' in sms.split('class="field-policy"')[0]
+    for field, value in [("ready", 2), ("delayed", 1), ("in_flight", 1), ("failed", 1)]:
+        assert f'<td class="field-{field}">{value}</td>' in emails
+    assert '?queue=emails-dlq">2</a></td>' in emails
+    assert '<td class="field-ready">1</td>' in sms and '<td class="field-dlq">0</td>' in sms
+    assert admin_client_.get("/admin/forqapp/queue/?q=ema").content.decode().count('class="field-name"') == 1
+
+
+def test_queue_list_query_count_does_not_grow_with_queues(admin_client_, django_assert_max_num_queries):
+    for i in range(20):
+        forqapp.send(f"q{i}", "m")
+    admin_client_.get("/admin/forqapp/queue/")
+    with django_assert_max_num_queries(8):  # session, user, count, page, two grouped counts
+        page = admin_client_.get("/admin/forqapp/queue/")
+    assert page.content.decode().count('class="field-name"') == 20
+
+
+def test_pause_and_resume_actions(admin_client_):
+    forqapp.send("emails", "a")
+    forqapp.send("sms", "b")
+    done = admin_client_.post("/admin/forqapp/queue/", {"action": "pause_queues", "_selected_action": ["emails", "sms"]},
+                              follow=True)
+    assert b"Paused 2 queues: emails, sms." in done.content
+    assert services.queue_info("emails").paused and services.queue_info("sms").paused
+    assert forqapp.receive("emails") is None  # paused: receives get nothing
+    done = admin_client_.post("/admin/forqapp/queue/", {"action": "resume_queues", "_selected_action": ["emails"]},
+                              follow=True)
+    assert b"Resumed 1 queue: emails." in done.content
+    assert not services.queue_info("emails").paused and services.queue_info("sms").paused
+    assert forqapp.receive("emails").content == "a"
+
+
+def test_purge_asks_first_then_deletes_the_queues_messages(admin_client_):
+    queue_state()
+    data = {"action": "purge_queues", "_selected_action": ["emails"]}
+    confirm = admin_client_.post("/admin/forqapp/queue/", data)
+    assert confirm.status_code == 200 and b"Are you sure?" in confirm.content
+    assert b"<li>emails: 5 messages</li>" in confirm.content
+    assert b"cannot be undone" in confirm.content
+    assert Message.objects.filter(queue="emails").count() == 5  # nothing yet
+    done = admin_client_.post("/admin/forqapp/queue/", {**data, "post": "yes"}, follow=True)
+    assert b"Purged 1 queue (emails): deleted 5 messages." in done.content
+    assert not Message.objects.filter(queue="emails").exists()
+    assert Message.objects.filter(queue="emails-dlq").count() == 2  # its DLQ is kept
+    assert Message.objects.filter(queue="sms").count() == 1
+    info = services.queue_info("emails")
+    assert info.paused and info.overrides["max_attempts"] == 3  # the queue and its policy stay
+
+
+def test_purge_needs_the_delete_permission(db):
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("ops", password="pw-ops-12345", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=["view_queue", "change_queue"]))
+    c = Client()
+    c.force_login(user)
+    forqapp.send("emails", "a")
+    page = c.get("/admin/forqapp/queue/").content.decode()
+    assert 'value="pause_queues"' in page and 'value="purge_queues"' not in page
+    c.post("/admin/forqapp/queue/", {"action": "purge_queues", "_selected_action": ["emails"], "post": "yes"})
+    assert Message.objects.filter(queue="emails").count() == 1
+    assert c.get("/admin/forqapp/queue/emails/delete/").status_code == 403  # no deletes at all
+
+
+def policy_post(name: str, **fields) -> dict:
+    """The change form's fields as a browser posts them, with what the page showed as initial."""
+    info = services.queue_info(name)
+    shown = {k: "" for k in ("max_attempts", "backoff", "visibility_timeout", "retention", "dlq_retention",
+                             "max_length", "ordering", "dedup_window", "max_in_flight", "rate")}
+    for key, value in info.overrides.items():
+        shown[key] = json.dumps(value) if key == "backoff" else str(value)
+    data = {**shown, **{f"initial-{k}": v for k, v in shown.items()}}
+    if info.paused:
+        data["paused"] = data["initial-paused"] = "on"
+    for key, value in fields.items():
+        if key == "paused":
+            data.pop("paused", None)
+            if value:
+                data["paused"] = "on"
+        else:
+            data[key] = value
+    return data
+
+
+def test_policy_form_saves_through_configure_queue(admin_client_):
+    forqapp.send("emails", "a")
+    page = admin_client_.get("/admin/forqapp/queue/emails/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'name="visibility_timeout"' in html and 'name="initial-visibility_timeout"' in html
+    assert "Blank: the global setting (5 min)." in html
+    assert "ready 1 · delayed 0 · in flight 0 · failed 0 · in the DLQ 0" in html
+    data = policy_post("emails", max_attempts="3", backoff="1000, 2000", visibility_timeout="30",
+                       retention="7200", dlq_retention="86400", max_length="100", ordering="lifo",
+                       dedup_window="60", max_in_flight="4", rate="10/s", paused=True)
+    done = admin_client_.post("/admin/forqapp/queue/emails/change/", data, follow=True)
+    assert done.status_code == 200 and b"was changed successfully" in done.content
+    info = services.queue_info("emails")
+    assert info.overrides == {"max_attempts": 3, "backoff": [1000, 2000], "visibility_timeout": 30,
+                              "retention": 7200, "dlq_retention": 86400, "max_length": 100,
+                              "ordering": "lifo", "dedup_window": 60, "max_in_flight": 4, "rate": "10/s"}
+    assert info.paused
+    # Blank resets a field to the global setting; "unlimited" attempts; JSON exponential backoff.
+    data = policy_post("emails", max_attempts="unlimited", visibility_timeout="",
+                       backoff='{"base_ms": 500, "max_ms": 60000, "jitter": 0.1}')
+    admin_client_.post("/admin/forqapp/queue/emails/change/", data)
+    info = services.queue_info("emails")
+    assert "visibility_timeout" not in info.overrides and info.policy["visibility_timeout"] == 300
+    assert info.policy["max_attempts"] == "unlimited"
+    assert info.policy["backoff"] == {"base_ms": 500, "max_ms": 60000, "jitter": 0.1}
+    assert info.overrides["ordering"] == "lifo" and info.paused  # untouched fields kept
+
+
+def test_policy_form_does_not_undo_a_change_made_meanwhile(admin_client_):
+    forqapp.send("emails", "a")
+    data = policy_post("emails", max_attempts="4")  # the page, as loaded: not paused
+    services.configure_queue("emails", paused=True)  # another admin pauses it meanwhile
+    admin_client_.post("/admin/forqapp/queue/emails/change/", data)
+    info = services.queue_info("emails")
+    assert info.overrides["max_attempts"] == 4 and info.paused
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("visibility_timeout", "50000", "visibility_timeout must be from 0 to 43200 seconds"),
+    ("max_attempts", "-1", "max_attempts must be an integer from 1 to 1000000"),
+    ("max_attempts", "many", "An integer, or &quot;unlimited&quot;."),
+    ("backoff", "[1000, ", "Not valid JSON."),
+    ("backoff", '{"base_ms": 5000, "max_ms": 10}', "backoff max_ms must be at least base_ms"),
+    ("max_length", "0", "max_length must be a positive integer"),
+    ("dedup_window", "-5", "dedup_window must be from 0.001 to 43200 seconds"),
+    ("retention", "nan", "Enter a number."),
+    ("max_in_flight", "0", "max_in_flight must be an integer from 1 to 1000000"),
+    ("rate", "fast", "rate must be"),
+])
+def test_policy_form_refuses_what_configure_queue_refuses(admin_client_, field, value, error):
+    forqapp.send("emails", "a")
+    before = services.queue_info("emails")
+    page = admin_client_.post("/admin/forqapp/queue/emails/change/", policy_post("emails", **{field: value}))
+    assert page.status_code == 200  # the form again
+    html = page.content.decode()
+    assert error in html
+    assert f"field-{field}" in html.split(error)[0].rsplit('<div class="form-row', 1)[1]  # on its field
+    assert services.queue_info("emails").overrides == before.overrides
+
+
+def test_add_a_queue(admin_client_):
+    page = admin_client_.get("/admin/forqapp/queue/add/")
+    assert page.status_code == 200 and b'name="name"' in page.content
+    done = admin_client_.post("/admin/forqapp/queue/add/", {"name": "reports", "max_length": "10", "ordering": "",
+                                                            "visibility_timeout": "0"}, follow=True)
+    assert done.status_code == 200 and b"was added successfully" in done.content
+    info = services.queue_info("reports")
+    assert info.overrides == {"max_length": 10, "visibility_timeout": 0} and not info.paused
+    for name, error in [("bad name!", "invalid queue name"), ("reports-dlq", "cannot produce to dead-letter"),
+                        ("reports", "already exists")]:
+        page = admin_client_.post("/admin/forqapp/queue/add/", {"name": name})
+        assert page.status_code == 200 and error in page.content.decode()
+
+
+def test_view_only_staff_see_the_queue_but_cannot_change_it(db):
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("viewer", password="pw-viewer-123", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename="view_queue"))
+    c = Client()
+    c.force_login(user)
+    services.configure_queue("emails", max_attempts=2)
+    page = c.get("/admin/forqapp/queue/emails/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'name="max_attempts"' not in html and '<strong title="set on this queue">2</strong>' in html
+    assert 'value="pause_queues"' not in c.get("/admin/forqapp/queue/").content.decode()
+    c.post("/admin/forqapp/queue/", {"action": "pause_queues", "_selected_action": ["emails"]})
+    assert not services.queue_info("emails").paused
+
+
+def test_a_newer_policy_field_gets_a_plain_form_field_and_shows_in_the_policy():
+    from forqapp.admin import LooseField
+    from forqapp.ui import display
+
+    field = LooseField(required=False)
+    assert (field.clean("10"), field.clean(" 10/s "), field.clean(""), field.clean("true")) == (10, "10/s", None, True)
+    items = display.policy_items({"max_attempts": 5, "rate": "10/s", "burst_size": 3, "paused": False},
+                                 {"rate": "10/s"})
+    assert [(i.label, i.value, i.overridden) for i in items] == [
+        ("Max attempts", "5", False), ("Rate", "10/s", True), ("Burst size", "3", False)]

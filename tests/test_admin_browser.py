@@ -109,3 +109,75 @@ def test_admin_login_is_throttled_with_a_clear_message(live_ui, browser_page, st
     assert "Too many failed logins; try again in 15 minutes." in page.inner_text(".errornote")
     assert "/admin/login/" in page.url
     shot(page, "admin-login-throttled")
+
+
+def pick_action(page, queue: str, action: str) -> None:
+    """Tick ``queue``'s row, pick the action, "Go"; the answer must not be an error page."""
+    page.check(f"input.action-select[value='{queue}']")
+    page.select_option("select[name=action]", action)
+    with page.expect_navigation() as navigation:
+        page.click("button[name=index]")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]
+
+
+def test_queue_admin_pause_purge_and_policy_form_in_a_browser(live_ui, browser_page, staff_user):
+    import forqapp
+
+    forqapp.send_many("emails", ["a", "b", "c"])
+    forqapp.send("sms", "d")
+    page = browser_page
+    page.goto(live_ui + "/admin/")
+    admin_login(page)
+    page.click("a[href='/admin/forqapp/queue/']")
+    page.wait_for_selector("#result_list")
+    assert page.locator("#result_list tbody tr").count() == 2
+    emails = page.locator("#result_list tbody tr", has=page.locator("input[value='emails']"))
+    assert emails.locator("td.field-ready").inner_text() == "3"
+    assert "Max attempts: 5" in emails.locator("td.field-policy").inner_text()
+
+    # Pause: reversible, so no confirmation page.
+    pick_action(page, "emails", "pause_queues")
+    assert page.inner_text("ul.messagelist li.success") == "Paused 1 queue: emails."
+    assert services.queue_info("emails").paused and not services.queue_info("sms").paused
+    assert emails.locator("td.field-paused img").get_attribute("alt") == "True"
+    shot(page, "admin-queues")
+
+    # Purge: Django's confirmation page first, then every message of the queue is gone.
+    pick_action(page, "emails", "purge_queues")
+    page.wait_for_selector("body.delete-confirmation")
+    assert "emails: 3 messages" in page.inner_text("ul.forq-purge")
+    assert Message.objects.filter(queue="emails").count() == 3
+    shot(page, "admin-queue-purge-confirm")
+    with page.expect_navigation() as navigation:
+        page.click("input[type=submit][value^='Purge']")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]  # a 403 CSRF before
+    assert page.inner_text("ul.messagelist li.success") == "Purged 1 queue (emails): deleted 3 messages."
+    assert not Message.objects.filter(queue="emails").exists()
+    assert Message.objects.filter(queue="sms").count() == 1
+
+    # The policy form: saved through configure_queue.
+    page.click("#result_list a[href='/admin/forqapp/queue/emails/change/']")
+    page.wait_for_selector("#id_max_attempts")
+    page.fill("#id_max_attempts", "3")
+    page.fill("#id_visibility_timeout", "30")
+    page.fill("#id_backoff", "1000, 5000")
+    page.select_option("#id_ordering", "lifo")
+    page.uncheck("#id_paused")
+    shot(page, "admin-queue-form")
+    with page.expect_navigation() as navigation:
+        page.click("input[name=_save]")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]
+    assert "was changed successfully" in page.inner_text("ul.messagelist li.success")
+    info = services.queue_info("emails")
+    assert info.overrides == {"max_attempts": 3, "visibility_timeout": 30, "backoff": [1000, 5000],
+                              "ordering": "lifo"}
+    assert not info.paused
+
+    # A value configure_queue refuses: the form again, the error on its field, nothing saved.
+    page.click("#result_list a[href='/admin/forqapp/queue/emails/change/']")
+    page.fill("#id_visibility_timeout", "99999")
+    with page.expect_navigation():
+        page.click("input[name=_save]")
+    error = page.locator(".form-row.field-visibility_timeout .errorlist")
+    assert error.inner_text() == "visibility_timeout must be from 0 to 43200 seconds"
+    assert services.queue_info("emails").overrides["visibility_timeout"] == 30

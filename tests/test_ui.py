@@ -480,3 +480,162 @@ def test_first_dashboard_of_a_process_never_waits_for_a_slow_count(settings, mon
             break
         time.sleep(0.1)
     assert b'id="q-cold"' in refreshed.content
+
+
+# --- queues: policy, paused state, counts (issue 12) --------------------------------------------------
+
+
+def emails_with_a_policy() -> None:
+    """emails: max_attempts 3 and a 30 s visibility of its own, paused; 2 ready, 1 delayed, 1 in
+    flight, 1 failed, 2 in its DLQ."""
+    services.configure_queue("emails", max_attempts=3, visibility_timeout=30)
+    forqapp.send_many("emails", ["r1", "r2"])
+    forqapp.send("emails", "later", delay=600)
+    forqapp.send_many("emails", ["lease", "fail"])
+    _, failing = services.claim_many("emails", 2)
+    services.fail(failing, "boom")
+    services.configure_queue("emails", paused=True)
+    dead_letters("emails", ["x", "y"])
+
+
+def test_queue_page_shows_policy_paused_state_and_counts(staff_client):
+    emails_with_a_policy()
+    page = staff_client.get("/ui/queues/emails/")
+    assert page.status_code == 200
+    stats, dlq = page.context["stats"], page.context["dlq_stats"]
+    assert (stats.ready, stats.delayed, stats.processing, stats.failed, dlq.total) == (2, 1, 1, 1, 2)
+    html = page.content.decode()
+    for testid, value in [("total", 5), ("ready", 2), ("delayed", 1), ("in-flight", 1), ("failed", 1)]:
+        assert f'data-testid="{testid}">{value}<' in html
+    assert 'data-testid="dlq"><a href="/ui/queues/emails-dlq/">2</a>' in html
+    assert 'data-testid="queue-state" title="Receives get nothing; produces are still accepted">paused' in html
+    policy = html.split('data-testid="policy"')[1].split("</dl>")[0]
+    assert '<div class="override" data-field="max_attempts">' in policy
+    assert "<dd>3 <span" in policy and "<dd>30 s <span" in policy
+    assert '<div class="global" data-field="retention">' in policy and "<dd>1 d <span" in policy
+    assert 'href="/admin/forqapp/queue/emails/change/"' in html
+    assert 'action="/ui/queues/emails/resume/"' in html and 'data-testid="resume"' in html
+    # The counts agree with the services' (an ended lease counts as ready there and here).
+    info = services.queue_info("emails")
+    assert info.counts == {"ready": 2, "delayed": 1, "in_flight": 1, "failed": 1, "dlq": 2}
+
+
+def test_an_ended_lease_counts_as_ready(staff_client):
+    forqapp.send("emails", "a")
+    delivered = services.claim("emails")
+    assert staff_client.get("/ui/queues/emails/").context["stats"].processing == 1
+    services.change_visibility(delivered, 0)
+    stats = staff_client.get("/ui/queues/emails/").context["stats"]
+    assert (stats.ready, stats.processing) == (1, 0)
+    assert services.queue_info("emails").counts["ready"] == 1
+
+
+def test_dlq_page_shows_its_queues_policy_without_a_pause_button(staff_client):
+    emails_with_a_policy()
+    html = staff_client.get("/ui/queues/emails-dlq/").content.decode()
+    assert "Policy of emails" in html and 'data-testid="queue-state"' in html
+    assert "/pause/" not in html and "/resume/" not in html
+    assert 'data-testid="dlq"' not in html  # a DLQ has no DLQ
+
+
+def test_a_queue_without_a_row_follows_the_global_settings(staff_client):
+    html = staff_client.get("/ui/queues/nothing-yet/").content.decode()
+    assert 'data-testid="queue-state">active' in html
+    assert 'class="override"' not in html and "/admin/forqapp/queue/" not in html
+    assert 'data-testid="pause"' in html
+
+
+def test_pause_and_resume_from_the_queue_page(staff_client):
+    forqapp.send("emails", "a")
+    response = staff_client.post("/ui/queues/emails/pause/", **HX)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="queue-policy"')
+    assert 'data-testid="queue-state"' in html and ">paused<" in html and 'data-testid="resume"' in html
+    assert "Paused emails: receives get nothing until it is resumed" in html and 'hx-swap-oob="true"' in html
+    assert services.queue_info("emails").paused and forqapp.receive("emails") is None
+    response = staff_client.post("/ui/queues/emails/resume/", **HX)
+    assert "Resumed emails" in response.content.decode() and 'data-testid="pause"' in response.content.decode()
+    assert not services.queue_info("emails").paused
+    # Without htmx: a redirect to the page, with the message.
+    response = staff_client.post("/ui/queues/emails/pause/", follow=True)
+    assert response.redirect_chain[-1][0] == "/ui/queues/emails/"
+    assert b"Paused emails" in response.content and services.queue_info("emails").paused
+
+
+def test_pause_is_post_staff_csrf_and_regular_queues_only(client, staff):
+    forqapp.send("emails", "a")
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(staff)
+    assert c.get("/ui/queues/emails/pause/").status_code == 405
+    assert c.post("/ui/queues/emails/pause/", **HX).status_code == 403  # no CSRF token
+    assert not services.queue_info("emails").paused
+    token = str(c.get("/ui/queues/emails/").context["csrf_token"])
+    assert c.post("/ui/queues/emails/pause/", HTTP_X_CSRFTOKEN=token, **HX).status_code == 200
+    assert services.queue_info("emails").paused
+    refused = c.post("/ui/queues/emails-dlq/pause/", HTTP_X_CSRFTOKEN=token, **HX)
+    assert b"cannot be paused" in refused.content and refused["HX-Reswap"] == "none"
+    User.objects.create_user("joe", password="pw-joe-12345")
+    client.login(username="joe", password="pw-joe-12345")
+    assert client.post("/ui/queues/emails/resume/").status_code == 302
+    assert services.queue_info("emails").paused
+
+
+def test_dashboard_marks_paused_queues_and_lists_configured_empty_ones(staff_client):
+    forqapp.send("emails", "a")
+    services.configure_queue("emails", paused=True)
+    services.configure_queue("reports", max_length=10)  # configured, no messages yet
+    page = staff_client.get("/ui/")
+    rows = {r.name: r for r in page.context["overview"].rows}
+    assert rows["emails"].paused and not rows["reports"].paused and rows["reports"].configured
+    html = page.content.decode()
+    assert html.split('id="q-emails"')[1].split("</tr>")[0].count('data-testid="paused"') == 1
+    assert 'data-testid="paused"' not in html.split('id="q-reports"')[1].split("</tr>")[0]
+    assert '<a class="qname" href="/ui/queues/reports/">reports</a>' in html
+
+
+# --- messages: issue 12's fields ----------------------------------------------------------------------
+
+
+def test_message_details_show_priority_attributes_dedup_sequence_and_lease(staff_client):
+    mid = forqapp.send("emails", "a", priority=-7, attributes={"tenant": XSS, "kind": "welcome"},
+                       dedup_id="order-42")
+    m = Message.objects.get(id=mid)
+    html = staff_client.get(f"/ui/queues/emails/messages/{mid}/", **HX).content.decode()
+    assert 'data-testid="priority">-7<' in html
+    assert f'data-testid="sequence">{m.sequence}<' in html and m.sequence > 0
+    assert 'data-testid="dedup-id">order-42<' in html
+    assert "<code>tenant</code></th><td><code>&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;</code>" in html
+    assert XSS not in html
+    assert 'data-testid="lease-end"' not in html  # not in processing
+    delivered = services.claim("emails")
+    html = staff_client.get(f"/ui/queues/emails/messages/{mid}/", **HX).content.decode()
+    lease_end = queries_dt(delivered.lease_expires_at)
+    assert f'data-testid="lease-end">{lease_end} UTC<' in html
+    assert "First delivered" in html
+    services.change_visibility(delivered, 0)
+    html = staff_client.get(f"/ui/queues/emails/messages/{mid}/", **HX).content.decode()
+    assert "(ended: the next receive takes it)" in html
+    # The list's rows do not load the details' fields (one query for the page, not one per row).
+    closed = staff_client.get(f"/ui/queues/emails/messages/{mid}/?closed=1", **HX).content.decode()
+    assert 'data-testid="priority"' not in closed
+
+
+def queries_dt(ms: int) -> str:
+    from forqapp.utils import ms_to_datetime
+
+    when = ms_to_datetime(ms)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d}"
+
+
+def test_queue_page_rows_cost_one_query(staff_client, django_assert_max_num_queries):
+    forqapp.send_many("emails", [{"content": f"m{i}", "priority": i, "attributes": {"k": "v"}} for i in range(30)])
+    staff_client.get("/ui/queues/emails/")
+    with django_assert_max_num_queries(8):
+        staff_client.get("/ui/queues/emails/", **HX)
+
+
+def test_dead_letter_details_show_the_failure_reason(staff_client):
+    dead_id = dead_letters("emails", ["x"])[0]
+    html = staff_client.get(f"/ui/queues/emails-dlq/messages/{dead_id}/", **HX).content.decode()
+    assert 'data-testid="failure-reason">max_attempts_reached<' in html

@@ -179,3 +179,54 @@ def test_dashboard_dlq_requeue_all_and_delete_one(live_ui, browser_page, staff_u
     shot(page, "queue-light")
     page.emulate_media(color_scheme="dark")
     shot(page, "queue-dark")
+
+
+def test_queue_policy_pause_resume_and_message_details(live_ui, browser_page, staff_user):
+    import forqapp
+    from forqapp import services
+
+    freshness.clear()
+    services.configure_queue("emails", max_attempts=3)
+    message_id = forqapp.send("emails", '{"to": "a@example.com"}', priority=9,
+                              attributes={"tenant": "<b>acme</b>"}, dedup_id="order-1")
+    page = browser_page
+    page.goto(live_ui + "/queues/emails/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "pw-admin-123")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#queue-policy")
+    assert page.inner_text("[data-testid=queue-state]") == "active"
+    assert page.inner_text("[data-field=max_attempts] dd") == "3 this queue"
+    assert page.inner_text("[data-field=visibility_timeout] dd") == "5 min global"
+    assert page.inner_text("[data-testid=ready]") == "1"
+
+    # Pause, behind the confirmation dialog: cancel first, then confirm.
+    page.click("[data-testid=pause]")
+    page.wait_for_selector("#confirm-dialog[open]")
+    page.click("#confirm-dialog button[value=cancel]")
+    assert not services.queue_info("emails").paused
+    page.click("[data-testid=pause]")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("[data-testid=resume]")
+    assert page.inner_text("[data-testid=queue-state]") == "paused"
+    assert page.inner_text("[data-testid=flash]").startswith("Paused emails")  # a 403 CSRF before
+    assert services.queue_info("emails").paused
+    shot(page, "queue-paused-light")
+    page.emulate_media(color_scheme="dark")
+    shot(page, "queue-paused-dark")
+    page.emulate_media(color_scheme="light")
+
+    # Resume: no confirmation.
+    page.click("[data-testid=resume]")
+    page.wait_for_selector("[data-testid=pause]")
+    assert page.inner_text("[data-testid=queue-state]") == "active"
+    assert not services.queue_info("emails").paused
+
+    # The message's details: priority, sequence, dedup id, attributes (escaped: shown as text).
+    page.click(f"#m-{message_id} button.link")
+    page.wait_for_selector("pre.content")
+    assert page.inner_text("[data-testid=priority]") == "9"
+    assert page.inner_text("[data-testid=dedup-id]") == "order-1"
+    assert int(page.inner_text("[data-testid=sequence]")) > 0
+    assert page.inner_text("[data-testid=attributes] td") == "<b>acme</b>"
+    shot(page, "message-details")

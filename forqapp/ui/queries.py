@@ -1,12 +1,14 @@
 """The UI's and the admin's reads, through the ORM (the same on SQLite and PostgreSQL).
 
-Counts are aggregates that the covering indexes answer (``idx_for_requeueing`` on (queue, status),
-the partial ``idx_queue_ready_for_consuming`` for ready rows): two grouped queries for every queue
-at once, never one query per queue.
+Counts are aggregates that indexes answer (``idx_for_requeueing`` on (queue, status), the partial
+``idx_queue_claim`` for ready and leased rows): two grouped queries for every queue at once, never
+one query per queue. A queue's policy is its ``forq_queues`` row, resolved against the global
+settings by :func:`forqapp.policy.resolve` (the services' own rule): one read, no counting.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.db.models import Count
@@ -14,7 +16,9 @@ from django.db.models.functions import Length, Substr
 
 from .. import vocab
 from ..conf import forq_settings
-from ..models import Message, Status
+from ..models import Message, Queue, Status
+from ..policy import Policy, resolve
+from ..store import QueueRow as StoredQueue
 
 PAGE_SIZE = 50
 PREVIEW_CHARS = 160
@@ -51,6 +55,8 @@ class QueueRow:
     queue: QueueStats
     dlq: QueueStats
     exists: bool = False  # the regular queue holds messages
+    configured: bool = False  # it has a row in forq_queues (a policy, maybe empty)
+    paused: bool = False
     history: list | None = None
     dlq_history: list | None = None
 
@@ -81,32 +87,60 @@ class Overview:
         return sum(r.dlq.total > 0 for r in self.rows)
 
 
-def queue_stats(now: int, queue: str | None = None, *, using: str | None = None) -> dict[str, QueueStats]:
-    """{queue: QueueStats} for every queue (or just ``queue``), in two grouped queries."""
+def queue_stats(now: int, queue: str | Sequence[str] | None = None, *,
+                using: str | None = None) -> dict[str, QueueStats]:
+    """{queue: QueueStats} for every queue (or just ``queue``, or the queues named), in two grouped
+    queries. As the store counts (``queue_info``): a delivery whose lease ended counts as ready
+    (the next receive takes it), only a live lease is in flight."""
     qs = messages(using).order_by()
-    if queue is not None:
+    if isinstance(queue, str):
         qs = qs.in_queue(queue)
+    elif queue is not None:
+        qs = qs.filter(queue__in=list(queue))
     stats: dict[str, QueueStats] = {}
     for name, status, n in qs.values_list("queue", "status").annotate(n=Count("*")):
         s = stats.setdefault(name, QueueStats(name))
-        if status == Status.READY:
-            s.ready += n
-        elif status == Status.PROCESSING:
-            s.processing += n
-        else:
+        if status == Status.FAILED:
             s.failed += n
-    for name, n in qs.delayed(now).values_list("queue").annotate(
-        n=Count("*")
-    ):
+        else:
+            s.ready += n  # less the delayed and the leased, below
+    not_due = qs.filter(status__in=[Status.READY, Status.PROCESSING], process_after__gt=now)
+    for name, status, n in not_due.values_list("queue", "status").annotate(n=Count("*")):
         if name in stats:
-            stats[name].delayed = n
             stats[name].ready -= n
+            if status == Status.READY:
+                stats[name].delayed = n
+            else:
+                stats[name].processing = n
     return stats
 
 
+def queue_rows(using: str | None = None):
+    return Queue.objects.using(using or forq_settings.FORQ_DATABASE)
+
+
+def policy_of(row: Queue | None) -> Policy:
+    """A queue's policy in force, from its row (None: no row, the global settings), resolved by
+    :func:`forqapp.policy.resolve` as the services do, without another query."""
+    if row is None:
+        return resolve(None)
+    return resolve(StoredQueue(*(getattr(row, name) for name in StoredQueue._fields)))
+
+
+def queue_policy(queue: str, *, using: str | None = None) -> tuple[Policy, bool]:
+    """(policy in force, whether the queue has a row) of ``queue`` — a DLQ's is its queue's."""
+    row = queue_rows(using).filter(name=vocab.base_of(queue) if vocab.is_dlq(queue) else queue).first()
+    return policy_of(row), row is not None
+
+
 def overview(now: int, *, using: str | None = None) -> Overview:
+    """Every queue: those holding messages, and those with a row (an empty queue that was
+    configured, or drained) — three grouped reads, whatever the number of queues."""
     stats = queue_stats(now, using=using)
     rows: dict[str, QueueRow] = {}
+    for name, paused in queue_rows(using).order_by().values_list("name", "paused"):
+        rows[name] = QueueRow(name, QueueStats(name), QueueStats(vocab.dlq_of(name)), configured=True,
+                              paused=paused)
     for name, s in stats.items():
         base = vocab.base_of(name) if s.is_dlq else name
         row = rows.setdefault(base, QueueRow(base, QueueStats(base), QueueStats(vocab.dlq_of(base))))
@@ -145,5 +179,5 @@ def queue_names(*, using: str | None = None) -> list[str]:
     return sorted(q for q, _ in qs)
 
 
-__all__ = ["Overview", "QueueRow", "QueueStats", "message", "overview", "page", "queue_names",
-           "queue_stats"]
+__all__ = ["Overview", "QueueRow", "QueueStats", "message", "overview", "page", "policy_of", "queue_names",
+           "queue_policy", "queue_rows", "queue_stats"]

@@ -20,7 +20,7 @@ from django.urls import reverse, reverse_lazy
 from django.views.decorators.clickjacking import xframe_options_deny
 from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, reswap
 from django_htmx.middleware import HtmxDetails
 
 from .. import history, services, vocab
@@ -32,7 +32,7 @@ from ..utils import now_ms as _now_ms
 from ..utils import pretty_json as _pretty
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
-from . import charts, freshness, queries
+from . import charts, display, freshness, queries
 
 REFRESH_SECONDS = 5
 
@@ -110,10 +110,24 @@ def _decorate(message, now: int):
     message.updated_dt = _dt(message.updated_at)
     message.expires_dt = _dt(message.expires_after)
     message.started_dt = _dt(message.processing_started_at)
+    leased = message.status == Status.PROCESSING
+    message.lease_dt = message.due_dt if leased else None  # a delivery's process_after is its lease end
+    message.lease_ended = leased and message.process_after <= now
     if message.status == Status.READY and message.process_after > now:
         message.state = "delayed"
     else:
         message.state = Status(message.status).label
+    return message
+
+
+def _details(message):
+    """What only the opened row shows (fields the list's rows do not load)."""
+    message.first_received_dt = _dt(message.first_received_at)
+    try:
+        attributes = message.attributes_dict
+    except ValueError:  # not a JSON object: shown as stored
+        attributes = {"(unreadable)": message.attributes}
+    message.attrs = list(attributes.items()) if isinstance(attributes, dict) else []
     return message
 
 
@@ -159,9 +173,24 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _stats_context(queue: str, now: int) -> dict:
-    stats = freshness.counts(("queue", queue), lambda: queries.queue_stats(_now_ms(), queue).get(queue))
-    stats = stats or queries.QueueStats(queue)
-    return {"stats": stats}
+    """The queue's counts by state; a regular queue's with its DLQ's (one grouped read for both)."""
+    names = [queue] if vocab.is_dlq(queue) else [queue, vocab.dlq_of(queue)]
+    stats = freshness.counts(("queue", queue), lambda: queries.queue_stats(_now_ms(), names))
+    return {
+        "stats": stats.get(queue) or queries.QueueStats(queue),
+        "dlq_stats": None if vocab.is_dlq(queue) else stats.get(names[1]) or queries.QueueStats(names[1]),
+    }
+
+
+def _policy_context(queue: str, info: services.QueueInfo | None = None) -> dict:
+    """The policy in force (a DLQ shows its queue's), each field marked as the queue's own or the
+    global setting, and the paused state: from ``info`` (what a change returned) or the queue's row."""
+    if info is not None:
+        policy, overrides, paused, configured = info.policy, info.overrides, info.paused, True
+    else:
+        resolved, configured = queries.queue_policy(queue)
+        policy, overrides, paused = resolved.public(), resolved.overrides, resolved.paused
+    return {"policy_items": display.policy_items(policy, overrides), "paused": paused, "configured": configured}
 
 
 def _page_context(queue: str, now: int, before: str | None = None) -> dict:
@@ -182,6 +211,7 @@ def _queue_context(queue: str, now: int) -> dict:
     return {
         **_stats_context(queue, now),
         **_page_context(queue, now),
+        **_policy_context(queue),
         "regular_queue": vocab.base_of(queue) if is_dlq else queue,
         "dlq_name": queue if is_dlq else vocab.dlq_of(queue),
         "chart": charts.chart(series, label=f"{queue} depth, last 24 hours",
@@ -232,6 +262,7 @@ def message_detail(request: HtmxHttpRequest, queue: str, message_id: str) -> Htt
     _decorate(message, now)
     opened = request.GET.get("closed") != "1"
     if opened:
+        _details(message)
         message.pretty, message.is_json = _pretty(message.content)
     message.preview = message.content[: queries.PREVIEW_CHARS]
     message.size = len(message.content)
@@ -244,6 +275,39 @@ def message_detail(request: HtmxHttpRequest, queue: str, message_id: str) -> Htt
 @ui_view("POST")
 def requeue_message(request: HtmxHttpRequest, queue: str, message_id: str) -> HttpResponse:
     return _single(request, _queue(queue), _message_id(message_id), "requeue")
+
+
+# --- pause and resume -------------------------------------------------------------------------
+
+
+@ui_view("POST")
+def pause_queue(request: HtmxHttpRequest, queue: str) -> HttpResponse:
+    return _set_paused(request, _queue(queue), True)
+
+
+@ui_view("POST")
+def resume_queue(request: HtmxHttpRequest, queue: str) -> HttpResponse:
+    return _set_paused(request, _queue(queue), False)
+
+
+def _set_paused(request: HtmxHttpRequest, queue: str, paused: bool) -> HttpResponse:
+    """Through ``services.configure_queue`` (creating the queue's row if it has none). A DLQ is
+    not paused on its own: its messages are never received."""
+    if vocab.is_dlq(queue):
+        level, text, info = "error", "A dead-letter queue cannot be paused; pause its queue.", None
+    else:
+        info = services.configure_queue(queue, paused=paused)
+        freshness.invalidate()
+        level = "success"
+        text = (f"Paused {queue}: receives get nothing until it is resumed; produces are still accepted."
+                if paused else f"Resumed {queue}: receives get its messages again.")
+    if not request.htmx:
+        getattr(flash, level)(request, text)
+        return redirect("forqapp-ui:queue", queue=queue)
+    context = {"queue": queue, "is_dlq": vocab.is_dlq(queue), "regular_queue": vocab.base_of(queue),
+               **_policy_context(queue, info), "flash": {"level": level, "text": text}, "oob": True}
+    response = render(request, "forqapp/_action_policy.html", context)
+    return reswap(response, "none") if info is None else response
 
 
 # --- DLQ actions ------------------------------------------------------------------------------

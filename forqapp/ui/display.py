@@ -1,0 +1,97 @@
+"""A queue's policy for people: each field's value in words and whether the queue sets it itself or
+follows the global setting. Shared by the admin and the HTMX pages; plain text (templates escape it).
+
+Input is the policy as the Python and v2 APIs show it (``QueueInfo.policy``, ``Policy.public()``):
+durations in seconds, ``max_attempts`` an integer or ``"unlimited"``, ``backoff`` a list of ms or
+``{"base_ms", "max_ms", "jitter"}``, ``max_length`` an integer or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: (field, label, what it does), in the order the pages show them.
+FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("max_attempts", "Max attempts", "deliveries before a message goes to the dead-letter queue"),
+    ("backoff", "Backoff", "the delay before a nacked message is delivered again"),
+    ("visibility_timeout", "Visibility timeout", "the lease a receive takes"),
+    ("retention", "Retention", "how long a message may wait in the queue"),
+    ("dlq_retention", "DLQ retention", "how long a message stays in the dead-letter queue"),
+    ("max_length", "Max length", "a produce beyond it is refused (503 queue.full)"),
+    ("ordering", "Ordering", "within a priority: oldest (FIFO) or newest (LIFO) first"),
+    ("dedup_window", "Dedup window", "how long a dedup id is remembered"),
+    ("max_in_flight", "Max in flight", "deliveries leased at once; receives beyond it get nothing"),
+    ("rate", "Rate", "at most this many receives per second, minute, hour or day"),
+)
+_KNOWN = {name for name, _, _ in FIELDS}
+
+
+@dataclass(frozen=True)
+class PolicyItem:
+    field: str
+    label: str
+    value: str  # in words
+    overridden: bool  # set on the queue (else: the global setting)
+    help: str
+
+
+def duration(seconds: float | None) -> str:
+    """``90`` → ``"1 min 30 s"``, ``0.25`` → ``"250 ms"``, ``86400`` → ``"1 d"``."""
+    if seconds is None:
+        return "—"
+    ms = round(seconds * 1000)
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms % 1000:
+        return f"{ms / 1000:g} s"
+    parts = []
+    rest = ms // 1000
+    for unit, size in (("d", 86_400), ("h", 3600), ("min", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size} {unit}")
+            rest %= size
+    return " ".join(parts[:2]) + ("" if len(parts) <= 2 else " …")
+
+
+def backoff(value: Any) -> str:
+    """A list of ms → ``"1 s, 5 s, 15 s (then every 15 s)"``; exponential → ``"2 s doubling to 5 min"``."""
+    if isinstance(value, Mapping):
+        text = f"{duration(value.get('base_ms', 0) / 1000)} doubling to {duration(value.get('max_ms', 0) / 1000)}"
+        jitter = value.get("jitter") or 0
+        return text + (f", jitter {jitter:.0%}" if jitter else "")
+    if isinstance(value, list | tuple) and value:
+        delays = [duration(ms / 1000) for ms in value]
+        shown = ", ".join(delays[:6]) + (", …" if len(delays) > 6 else "")
+        return f"{shown} (then every {delays[-1]})" if len(delays) > 1 else f"every {delays[0]}"
+    return str(value)
+
+
+def value(field: str, raw: Any) -> str:
+    if field == "max_attempts":
+        return "unlimited" if raw in ("unlimited", 0, None) else str(raw)
+    if field == "backoff":
+        return backoff(raw)
+    if field == "max_length":
+        return "no limit" if raw is None else f"{raw:,} messages"
+    if raw is None:
+        return "no limit" if field in ("max_in_flight", "rate") else "—"
+    if field == "ordering":
+        return str(raw or "fifo").upper()
+    if field in ("visibility_timeout", "retention", "dlq_retention", "dedup_window"):
+        return duration(raw)
+    return str(raw)
+
+
+def label(field: str) -> str:
+    return next((text for name, text, _ in FIELDS if name == field), field.replace("_", " ").capitalize())
+
+
+def policy_items(policy: Mapping[str, Any], overrides: Mapping[str, Any]) -> list[PolicyItem]:
+    """Every policy field of a resolved ``policy`` (``paused`` apart), marking those in ``overrides``;
+    the known ones in :data:`FIELDS`' order, any other after them."""
+    known = [(name, text, help_text) for name, text, help_text in FIELDS if name in policy]
+    others = [(name, label(name), "") for name in policy if name not in _KNOWN and name != "paused"]
+    return [PolicyItem(name, text, value(name, policy.get(name)), name in overrides, help_text)
+            for name, text, help_text in known + others]
