@@ -106,6 +106,11 @@ def forget_policies() -> None:
 # --- produce --------------------------------------------------------------------------------
 
 
+def content_storable(text: str, *, using: str | None = None) -> bool:
+    """Whether the queue's database can store ``text`` (PostgreSQL's ``text`` cannot hold U+0000)."""
+    return _store(using).text_holds_nul or "\x00" not in text
+
+
 def _refuse_nul(st: Store, contents: Iterable[str]) -> None:
     if not st.text_holds_nul and any("\x00" in c for c in contents):
         raise ForqError(errors.BODY_INVALID, "content with NUL characters cannot be stored on this database")

@@ -108,7 +108,7 @@ class APIApplication:
             await self._respond(send, refused)
             return
         endpoint = plumbing.spec(match.func)
-        if scope["method"] == "POST" and endpoint is not None:  # no other view reads one
+        if scope["method"] in ("POST", "PUT", "PATCH") and endpoint is not None:  # the methods with a body
             try:
                 body = await self._read_body(scope, receive)
             except BodyRefused as exc:
