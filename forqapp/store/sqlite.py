@@ -594,6 +594,10 @@ class SQLiteStore(Store):
               rate_interval_us: int | None = None) -> Claim:
         if max_in_flight is None and rate_interval_us is None:
             return self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+        # A read first (no write lock): a queue at its limit says so without queueing for the lock.
+        held_back = self._held_back(queue, now, max_in_flight, rate_interval_us)
+        if held_back is not None:
+            return held_back
         # SQLite has one writer: inside BEGIN IMMEDIATE, nobody claims from the queue meanwhile.
         with self._transaction() as conn:
             if max_in_flight is not None:
@@ -612,6 +616,15 @@ class SQLiteStore(Store):
                 conn.execute(RATE_TAKE, {"now_us": now * 1000, "n": len(claimed.deliveries),
                                          "interval": rate_interval_us, "queue": queue})
             return claimed
+
+    def _held_back(self, queue: str, now: int, max_in_flight: int | None, rate_interval_us: int | None
+                   ) -> Claim | None:
+        state = self.throttle_state(queue, now)
+        if max_in_flight is not None and state.in_flight >= max_in_flight:
+            return Claim([], 0, "concurrency")
+        if rate_interval_us is not None and state.rate_next_at_us > now * 1000:
+            return Claim([], 0, "rate", -(-state.rate_next_at_us // 1000))
+        return None
 
     def throttle_state(self, queue: str, now: int) -> ThrottleState:
         conn = self._conn()
