@@ -129,9 +129,17 @@ class DeadLetter(Message):
         verbose_name_plural = "dead letters"
 
 
+class QueueManager(models.Manager["Queue"]):
+    def get_queryset(self) -> models.QuerySet[Queue]:
+        # The row named '' is no queue: SQLite keeps deleted queues' highest sequence number there.
+        return super().get_queryset().exclude(name="")
+
+
 class Queue(models.Model):
     """A queue's policy and state: created on its first produce (or by ``configure_queue``,
     ``FORQ_QUEUES``, the admin or the v2 API). A NULL field follows the global setting."""
+
+    objects = QueueManager()
 
     name = models.CharField(primary_key=True, max_length=128)
     # Deliveries before a message goes to the DLQ; 0 = unlimited.

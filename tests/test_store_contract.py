@@ -10,6 +10,7 @@ passes the same assertions — that is their parity.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Iterator
 from importlib import import_module
 
@@ -18,12 +19,25 @@ from django.core.checks import CheckMessage
 from django.db import connection
 
 from forqapp import ids, store, vocab
-from forqapp.models import AuthThrottle, Lease, Message, StagedMessage
-from forqapp.store import Delivery, LeaseHolder, NewMessage, QueueDepth, SnapshotBounds, SnapshotRow, Store
+from forqapp.models import AuthThrottle, DedupEntry, Lease, Message, Queue, StagedMessage
+from forqapp.store import (
+    POLICY_COLUMNS,
+    Claim,
+    Delivery,
+    LeaseHolder,
+    NewMessage,
+    QueueCounts,
+    QueueDepth,
+    QueueRow,
+    SnapshotBounds,
+    SnapshotRow,
+    Store,
+)
 
 READY, PROCESSING, FAILED = vocab.Status
 NOW = 1_800_000_000_000
 HOUR = 3_600_000
+VIS = 30_000  # the lease of the claims below unless a test says otherwise
 
 
 def store_classes() -> list[type[Store]]:
@@ -74,39 +88,78 @@ def test_an_unsupported_database_is_named():
         store.store_class("mysql")
 
 
+def test_the_policy_columns_are_the_queue_rows_policy():
+    assert POLICY_COLUMNS == QueueRow._fields[1:1 + len(POLICY_COLUMNS)]
+    assert {"max_attempts", "backoff", "visibility_timeout_ms", "retention_ms", "dlq_retention_ms", "max_length",
+            "ordering", "dedup_window_ms", "paused"} <= set(POLICY_COLUMNS)
+
+
 # --- behaviour, on the test database's store ------------------------------------------------------
 
 
 @pytest.fixture
 def st(db) -> Store:
     Message.objects.all().delete()
+    Queue.objects.all().delete()
+    DedupEntry.objects.all().delete()
     return store.for_alias(connection.alias)
 
 
 def put(st: Store, queue: str, n: int = 1, *, due: int = NOW, received: int = NOW, ttl: int = HOUR,
-        is_dlq: bool = False, content: str = "m") -> list[str]:
+        is_dlq: bool = False, content: str = "m", priority: int = 0, attributes: str | None = None,
+        dedup_id: str | None = None) -> list[str]:
     new = ids.new_ids(n)
-    st.insert([NewMessage(m, queue, f"{content}{k}", due, received + k, due + ttl) for k, m in enumerate(new)],
-              is_dlq=is_dlq)
+    st.insert([NewMessage(m, queue, f"{content}{k}", due, received + k, due + ttl, priority, attributes, dedup_id)
+               for k, m in enumerate(new)], is_dlq=is_dlq)
     return new
+
+
+def claim(st: Store, queue: str, now: int, limit: int = 1, *, vis: int = VIS, max_attempts: int = 0,
+          dlq_ttl: int = HOUR, order: str = "fifo") -> Claim:
+    got = st.claim(queue, now, limit, visibility_ms=vis, max_attempts=max_attempts, dlq_ttl_ms=dlq_ttl, order=order)
+    assert isinstance(got, Claim) and all(isinstance(d, Delivery) for d in got.deliveries)
+    return got
+
+
+def take(st: Store, queue: str, now: int, limit: int = 1, **kw) -> list[Delivery]:
+    return claim(st, queue, now, limit, **kw).deliveries
+
+
+def one(st: Store, queue: str, now: int, **kw) -> Delivery | None:
+    got = take(st, queue, now, 1, **kw)
+    return got[0] if got else None
 
 
 def row(message_id: str) -> Message:
     return Message.objects.get(id=message_id)
 
 
+def state(*message_ids: str) -> list[dict]:
+    return [Message.objects.filter(id=m).values().get() for m in message_ids]
+
+
+# -- produce --
+
+
 def test_insert_every_batch_shape(st):
-    one = put(st, "shapes")
+    one_ = put(st, "shapes")
     shared = put(st, "shapes", 3)
     mixed = ids.new_ids(2)
     st.insert([NewMessage(mixed[0], "shapes", "a", NOW, NOW + 10, NOW + HOUR),
                NewMessage(mixed[1], "other", "b", NOW + 5, NOW + 11, NOW + HOUR)])
-    st.insert([])
-    for m in one + shared + mixed:
+    assert st.insert([]) == []
+    for m in one_ + shared + mixed:
         r = row(m)
-        assert (r.status, r.attempts, r.is_dlq, r.processing_started_at) == (READY, 0, False, None)
+        assert (r.status, r.attempts, r.is_dlq, r.processing_started_at, r.first_received_at) == (
+            READY, 0, False, None, None)
+        assert (r.priority, r.attributes, r.dedup_id) == (0, None, None)
     assert row(mixed[1]).queue == "other" and row(mixed[1]).process_after == NOW + 5
     assert row(mixed[0]).expires_after == NOW + HOUR
+    rich = ids.new_ids(2)
+    st.insert([NewMessage(rich[0], "shapes", "r", NOW, NOW, NOW + HOUR, 7, '{"k":"v"}', "d-1"),
+               NewMessage(rich[1], "shapes", "s", NOW + 1, NOW, NOW + HOUR, -1000, None, None)])
+    assert (row(rich[0]).priority, row(rich[0]).attributes_dict, row(rich[0]).dedup_id) == (7, {"k": "v"}, "d-1")
+    assert row(rich[1]).priority == -1000
     if st.text_holds_nul:
         (nul,) = ids.new_ids(1)
         st.insert([NewMessage(nul, "shapes", "a\x00b", NOW, NOW, NOW + HOUR),
@@ -114,30 +167,215 @@ def test_insert_every_batch_shape(st):
         assert row(nul).content == "a\x00b"
 
 
-def test_claim_takes_the_oldest_due_message_with_a_fresh_receipt(st):
-    assert st.claim("fifo", NOW) is None
-    later = put(st, "fifo", received=NOW + 5)
-    first = put(st, "fifo", received=NOW)
-    put(st, "fifo", due=NOW + 60_000)  # delayed: not due
-    got = st.claim("fifo", NOW + 1)
-    assert isinstance(got, Delivery)
-    assert (got.id, got.queue, got.content, got.attempts) == (first[0], "fifo", "m0", 1)
-    assert got.receipt > row(first[0]).received_at - 1 and row(got.id).status == PROCESSING
-    assert st.claim("fifo", NOW + 1).id == later[0]
-    assert st.claim("fifo", NOW + 1) is None
+def test_insert_numbers_each_queue_strictly_increasing_and_a_dlq_with_its_queue(st):
+    def new(queue: str, **kw) -> NewMessage:
+        return NewMessage(ids.new_id(), queue, "x", NOW, NOW, NOW + HOUR, **kw)
+
+    seqs: dict[str, list[int]] = {"a": [], "b": []}
+    batches = [
+        [new("a")], [new("a"), new("a"), new("a")], [new("a", priority=3), new("a", attributes='{"x":"y"}')],
+        [new("b"), new("a"), new("b")], [new("a", dedup_id="z")],
+    ]
+    for batch in batches:
+        got = st.insert(batch)
+        assert len(got) == len(batch) and all(isinstance(s, int) for s in got)
+        for r, s in zip(batch, got, strict=True):
+            assert row(r.id).sequence == s
+            seqs[r.queue].append(s)
+    dead = [new("a-dlq"), new("a-dlq")]
+    dead_seqs = st.insert(dead, is_dlq=True)
+    seqs["a"] += dead_seqs  # a DLQ's messages number with their queue's
+    for numbers in seqs.values():
+        assert numbers == sorted(set(numbers)) and numbers[0] >= 1
+    assert [r.is_dlq for r in Message.objects.filter(queue="a-dlq")] == [True, True]
+    assert st.queue_get("a") is not None and st.queue_get("b") is not None  # created on the first produce
+    assert st.queue_get("a-dlq") is None
 
 
-def test_claim_many_oldest_first_up_to_the_limit(st):
+def test_dedup_records_an_id_until_its_window_ends(st):
+    first, second, third = ids.new_ids(3)
+    assert st.dedup("d", "order-1", first, NOW, 1_000) is None  # recorded
+    assert st.dedup("d", "order-1", second, NOW + 999, 1_000) == first  # live: the original's id
+    assert st.dedup("other", "order-1", second, NOW + 1, 1_000) is None  # per queue
+    assert st.dedup("d", "order-1", third, NOW + 1_000, 5_000) is None  # ended: taken over
+    assert st.dedup("d", "order-1", second, NOW + 5_999, 1_000) == third
+    entry = DedupEntry.objects.get(queue="d", dedup_id="order-1")
+    assert (entry.message_id, entry.expires_at) == (third, NOW + 6_000)
+
+
+def test_delete_expired_dedup_forgets_ended_windows_in_batches(st):
+    for k in range(5):
+        st.dedup("dd", f"id-{k}", ids.new_id(), NOW, 1_000 * (k + 1))  # windows end at NOW + 1000 … 5000
+    assert st.delete_expired_dedup(NOW + 999) == 0
+    assert st.delete_expired_dedup(NOW + 3_000, batch=1) == 3
+    assert sorted(DedupEntry.objects.values_list("dedup_id", flat=True)) == ["id-3", "id-4"]
+    assert st.dedup("dd", "id-0", "fresh", NOW + 3_000, 10) is None  # forgotten: recorded anew
+
+
+def test_queue_length_counts_every_state_but_the_dlq_up_to_a_limit(st):
+    assert st.queue_length("len", 10) == 0
+    put(st, "len", 3)
+    put(st, "len", due=NOW + HOUR)  # delayed
+    put(st, "len-dlq", 2, is_dlq=True)
+    put(st, "other", 4)
+    a, b = take(st, "len", NOW, 2)
+    assert st.nack("len", a.id, a.receipt, NOW, 1, (10,))  # failed
+    assert st.queue_length("len", 10) == 4
+    assert st.queue_length("len", 2) == 2
+
+
+# -- consume --
+
+
+def test_claim_takes_by_priority_then_sequence_with_a_fresh_receipt_and_lease(st):
+    assert claim(st, "fifo", NOW) == Claim([], 0)
+    later = put(st, "fifo", received=NOW - 5)  # sequence, not received_at, orders a priority
+    first = put(st, "fifo", received=NOW - 50)
+    put(st, "fifo", due=NOW + 60_000, priority=9)  # delayed: not due, whatever its priority
+    urgent = put(st, "fifo", priority=5, attributes='{"a":"b"}', dedup_id="u")
+    low = put(st, "fifo", priority=-3)
+    got = one(st, "fifo", NOW + 1, vis=7_000)
+    assert (got.id, got.queue, got.content, got.attempts, got.priority, got.attributes, got.dedup_id) == (
+        urgent[0], "fifo", "m0", 1, 5, '{"a":"b"}', "u")
+    assert got.sequence == row(urgent[0]).sequence and got.received_at == NOW
+    assert (got.first_received_at, got.lease_expires_at) == (NOW + 1, NOW + 1 + 7_000)
+    r = row(got.id)
+    assert r.status == PROCESSING and got.receipt == r.processing_started_at and got.receipt > r.received_at
+    assert r.process_after == r.lease_expires_at == NOW + 1 + 7_000  # a processing row's process_after: its lease end
+    assert [d.id for d in take(st, "fifo", NOW + 1, 3)] == [later[0], first[0], low[0]]
+    assert one(st, "fifo", NOW + 1) is None
+
+
+def test_claim_many_in_order_up_to_the_limit(st):
     sent = put(st, "many", 5)
-    got = st.claim_many("many", NOW, 3)
-    assert [d.id for d in got] == sent[:3] and all(isinstance(d, Delivery) for d in got)
-    assert [d.id for d in st.claim_many("many", NOW, 10)] == sent[3:]
-    assert st.claim_many("many", NOW, 10) == []
+    high = put(st, "many", 2, priority=1)
+    got = take(st, "many", NOW, 4)
+    assert [d.id for d in got] == high + sent[:2]
+    assert [d.id for d in take(st, "many", NOW, 10)] == sent[2:]
+    assert take(st, "many", NOW, 10) == []
+
+
+def test_lifo_takes_the_newest_within_the_highest_due_priority(st):
+    old = put(st, "lifo", 3)
+    high = put(st, "lifo", 2, priority=5)
+    put(st, "lifo", priority=9, due=NOW + HOUR)  # delayed
+    assert one(st, "lifo", NOW, order="lifo").id == high[1]
+    # A LIFO claim takes from the highest priority that has a due message only.
+    assert [d.id for d in take(st, "lifo", NOW, 5, order="lifo")] == [high[0]]
+    assert [d.id for d in take(st, "lifo", NOW, 2, order="lifo")] == [old[2], old[1]]
+    newer = put(st, "lifo")
+    assert [d.id for d in take(st, "lifo", NOW, 5, order="lifo")] == [newer[0], old[0]]
+
+
+def test_random_claims_take_every_due_message_not_always_the_head(st):
+    sent = put(st, "rand", 20)
+    put(st, "rand", 3, due=NOW + HOUR)  # delayed: never taken
+    picks = []
+    for _ in range(12):
+        (d,) = take(st, "rand", NOW, 1, order="random")
+        picks.append(d.id)
+        assert st.release("rand", d.id, d.receipt, NOW)
+    assert set(picks) <= set(sent) and set(picks) != {sent[0]}  # (1/20)^11 to fail by chance
+    got = take(st, "rand", NOW, 50, order="random")
+    assert sorted(d.id for d in got) == sorted(sent)
+    assert take(st, "rand", NOW, 50, order="random") == []
+
+
+def test_an_ended_lease_is_claimed_again_and_its_receipt_stops_working(st):
+    (m,) = put(st, "lease")
+    first = one(st, "lease", NOW, vis=1_000)
+    assert one(st, "lease", NOW + 999) is None
+    assert st.has_due(["lease"], NOW + 999, 5) == {}
+    assert st.queue_counts("lease", NOW + 999).in_flight == 1
+    assert st.has_due(["lease"], NOW + 1_000, 5) == {"lease": 1}  # due again, with no job run
+    assert st.queue_counts("lease", NOW + 1_000) == QueueCounts(1, 0, 0, 0, 0)
+    assert st.peek("lease", NOW + 1_000).id == m
+    again = one(st, "lease", NOW + 1_000, vis=1_000)
+    assert (again.id, again.attempts, again.first_received_at) == (m, 2, NOW)
+    assert again.receipt > first.receipt
+    assert not st.ack("lease", m, first.receipt)
+    assert not st.nack("lease", m, first.receipt, NOW + 1_000, 0, (1,))
+    assert st.change_visibility("lease", [(m, first.receipt)], NOW + 1_000, 0) == [False]
+    assert st.ack("lease", m, again.receipt)
+
+
+def test_an_ended_lease_keeps_its_receipt_until_claimed_again(st):
+    (m,) = put(st, "late")
+    d = one(st, "late", NOW, vis=1_000)
+    assert st.nack("late", m, d.receipt, NOW + 5_000, 0, (10,))  # late, but nobody took it meanwhile
+    assert row(m).status == READY
+
+
+def test_a_used_up_message_is_moved_to_its_dlq_by_the_claim_that_finds_it(st):
+    poison, fine = put(st, "redrive", 2)
+    first = one(st, "redrive", NOW, vis=1_000, max_attempts=2)
+    assert first.id == poison
+    second = one(st, "redrive", NOW + 1_000, vis=1_000, max_attempts=2)  # the lease ended: attempt 2
+    assert (second.id, second.attempts) == (poison, 2)
+    sequence = row(poison).sequence
+    got = claim(st, "redrive", NOW + 2_000, vis=1_000, max_attempts=2, dlq_ttl=5_000)
+    assert got.redriven == 1 and [d.id for d in got.deliveries] == [fine]  # the next one instead
+    r = row(poison)
+    assert (r.queue, r.is_dlq, r.status, r.attempts, r.failure_reason, r.processing_started_at) == (
+        "redrive-dlq", True, READY, 0, vocab.FailureReason.MAX_ATTEMPTS_REACHED, None)
+    assert (r.expires_after, r.sequence, r.first_received_at) == (NOW + 2_000 + 5_000, sequence, NOW)
+    assert not st.ack("redrive", poison, second.receipt)
+    assert claim(st, "redrive", NOW + 2_999, max_attempts=2) == Claim([], 0)  # fine is leased
+
+
+def test_redrive_counts_every_used_up_message_a_claim_passes(st):
+    used = put(st, "many-up", 3)
+    for m in used:
+        Message.objects.filter(id=m).update(attempts=3)  # nacked three times
+    live = put(st, "many-up", 2)
+    got = claim(st, "many-up", NOW, 2, max_attempts=3)
+    assert got.redriven == 3 and [d.id for d in got.deliveries] == live
+    assert Message.objects.filter(queue="many-up-dlq").count() == 3
+    assert claim(st, "many-up", NOW, 2, max_attempts=3) == Claim([], 0)
+    only = put(st, "all-up", 2)
+    Message.objects.filter(id__in=only).update(attempts=1)
+    assert claim(st, "all-up", NOW, 5, max_attempts=1) == Claim([], 2)
+
+
+def test_unlimited_attempts_never_redrive(st):
+    (m,) = put(st, "forever")
+    Message.objects.filter(id=m).update(attempts=10_000)
+    got = claim(st, "forever", NOW, max_attempts=0)
+    assert got.redriven == 0 and got.deliveries[0].attempts == 10_001
+
+
+def test_a_redriving_claim_never_delivers_a_message_twice(st):
+    """A claim that redrives claims again for what it is still short of: with a 0 s lease, the
+    messages it has just delivered are due again, and must not come back in the same claim."""
+    used, a, b = put(st, "twice", 3)
+    Message.objects.filter(id=used).update(attempts=1)
+    for order in ("fifo", "lifo", "random"):
+        got = claim(st, "twice", NOW, 3, vis=0, max_attempts=1, order=order)
+        delivered = [d.id for d in got.deliveries]
+        assert len(delivered) == len(set(delivered)), (order, delivered)
+        for d in got.deliveries:  # every receipt handed out is current
+            assert st.change_visibility("twice", [(d.id, d.receipt)], NOW, 0) == [True], order
+        if order == "fifo":
+            assert got.redriven == 1 and sorted(delivered) == sorted([a, b])
+
+
+def test_a_claim_from_a_dlq_keeps_its_messages_dead_letters(st):
+    """Consumers may read a DLQ: what they take stays in it (counted, moved and deleted as a DLQ
+    message), and a used-up one is never moved on to a DLQ of the DLQ."""
+    dead, used = put(st, "keep-dlq", 2, is_dlq=True)
+    Message.objects.filter(id=used).update(attempts=3)
+    d = one(st, "keep-dlq", NOW, max_attempts=5)
+    assert d.id == dead
+    assert (row(dead).queue, row(dead).is_dlq) == ("keep-dlq", True)
+    assert st.queue_counts("keep", NOW).dlq == 2
+    claim(st, "keep-dlq", NOW, max_attempts=3)
+    assert (row(used).queue, row(used).is_dlq) == ("keep-dlq", True)
+    assert not Message.objects.filter(queue="keep-dlq-dlq").exists()
 
 
 def test_receipts_fence_ack(st):
     put(st, "ack")
-    d = st.claim("ack", NOW)
+    d = one(st, "ack", NOW)
     assert not st.ack("ack", d.id, d.receipt + 1)
     assert not st.ack("other", d.id, d.receipt)
     assert st.ack("ack", d.id, d.receipt)
@@ -147,7 +385,7 @@ def test_receipts_fence_ack(st):
 
 def test_ack_many_counts_only_current_deliveries(st):
     put(st, "acks", 3)
-    a, b, c = st.claim_many("acks", NOW, 3)
+    a, b, c = take(st, "acks", NOW, 3)
     assert st.ack_many("acks", [(a.id, a.receipt), (b.id, b.receipt + 1), (c.id, c.receipt)]) == 2
     assert st.ack_many("acks", []) == 0
     assert list(Message.objects.values_list("id", flat=True)) == [b.id]
@@ -155,14 +393,14 @@ def test_ack_many_counts_only_current_deliveries(st):
 
 def test_release_many_counts_only_current_deliveries_and_uncounts_their_attempts(st):
     put(st, "releases", 3)
-    a, b, c = st.claim_many("releases", NOW, 3)
+    a, b, c = take(st, "releases", NOW, 3)
     assert st.release_many("releases", [(a.id, a.receipt), (b.id, b.receipt + 1), (c.id, c.receipt),
                                         (a.id, a.receipt)], NOW + 1) == 2
     assert st.release_many("releases", [], NOW + 1) == 0
     assert st.release_many("other", [(b.id, b.receipt)], NOW + 1) == 0
     for m in (a, c):
         r = row(m.id)
-        assert (r.status, r.attempts, r.processing_started_at) == (READY, 0, None)
+        assert (r.status, r.attempts, r.processing_started_at, r.process_after) == (READY, 0, None, NOW + 1)
     assert row(b.id).status == PROCESSING
 
 
@@ -171,29 +409,96 @@ def test_nack_backs_off_by_attempt_and_fails_when_out_of_attempts(st):
     backoff = (100, 200, 300)
     for attempt, delay in [(1, 100), (2, 200), (3, 300), (4, 300)]:
         now = NOW + attempt * 10_000
-        d = st.claim("nack", now)
+        d = one(st, "nack", now)
         assert d.attempts == attempt
         assert not st.nack("nack", m, d.receipt + 1, now, 5, backoff)
         assert st.nack("nack", m, d.receipt, now, 5, backoff)
         r = row(m)
         assert (r.status, r.process_after, r.processing_started_at) == (READY, now + delay, None)
-        assert st.claim("nack", now + delay - 1) is None
-    d = st.claim("nack", NOW + 100_000)
+        assert one(st, "nack", now + delay - 1) is None
+    d = one(st, "nack", NOW + 100_000)
     assert st.nack("nack", m, d.receipt, NOW + 100_000, 5, (7,))
     assert row(m).status == FAILED
 
 
-def test_fail_release_and_extend(st):
+def test_nack_with_unlimited_attempts_never_fails(st):
+    (m,) = put(st, "nack-forever")
+    for k in range(4):
+        d = one(st, "nack-forever", NOW + k * 1_000)
+        assert st.nack("nack-forever", m, d.receipt, NOW + k * 1_000, 0, (0,))
+    assert (row(m).status, row(m).attempts) == (READY, 4)
+
+
+def test_nack_jitter_takes_up_to_its_fraction_off_the_delay_at_random(st):
+    sent = put(st, "jitter", 30)
+    for d in take(st, "jitter", NOW, 30):
+        assert st.nack("jitter", d.id, d.receipt, NOW, 0, (10_000,), jitter=0.5)
+    dues = [row(m).process_after - NOW for m in sent]
+    assert all(5_000 <= due <= 10_000 for due in dues), dues
+    assert len(set(dues)) > 1
+    for d in take(st, "jitter", NOW + 10_000, 30):
+        assert st.nack("jitter", d.id, d.receipt, NOW + 10_000, 0, (10_000,), jitter=0.0)
+    assert {row(m).process_after for m in sent} == {NOW + 20_000}
+
+
+def test_fail_release_and_change_visibility(st):
     a, b, c = put(st, "settle", 3)
-    da, db_, dc = st.claim_many("settle", NOW, 3)
+    da, db_, dc = take(st, "settle", NOW, 3)
     assert st.fail("settle", a, da.receipt, NOW) and row(a).status == FAILED
     assert not st.fail("settle", a, da.receipt, NOW)
     assert st.release("settle", b, db_.receipt, NOW) and (row(b).status, row(b).attempts) == (READY, 0)
     assert not st.release("settle", b, db_.receipt, NOW)
-    renewed = st.extend("settle", c, dc.receipt, NOW)
-    assert renewed is not None and renewed > dc.receipt
-    assert st.extend("settle", c, dc.receipt, NOW) is None
-    assert not st.ack("settle", c, dc.receipt) and st.ack("settle", c, renewed)
+    assert st.change_visibility("settle", [(c, dc.receipt)], NOW + 10, 60_000) == [True]
+    assert row(c).lease_expires_at == NOW + 10 + 60_000 and row(c).processing_started_at == dc.receipt
+    assert st.ack("settle", c, dc.receipt)  # the receipt stays the same
+
+
+def test_change_visibility_extends_or_releases_keeping_the_receipt(st):
+    a, b, c = put(st, "vis", 3)
+    da, db_, dc = take(st, "vis", NOW, 3, vis=1_000)
+    assert st.change_visibility("vis", [], NOW, 0) == []
+    assert st.change_visibility("vis", [(a, da.receipt), (b, db_.receipt + 1), (c, dc.receipt)], NOW + 500,
+                                10_000) == [True, False, True]
+    assert one(st, "vis", NOW + 1_000).id == b  # b's lease ended; a's and c's were extended
+    assert one(st, "vis", NOW + 10_499) is None
+    assert st.change_visibility("vis", [(a, da.receipt)], NOW + 600, 0) == [True]  # released at once
+    assert (row(a).status, row(a).attempts, row(a).process_after) == (PROCESSING, 1, NOW + 600)
+    assert st.has_due(["vis"], NOW + 600, 5) == {"vis": 1}
+    assert st.ack("vis", a, da.receipt)  # still current until claimed again
+    assert st.change_visibility("vis", [(c, dc.receipt)], NOW + 700, 0) == [True]
+    again = one(st, "vis", NOW + 700)
+    assert (again.id, again.attempts) == (c, 2)  # the attempt stayed counted
+    assert st.change_visibility("vis", [(c, dc.receipt)], NOW + 700, 5_000) == [False]
+    assert st.change_visibility("other", [(c, again.receipt)], NOW + 700, 5_000) == [False]
+    (ready,) = put(st, "vis")
+    assert st.change_visibility("vis", [(ready, 0)], NOW, 5_000) == [False]  # not in processing
+
+
+def test_peek_shows_what_a_claim_would_take_and_changes_nothing(st):
+    assert st.peek("peek", NOW) is None
+    a, b = put(st, "peek", 2)
+    (high,) = put(st, "peek", priority=2)
+    (delayed,) = put(st, "peek", due=NOW + HOUR, priority=9)
+    before = state(a, b, high, delayed)
+    seen = st.peek("peek", NOW)
+    assert isinstance(seen, Delivery)
+    assert (seen.id, seen.receipt, seen.attempts, seen.priority, seen.lease_expires_at) == (high, None, 0, 2, None)
+    assert st.peek("peek", NOW, order="lifo").id == high
+    assert st.peek("peek", NOW, order="random").id in (a, b, high)
+    assert state(a, b, high, delayed) == before
+    Message.objects.filter(id=high).update(priority=0)
+    assert st.peek("peek", NOW, order="lifo").id == high  # the newest of priority 0 now
+    assert st.peek("peek", NOW, order="fifo").id == a
+    by_id = st.peek("peek", NOW, delayed)  # by id: in any state, due or not
+    assert (by_id.id, by_id.priority, by_id.receipt) == (delayed, 9, None)
+    d = one(st, "peek", NOW, vis=5_000)
+    leased = st.peek("peek", NOW, d.id)
+    assert (leased.attempts, leased.receipt, leased.lease_expires_at, leased.first_received_at) == (
+        1, None, NOW + 5_000, NOW)
+    assert st.peek("other", NOW, a) is None  # another queue's message
+    assert st.peek("peek", NOW, ids.new_id()) is None
+    (dead,) = put(st, "peek-dlq", is_dlq=True)
+    assert st.peek("peek-dlq", NOW, dead).id == dead and st.peek("peek", NOW, dead) is None
 
 
 def test_has_due_data_version_and_ping(st):
@@ -205,13 +510,103 @@ def test_has_due_data_version_and_ping(st):
     st.ping()
 
 
+# -- queues --
+
+
+def test_queue_put_get_and_list(st):
+    assert st.queue_get("pol") is None
+    policy = {"max_attempts": 3, "backoff": "[10, 20]", "visibility_timeout_ms": 5_000, "retention_ms": 60_000,
+              "dlq_retention_ms": 120_000, "max_length": 100, "ordering": "lifo", "dedup_window_ms": 1_000,
+              "paused": True}
+    st.queue_put("pol", policy, NOW)
+    got = st.queue_get("pol")
+    assert isinstance(got, QueueRow)
+    assert {c: getattr(got, c) for c in POLICY_COLUMNS} == {**dict.fromkeys(POLICY_COLUMNS), **policy}
+    assert (got.name, got.last_sequence, got.created_at, got.updated_at) == ("pol", got.last_sequence, NOW, NOW)
+    st.queue_put("pol", {"max_attempts": 0}, NOW + 5)  # every field takes the given policy, None elsewhere
+    got = st.queue_get("pol")
+    assert {c: getattr(got, c) for c in POLICY_COLUMNS} == {**dict.fromkeys(POLICY_COLUMNS), "max_attempts": 0,
+                                                            "paused": False}
+    assert (got.created_at, got.updated_at) == (NOW, NOW + 5)
+    put(st, "implicit")
+    implicit = st.queue_get("implicit")
+    assert {c: getattr(implicit, c) for c in POLICY_COLUMNS} == {**dict.fromkeys(POLICY_COLUMNS), "paused": False}
+    assert [q.name for q in st.queue_list()] == ["implicit", "pol"]
+    assert all(isinstance(q, QueueRow) for q in st.queue_list())
+
+
+def test_queue_put_keeps_the_sequence_counter(st):
+    first = st.insert([NewMessage(ids.new_id(), "counted", "x", NOW, NOW, NOW + HOUR)])[0]
+    st.queue_put("counted", {"max_length": 5}, NOW)
+    st.queue_put("counted", {}, NOW)
+    second = st.insert([NewMessage(ids.new_id(), "counted", "x", NOW, NOW, NOW + HOUR)])[0]
+    assert second > first
+
+
+def test_queue_delete_takes_its_messages_dlq_and_dedup_ids_and_never_reuses_a_number(st):
+    numbers = st.insert([NewMessage(m, "gone", "x", NOW, NOW, NOW + HOUR) for m in ids.new_ids(3)])
+    st.insert([NewMessage(ids.new_id(), "gone-dlq", "x", NOW, NOW, NOW + HOUR)], is_dlq=True)
+    take(st, "gone", NOW)
+    st.dedup("gone", "k", ids.new_id(), NOW, HOUR)
+    (kept,) = put(st, "kept")
+    st.dedup("kept", "k", kept, NOW, HOUR)
+    assert st.queue_delete("gone", NOW)
+    assert st.queue_get("gone") is None
+    assert not Message.objects.filter(queue__in=["gone", "gone-dlq"]).exists()
+    assert not DedupEntry.objects.filter(queue="gone").exists()
+    assert row(kept).queue == "kept" and DedupEntry.objects.filter(queue="kept").exists()
+    assert not st.queue_delete("gone", NOW)
+    assert not st.queue_delete("never", NOW)
+    again = st.insert([NewMessage(ids.new_id(), "gone", "x", NOW, NOW, NOW + HOUR)])[0]
+    assert again > max(numbers) + 1  # the DLQ's number too
+    assert [q.name for q in st.queue_list()] == ["gone", "kept"]
+    st.queue_put("gone", {}, NOW)  # the counter survives an explicit (re)creation as well
+    st.queue_delete("gone", NOW)
+    st.queue_put("gone", {"max_length": 3}, NOW)
+    assert st.insert([NewMessage(ids.new_id(), "gone", "x", NOW, NOW, NOW + HOUR)])[0] > again
+    st.queue_put("messageless", {}, NOW)
+    assert st.queue_delete("messageless", NOW)  # a row alone is something to delete
+
+
+def test_purge_deletes_every_message_of_the_queue_but_its_dlq(st):
+    put(st, "purge", 3)
+    put(st, "purge", due=NOW + HOUR)
+    take(st, "purge", NOW)
+    (dead,) = put(st, "purge-dlq", is_dlq=True)
+    (other,) = put(st, "purge-other")
+    assert st.purge("purge") == 4
+    assert st.purge("purge") == 0
+    assert list(Message.objects.values_list("id", flat=True).order_by("id")) == sorted([dead, other])
+    assert st.queue_get("purge") is not None  # the queue stays
+
+
+def test_queue_counts_by_state(st):
+    assert st.queue_counts("counts", NOW) == QueueCounts(0, 0, 0, 0, 0)
+    put(st, "counts", 5)
+    put(st, "counts", 2, due=NOW + 10_000)
+    put(st, "counts-dlq", 3, is_dlq=True)
+    put(st, "counts-other", 4)
+    a, b, c = take(st, "counts", NOW, 3, vis=1_000)
+    st.fail("counts", c.id, c.receipt, NOW)
+    counts = st.queue_counts("counts", NOW + 500)
+    assert isinstance(counts, QueueCounts)
+    assert counts == QueueCounts(ready=2, delayed=2, in_flight=2, failed=1, dlq=3)
+    assert st.queue_counts("counts", NOW + 1_000) == QueueCounts(4, 2, 0, 1, 3)  # ended leases are ready
+    assert st.queue_counts("counts", NOW + 10_000) == QueueCounts(6, 0, 0, 1, 3)
+
+
+# -- admin and jobs --
+
+
 def test_requeue_and_delete_dead_letters(st):
     dead = put(st, "jobs-dlq", 3, is_dlq=True, received=NOW - 1000)
-    busy = st.claim("jobs-dlq", NOW)  # a DLQ message in processing is left alone
+    sequence = row(dead[1]).sequence
+    busy = one(st, "jobs-dlq", NOW)  # a DLQ message in processing is left alone
     assert st.requeue("jobs-dlq", dead[1], NOW + 5, HOUR) == 1
     r = row(dead[1])
     assert (r.queue, r.is_dlq, r.status, r.attempts, r.process_after, r.expires_after, r.received_at) == (
         "jobs", False, READY, 0, NOW + 5, NOW + 5 + HOUR, NOW - 1000 + 1)
+    assert r.sequence == sequence  # its place in the queue
     assert st.requeue("jobs-dlq", None, NOW + 5, HOUR) == 1  # dead[2]; dead[0] is processing
     assert row(busy.id).queue == "jobs-dlq"
     assert st.requeue("jobs-dlq", None, NOW + 5, HOUR) == 0
@@ -221,29 +616,72 @@ def test_requeue_and_delete_dead_letters(st):
     assert st.delete_dlq("jobs", None) == 0  # not a DLQ row
 
 
+def test_a_requeued_message_keeps_its_fifo_place(st):
+    first, second = put(st, "place", 2)
+    Message.objects.filter(id=first).update(attempts=1)
+    got = claim(st, "place", NOW, max_attempts=1)  # first → place-dlq; second is delivered instead
+    assert got.redriven == 1 and [d.id for d in got.deliveries] == [second]
+    (third,) = put(st, "place")
+    assert st.requeue("place-dlq", first, NOW + 1, HOUR) == 1
+    assert [d.id for d in take(st, "place", NOW + VIS, 5)] == [first, second, third]  # second's lease ended
+
+
 def test_jobs_move_recover_and_delete_in_batches(st):
     expired = put(st, "j", 3, ttl=10)
-    d = st.claim("j", NOW)  # expired[0], processing: never moved
+    d = one(st, "j", NOW, vis=500)  # expired[0], processing: never moved
     assert st.count_expired(NOW + 100, False) == 2
     assert st.move_expired_to_dlq(NOW + 100, HOUR, batch=1) == 2
     r = row(expired[1])
     assert (r.queue, r.is_dlq, r.status, r.attempts, r.failure_reason, r.expires_after) == (
         "j-dlq", True, READY, 0, vocab.FailureReason.MESSAGE_EXPIRED, NOW + 100 + HOUR)
-    assert st.count_stale(NOW + 1000, 500) == 1
-    assert st.recover_stale(NOW + 1000, 500, 1, batch=1) == 1  # out of attempts: failed
+    assert st.count_stale(NOW + 500) == 0  # the lease ends at NOW + 500: stale after it
+    assert st.count_stale(NOW + 1000) == 1
+    assert st.recover_stale(NOW + 1000, 1, batch=1) == 1  # out of attempts: failed
     assert row(d.id).status == FAILED and row(d.id).processing_started_at is None
     assert st.count_failed(False) == 1
     assert st.move_failed_to_dlq(NOW + 2000, HOUR) == 1
     assert row(d.id).failure_reason == vocab.FailureReason.MAX_ATTEMPTS_REACHED
     (again,) = put(st, "k")
-    dk = st.claim("k", NOW)
-    assert st.recover_stale(NOW + 1000, 500, 5) == 1 and row(again).status == READY
-    assert st.claim("k", NOW + 1000).receipt > dk.receipt
+    dk = one(st, "k", NOW, vis=500)
+    assert st.recover_stale(NOW + 1000, 5) == 1 and row(again).status == READY
+    assert not st.ack("k", again, dk.receipt)
+    assert one(st, "k", NOW + 1000).receipt > dk.receipt
     Message.objects.filter(id=d.id).update(status=FAILED)
     assert st.count_failed(True) == 1 and st.delete_failed_dlq(batch=1) == 1
     assert st.count_expired(NOW + 2 * HOUR, True) == 2
     assert st.delete_expired_dlq(NOW + 2 * HOUR, batch=1) == 2
     st.optimize()
+
+
+def test_recover_stale_follows_the_queues_own_max_attempts(st):
+    st.queue_put("own", {"max_attempts": 2}, NOW)
+    st.queue_put("unlimited", {"max_attempts": 0}, NOW)
+    (own,) = put(st, "own")
+    (unl,) = put(st, "unlimited")
+    (glob,) = put(st, "global")
+    for q in ("own", "unlimited", "global"):
+        one(st, q, NOW, vis=100)
+        one(st, q, NOW + 100, vis=100)  # attempt 2
+    assert st.count_stale(NOW + 201) == 3
+    assert st.recover_stale(NOW + 201, 5) == 3
+    assert (row(own).status, row(unl).status, row(glob).status) == (FAILED, READY, READY)
+    for q in ("unlimited", "global"):
+        one(st, q, NOW + 300, vis=100)
+    assert st.recover_stale(NOW + 401, 3) == 2
+    assert (row(unl).status, row(glob).status) == (READY, FAILED)  # 3 attempts: the global 3 is used up
+
+
+def test_moves_to_the_dlq_follow_the_queues_own_dlq_retention(st):
+    st.queue_put("short", {"dlq_retention_ms": 1_000}, NOW)
+    (short,) = put(st, "short", ttl=10)
+    (plain,) = put(st, "plain", ttl=10)
+    assert st.move_expired_to_dlq(NOW + 100, HOUR) == 2
+    assert (row(short).expires_after, row(plain).expires_after) == (NOW + 100 + 1_000, NOW + 100 + HOUR)
+    (failing,) = put(st, "short")
+    d = one(st, "short", NOW)
+    st.fail("short", failing, d.receipt, NOW)
+    assert st.move_failed_to_dlq(NOW + 200, HOUR) == 1
+    assert row(failing).expires_after == NOW + 200 + 1_000
 
 
 def test_queue_depths(st):
@@ -259,27 +697,34 @@ def test_staged_rows_publish_once_discard_and_expire(st):
     from forqapp.store import StagedMessage as Staged
 
     rows = [Staged(m, f"s{k}", NOW - HOUR if k == 0 else NOW + k) for k, m in enumerate(ids.new_ids(3))]
+    rows[1] = rows[1]._replace(priority=4, attributes='{"from":"spark"}')
     st.stage("t1", "pub", rows, NOW)
     st.stage("t2", "pub", [Staged(ids.new_id(), "gone", NOW)], NOW)
     st.stage("t3", "pub", [Staged(ids.new_id(), "old", NOW)], NOW - 10 * HOUR)
-    assert st.claim("pub", NOW + HOUR) is None  # staged rows are invisible
+    assert one(st, "pub", NOW + HOUR) is None  # staged rows are invisible
+    before = st.insert([NewMessage(ids.new_id(), "pub", "x", NOW, NOW, NOW + HOUR)])[0]
     assert st.publish_staged([("t1", "pub")], NOW, HOUR, 10_000) == {"pub": 3}
     assert st.publish_staged([("t1", "pub")], NOW, HOUR, 10_000) == {"pub": 0}
     old = row(rows[0].id)
     assert (old.process_after, old.received_at, old.expires_after) == (NOW - 10_000, NOW, NOW + HOUR)
     assert row(rows[2].id).expires_after == NOW + 2 + HOUR
+    assert (row(rows[1].id).priority, row(rows[1].id).attributes_dict) == (4, {"from": "spark"})
+    numbers = [row(r.id).sequence for r in rows]
+    assert numbers == sorted(set(numbers)) and numbers[0] > before  # numbered in id order, after the queue's
     assert st.discard_staged([("t2", "pub")]) == 1
     assert st.delete_abandoned_staged(NOW - HOUR, batch=1) == 1
     assert not StagedMessage.objects.exists()
 
 
 def test_snapshot_pages_and_bounds(st):
-    sent = sorted(put(st, "snap", 5))
+    sent = sorted(put(st, "snap", 5, priority=3, attributes='{"k":"v"}', dedup_id="dd"))
     dead = put(st, "snap-dlq", 1, is_dlq=True)
     page = st.snapshot_page("snap", "", None, 2)
     assert [r.id for r in page] == sent[:2] and all(isinstance(r, SnapshotRow) for r in page)
     assert page[0]._asdict().keys() == set(vocab.SNAPSHOT_COLUMNS)
     assert (page[0].status, page[0].attempts, page[0].failure_reason) == (READY, 0, None)
+    assert (page[0].priority, json.loads(page[0].attributes), page[0].dedup_id) == (3, {"k": "v"}, "dd")
+    assert page[0].sequence == row(sent[0]).sequence and page[0].first_received_at is None
     assert [r.id for r in st.snapshot_page("snap", sent[1], sent[3], 10)] == sent[2:4]
     assert [r.id for r in st.snapshot_page("snap-dlq", "", None, 10)] == dead
     bounds = st.snapshot_bounds("snap")
@@ -298,7 +743,7 @@ def test_auth_throttle(st):
 
 def test_nack_and_fail_keep_the_consumers_error_and_fail_sets_its_reason(st):
     retried, failed, plain = put(st, "errs", 3)
-    d1, d2, d3 = st.claim_many("errs", NOW, 3)
+    d1, d2, d3 = take(st, "errs", NOW, 3)
     assert st.nack("errs", retried, d1.receipt, NOW, 1, (10,), "ValueError: boom")
     assert (row(retried).status, row(retried).last_error) == (FAILED, "ValueError: boom")
     assert row(retried).failure_reason is None  # out of attempts: the failed job names the reason
@@ -316,9 +761,9 @@ def test_nack_and_fail_keep_the_consumers_error_and_fail_sets_its_reason(st):
         plain: ("errs-dlq", vocab.FailureReason.FATAL_ERROR, None),
     }
     (again,) = put(st, "errs")
-    d = st.claim("errs", NOW)
+    d = one(st, "errs", NOW)
     assert st.nack("errs", again, d.receipt, NOW, 5, (10,), "first")
-    d = st.claim("errs", NOW + 10)
+    d = one(st, "errs", NOW + 10)
     assert st.nack("errs", again, d.receipt, NOW + 10, 5, (10,))  # no error given: the last one stays
     assert row(again).last_error == "first"
 

@@ -1,0 +1,238 @@
+"""Migration 0006 (issue 12) on a database that holds messages: every message is kept, existing
+messages are numbered in the order they were received, each queue gets its ``forq_queues`` row with
+its counter after its messages, a message in flight keeps its lease, claims work on the result
+(migrated on to the latest schema, which the store speaks), and the migrations go back to 0005.
+
+Runs Django's ``MigrationExecutor`` on a database of its own — a new SQLite file, or a new
+PostgreSQL database on the test server — so the test database is never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.migrations.executor import MigrationExecutor
+from django.db.utils import load_backend
+
+from forqapp import ids, store
+from forqapp.conf import forq_settings
+from forqapp.store import NewMessage
+
+# The test database is not used, but set up all the same: the session's teardown (tests/conftest.py)
+# connects to it on PostgreSQL.
+pytestmark = pytest.mark.django_db
+
+BEFORE = ("forqapp", "0005_message_last_error_lease")
+AFTER = ("forqapp", "0006_queues_priorities_dedup")
+ALIAS = "forq_migration_test"
+NOW = 1_800_000_000_000
+VISIBILITY = 300_000  # FORQ_VISIBILITY_TIMEOUT_MS as the test settings have it (checked below)
+
+COLUMNS_0005 = ("id", "queue", "is_dlq", "content", "status", "attempts", "process_after", "processing_started_at",
+                "failure_reason", "received_at", "updated_at", "expires_after", "last_error")
+NEW_COLUMNS = ("priority", "attributes", "dedup_id", "sequence", "first_received_at")
+
+
+@contextmanager
+def registered(settings_dict: dict) -> Iterator[BaseDatabaseWrapper]:
+    """A connection under :data:`ALIAS` (the migration machinery looks its alias up in
+    ``django.db.connections``), closed and forgotten after."""
+    connections.settings[ALIAS] = settings_dict
+    conn = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, ALIAS)
+    connections[ALIAS] = conn
+    try:
+        yield conn
+    finally:
+        conn.close()
+        del connections[ALIAS]
+        del connections.settings[ALIAS]
+
+
+@contextmanager
+def scratch_database(tmp_path, django_db_blocker) -> Iterator[BaseDatabaseWrapper]:
+    """A connection to a new, empty database of the test database's kind (dropped after)."""
+    settings_dict = copy.deepcopy(connections["default"].settings_dict)
+    with django_db_blocker.unblock():
+        if connections["default"].vendor == "sqlite":
+            with registered({**settings_dict, "NAME": str(tmp_path / "migrations.sqlite3")}) as conn:
+                yield conn
+            return
+        name = f"forq_migrations_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        admin = load_backend(settings_dict["ENGINE"]).DatabaseWrapper({**settings_dict, "NAME": "postgres"},
+                                                                       ALIAS + "_admin")
+        try:
+            with admin.cursor() as cur:  # autocommit: CREATE DATABASE cannot run in a transaction
+                cur.execute(f'CREATE DATABASE "{name}"')
+            try:
+                with registered({**settings_dict, "NAME": name}) as conn:
+                    yield conn
+            finally:
+                with admin.cursor() as cur:
+                    cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            admin.close()
+
+
+def migrate(conn: BaseDatabaseWrapper, target: tuple[str, str] | None = None) -> None:
+    """Migrate forqapp to ``target`` (None: its latest migration)."""
+    executor = MigrationExecutor(conn)  # a fresh loader: the graph as the database has it now
+    executor.migrate([target or executor.loader.graph.leaf_nodes("forqapp")[0]])
+
+
+def messages(conn: BaseDatabaseWrapper, columns: tuple[str, ...] = COLUMNS_0005) -> dict[str, dict]:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {', '.join(columns)} FROM messages")
+        return {r[0]: {c: (bool(v) if c == "is_dlq" else v) for c, v in zip(columns, r, strict=True)}
+                for r in cur.fetchall()}
+
+
+def table_columns(conn: BaseDatabaseWrapper, table: str) -> set[str]:
+    with conn.cursor() as cur:
+        return {c.name for c in conn.introspection.get_table_description(cur, table)}
+
+
+def index_names(conn: BaseDatabaseWrapper, table: str) -> set[str]:
+    with conn.cursor() as cur:
+        return set(conn.introspection.get_constraints(cur, table))
+
+
+def fill_0005(conn: BaseDatabaseWrapper) -> dict[str, dict]:
+    """Messages of today's schema in every state, inserted out of their received order."""
+    rows = []
+
+    def add(queue: str, received_at: int, *, is_dlq: bool = False, status: int = 0, attempts: int = 0,
+            started: int | None = None, reason: str | None = None, error: str | None = None,
+            due: int | None = None) -> str:
+        (message_id,) = ids.new_ids(1)
+        due = received_at if due is None else due
+        rows.append((message_id, queue, is_dlq, f"{queue} {received_at}", status, attempts, due, started, reason,
+                     received_at, started or received_at, due + 86_400_000, error))
+        return message_id
+
+    add("emails", NOW - 3_000)
+    add("emails", NOW - 9_000)  # received first, inserted second
+    add("emails", NOW - 3_000)  # the same ms as the first: ids break the tie
+    add("emails", NOW - 5_000, due=NOW + 3_600_000)  # delayed
+    add("emails-dlq", NOW - 8_000, is_dlq=True, reason="max_attempts_reached", error="ValueError: boom")
+    add("emails", NOW - 7_000, status=1, attempts=1, started=NOW - 1_000)  # in flight: leased until +299 s
+    add("emails", NOW - 6_000, status=2, attempts=5, error="KeyError: 'x'")  # failed, for the failed job
+    add("sms", NOW - 4_000)
+    add("sms", NOW - 10_000, status=1, attempts=2, started=NOW - 10 * VISIBILITY)  # long stale
+    add("only-dlq", NOW - 2_000, is_dlq=True, reason="message_expired")
+    with conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO messages ({', '.join(COLUMNS_0005)}) VALUES ({', '.join(['%s'] * 13)})",
+                        rows)
+    return messages(conn)
+
+
+def test_0006_keeps_every_message_numbers_them_by_arrival_and_goes_back(tmp_path, django_db_blocker):
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, BEFORE)
+        assert "sequence" not in table_columns(conn, "messages")
+        before = fill_0005(conn)
+
+        migrate(conn, AFTER)
+        # Every message, every column as it was; the new columns at their defaults.
+        after = messages(conn, COLUMNS_0005 + NEW_COLUMNS)
+        assert set(after) == set(before)
+        for message_id, old in before.items():
+            new = after[message_id]
+            assert {c: new[c] for c in COLUMNS_0005 if c != "process_after"} == {
+                c: old[c] for c in COLUMNS_0005 if c != "process_after"}
+            assert (new["priority"], new["attributes"], new["dedup_id"], new["first_received_at"]) == (
+                0, None, None, None)
+            if old["status"] == 1:  # in flight: the lease it had, as a lease end
+                assert new["process_after"] == old["processing_started_at"] + VISIBILITY
+            else:
+                assert new["process_after"] == old["process_after"]
+        # Sequence numbers follow the received order (ids break ties), distinct across queues.
+        by_arrival = sorted(after.values(), key=lambda m: (m["received_at"], m["id"]))
+        numbers = [m["sequence"] for m in by_arrival]
+        assert numbers == sorted(set(numbers)) and numbers[0] >= 1
+        # One queue row per queue (a DLQ counts with its queue), its counter after its messages.
+        with conn.cursor() as cur:
+            cur.execute("SELECT name, last_sequence, paused, max_attempts, backoff, visibility_timeout_ms,"
+                        " retention_ms, dlq_retention_ms, max_length, ordering, dedup_window_ms FROM forq_queues")
+            queues = {r[0]: r[1:] for r in cur.fetchall()}
+        assert set(queues) == {"emails", "sms", "only"}
+        for name, (last, paused, *policy) in queues.items():
+            theirs = [m["sequence"] for m in after.values() if m["queue"] in (name, name + "-dlq")]
+            assert last == max(theirs), name
+            assert not paused and policy == [None] * 8
+        assert "idx_queue_claim" in index_names(conn, "messages")
+        assert "idx_queue_ready_for_consuming" not in index_names(conn, "messages")
+        assert {"priority", "attributes"} <= table_columns(conn, "forq_staged")
+        assert {"queue", "dedup_id", "message_id", "expires_at"} <= table_columns(conn, "forq_dedup")
+
+        # The claim works on migrated rows: by arrival, priority 0, a DLQ apart, the delayed one not due.
+        migrate(conn)  # the store speaks the latest schema
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+        now = NOW + 1_000
+        got = st.claim("emails", now, 10, visibility_ms=30_000, max_attempts=5, dlq_ttl_ms=3_600_000)
+        expected = [m["id"] for m in sorted(after.values(), key=lambda m: m["sequence"])
+                    if m["queue"] == "emails" and m["status"] == 0 and m["process_after"] <= now]
+        assert [d.id for d in got.deliveries] == expected and got.redriven == 0  # the one in flight is leased
+        assert [d.sequence for d in got.deliveries] == [after[i]["sequence"] for i in expected]
+        for d in got.deliveries:
+            assert st.ack("emails", d.id, d.receipt)
+        sms = st.claim("sms", now, 10, visibility_ms=30_000, max_attempts=5, dlq_ttl_ms=3_600_000)
+        assert len(sms.deliveries) == 2  # the long-stale one too: its lease ended long ago
+        # New messages number after the old ones, in every queue (a DLQ with its queue).
+        def highest(name: str) -> int:
+            return max(m["sequence"] for m in after.values() if m["queue"] in (name, name + "-dlq"))
+
+        (new_id,) = ids.new_ids(1)
+        assert st.insert([NewMessage(new_id, "emails", "new", now, now, now + 3_600_000)])[0] > highest("emails")
+        (dead_id,) = ids.new_ids(1)
+        assert st.insert([NewMessage(dead_id, "only-dlq", "dead", now, now, now + 3_600_000)],
+                         is_dlq=True)[0] > highest("only")
+        assert st.requeue("emails-dlq", None, now, 3_600_000) == 1
+        assert [d.id for d in st.claim("emails", now, 1, visibility_ms=30_000, max_attempts=5,
+                                       dlq_ttl_ms=3_600_000).deliveries] == [
+            m["id"] for m in before.values() if m["queue"] == "emails-dlq"]  # its old place: before the new one
+
+        # And back: every message, today's columns as they are now, the new columns and tables gone.
+        now_rows = messages(conn)
+        migrate(conn, BEFORE)
+        assert messages(conn) == now_rows
+        assert not set(NEW_COLUMNS) & table_columns(conn, "messages")
+        assert not {"priority", "attributes"} & table_columns(conn, "forq_staged")
+        assert "idx_queue_ready_for_consuming" in index_names(conn, "messages")
+        with conn.cursor() as cur:
+            assert "forq_queues" not in conn.introspection.table_names(cur)
+            assert "forq_dedup" not in conn.introspection.table_names(cur)
+        migrate(conn)  # and forwards again
+        assert set(messages(conn)) == set(now_rows)
+
+
+def test_0006_keeps_the_lease_of_a_message_in_flight(tmp_path, django_db_blocker):
+    """Before 0006 a delivery's lease was ``processing_started_at`` + the visibility timeout (its
+    ``process_after`` was its old due time); after it, a processing row's ``process_after`` is its
+    lease end. A consumer still working on a message when the migration runs keeps it: the message
+    is not claimable again before its old lease ends, and its receipt still settles it."""
+    assert forq_settings.FORQ_VISIBILITY_TIMEOUT_MS == VISIBILITY
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, BEFORE)
+        before = fill_0005(conn)
+        migrate(conn)
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+        (leased,) = [m for m in before.values() if m["queue"] == "emails" and m["status"] == 1]
+        receipt = leased["processing_started_at"]
+        lease_end = receipt + VISIBILITY
+        got = st.claim("emails", lease_end - 1, 10, visibility_ms=30_000, max_attempts=5, dlq_ttl_ms=3_600_000)
+        assert leased["id"] not in [d.id for d in got.deliveries], "an in-flight message was delivered again"
+        assert st.peek("emails", lease_end - 1, leased["id"]).lease_expires_at == lease_end
+        assert st.change_visibility("emails", [(leased["id"], receipt)], lease_end - 1, 0) == [True]
+        again = st.claim("emails", lease_end, 1, visibility_ms=30_000, max_attempts=5, dlq_ttl_ms=3_600_000)
+        assert [(d.id, d.attempts) for d in again.deliveries] == [(leased["id"], 2)]
+        assert not st.ack("emails", leased["id"], receipt)
+        assert st.ack("emails", leased["id"], again.deliveries[0].receipt)
