@@ -255,14 +255,13 @@ def test_claim_many_in_order_up_to_the_limit(st):
     assert take(st, "many", NOW, 10) == []
 
 
-def test_lifo_takes_the_newest_within_the_highest_due_priority(st):
+def test_lifo_takes_the_newest_first_a_priority_at_a_time(st):
     old = put(st, "lifo", 3)
     high = put(st, "lifo", 2, priority=5)
     put(st, "lifo", priority=9, due=NOW + HOUR)  # delayed
     assert one(st, "lifo", NOW, order="lifo").id == high[1]
-    # A LIFO claim takes from the highest priority that has a due message only.
-    assert [d.id for d in take(st, "lifo", NOW, 5, order="lifo")] == [high[0]]
-    assert [d.id for d in take(st, "lifo", NOW, 2, order="lifo")] == [old[2], old[1]]
+    # A LIFO claim of many: the highest due priority newest first, then the next priority's.
+    assert [d.id for d in take(st, "lifo", NOW, 3, order="lifo")] == [high[0], old[2], old[1]]
     newer = put(st, "lifo")
     assert [d.id for d in take(st, "lifo", NOW, 5, order="lifo")] == [newer[0], old[0]]
 

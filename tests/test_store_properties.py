@@ -79,8 +79,8 @@ class QueueMachine(RuleBasedStateMachine):
 
     def expected_claim(self, limit: int, order: str, max_attempts: int) -> tuple[list[Msg], list[Msg]]:
         """(delivered, redriven) as the contract says: by priority, then sequence (LIFO: newest
-        first within the highest due priority); used-up messages go to the DLQ, and the claim takes
-        again for what it is short of."""
+        first within a priority, a priority at a time); used-up messages go to the DLQ, and the
+        claim takes again for what it is short of."""
         remaining = sorted(self.due(), key=lambda m: (-m.priority, m.sequence))
         delivered: list[Msg] = []
         redriven: list[Msg] = []
@@ -95,7 +95,7 @@ class QueueMachine(RuleBasedStateMachine):
             used = [m for m in group if m.used_up(max_attempts)]
             delivered += [m for m in group if not m.used_up(max_attempts)]
             redriven += used
-            if not used or len(delivered) >= limit:
+            if len(delivered) >= limit or (not used and order != "lifo"):  # LIFO: on to the next priority
                 break
             need = limit - len(delivered)
         return delivered, redriven

@@ -284,7 +284,7 @@ class Store(abc.ABC):
               rate_interval_us: int | None = None) -> Claim:
         """Take up to ``limit`` due messages of ``queue`` — ready ones due by ``now`` and deliveries
         whose lease has ended — by priority (highest first), then sequence (``order`` ``"fifo"``:
-        oldest first; ``"lifo"``: newest first, within the highest priority that has a due message;
+        oldest first; ``"lifo"``: newest first within a priority, a priority at a time;
         ``"random"``: at random among the next :data:`RANDOM_AMONG`). Each becomes processing, one
         attempt more, a new receipt, leased until ``now + visibility_ms``. A message whose attempts
         are used up (``max_attempts`` > 0) is moved to its DLQ (reason ``max_attempts_reached``,

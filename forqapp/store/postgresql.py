@@ -697,7 +697,9 @@ class PostgreSQLStore(Store):
             live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
             redriven += len(rows) - len(live)
             deliveries += [Delivery._make(r[:13]) for r in live]
-            if len(live) == len(rows) or len(deliveries) >= limit:
+            if len(deliveries) >= limit or not rows:
+                break
+            if len(live) == len(rows) and order != "lifo":  # LIFO goes on to the next priority
                 break
             params["limit"] = limit - len(deliveries)
             params["delivered"] = [d.id for d in deliveries]
