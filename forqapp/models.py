@@ -139,8 +139,6 @@ class Queue(models.Model):
     """A queue's policy and state: created on its first produce (or by ``configure_queue``,
     ``FORQ_QUEUES``, the admin or the v2 API). A NULL field follows the global setting."""
 
-    objects = QueueManager()
-
     name = models.CharField(primary_key=True, max_length=128)
     # Deliveries before a message goes to the DLQ; 0 = unlimited.
     max_attempts = models.IntegerField(null=True, blank=True)
@@ -164,6 +162,8 @@ class Queue(models.Model):
     last_sequence = models.BigIntegerField(default=0)
     created_at = models.BigIntegerField()
     updated_at = models.BigIntegerField()
+
+    objects = QueueManager()
 
     class Meta:
         db_table = "forq_queues"

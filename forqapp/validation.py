@@ -257,8 +257,8 @@ def duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int:
     """Seconds (int or float) or a ``timedelta``, from ``lo_s`` to ``hi_s``, in whole ms."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        seconds = float(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e15:
+        seconds = float(value)  # (compared first: an int too big for a float would overflow; NaN fails it)
     else:
         raise _invalid(f"{name} must be a number of seconds or a timedelta")
     if not lo_s <= seconds <= hi_s:

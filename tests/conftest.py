@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -76,7 +77,11 @@ def start_server(extra_env: dict[str, str] | None = None, args: tuple[str, ...] 
     """``forq_serve`` on a free port against the test database, in a process group of its own: a
     test (or :func:`stop_server`) can kill the whole tree, supervisor and granian processes, at once."""
     port = free_port()
+    # Each server its own metrics directory: forq_serve empties the one it is given at start, and a
+    # shared one (var/prometheus) would be wiped by any other server started from this checkout.
+    metrics_dir = tempfile.mkdtemp(prefix=f"forq-metrics-{port}-")
     env = subprocess_env(**{
+        "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
         "FORQ_API_ADDR": f"127.0.0.1:{port}", "FORQ_LONG_POLL_SECONDS": "2",
         "FORQ_TRUST_PROXY_HEADERS": "true", "FORQ_METRICS_ENABLED": "true",
         "FORQ_SERVE_JOBS": "false",  # jobs would move other tests' crafted rows; tests that want them say so

@@ -747,3 +747,10 @@ def test_the_sequence_floor_of_deleted_queues_is_no_queue(admin_client):
     page = admin_client.get("/admin/forqapp/queue/")
     assert page.status_code == 200 and b'<th class="field-name"><a href="/admin/forqapp/queue//' not in page.content
     assert b"0 queues" in page.content or b"0 queue" in page.content
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), float("nan"), float("inf")])
+def test_a_duration_out_of_any_range_is_a_clear_error(value):
+    with pytest.raises(forqapp.ForqError) as caught:
+        forqapp.configure_queue("huge", retention=value)
+    assert caught.value.code == "bad_request.body.invalid"

@@ -30,6 +30,7 @@ from .conftest import METRICS_SECRET, SECRET, start_server, stop_server
 HTTP_METHODS = {"get", "head", "post", "put", "patch", "delete", "options", "trace"}
 # Views that are not endpoints themselves, and the endpoint that answers for them.
 ANSWERED_BY = {meta.metrics_view: meta.metrics}
+CATCH_ALLS = ("forq-unknown", "forq-v2-unknown")  # the JSON 404s of the rest of api/v1/ and api/v2/
 
 
 def _template(route: str) -> str:
@@ -41,7 +42,7 @@ def _routed() -> dict[str, set[str]]:
     routed = {}
     for pattern in urls.urlpatterns:
         assert isinstance(pattern, URLPattern)
-        if pattern.name == "forq-unknown":
+        if pattern.name in CATCH_ALLS:
             continue
         declared = plumbing.spec(ANSWERED_BY.get(pattern.callback, pattern.callback))
         assert declared is not None, f"{pattern.name} is not an endpoint"
@@ -58,7 +59,7 @@ def _documented() -> dict[str, set[str]]:
 
 def test_every_route_is_documented_and_every_documented_path_is_routed():
     routed, documented = _routed(), _documented()
-    assert sorted(set(routed) - set(documented)) == [], "routes missing from openapi.json / openapi_bulk.json"
+    assert sorted(set(routed) - set(documented)) == [], "routes missing from the openapi*.json documents"
     assert sorted(set(documented) - set(routed)) == [], "documented paths that no route serves"
     for path, methods in routed.items():
         assert methods == documented[path], path
@@ -81,6 +82,23 @@ def test_the_unknown_path_route_is_the_last_one():
     ("/api/v1/queues/q/staged/publish", "forq-stage"),
     ("/api/v1/queues/q/snapshot", "forq-snapshot"),
     ("/api/v1/queues/q/messages/x", "forq-unknown"),
+    ("/api/v2/queues", "forq-v2-queues"),
+    ("/api/v2/queues/q", "forq-v2-queue"),
+    ("/api/v2/queues/q/messages", "forq-v2-send"),
+    ("/api/v2/queues/q/messages/batch", "forq-v2-send-batch"),
+    ("/api/v2/queues/q/messages/ack", "forq-v2-ack-batch"),
+    ("/api/v2/queues/q/messages/nack", "forq-v2-nack-batch"),
+    ("/api/v2/queues/q/messages/change-visibility", "forq-v2-change-visibility-batch"),
+    ("/api/v2/queues/q/receive", "forq-v2-receive"),
+    ("/api/v2/queues/q/peek", "forq-v2-peek"),
+    ("/api/v2/queues/q/purge", "forq-v2-purge"),
+    ("/api/v2/queues/q/messages/batch/ack", "forq-v2-ack"),  # "batch" as an id: the id route, a 400
+    ("/api/v2/queues/q/messages/m", "forq-v2-message"),
+    ("/api/v2/queues/q/messages/m/change-visibility", "forq-v2-change-visibility"),
+    ("/api/v2/queues/q/messages/m/x", "forq-v2-unknown"),
+    ("/api/v2/queues/q/", "forq-v2-unknown"),
+    ("/api/v2/openapi.json", "forq-v2-openapi"),
+    ("/api/v1/queues/q/receive", "forq-unknown"),  # v2's words are not v1's
 ])
 def test_literal_paths_are_never_swallowed_by_segment_routes(path, name):
     assert resolve(path, urlconf="forqapp.api.urls").url_name == name

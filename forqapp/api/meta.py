@@ -1,5 +1,6 @@
 """The API's endpoints about the server itself: ``/healthcheck``, ``/metrics`` (Prometheus) and
-``/api/v1/openapi.json`` (the document that describes every route of :mod:`forqapp.api.urls`)."""
+``/api/v1/openapi.json`` (the document that describes every route of :mod:`forqapp.api.urls`, also
+served as ``/api/v2/openapi.json``)."""
 
 from __future__ import annotations
 
@@ -41,15 +42,23 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
     return await metrics(request)
 
 
+# Merged into openapi.json, in this order: the bulk endpoints' paths, then the v2 API's.
+PARTS = ("openapi_bulk.json", "openapi_v2.json")
+
+
 def openapi_document() -> dict[str, Any]:
-    """forqapp/api/openapi.json, with the bulk endpoints' paths (openapi_bulk.json) merged in."""
+    """forqapp/api/openapi.json, with the paths, components and tags of :data:`PARTS` merged in."""
     document = json.loads((HERE / "openapi.json").read_text())
-    bulk = HERE / "openapi_bulk.json"
-    if bulk.exists():
-        extra = json.loads(bulk.read_text())
+    for name in PARTS:
+        part = HERE / name
+        if not part.exists():
+            continue
+        extra = json.loads(part.read_text())
         document["paths"].update(extra.get("paths", {}))
         for kind, items in extra.get("components", {}).items():
             document["components"].setdefault(kind, {}).update(items)
+        if extra.get("tags"):
+            document.setdefault("tags", []).extend(extra["tags"])
     return document
 
 

@@ -4,13 +4,16 @@ Path segments may be empty (``/api/v1/queues//messages``), as in Forq's router: 
 refuses the empty name with Forq's 400 (``bad_request.queue.invalid_name``, ``…messageId.invalid``)
 instead of a 404 nobody can parse. Any other path under ``api/v1/`` is a JSON 404.
 
-Every route is documented in the OpenAPI document (openapi.json, openapi_bulk.json) and every
-documented path is routed, with the same methods (tests/test_routes.py checks both ways).
+The v2 API (:mod:`forqapp.api.v2`) lives under ``api/v2/``, after v1's routes and before v1's
+catch-all; any other path under ``api/v2/`` is its own JSON 404.
+
+Every route is documented in the OpenAPI document (openapi.json, openapi_bulk.json, openapi_v2.json)
+and every documented path is routed, with the same methods (tests/test_routes.py checks both ways).
 """
 
 from django.urls import path, re_path, register_converter
 
-from . import bulk, meta, plumbing, views
+from . import bulk, meta, plumbing, v2, views
 
 
 class SegmentConverter:
@@ -28,6 +31,8 @@ class SegmentConverter:
 register_converter(SegmentConverter, "forq_segment")
 
 Q = "api/v1/queues/<forq_segment:queue>"
+Q2 = "api/v2/queues/<forq_segment:queue>"
+M2 = f"{Q2}/messages/<forq_segment:message_id>"
 
 urlpatterns = [
     path("healthcheck", meta.healthcheck, name="forq-healthcheck"),
@@ -48,6 +53,23 @@ urlpatterns = [
     path(f"{Q}/messages/<forq_segment:message_id>/nack", views.nack, name="forq-nack"),
     path(f"{Q}/staged/<forq_segment:token>", bulk.stage, name="forq-stage"),
     path(f"{Q}/snapshot", bulk.snapshot, name="forq-snapshot"),
+    # The v2 API: literal paths first here too, then those with a segment where they have a word.
+    path("api/v2/openapi.json", meta.openapi, name="forq-v2-openapi"),
+    path("api/v2/queues", v2.queues, name="forq-v2-queues"),
+    path(f"{Q2}/messages/batch", v2.send_batch, name="forq-v2-send-batch"),
+    path(f"{Q2}/messages/ack", v2.ack_batch, name="forq-v2-ack-batch"),
+    path(f"{Q2}/messages/nack", v2.nack_batch, name="forq-v2-nack-batch"),
+    path(f"{Q2}/messages/change-visibility", v2.change_visibility_batch, name="forq-v2-change-visibility-batch"),
+    path(f"{Q2}/receive", v2.receive, name="forq-v2-receive"),
+    path(f"{Q2}/peek", v2.peek, name="forq-v2-peek"),
+    path(f"{Q2}/purge", v2.purge, name="forq-v2-purge"),
+    path(Q2, v2.queue, name="forq-v2-queue"),
+    path(f"{Q2}/messages", v2.send, name="forq-v2-send"),
+    path(M2, v2.message, name="forq-v2-message"),
+    path(f"{M2}/ack", v2.ack, name="forq-v2-ack"),
+    path(f"{M2}/nack", v2.nack, name="forq-v2-nack"),
+    path(f"{M2}/change-visibility", v2.change_visibility, name="forq-v2-change-visibility"),
+    re_path(r"^api/v2/", v2.unknown_path, name="forq-v2-unknown"),
     # Last: the rest of api/v1/ is forqapp's too, and answers in JSON (also under a project's own urls).
     re_path(r"^api/v1/", plumbing.unknown_path, name="forq-unknown"),
 ]

@@ -1,0 +1,498 @@
+"""The v2 HTTP API (``/api/v2/``): queues as resources, SQS-grade messages.
+
+Beyond Forq's API (:mod:`forqapp.api.views`, :mod:`forqapp.api.bulk`, both unchanged): send one
+message or a batch of up to 10 (priority, attributes, deduplication, delay, retention; per-entry
+results, one transaction); receive up to 10 with a long poll and a visibility override; ack, nack
+and change the visibility of deliveries by receipt, one or a batch; peek; each queue's policy
+(get, put, patch, delete), the queue list with counts, purge.
+
+Same API key, throttle and security headers as v1 (:func:`forqapp.api.plumbing.endpoint`), but
+errors are ``{"code", "message"}``. Fields are snake_case, durations are seconds (numbers), times
+Unix ms. Unknown fields are refused (a misspelt ``prority`` must not pass silently). Each view
+reads its request with the readers below, calls one service function and shapes the answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from .. import errors, services, validation, vocab, waiting
+from ..conf import forq_settings
+from ..errors import ForqError
+from .plumbing import View, endpoint, json_body, secure
+
+MAX_ENTRIES = 10  # messages in a send batch, deliveries in a settle batch, messages in a receive
+MAX_ERROR_TEXT = 2_000  # a nack's failure reason (services.MAX_ERROR_CHARS)
+DEDUP_WINDOW_S = (0.001, 12 * 3600)  # a send's dedup_window (services._dedup_window)
+
+# The answer's ``message`` when the error carries none of its own (the plumbing's refusals).
+MESSAGES = {
+    errors.UNAUTHORIZED: "missing or wrong X-API-Key",
+    errors.TOO_MANY_REQUESTS: "too many wrong keys from this address: retry after Retry-After seconds",
+    errors.METHOD_NOT_ALLOWED: "method not allowed on this path (see Allow)",
+    errors.CONTENT_EXCEEDS_LIMIT: "the body is over the size limit",
+    errors.BODY_INVALID: "the body is invalid",
+    errors.REQUEST_TIMEOUT: "the body arrived too slowly",
+    errors.NOT_FOUND_ROUTE: "no such endpoint",
+    errors.NOT_FOUND_MESSAGE: "no such message or delivery",
+    errors.NOT_FOUND_QUEUE: "no such queue",
+    errors.QUEUE_FULL: "the queue is full (its max_length)",
+    errors.INTERNAL: "unexpected failure; details are in the server log",
+}
+
+
+# --- answers --------------------------------------------------------------------------------------
+
+
+def problem(code: str, message: str | None = None, status: int | None = None,
+            headers: dict[str, str] | None = None) -> JsonResponse:
+    """A v2 error answer: ``{"code", "message"}``."""
+    if not message or message == code:
+        message = MESSAGES.get(code, code)
+    return JsonResponse({"code": code, "message": message}, status=status or errors.STATUS.get(code, 400),
+                        headers=headers)
+
+
+def _explained(response: HttpResponse) -> HttpResponse:
+    """The plumbing's own refusals (401, 405, 429, 413, 500) are ``{"code"}``: add the message."""
+    if response.status_code < 400 or not response.get("Content-Type", "").startswith("application/json"):
+        return response
+    body = json.loads(response.content)
+    if "message" in body:
+        return response
+    body["message"] = MESSAGES.get(body.get("code", ""), "")
+    response.content = json.dumps(body).encode()
+    return response
+
+
+def v2_endpoint(*methods: str, waits: tuple[str, ...] = ()) -> Callable[[View], View]:
+    """:func:`forqapp.api.plumbing.endpoint` (method, key, throttle, headers), with v2's errors."""
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        async def answering(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+            try:
+                return await view(request, **kwargs)
+            except ForqError as exc:
+                return problem(exc.code, str(exc), exc.status, exc.headers)
+
+        guarded = endpoint(*methods, waits=waits)(answering)
+
+        @functools.wraps(guarded)  # keeps forq_endpoint and csrf_exempt, which the ASGI app reads
+        async def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+            return _explained(await guarded(request, **kwargs))
+
+        return wrapper
+
+    return decorate
+
+
+@csrf_exempt
+async def unknown_path(request: HttpRequest) -> HttpResponse:
+    """Any other path under ``api/v2/``: a JSON 404."""
+    return secure(problem(errors.NOT_FOUND_ROUTE, "no such endpoint under /api/v2/"))
+
+
+# --- reading requests -----------------------------------------------------------------------------
+
+
+def _invalid(message: str) -> ForqError:
+    return ForqError(errors.BODY_INVALID, message)
+
+
+def _object(value: object, what: str, allowed: Iterable[str]) -> dict[str, Any]:
+    """``value``, a JSON object holding no field but ``allowed``."""
+    if not isinstance(value, dict):
+        raise _invalid(f"{what} must be a JSON object")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise _invalid(f"unknown field {unknown[0][:64]!r} in {what}")
+    return value
+
+
+def _body(request: HttpRequest, allowed: Iterable[str], *, empty_ok: bool = False) -> dict[str, Any]:
+    """The request's JSON object (an empty body is ``{}`` where ``empty_ok``)."""
+    try:
+        empty = not request.body.strip()
+    except ValueError:  # Django sizes the body by a Content-Length it reads as a number
+        raise _invalid("Content-Length is not a number") from None
+    if empty_ok and empty:
+        return {}
+    return _object(json_body(request), "the body", allowed)
+
+
+def _integer(value: object, name: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _invalid(f"{name} must be an integer from {lo} to {hi}")
+    return value
+
+
+def _seconds(value: object, name: str, lo: float, hi: float) -> float:
+    """A duration: a finite JSON number of seconds from ``lo`` to ``hi`` (Python's JSON reads
+    ``1e999`` as infinity, and a 400-digit integer is no float)."""
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not (isinstance(value, int) or math.isfinite(value)) or not lo <= value <= hi):
+        raise _invalid(f"{name} must be a number of seconds from {_figure(lo)} to {_figure(hi)}")
+    return value
+
+
+def _figure(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _text(value: object, name: str, lo: int, hi: int) -> str:
+    """A string of ``lo`` to ``hi`` characters that a database can store (no NUL, no lone surrogate)."""
+    if not isinstance(value, str) or not lo <= len(value) <= hi:
+        raise _invalid(f"{name} must be a string of {lo} to {hi} characters")
+    if "\x00" in value or not _encodable(value):
+        raise _invalid(f"{name} must be Unicode text without NUL characters")
+    return value
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON)
+        return False
+    return True
+
+
+def _boolean(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid(f"{name} must be true or false")
+    return value
+
+
+SEND_FIELDS = ("content", "delay", "process_after", "priority", "attributes", "dedup_id", "dedup_window",
+               "retention")
+
+
+def send_entry(item: object) -> dict[str, Any]:
+    """One message to send, as :func:`forqapp.services.send_entries` takes it (``content`` and
+    send's keywords; durations in seconds), checked by the services' own rules, so that a batch
+    refuses the entry rather than the whole request."""
+    item = _object(item, "a message", SEND_FIELDS)
+    entry = {name: value for name, value in item.items() if value is not None}
+    entry["content"] = content = validation.content(item.get("content"))
+    if "\x00" in content and not services.content_storable(content):  # PostgreSQL's text holds no NUL
+        raise _invalid("content with NUL characters cannot be stored on this database")
+    if "delay" in entry and "process_after" in entry:
+        raise _invalid("give delay or process_after, not both")
+    if "delay" in entry:
+        _seconds(entry["delay"], "delay", 0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
+    if "process_after" in entry:
+        _process_after(entry["process_after"])
+    validation.priority(entry.get("priority"))
+    validation.attributes(entry.get("attributes"))
+    validation.dedup_id(entry.get("dedup_id"))
+    if "dedup_window" in entry:
+        _seconds(entry["dedup_window"], "dedup_window", *DEDUP_WINDOW_S)
+    if "retention" in entry:
+        _seconds(entry["retention"], "retention", 1, validation.YEAR_S)
+    return entry
+
+
+def _process_after(value: object) -> int:
+    """Unix ms (Forq's rules: not more than 10 s past, at most 366 days ahead; 0 is now)."""
+    try:
+        validation.process_after(value, services.now_ms())
+    except ForqError as exc:
+        message = str(exc).replace("processAfter", "process_after")
+        raise ForqError(exc.code, message) from None
+    return value  # type: ignore[return-value]  # checked above: an int
+
+
+def _entries(body: dict[str, Any]) -> list[Any]:
+    entries = body.get("entries")
+    if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
+        raise _invalid(f"entries must be a list of 1 to {MAX_ENTRIES} items")
+    return entries
+
+
+def _receipt(value: object) -> int:
+    if value is None:
+        raise ForqError(errors.RECEIPT_MISSING, "receipt is missing")
+    try:
+        return validation.receipt(value)
+    except ForqError as exc:
+        raise ForqError(exc.code, "receipt must be a receive's receipt: a 64-bit integer (or its digits)") from None
+
+
+def _regular(queue: str) -> str:
+    """A queue the resource endpoints manage: a DLQ is part of its queue (``dlq_retention``,
+    ``counts.dlq``), with no policy of its own; receive and peek take DLQ names."""
+    queue = validation.queue_name(queue)
+    if vocab.is_dlq(queue):
+        raise ForqError(errors.PRODUCE_TO_DLQ, f"{queue!r} is a dead-letter queue: it is managed with "
+                        f"its queue, {vocab.base_of(queue)!r}")
+    return queue
+
+
+def _delivery(item: object) -> tuple[str, int]:
+    item = _object(item, "an entry", ("id", "receipt"))
+    return validation.message_id(item.get("id")), _receipt(item.get("receipt"))
+
+
+def _error(value: object) -> str | None:
+    """A nack's failure reason, kept as the message's ``last_error``."""
+    return None if value is None else _text(value, "error", 0, MAX_ERROR_TEXT)
+
+
+def _visibility(value: object) -> float:
+    if value is None:
+        raise _invalid("visibility_timeout is missing")
+    return _seconds(value, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
+
+
+def _failure(index: int, exc: ForqError) -> dict[str, Any]:
+    """A batch entry's refusal: ``{"index", "code", "message"}``."""
+    text = str(exc)
+    return {"index": index, "code": exc.code, "message": text if text != exc.code else MESSAGES.get(text, text)}
+
+
+def policy(body: dict[str, Any], *, replace: bool) -> dict[str, Any]:
+    """``configure_queue``'s keywords from a PUT (``replace``: every field; an absent one resets to
+    the global setting) or a PATCH (only the fields given; null resets one). The services check
+    the values (:func:`forqapp.validation.policy`)."""
+    fields = _object(body, "the body", validation.POLICY_FIELDS)
+    for name, value in fields.items():  # durations become floats: a 400-digit integer is none
+        if isinstance(value, int) and not -(2**53) <= value <= 2**53:
+            raise _invalid(f"{name} is out of range")
+    return {**dict.fromkeys(validation.POLICY_FIELDS), **fields} if replace else dict(fields)
+
+
+# --- shaping answers ------------------------------------------------------------------------------
+
+
+def message_json(m: services.ReceivedMessage) -> dict[str, Any]:
+    """A message as v2 shows it (``receipt`` as a string: 64-bit integers lose digits in JavaScript;
+    null on a peek)."""
+    return {
+        "id": m.id, "content": m.content, "attempts": m.attempts,
+        "receipt": None if m.receipt is None else str(m.receipt),
+        "priority": m.priority, "attributes": m.attributes or {}, "dedup_id": m.dedup_id,
+        "sequence": m.sequence, "received_at": m.received_at, "first_received_at": m.first_received_at,
+        "lease_expires_at": m.lease_expires_at,
+    }
+
+
+def queue_json(info: services.QueueInfo) -> dict[str, Any]:
+    return {
+        "name": info.name, "policy": info.policy, "overrides": info.overrides,
+        "paused": info.paused, "counts": dict(info.counts), "last_sequence": info.last_sequence,
+        "created_at": info.created_at,
+    }
+
+
+# --- queues ---------------------------------------------------------------------------------------
+
+
+@v2_endpoint("GET")
+async def queues(request: HttpRequest) -> HttpResponse:
+    """``GET /api/v2/queues`` → ``{"queues": [queue]}``: every queue, its policy and counts."""
+    infos = await services.run_async(services.list_queues)
+    return JsonResponse({"queues": [queue_json(info) for info in infos]})
+
+
+@v2_endpoint("GET", "PUT", "PATCH", "DELETE")
+async def queue(request: HttpRequest, queue: str) -> HttpResponse:
+    """``/api/v2/queues/{queue}``: GET its policy and counts; PUT its whole policy (absent fields
+    follow the global settings); PATCH some fields; DELETE it with its messages and its DLQ's."""
+    queue = _regular(queue)
+    if request.method == "DELETE":
+        if not await services.run_async(services.delete_queue, queue):
+            raise ForqError(errors.NOT_FOUND_QUEUE, f"no queue {queue!r}")
+        return HttpResponse(status=204)
+    if request.method == "GET":
+        info = await services.run_async(services.queue_info, queue)
+    else:
+        changes = policy(json_body(request), replace=request.method == "PUT")
+        info = await services.run_async(services.configure_queue, queue, **changes)
+    return JsonResponse(queue_json(info))
+
+
+@v2_endpoint("POST")
+async def purge(request: HttpRequest, queue: str) -> HttpResponse:
+    """``POST /api/v2/queues/{queue}/purge`` → ``{"purged": n}``: every message of the queue (not its
+    DLQ's) deleted, whatever its state."""
+    queue = _regular(queue)
+    return JsonResponse({"purged": await services.run_async(services.purge, queue)})
+
+
+# --- send -----------------------------------------------------------------------------------------
+
+
+@v2_endpoint("POST")
+async def send(request: HttpRequest, queue: str) -> HttpResponse:
+    """``POST /api/v2/queues/{queue}/messages`` → 201 ``{"id", "sequence", "deduplicated": false}``
+    (``Location``: the message); a deduplicated send creates nothing: 200, the original's id."""
+    queue = validation.queue_name(queue, produce=True)
+    entry = send_entry(_body(request, SEND_FIELDS))
+    (result,) = await services.run_async(services.send_entries, queue, [entry])
+    if result.deduplicated:
+        return JsonResponse(_sent(result))
+    response = JsonResponse(_sent(result), status=201)
+    response["Location"] = f"{request.path.rstrip('/')}/{result.id}"
+    return response
+
+
+def _sent(result: services.SendResult) -> dict[str, Any]:
+    return {"id": result.id, "sequence": result.sequence, "deduplicated": result.deduplicated}
+
+
+@v2_endpoint("POST")
+async def send_batch(request: HttpRequest, queue: str) -> HttpResponse:
+    """``POST /api/v2/queues/{queue}/messages/batch`` ``{"entries": [message]}`` (1 to 10) → 200
+    ``{"successful": [{"index", "id", "sequence", "deduplicated"}], "failed": [{"index", "code",
+    "message"}]}``. Each entry is checked on its own; the valid ones are sent in one transaction. A
+    refusal of the whole batch (the queue is full) is the request's error, and sends nothing."""
+    queue = validation.queue_name(queue, produce=True)
+    entries = _entries(_body(request, ("entries",)))
+    valid: list[tuple[int, dict[str, Any]]] = []
+    failed = []
+    for index, item in enumerate(entries):
+        try:
+            valid.append((index, send_entry(item)))
+        except ForqError as exc:
+            failed.append(_failure(index, exc))
+    results = await services.run_async(services.send_entries, queue, [e for _, e in valid]) if valid else []
+    successful = [{"index": index, **_sent(result)} for (index, _), result in zip(valid, results, strict=True)]
+    return JsonResponse({"successful": successful, "failed": failed})
+
+
+# --- receive, peek --------------------------------------------------------------------------------
+
+
+@v2_endpoint("POST", waits=("POST",))
+async def receive(request: HttpRequest, queue: str) -> HttpResponse:
+    """``POST /api/v2/queues/{queue}/receive`` ``{"max_messages", "wait", "visibility_timeout",
+    "random"}`` (all optional; an empty body is fine) → ``{"messages": [...]}``, highest priority
+    first; with ``wait``, a long poll of up to that many seconds for the first message."""
+    queue = validation.queue_name(queue)
+    body = _body(request, ("max_messages", "wait", "visibility_timeout", "random"), empty_ok=True)
+    limit = 1 if body.get("max_messages") is None else _integer(body["max_messages"], "max_messages", 1, MAX_ENTRIES)
+    longest = forq_settings.FORQ_LONG_POLL_SECONDS
+    wait = 0 if body.get("wait") is None else _seconds(body["wait"], "wait", 0, longest)
+    visibility = None if body.get("visibility_timeout") is None else _visibility(body["visibility_timeout"])
+    shuffle = False if body.get("random") is None else _boolean(body["random"], "random")
+    take = functools.partial(services.receive_many, max_messages=limit, visibility_timeout=visibility,
+                             random=shuffle)
+    messages = await waiting.claim_async(take, queue, float(wait))
+    return JsonResponse({"messages": [message_json(m) for m in messages]})
+
+
+@v2_endpoint("GET")
+async def peek(request: HttpRequest, queue: str) -> HttpResponse:
+    """``GET /api/v2/queues/{queue}/peek`` → ``{"message": message | null}``: what a receive would
+    get now, with no receipt; nothing changes."""
+    queue = validation.queue_name(queue)
+    found = await services.run_async(services.peek, queue)
+    return JsonResponse({"message": None if found is None else message_json(found)})
+
+
+@v2_endpoint("GET")
+async def message(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
+    """``GET /api/v2/queues/{queue}/messages/{id}`` → the message, in whatever state (404 when it
+    is gone); no receipt, nothing changes."""
+    queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
+    found = await services.run_async(services.peek, queue, message_id)
+    if found is None:
+        raise ForqError(errors.NOT_FOUND_MESSAGE, f"no message {message_id} in {queue!r}")
+    return JsonResponse(message_json(found))
+
+
+# --- settle by receipt: one ------------------------------------------------------------------------
+
+
+@v2_endpoint("POST")
+async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
+    """``POST …/messages/{id}/ack`` ``{"receipt"}`` → 204: done, the message is deleted."""
+    queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
+    body = _body(request, ("receipt",))
+    await services.run_async(services.ack_delivery, queue, message_id, _receipt(body.get("receipt")))
+    return HttpResponse(status=204)
+
+
+@v2_endpoint("POST")
+async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
+    """``POST …/messages/{id}/nack`` ``{"receipt", "error"?}`` → 204: retried after the queue's
+    backoff, or dead-lettered when out of attempts; ``error`` is kept as the failure reason."""
+    queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
+    body = _body(request, ("receipt", "error"))
+    receipt, error = _receipt(body.get("receipt")), _error(body.get("error"))
+    await services.run_async(services.nack_delivery, queue, message_id, receipt, error=error)
+    return HttpResponse(status=204)
+
+
+@v2_endpoint("POST")
+async def change_visibility(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
+    """``POST …/messages/{id}/change-visibility`` ``{"receipt", "visibility_timeout"}`` → 204: the
+    lease now ends that many seconds from now (0: released, receivable at once)."""
+    queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
+    body = _body(request, ("receipt", "visibility_timeout"))
+    receipt, seconds = _receipt(body.get("receipt")), _visibility(body.get("visibility_timeout"))
+    (done,) = await services.run_async(services.settle_many, "change_visibility", queue,
+                                       [(message_id, receipt)], seconds=seconds)
+    if not done:
+        raise ForqError(errors.NOT_FOUND_MESSAGE, "no such delivery (wrong receipt, queue or id)")
+    return HttpResponse(status=204)
+
+
+# --- settle by receipt: batches ---------------------------------------------------------------------
+
+
+async def _settle_batch(request: HttpRequest, queue: str, action: str) -> HttpResponse:
+    """``{"entries": [{"id", "receipt"}]}`` (1 to 10; a nack may add ``error``, a change of
+    visibility needs ``visibility_timeout``) → ``{"successful": [{"index", "id"}], "failed":
+    [{"index", "code", "message"}]}``, the valid entries settled in one transaction."""
+    queue = validation.queue_name(queue)
+    extra = {"nack": ("error",), "change_visibility": ("visibility_timeout",)}.get(action, ())
+    body = _body(request, ("entries", *extra))
+    entries = _entries(body)
+    seconds = _visibility(body.get("visibility_timeout")) if action == "change_visibility" else None
+    error = _error(body.get("error"))
+    valid: list[tuple[int, tuple[str, int]]] = []
+    failed = []
+    for index, item in enumerate(entries):
+        try:
+            valid.append((index, _delivery(item)))
+        except ForqError as exc:
+            failed.append(_failure(index, exc))
+    done = await services.run_async(services.settle_many, action, queue, [d for _, d in valid],
+                                    seconds=seconds, error=error) if valid else []
+    successful = []
+    for (index, (message_id, _)), ok in zip(valid, done, strict=True):
+        if ok:
+            successful.append({"index": index, "id": message_id})
+        else:
+            failed.append(_failure(index, ForqError(
+                errors.NOT_FOUND_MESSAGE, "no such delivery (wrong receipt, or the message is gone)")))
+    failed.sort(key=lambda f: f["index"])
+    return JsonResponse({"successful": successful, "failed": failed})
+
+
+@v2_endpoint("POST")
+async def ack_batch(request: HttpRequest, queue: str) -> HttpResponse:
+    """``POST /api/v2/queues/{queue}/messages/ack``: ack up to 10 deliveries."""
+    return await _settle_batch(request, queue, "ack")
+
+
+@v2_endpoint("POST")
+async def nack_batch(request: HttpRequest, queue: str) -> HttpResponse:
+    """``POST /api/v2/queues/{queue}/messages/nack``: nack up to 10 deliveries (``error``: the
+    failure reason kept on each)."""
+    return await _settle_batch(request, queue, "nack")
+
+
+@v2_endpoint("POST")
+async def change_visibility_batch(request: HttpRequest, queue: str) -> HttpResponse:
+    """``POST /api/v2/queues/{queue}/messages/change-visibility``: up to 10 deliveries' leases now end
+    ``visibility_timeout`` seconds from now (0: released)."""
+    return await _settle_batch(request, queue, "change_visibility")
