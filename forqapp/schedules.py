@@ -146,6 +146,31 @@ def schedule(name: str, *, queue: str, content: str, cron: str | None = None, ev
     return ScheduleInfo.from_row(row)
 
 
+def pause(name: str, *, using: str | None = None) -> ScheduleInfo:
+    """Pause the schedule ``name`` (one statement: an edit made meanwhile is kept)."""
+    return _set_paused(name, True, using)
+
+
+def resume(name: str, *, using: str | None = None) -> ScheduleInfo:
+    """Resume the schedule ``name``. Ticks that fell while it was paused are not sent: its next
+    tick is the first one from now (``catch_up`` is for downtime, not for a pause)."""
+    return _set_paused(name, False, using)
+
+
+def _set_paused(name: str, paused: bool, using: str | None) -> ScheduleInfo:
+    st = services._store(using)
+    now = services.now_ms()
+    with transaction.atomic(using=st.alias):
+        row = st.schedule_get(str(name))
+        if row is None:
+            raise ForqError(errors.NOT_FOUND_SCHEDULE, f"no schedule {name!r}")
+        next_run_at = None
+        if not paused and row.paused and row.next_run_at <= now:
+            next_run_at = next_tick(row.cron, row.every_ms, now)
+        st.schedule_set_paused(row.name, paused, next_run_at, now)
+    return get(row.name, using=st.alias)
+
+
 def unschedule(name: str, *, using: str | None = None) -> bool:
     """Delete the schedule ``name``; False when there was none."""
     return services._store(using).schedule_delete(str(name))

@@ -355,3 +355,264 @@ def test_a_newer_policy_field_gets_a_plain_form_field_and_shows_in_the_policy():
                                  {"rate": "10/s"})
     assert [(i.label, i.value, i.overridden) for i in items] == [
         ("Max attempts", "5", False), ("Rate", "10/s", True), ("Burst size", "3", False)]
+
+
+# --- flow control (issue 13) -------------------------------------------------------------------------
+
+
+def limited_queue(name: str):
+    """``name``: max 2 in flight and 1 claim a minute; 2 leased, 1 ready; one claim held back by
+    the rate, one by the concurrency limit. Returns the first delivery."""
+    services.configure_queue(name, max_in_flight=2, rate="1/m")
+    forqapp.send_many(name, ["a", "b", "c"])
+    first = services.claim(name)
+    assert first is not None
+    assert services.claim(name) is None  # the rate: the next slot is a minute away
+    services.configure_queue(name, rate=None)
+    assert services.claim(name) is not None
+    assert services.claim(name) is None  # 2 in flight: every slot taken
+    services.configure_queue(name, rate="1/m")
+    return first
+
+
+def test_queue_list_and_page_show_in_flight_against_the_limit_and_throttled_claims(admin_client_):
+    name = f"flow-{forq_ids.new_ids(1)[0][-8:]}"  # the counter lives as long as the process
+    first = limited_queue(name)
+    forqapp.send("sms", "hi")
+    html = admin_client_.get("/admin/forqapp/queue/").content.decode()
+    assert "throttled claims (since this server started)" in html.lower()
+    row = html.split(f'value="{name}"')[1].split("</tr>")[0]
+    assert '<td class="field-in_flight"><strong title="every slot taken' in row and ">2 / 2</strong>" in row
+    assert ">concurrency: 1</span> · <span" in row and ">rate: 1</span>" in row
+    sms = html.split('value="sms"')[1].split("</tr>")[0]
+    assert '<td class="field-in_flight">0</td>' in sms and '<td class="field-throttled">—</td>' in sms
+    page = admin_client_.get(f"/admin/forqapp/queue/{name}/change/").content.decode()
+    assert "in flight: 2 / 2 (every slot taken)" in page
+    assert "rate: 1/m (a claim every 1 min)" in page
+    assert "throttled claims (since this server started): 1 by the concurrency limit, 1 by the rate" in page
+    # A delivery settles: a slot frees.
+    services.ack(first)
+    assert "in flight: 1 / 2</div>" in admin_client_.get(f"/admin/forqapp/queue/{name}/change/").content.decode()
+    assert "No limits" in admin_client_.get("/admin/forqapp/queue/sms/change/").content.decode()
+
+
+# --- schedules (issue 13) -----------------------------------------------------------------------------
+
+
+def schedule_post(name: str | None = None, **fields) -> dict:
+    """The schedule form as a browser posts it: on a schedule, with what the page showed as initial."""
+    from forqapp import schedules
+
+    shown = {"queue": "", "content": "", "cron": "", "every": "", "catch_up": "one", "priority": "0",
+             "attributes": ""}
+    paused = False
+    if name is not None:
+        info = schedules.get(name)
+        shown.update(queue=info.queue, content=info.content, cron=info.cron or "",
+                     every="" if info.every is None else f"{info.every:g}", catch_up=info.catch_up,
+                     priority=str(info.priority), attributes=json.dumps(info.attributes) if info.attributes else "")
+        paused = info.paused
+    data = {**shown, **{f"initial-{k}": v for k, v in shown.items()}}
+    if name is not None:
+        data["initial-paused"] = str(paused)
+    if paused:
+        data["paused"] = "on"
+    for key, value in fields.items():
+        if key == "paused":
+            data.pop("paused", None)
+            if value:
+                data["paused"] = "on"
+        else:
+            data[key] = value
+    return data
+
+
+def test_schedule_list_shows_timing_next_and_last_run_and_paused(admin_client_):
+    from forqapp import schedules
+    from forqapp.models import Schedule
+
+    nightly = forqapp.schedule("nightly-report", queue="reports", content="{}", cron="0 3 * * *")
+    forqapp.schedule("poll", queue="feeds", content="go", every=300, catch_up="skip", paused=True)
+    page = admin_client_.get("/admin/forqapp/schedule/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    row, poll = html.split('class="field-name"')[1:3]
+    next_run = ms_to_datetime(nightly.next_run_at).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert next_run.endswith("03:00:00 UTC")
+    assert '<td class="field-queue">reports</td>' in row and '<td class="field-timing"><span class="nowrap">cron 0 3 * * *</span></td>' in row
+    assert '<td class="field-catch_up">one</td>' in row
+    assert f'<td class="field-next_run"><span class="nowrap">{next_run}</span> <span class="quiet">(in ' in row
+    assert '<td class="field-last_run">never</td>' in row and 'alt="False"' in row
+    assert '<td class="field-timing"><span class="nowrap">every 5 min</span></td>' in poll and "(paused: not sent)" in poll and 'alt="True"' in poll
+    # After a tick: its last run.
+    schedules.run_due()  # nothing due yet
+    Schedule.objects.filter(name="nightly-report").update(next_run_at=services.now_ms() - 1000)  # time passes
+    assert schedules.run_due() == 1
+    info = schedules.get("nightly-report")
+    row = admin_client_.get("/admin/forqapp/schedule/").content.decode().split('class="field-name"')[1]
+    last = ms_to_datetime(info.last_run_at).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f'<td class="field-last_run"><span class="nowrap">{last}</span> <span class="quiet">(' in row
+    assert admin_client_.get("/admin/forqapp/schedule/?q=feeds").content.decode().count('class="field-name"') == 1
+
+
+def test_add_a_schedule_through_the_form(admin_client_):
+    from forqapp import schedules
+
+    page = admin_client_.get("/admin/forqapp/schedule/add/")
+    assert page.status_code == 200 and b'name="cron"' in page.content and b'name="every"' in page.content
+    data = {**schedule_post(), "name": "nightly-report", "queue": "reports", "content": '{"kind":\r\n"nightly"}',
+            "cron": "0 3 * * *", "catch_up": "all", "priority": "5", "attributes": '{"tenant": "acme"}'}
+    done = admin_client_.post("/admin/forqapp/schedule/add/", data, follow=True)
+    assert done.status_code == 200 and b"was added successfully" in done.content
+    info = schedules.get("nightly-report")
+    assert (info.queue, info.content, info.cron, info.every, info.catch_up, info.priority, info.attributes,
+            info.paused) == ("reports", '{"kind":\n"nightly"}', "0 3 * * *", None, "all", 5, {"tenant": "acme"}, False)
+    assert ms_to_datetime(info.next_run_at).strftime("%H:%M:%S") == "03:00:00"
+    every = {**schedule_post(), "name": "poll", "queue": "feeds", "content": "go", "every": "90", "paused": "on"}
+    admin_client_.post("/admin/forqapp/schedule/add/", every)
+    info = schedules.get("poll")
+    assert (info.every, info.cron, info.paused) == (90, None, True)
+    again = admin_client_.post("/admin/forqapp/schedule/add/", data)
+    assert again.status_code == 200 and "already exists" in again.content.decode()
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("cron", "61 * * * *", "cron &#x27;61 * * * *&#x27;"),
+    ("cron", "every day", "cron &#x27;every day&#x27;"),
+    ("every", "0.5", "every must be from 1 to"),  # (cron blanked below)
+    ("queue", "bad name!", "invalid queue name"),
+    ("queue", "reports-dlq", "cannot produce to dead-letter queue"),
+    ("priority", "1001", "priority must be an integer"),
+    ("attributes", "[1, 2]", "attributes must be an object of strings"),
+    ("attributes", "{oops", "Not valid JSON."),
+    ("name", "bad name!", "a schedule&#x27;s name is 1 to 100"),
+])
+def test_schedule_form_refuses_what_schedule_refuses_on_its_field(admin_client_, field, value, error):
+    from forqapp.models import Schedule
+
+    data = {**schedule_post(), "name": "nightly", "queue": "reports", "content": "{}",
+            "cron": "" if field == "every" else "0 3 * * *", field: value}
+    page = admin_client_.post("/admin/forqapp/schedule/add/", data)
+    assert page.status_code == 200  # the form again
+    html = page.content.decode()
+    assert error in html
+    assert f"field-{field}" in html.split(error)[0].rsplit('<div class="form-row', 1)[1]  # on its field
+    assert not Schedule.objects.exists()
+
+
+def test_schedule_form_wants_cron_or_every(admin_client_):
+    from forqapp.models import Schedule
+
+    base = {**schedule_post(), "name": "nightly", "queue": "reports", "content": "{}"}
+    for timing in ({}, {"cron": "0 3 * * *", "every": "60"}):
+        page = admin_client_.post("/admin/forqapp/schedule/add/", {**base, **timing})
+        assert page.status_code == 200 and "give a schedule cron or every, one of them" in page.content.decode()
+    assert not Schedule.objects.exists()
+
+
+def test_schedule_change_saves_only_the_changed_fields_and_keeps_the_next_run(admin_client_):
+    from forqapp import schedules
+
+    before = forqapp.schedule("nightly", queue="reports", content="{}", cron="0 3 * * *", priority=1)
+    page = admin_client_.get("/admin/forqapp/schedule/nightly/change/").content.decode()
+    assert 'value="0 3 * * *"' in page and 'name="initial-cron"' in page and "Not declared in the settings." in page
+    data = schedule_post("nightly", priority="7", content="[1]")
+    schedules.schedule("nightly", queue="reports", content="{}", cron="0 3 * * *", priority=1, paused=True)  # meanwhile
+    done = admin_client_.post("/admin/forqapp/schedule/nightly/change/", data, follow=True)
+    assert b"was changed successfully" in done.content
+    info = schedules.get("nightly")
+    assert (info.priority, info.content, info.paused) == (7, "[1]", True)  # the pause made meanwhile is kept
+    assert info.next_run_at == before.next_run_at  # same timing: same next tick
+    # A new timing moves the next run; cron → every clears the cron.
+    admin_client_.post("/admin/forqapp/schedule/nightly/change/", schedule_post("nightly", cron="", every="600"))
+    info = schedules.get("nightly")
+    assert (info.cron, info.every) == (None, 600) and info.next_run_at != before.next_run_at
+    bad = admin_client_.post("/admin/forqapp/schedule/nightly/change/", schedule_post("nightly", every="", cron="x"))
+    assert "cron &#x27;x&#x27;" in bad.content.decode() and schedules.get("nightly").every == 600
+
+
+def test_schedule_actions_pause_resume_and_run_now(admin_client_):
+    from forqapp import schedules
+
+    a = forqapp.schedule("a", queue="reports", content='{"report": "a"}', cron="0 3 * * *", priority=4,
+                         attributes={"kind": "report"})
+    forqapp.schedule("b", queue="feeds", content="go", every=60)
+    url = "/admin/forqapp/schedule/"
+    done = admin_client_.post(url, {"action": "pause_schedules", "_selected_action": ["a", "b"]}, follow=True)
+    assert b"Paused 2 schedules: a, b." in done.content
+    assert schedules.get("a").paused and schedules.get("b").paused
+    assert schedules.get("a").next_run_at == a.next_run_at
+    done = admin_client_.post(url, {"action": "resume_schedules", "_selected_action": ["a"]}, follow=True)
+    assert b"Resumed 1 schedule: a." in done.content and b"catch-up rule" in done.content
+    assert not schedules.get("a").paused and schedules.get("b").paused
+    # Run now: one message on its queue, with its content, priority and attributes; ticks unchanged.
+    done = admin_client_.post(url, {"action": "run_schedules_now", "_selected_action": ["a"]}, follow=True)
+    m = Message.objects.get(queue="reports")
+    assert f"Sent 1 message: a → {m.id}.".encode() in done.content
+    assert (m.content, m.priority, m.attributes_dict) == ('{"report": "a"}', 4, {"kind": "report"})
+    info = schedules.get("a")
+    assert (info.next_run_at, info.last_run_at) == (a.next_run_at, None)
+    received = forqapp.receive("reports")
+    assert received is not None and received.id == m.id
+
+
+def test_schedule_delete_asks_first_then_unschedules(admin_client_):
+    from forqapp import schedules
+
+    forqapp.schedule("a", queue="reports", content="{}", cron="0 3 * * *")
+    forqapp.schedule("b", queue="reports", content="{}", every=60)
+    data = {"action": "delete_selected", "_selected_action": ["a"]}
+    confirm = admin_client_.post("/admin/forqapp/schedule/", data)
+    assert confirm.status_code == 200 and b"Are you sure you want to delete the selected schedule" in confirm.content
+    assert [s.name for s in schedules.list_schedules()] == ["a", "b"]  # nothing yet
+    done = admin_client_.post("/admin/forqapp/schedule/", {**data, "post": "yes"}, follow=True)
+    assert b"Successfully deleted 1 schedule" in done.content
+    assert [s.name for s in schedules.list_schedules()] == ["b"]
+    # The change page's delete, behind its confirmation page too.
+    assert b"Are you sure you want to delete the schedule" in admin_client_.get("/admin/forqapp/schedule/b/delete/").content
+    admin_client_.post("/admin/forqapp/schedule/b/delete/", {"post": "yes"})
+    assert schedules.list_schedules() == []
+
+
+def test_schedule_content_and_attributes_are_escaped(admin_client_):
+    forqapp.schedule("x", queue="reports", content=XSS, every=60, attributes={"k": "<b>v</b>"})
+    html = admin_client_.get("/admin/forqapp/schedule/x/change/").content.decode()
+    assert "<script>alert(1)</script>" not in html and "<b>v</b>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;b&gt;v&lt;/b&gt;" in html
+
+
+def test_schedule_admin_needs_staff_and_its_permissions(client, db):
+    from django.contrib.auth.models import Permission
+
+    from forqapp import schedules
+
+    forqapp.schedule("a", queue="reports", content="{}", every=60)
+    User.objects.create_user("joe", password="pw-joe-12345")
+    client.login(username="joe", password="pw-joe-12345")
+    assert client.get("/admin/forqapp/schedule/").status_code == 302
+    viewer = User.objects.create_user("viewer", password="pw-viewer-123", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename="view_schedule"))
+    c = Client()
+    c.force_login(viewer)
+    page = c.get("/admin/forqapp/schedule/a/change/").content.decode()
+    assert 'name="cron"' not in page and "every 1 min" in page
+    listing = c.get("/admin/forqapp/schedule/").content.decode()
+    assert 'value="run_schedules_now"' not in listing and 'value="delete_selected"' not in listing
+    c.post("/admin/forqapp/schedule/", {"action": "pause_schedules", "_selected_action": ["a"]})
+    c.post("/admin/forqapp/schedule/", {"action": "run_schedules_now", "_selected_action": ["a"]})
+    c.post("/admin/forqapp/schedule/a/delete/", {"post": "yes"})
+    assert not schedules.get("a").paused and not Message.objects.exists()
+    assert c.get("/admin/forqapp/schedule/add/").status_code == 403
+
+
+def test_schedule_admin_enforces_csrf(db):
+    from forqapp import schedules
+
+    user = User.objects.create_user("root", password="pw-root-123", is_staff=True, is_superuser=True)
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(user)
+    forqapp.schedule("a", queue="reports", content="{}", every=60)
+    response = c.post("/admin/forqapp/schedule/", {"action": "run_schedules_now", "_selected_action": ["a"]})
+    assert response.status_code == 403 and not Message.objects.exists()
+    response = c.post("/admin/forqapp/schedule/a/change/", schedule_post("a", paused=True))
+    assert response.status_code == 403 and not schedules.get("a").paused

@@ -181,3 +181,68 @@ def test_queue_admin_pause_purge_and_policy_form_in_a_browser(live_ui, browser_p
     error = page.locator(".form-row.field-visibility_timeout .errorlist")
     assert error.inner_text() == "visibility_timeout must be from 0 to 43200 seconds"
     assert services.queue_info("emails").overrides["visibility_timeout"] == 30
+
+
+def test_schedule_admin_add_run_now_pause_and_delete_in_a_browser(live_ui, browser_page, staff_user):
+    from forqapp import schedules
+
+    page = browser_page
+    page.goto(live_ui + "/admin/")
+    admin_login(page)
+    page.click("a[href='/admin/forqapp/schedule/']")
+    page.wait_for_selector("#changelist")
+    page.click("#content-main a.addlink[href='/admin/forqapp/schedule/add/']")
+    page.wait_for_selector("#id_name")
+
+    # A cron schedules.validate refuses: the form again, the error on its field, nothing saved.
+    page.fill("#id_name", "nightly-report")
+    page.fill("#id_queue", "reports")
+    page.fill("#id_content", '{"report": "nightly",\n "to": "ops@example.com"}')
+    page.fill("#id_cron", "61 3 * * *")
+    page.select_option("#id_catch_up", "all")
+    page.fill("#id_priority", "5")
+    page.fill("#id_attributes", '{"kind": "report"}')
+    with page.expect_navigation() as navigation:
+        page.click("input[name=_save]")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]  # a 403 CSRF before
+    assert page.inner_text(".form-row.field-cron .errorlist").startswith("cron '61 3 * * *'")
+    assert schedules.list_schedules() == []
+    shot(page, "admin-schedule-form-error")
+
+    page.fill("#id_cron", "0 3 * * *")
+    with page.expect_navigation():
+        page.click("input[name=_save]")
+    assert "was added successfully" in page.inner_text("ul.messagelist li.success")
+    info = schedules.get("nightly-report")
+    assert (info.queue, info.content, info.cron, info.catch_up, info.priority, info.attributes, info.paused) == (
+        "reports", '{"report": "nightly",\n "to": "ops@example.com"}', "0 3 * * *", "all", 5, {"kind": "report"},
+        False)
+    row = page.locator("#result_list tbody tr", has=page.locator("input[value='nightly-report']"))
+    assert row.locator("td.field-timing").inner_text() == "cron 0 3 * * *"
+    assert "03:00:00 UTC" in row.locator("td.field-next_run").inner_text()
+    assert row.locator("td.field-last_run").inner_text() == "never"
+    shot(page, "admin-schedules")
+
+    # Run now: its message is on the queue, its ticks unchanged.
+    pick_action(page, "nightly-report", "run_schedules_now")
+    sent = Message.objects.get(queue="reports")
+    assert page.inner_text("ul.messagelist li.success") == f"Sent 1 message: nightly-report → {sent.id}."
+    assert (sent.content, sent.priority, sent.attributes_dict) == (info.content, 5, {"kind": "report"})
+    assert schedules.get("nightly-report").next_run_at == info.next_run_at
+
+    # Pause: no confirmation; the list shows it paused.
+    pick_action(page, "nightly-report", "pause_schedules")
+    assert page.inner_text("ul.messagelist li.success") == "Paused 1 schedule: nightly-report."
+    assert schedules.get("nightly-report").paused
+    assert row.locator("td.field-paused img").get_attribute("alt") == "True"
+
+    # Delete: Django's confirmation page first, then schedules.unschedule.
+    pick_action(page, "nightly-report", "delete_selected")
+    page.wait_for_selector("body.delete-confirmation")
+    assert schedules.list_schedules() != []
+    with page.expect_navigation() as navigation:
+        page.click("input[type=submit]")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]
+    assert page.inner_text("ul.messagelist li.success") == "Successfully deleted 1 schedule."
+    assert schedules.list_schedules() == []
+    assert Message.objects.filter(queue="reports").count() == 1  # its sent message stays

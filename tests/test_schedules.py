@@ -545,3 +545,20 @@ def test_a_valid_forq_schedules_passes_the_check():
 def test_schedule_json_is_plain_data(clock):
     info = forqapp.schedule("js", queue="sq", content="x", every=90)
     assert json.loads(json.dumps(info.json()))["every"] == 90.0
+
+
+def test_pause_and_resume_skip_the_ticks_that_fell_while_paused():
+    from forqapp import schedules
+    from forqapp.models import Schedule
+
+    schedules.schedule("napper", queue="naps", content="x", every=60, catch_up="all")
+    schedules.pause("napper")
+    assert schedules.get("napper").paused
+    Schedule.objects.filter(name="napper").update(next_run_at=services.now_ms() - 3_600_000)  # an hour paused
+    assert schedules.run_due() == 0  # paused: nothing sent
+    info = schedules.resume("napper")
+    assert not info.paused and info.next_run_at > services.now_ms()  # the paused hour is not caught up
+    assert schedules.run_due() == 0 and forqapp.peek("naps") is None
+    with pytest.raises(forqapp.ForqError) as caught:
+        schedules.pause("no-such")
+    assert caught.value.code == "not_found.schedule"

@@ -639,3 +639,203 @@ def test_dead_letter_details_show_the_failure_reason(staff_client):
     dead_id = dead_letters("emails", ["x"])[0]
     html = staff_client.get(f"/ui/queues/emails-dlq/messages/{dead_id}/", **HX).content.decode()
     assert 'data-testid="failure-reason">max_attempts_reached<' in html
+
+
+# --- flow control (issue 13) ----------------------------------------------------------------------------
+
+
+def unique(prefix: str) -> str:
+    """A queue name of this test's own: the throttled-claims counter lives as long as the process."""
+    return f"{prefix}-{forq_ids.new_ids(1)[0][-8:]}"
+
+
+def limited(name: str):
+    """``name``: max 2 in flight, 1 claim a minute; 2 leased, 1 ready; one claim held back by the
+    rate and one by the concurrency limit. Returns the first delivery."""
+    services.configure_queue(name, max_in_flight=2, rate="1/m")
+    forqapp.send_many(name, ["a", "b", "c"])
+    first = services.claim(name)
+    assert first is not None and services.claim(name) is None  # the rate
+    services.configure_queue(name, rate=None)
+    assert services.claim(name) is not None and services.claim(name) is None  # every slot taken
+    services.configure_queue(name, rate="1/m")
+    return first
+
+
+def test_queue_page_shows_in_flight_against_the_limit_the_rate_and_throttled_claims(staff_client):
+    name = unique("emails")
+    first = limited(name)
+    html = staff_client.get(f"/ui/queues/{name}/").content.decode()
+    assert 'data-testid="in-flight">2<span class="limit"' in html and "> / 2</span>" in html
+    card = html.split('id="queue-flow"')[1].split("</section>")[0]
+    assert f'hx-get="/ui/queues/{name}/flow/" hx-trigger="every 5s"' in card
+    assert 'data-testid="full"' in card  # every slot taken
+    assert 'data-testid="flow-in-flight">2 / 2<' in card and '<meter min="0" max="2" value="2"' in card
+    assert 'data-testid="flow-rate">1/m (a claim every 1 min)<' in card
+    assert "Throttled claims <span class=\"source\">since this server started</span>" in card
+    assert '<span data-reason="concurrency">concurrency 1</span> · <span data-reason="rate">rate 1</span>' in card
+    # The card refreshes by itself: an ack frees a slot, one more claim is held back.
+    services.ack(first)
+    assert services.claim(name) is None  # the rate still holds it back
+    partial = staff_client.get(f"/ui/queues/{name}/flow/", **HX).content.decode()
+    assert partial.lstrip().startswith('<section id="queue-flow"') and "<!doctype" not in partial
+    assert 'data-testid="flow-in-flight">1 / 2<' in partial and 'data-testid="full"' not in partial
+    assert '<span data-reason="rate">rate 2</span>' in partial
+    assert staff_client.get(f"/ui/queues/{name}/flow/").status_code == 302  # a plain GET: the page
+
+
+def test_queues_without_limits_have_no_flow_card(staff_client):
+    forqapp.send("emails", "a")
+    services.claim("emails")
+    html = staff_client.get("/ui/queues/emails/").content.decode()
+    assert 'id="queue-flow"' not in html and 'data-testid="in-flight">1</span>' in html
+    assert staff_client.get("/ui/queues/emails/flow/", **HX).content.strip() == b""
+    services.configure_queue("emails", max_in_flight=3)
+    dlq = staff_client.get("/ui/queues/emails-dlq/").content.decode()
+    assert 'id="queue-flow"' not in dlq  # a DLQ's messages are never claimed
+
+
+def test_dashboard_shows_in_flight_against_the_limit_and_the_rate(staff_client):
+    name = unique("emails")
+    limited(name)
+    forqapp.send("sms", "a")
+    html = staff_client.get("/ui/").content.decode()
+    row = html.split(f'id="q-{name}"')[1].split("</tr>")[0]
+    assert '<span class="badge" data-testid="rate" title="Rate limit: at most this many receives">1/m</span>' in row
+    assert '<td class="num" title="Max in flight 2">2<span class="limit"> / 2</span></td>' in row
+    sms = html.split('id="q-sms"')[1].split("</tr>")[0]
+    assert 'data-testid="rate"' not in sms and '<td class="num">0</td>' in sms
+
+
+def test_throttled_claims_add_up_every_process_with_a_multiprocess_dir(tmp_path, monkeypatch):
+    """With PROMETHEUS_MULTIPROC_DIR (forq_serve with metrics on), the claims held back in every
+    process of the server count, read from the directory's counter files."""
+    import subprocess
+    import sys
+
+    from forqapp.ui import flow
+
+    script = ("from forqapp import metrics\n"
+              "import sys\n"
+              "for reason in sys.argv[1:]: metrics.throttled('emails', reason)\n")
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parent.parent)}
+    for reasons in (["rate", "rate", "concurrency"], ["rate"]):  # two processes
+        subprocess.run([sys.executable, "-c", script, *reasons], env=env, check=True)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    flow.clear()
+    assert flow.throttled_claims() == {"emails": {"rate": 3, "concurrency": 1}}
+    f = flow.of("emails", {"max_in_flight": 4, "rate": "10/s"}, 3)
+    assert (f.in_flight_text, f.rate_text, f.throttled_items) == (
+        "3 / 4", "10/s (a claim every 100 ms)", [("concurrency", 1), ("rate", 3)])
+    flow.clear()
+
+
+def test_the_ui_listener_without_a_multiprocess_dir_says_it_cannot_count(staff_client, monkeypatch):
+    """forq_serve's UI process makes no claim: with metrics off (no PROMETHEUS_MULTIPROC_DIR) its own
+    counter would always read 0, so the pages say the count is not available instead."""
+    from forqapp.ui import flow
+
+    name = unique("emails")
+    limited(name)
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    monkeypatch.setattr(flow, "_serves_pages_only", True)
+    html = staff_client.get(f"/ui/queues/{name}/").content.decode()
+    assert 'data-testid="not-counted">not counted here: turn on FORQ_METRICS_ENABLED' in html
+    assert 'data-reason="rate"' not in html and 'data-testid="flow-in-flight">2 / 2<' in html
+    row = staff_client.get("/admin/forqapp/queue/").content.decode().split(f'value="{name}"')[1].split("</tr>")[0]
+    assert ">not counted</span>" in row
+
+
+# --- schedules (issue 13) -------------------------------------------------------------------------------
+
+
+def test_schedules_page_lists_schedules_and_is_linked_from_the_nav(staff_client):
+    from forqapp import schedules
+    from forqapp.ui import scheduling
+
+    nightly = forqapp.schedule("nightly-report", queue="reports", content="{}", cron="0 3 * * *")
+    forqapp.schedule("poll", queue="feeds", content="go", every=300, catch_up="skip", paused=True, priority=3)
+    assert '<a href="/ui/schedules/">Schedules</a>' in staff_client.get("/ui/").content.decode()
+    response = staff_client.get("/ui/schedules/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'hx-get="/ui/schedules/" hx-trigger="every 5s' in html
+    row = html.split('id="s-nightly-report"')[1].split("</tbody>")[0]
+    assert '<a href="/ui/queues/reports/">reports</a>' in row and "<code>cron 0 3 * * *</code>" in row
+    assert f'data-testid="next-run">{scheduling.when(nightly.next_run_at)} <span class="muted">(in ' in row
+    assert 'data-testid="last-run"><span class="muted">never</span>' in row
+    assert 'data-testid="schedule-state">active<' in row and 'data-testid="pause"' in row
+    assert 'action="/ui/schedules/nightly-report/run/"' in row and 'href="/admin/forqapp/schedule/nightly-report/change/"' in row
+    poll = html.split('id="s-poll"')[1].split("</tbody>")[0]
+    assert "<code>every 5 min</code>" in poll and ">skip<" in poll and "p3" in poll
+    assert 'data-testid="schedule-state">paused<' in poll and 'data-testid="resume"' in poll
+    partial = staff_client.get("/ui/schedules/", **HX).content.decode()
+    assert partial.lstrip().startswith('<div id="schedules"') and "<!doctype" not in partial
+    schedules.unschedule("nightly-report")
+    schedules.unschedule("poll")
+    assert 'data-testid="no-schedules"' in staff_client.get("/ui/schedules/").content.decode()
+
+
+def test_pause_resume_and_run_now_from_the_schedules_page(staff_client):
+    from forqapp import schedules
+
+    before = forqapp.schedule("nightly", queue="reports", content='{"r": 1}', cron="0 3 * * *", priority=2,
+                              attributes={"kind": "report"})
+    response = staff_client.post("/ui/schedules/nightly/pause/", **HX)
+    html = response.content.decode()
+    assert html.lstrip().startswith('<tbody class="schedule" id="s-nightly"')
+    assert 'data-testid="schedule-state">paused<' in html and 'data-testid="resume"' in html
+    assert "Paused nightly: it sends nothing until it is resumed." in html and 'hx-swap-oob="true"' in html
+    info = schedules.get("nightly")
+    assert info.paused and info.next_run_at == before.next_run_at
+    html = staff_client.post("/ui/schedules/nightly/resume/", **HX).content.decode()
+    assert "Resumed nightly: next run" in html and "catch-up rule (one)" in html
+    assert not schedules.get("nightly").paused
+    # Run now: one message on its queue, its next run unchanged.
+    html = staff_client.post("/ui/schedules/nightly/run/", **HX).content.decode()
+    m = Message.objects.get(queue="reports")
+    assert f"Sent nightly&#x27;s message to reports now (message {m.id}); its next run is unchanged." in html
+    assert (m.content, m.priority, m.attributes_dict) == ('{"r": 1}', 2, {"kind": "report"})
+    assert schedules.get("nightly").next_run_at == before.next_run_at
+    assert forqapp.receive("reports").id == m.id
+    # Without htmx: a redirect to the page, with the message.
+    response = staff_client.post("/ui/schedules/nightly/pause/", follow=True)
+    assert response.redirect_chain[-1][0] == "/ui/schedules/"
+    assert b"Paused nightly" in response.content and schedules.get("nightly").paused
+
+
+def test_a_schedule_deleted_meanwhile_leaves_the_page(staff_client):
+    html = staff_client.post("/ui/schedules/gone/run/", **HX).content.decode()
+    assert "No schedule &#x27;gone&#x27;: it was deleted meanwhile." in html and "<tbody" not in html
+    assert not Message.objects.exists()
+    assert staff_client.post("/ui/schedules/bad name!/pause/", **HX).status_code == 404
+
+
+def test_schedule_actions_are_post_staff_and_csrf(client, staff):
+    from forqapp import schedules
+
+    forqapp.schedule("nightly", queue="reports", content="{}", cron="0 3 * * *")
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(staff)
+    for action in ("pause", "resume", "run"):
+        assert c.get(f"/ui/schedules/nightly/{action}/").status_code == 405
+        assert c.post(f"/ui/schedules/nightly/{action}/", **HX).status_code == 403  # no CSRF token
+    assert not schedules.get("nightly").paused and not Message.objects.exists()
+    token = str(c.get("/ui/schedules/").context["csrf_token"])
+    assert c.post("/ui/schedules/nightly/run/", HTTP_X_CSRFTOKEN=token, **HX).status_code == 200
+    assert Message.objects.filter(queue="reports").count() == 1
+    User.objects.create_user("joe", password="pw-joe-12345")
+    client.login(username="joe", password="pw-joe-12345")
+    assert client.get("/ui/schedules/").status_code == 302
+    assert client.post("/ui/schedules/nightly/pause/").status_code == 302
+    assert not schedules.get("nightly").paused
+
+
+def test_schedules_page_escapes_and_reads_once(staff_client, django_assert_max_num_queries):
+    for i in range(10):
+        forqapp.schedule(f"s{i}", queue="reports", content=XSS, every=60 + i)
+    staff_client.get("/ui/schedules/")
+    with django_assert_max_num_queries(4):  # session, user, the schedules
+        html = staff_client.get("/ui/schedules/", **HX).content.decode()
+    assert html.count('<tbody class="schedule"') == 10 and XSS not in html

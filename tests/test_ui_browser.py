@@ -17,7 +17,7 @@ import pytest
 
 from forqapp.ui import freshness
 
-from .conftest import free_port, start_server, stop_server
+from .conftest import LiveAPI, free_port, start_server, stop_server
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,9 +49,16 @@ def browser_page():
         browser.close()
 
 
+class LiveUI(str):
+    """The UI listener's URL; ``.api``: the same server's API listener (tests/conftest.py's ``LiveAPI``)."""
+
+    api: LiveAPI
+
+
 @pytest.fixture(scope="module")
 def live_ui(django_db_setup, django_db_blocker):
-    """``forq_serve`` with its UI listener on a free port, on the test database; yields its URL."""
+    """``forq_serve`` with its UI listener on a free port, on the test database; yields its URL
+    (a :class:`LiveUI`: its API too)."""
     import httpx
 
     ui_port = free_port()
@@ -67,7 +74,9 @@ def live_ui(django_db_setup, django_db_blocker):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the UI listener did not answer within 30 s") from None
                 time.sleep(0.1)
-        yield url
+        live = LiveUI(url)
+        live.api = server
+        yield live
     finally:
         stop_server(server)
         server.proc.stdout.close()  # the server's output pipe (a ResourceWarning otherwise)
@@ -230,3 +239,68 @@ def test_queue_policy_pause_resume_and_message_details(live_ui, browser_page, st
     assert int(page.inner_text("[data-testid=sequence]")) > 0
     assert page.inner_text("[data-testid=attributes] td") == "<b>acme</b>"
     shot(page, "message-details")
+
+
+def test_schedules_page_and_a_limited_queues_flow_control(live_ui, browser_page, staff_user):
+    import forqapp
+    from forqapp import schedules, services
+    from forqapp.models import Message
+
+    freshness.clear()
+    forqapp.schedule("nightly-report", queue="reports", content='{"report": "nightly"}', cron="0 3 * * *")
+    forqapp.schedule("poll-feeds", queue="feeds", content="go", every=300, paused=True)
+    page = browser_page
+    page.goto(live_ui + "/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "pw-admin-123")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#overview")
+    page.click("nav a[href='/schedules/']")
+    page.wait_for_selector("table.schedules")
+    nightly = page.locator("tbody[data-name='nightly-report']")
+    assert nightly.locator("[data-testid=schedule-state]").inner_text() == "active"
+    assert "03:00:00 UTC" in nightly.locator("[data-testid=next-run]").inner_text()
+    assert page.locator("tbody[data-name='poll-feeds'] [data-testid=schedule-state]").inner_text() == "paused"
+    shot(page, "schedules-light")
+    page.emulate_media(color_scheme="dark")
+    shot(page, "schedules-dark")
+    page.emulate_media(color_scheme="light")
+
+    # Run now, behind the confirmation dialog: cancel first, then confirm.
+    nightly.locator("[data-testid=run-now]").click()
+    page.wait_for_selector("#confirm-dialog[open]")
+    page.click("#confirm-dialog button[value=cancel]")
+    assert not Message.objects.filter(queue="reports").exists()
+    nightly.locator("[data-testid=run-now]").click()
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("[data-testid=flash]")
+    sent = Message.objects.get(queue="reports")  # a 403 CSRF before
+    assert page.inner_text("[data-testid=flash]") == (
+        f"Sent nightly-report's message to reports now (message {sent.id}); its next run is unchanged.")
+
+    # Pause (confirmed), then resume (no confirmation): the row updates in place.
+    nightly.locator("[data-testid=pause]").click()
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("tbody[data-name='nightly-report'] [data-testid=resume]")
+    assert nightly.locator("[data-testid=schedule-state]").inner_text() == "paused"
+    assert schedules.get("nightly-report").paused
+    nightly.locator("[data-testid=resume]").click()
+    page.wait_for_selector("tbody[data-name='nightly-report'] [data-testid=pause]")
+    assert not schedules.get("nightly-report").paused
+    assert page.inner_text("[data-testid=flash]").startswith("Resumed nightly-report: next run")
+
+    # A limited queue: claims through the server's API process; its page shows in flight against
+    # the limit, and the claim the limit held back (counted in that process, read by this one).
+    services.configure_queue("limited", max_in_flight=1)
+    forqapp.send_many("limited", ["a", "b"])
+    assert live_ui.api.consume("limited").status_code == 200
+    assert live_ui.api.consume("limited").status_code != 200  # every slot taken: nothing
+    services.configure_queue("limited", rate="100/s")
+    page.goto(live_ui + "/queues/limited/")
+    page.wait_for_selector("#queue-flow")
+    assert page.inner_text("[data-testid=in-flight]") == "1 / 1"
+    assert page.inner_text("[data-testid=flow-in-flight]") == "1 / 1"
+    assert page.inner_text("[data-testid=flow-rate]") == "100/s (a claim every 10 ms)"
+    assert int(page.inner_text("[data-reason=concurrency]").split()[-1]) >= 1
+    assert "since this server started" in page.inner_text("#queue-flow").lower()
+    shot(page, "queue-flow-light")

@@ -377,6 +377,11 @@ class Store(abc.ABC):
         """Delete a schedule; False when there was none."""
 
     @abc.abstractmethod
+    def schedule_set_paused(self, name: str, paused: bool, next_run_at: int | None, now: int) -> bool:
+        """Pause or resume a schedule in one statement (its other fields untouched); a resume may
+        move its next tick to ``next_run_at``. False when there is no such schedule."""
+
+    @abc.abstractmethod
     def schedules_due(self, now: int, limit: int) -> list[ScheduleRow]:
         """Schedules not paused whose next tick is at or before ``now``, earliest first."""
 

@@ -485,6 +485,9 @@ ON CONFLICT (name) DO UPDATE SET
 SCHEDULE_GET = f"SELECT {SCHEDULE_COLUMNS} FROM forq_schedules WHERE name = %s"
 SCHEDULE_LIST = f"SELECT {SCHEDULE_COLUMNS} FROM forq_schedules ORDER BY name"
 SCHEDULE_DELETE = "DELETE FROM forq_schedules WHERE name = %s"
+SCHEDULE_SET_PAUSED = """
+UPDATE forq_schedules SET paused = %(paused)s, next_run_at = COALESCE(%(next)s, next_run_at), updated_at = %(now)s
+WHERE name = %(name)s"""
 SCHEDULES_DUE = f"""
 SELECT {SCHEDULE_COLUMNS} FROM forq_schedules WHERE next_run_at <= %s AND NOT paused ORDER BY next_run_at LIMIT %s"""
 SCHEDULE_ADVANCE = """
@@ -778,6 +781,10 @@ class PostgreSQLStore(Store):
 
     def schedule_delete(self, name: str) -> bool:
         return self._rowcount(SCHEDULE_DELETE, (name,)) > 0
+
+    def schedule_set_paused(self, name: str, paused: bool, next_run_at: int | None, now: int) -> bool:
+        params = {"paused": paused, "next": next_run_at, "now": now, "name": name}
+        return self._rowcount(SCHEDULE_SET_PAUSED, params) == 1
 
     def schedules_due(self, now: int, limit: int) -> list[ScheduleRow]:
         return [ScheduleRow._make(r) for r in self._fetchall(SCHEDULES_DUE, (now, limit))]

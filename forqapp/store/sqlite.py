@@ -387,6 +387,9 @@ ON CONFLICT (name) DO UPDATE SET
 SCHEDULE_GET = f"SELECT {SCHEDULE_COLUMNS} FROM forq_schedules WHERE name = ?"
 SCHEDULE_LIST = f"SELECT {SCHEDULE_COLUMNS} FROM forq_schedules ORDER BY name"
 SCHEDULE_DELETE = "DELETE FROM forq_schedules WHERE name = ?"
+SCHEDULE_SET_PAUSED = """
+UPDATE forq_schedules SET paused = :paused, next_run_at = COALESCE(:next, next_run_at), updated_at = :now
+WHERE name = :name"""
 SCHEDULES_DUE = f"""
 SELECT {SCHEDULE_COLUMNS} FROM forq_schedules INDEXED BY idx_schedules_next_run
 WHERE next_run_at <= ? AND NOT paused ORDER BY next_run_at LIMIT ?"""
@@ -841,6 +844,10 @@ class SQLiteStore(Store):
 
     def schedule_delete(self, name: str) -> bool:
         return self._conn().execute(SCHEDULE_DELETE, (name,)).rowcount > 0
+
+    def schedule_set_paused(self, name: str, paused: bool, next_run_at: int | None, now: int) -> bool:
+        params = {"paused": paused, "next": next_run_at, "now": now, "name": name}
+        return self._conn().execute(SCHEDULE_SET_PAUSED, params).rowcount == 1
 
     def schedules_due(self, now: int, limit: int) -> list[ScheduleRow]:
         return [_schedule_row(r) for r in self._conn().execute(SCHEDULES_DUE, (now, limit))]

@@ -18,6 +18,9 @@ def ui_application():
     from ..serving import static_from_finders, ui_urlconf
 
     settings.ROOT_URLCONF = ui_urlconf()  # FORQ_UI_URLCONF, if set: this process serves the UI only
+    from .flow import pages_only
+
+    pages_only()  # no claim is made here: the throttled-claims counts come from the other processes
     application = get_asgi_application()
     if static_from_finders():
         from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler

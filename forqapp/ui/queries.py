@@ -57,6 +57,8 @@ class QueueRow:
     exists: bool = False  # the regular queue holds messages
     configured: bool = False  # it has a row in forq_queues (a policy, maybe empty)
     paused: bool = False
+    max_in_flight: int | None = None  # its flow-control limits (no global default exists)
+    rate: str | None = None
     history: list | None = None
     dlq_history: list | None = None
 
@@ -138,9 +140,10 @@ def overview(now: int, *, using: str | None = None) -> Overview:
     configured, or drained) — three grouped reads, whatever the number of queues."""
     stats = queue_stats(now, using=using)
     rows: dict[str, QueueRow] = {}
-    for name, paused in queue_rows(using).order_by().values_list("name", "paused"):
+    for name, paused, max_in_flight, rate in queue_rows(using).order_by().values_list(
+            "name", "paused", "max_in_flight", "rate"):
         rows[name] = QueueRow(name, QueueStats(name), QueueStats(vocab.dlq_of(name)), configured=True,
-                              paused=paused)
+                              paused=paused, max_in_flight=max_in_flight, rate=rate)
     for name, s in stats.items():
         base = vocab.base_of(name) if s.is_dlq else name
         row = rows.setdefault(base, QueueRow(base, QueueStats(base), QueueStats(vocab.dlq_of(base))))

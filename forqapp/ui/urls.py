@@ -14,8 +14,13 @@ urlpatterns = [
     path("queues/<str:queue>/", views.queue_page, name="queue"),
     path("queues/<str:queue>/pause/", views.pause_queue, name="pause"),
     path("queues/<str:queue>/resume/", views.resume_queue, name="resume"),
+    path("queues/<str:queue>/flow/", views.queue_flow, name="flow"),
     path("queues/<str:queue>/messages/", views.queue_messages, name="messages"),
     path("queues/<str:queue>/messages/requeue/", views.requeue_all, name="requeue-all"),
     path("queues/<str:queue>/messages/<str:message_id>/", views.message_detail, name="message"),
     path("queues/<str:queue>/messages/<str:message_id>/requeue/", views.requeue_message, name="requeue"),
+    path("schedules/", views.schedules_page, name="schedules"),
+    path("schedules/<str:name>/pause/", views.pause_schedule, name="schedule-pause"),
+    path("schedules/<str:name>/resume/", views.resume_schedule, name="schedule-resume"),
+    path("schedules/<str:name>/run/", views.run_schedule, name="schedule-run"),
 ]

@@ -1,5 +1,6 @@
 """The HTMX pages. Reads go through :mod:`.queries` (ORM); every change goes through
-:mod:`forqapp.services` (validation, SQL in the store, metrics). GET never changes anything.
+:mod:`forqapp.services` or :mod:`forqapp.schedules` (validation, SQL in the store, metrics). GET never
+changes anything.
 
 An htmx request (that is not a history restore) gets the page's ``_partial`` template; anything
 else gets the full page, so every URL also works as a plain link or after a reload.
@@ -23,16 +24,17 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, reswap
 from django_htmx.middleware import HtmxDetails
 
-from .. import history, services, vocab
+from .. import errors, history, schedules, services, vocab
 from ..errors import ForqError
 from ..login_throttle import AdminLoginThrottleForm
 from ..models import Status
+from ..policy import Policy
 from ..utils import ms_to_datetime as _dt
 from ..utils import now_ms as _now_ms
 from ..utils import pretty_json as _pretty
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
-from . import charts, display, freshness, queries
+from . import charts, display, flow, freshness, queries, scheduling
 
 REFRESH_SECONDS = 5
 
@@ -182,15 +184,25 @@ def _stats_context(queue: str, now: int) -> dict:
     }
 
 
-def _policy_context(queue: str, info: services.QueueInfo | None = None) -> dict:
+def _policy_context(queue: str, info: services.QueueInfo | None = None,
+                    resolved: tuple[Policy, bool] | None = None) -> dict:
     """The policy in force (a DLQ shows its queue's), each field marked as the queue's own or the
-    global setting, and the paused state: from ``info`` (what a change returned) or the queue's row."""
+    global setting, and the paused state: from ``info`` (what a change returned), ``resolved`` (the
+    queue's row, read already) or the queue's row."""
     if info is not None:
         policy, overrides, paused, configured = info.policy, info.overrides, info.paused, True
     else:
-        resolved, configured = queries.queue_policy(queue)
-        policy, overrides, paused = resolved.public(), resolved.overrides, resolved.paused
+        pol, configured = resolved or queries.queue_policy(queue)
+        policy, overrides, paused = pol.public(), pol.overrides, pol.paused
     return {"policy_items": display.policy_items(policy, overrides), "paused": paused, "configured": configured}
+
+
+def _flow_context(queue: str, stats: queries.QueueStats, pol: Policy) -> dict:
+    """A regular queue's flow control: in flight against its limit, its rate, the claims its
+    limits held back since this server started (the metrics' counter: no query)."""
+    if vocab.is_dlq(queue):
+        return {"flow": None}
+    return {"flow": flow.of(queue, pol, stats.processing), "since": flow.SINCE, "refresh": REFRESH_SECONDS}
 
 
 def _page_context(queue: str, now: int, before: str | None = None) -> dict:
@@ -208,10 +220,13 @@ def _page_context(queue: str, now: int, before: str | None = None) -> dict:
 def _queue_context(queue: str, now: int) -> dict:
     is_dlq = vocab.is_dlq(queue)
     series = history.depth_series([queue], now=now, buckets=288).get(queue)
+    resolved = queries.queue_policy(queue)
+    stats = _stats_context(queue, now)
     return {
-        **_stats_context(queue, now),
+        **stats,
         **_page_context(queue, now),
-        **_policy_context(queue),
+        **_policy_context(queue, resolved=resolved),
+        **_flow_context(queue, stats["stats"], resolved[0]),
         "regular_queue": vocab.base_of(queue) if is_dlq else queue,
         "dlq_name": queue if is_dlq else vocab.dlq_of(queue),
         "chart": charts.chart(series, label=f"{queue} depth, last 24 hours",
@@ -226,6 +241,17 @@ def queue_page(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     if _partial(request):
         return render(request, "forqapp/_queue_body.html", context)
     return render(request, "forqapp/queue.html", context)
+
+
+@ui_view("GET")
+def queue_flow(request: HtmxHttpRequest, queue: str) -> HttpResponse:
+    """The queue page's flow-control card, refreshed by itself (htmx); empty without limits."""
+    queue = _queue(queue)
+    if not _partial(request):
+        return redirect("forqapp-ui:queue", queue=queue)
+    stats = _stats_context(queue, _now_ms())["stats"]
+    context = {"queue": queue, **_flow_context(queue, stats, queries.queue_policy(queue)[0])}
+    return render(request, "forqapp/_queue_flow.html", context)
 
 
 @ui_view("GET", "DELETE", "POST")
@@ -366,3 +392,80 @@ def _bulk(request: HtmxHttpRequest, queue: str, action: str) -> HttpResponse:
                "flash": {"level": level, "text": text}, "count": n, "oob": True}
     return render(request, "forqapp/_action_bulk.html", context)
 
+
+# --- schedules --------------------------------------------------------------------------------
+
+
+def _schedule_name(name: str) -> str:
+    if not scheduling.NAME.fullmatch(name):
+        raise Http404("no such schedule")
+    return name
+
+
+def _schedules_context(now: int) -> dict:
+    declared = scheduling.declared()
+    rows = [scheduling.row(info, now, declared) for info in schedules.list_schedules()]
+    return {"schedules": rows, "refresh": REFRESH_SECONDS, "zone": scheduling.zone(),
+            "paused_count": sum(r.info.paused for r in rows)}
+
+
+@ui_view("GET")
+def schedules_page(request: HtmxHttpRequest) -> HttpResponse:
+    context = _schedules_context(_now_ms())
+    if _partial(request):
+        return render(request, "forqapp/_schedules.html", context)
+    return render(request, "forqapp/schedules.html", context)
+
+
+@ui_view("POST")
+def pause_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    return _schedule_action(request, _schedule_name(name), "pause")
+
+
+@ui_view("POST")
+def resume_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    return _schedule_action(request, _schedule_name(name), "resume")
+
+
+@ui_view("POST")
+def run_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    return _schedule_action(request, _schedule_name(name), "run")
+
+
+def _schedule_action(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse:
+    """Pause, resume (through ``schedules.schedule``) or run now (``schedules.run_now``); htmx gets
+    the schedule's row again (none when it was deleted meanwhile) and the flash out of band."""
+    info: schedules.ScheduleInfo | None
+    try:
+        if action == "run":
+            message_id = schedules.run_now(name)
+            freshness.invalidate()
+            info = schedules.get(name)
+            level = "success"
+            text = f"Sent {name}'s message to {info.queue} now (message {message_id}); its next run is unchanged."
+        else:
+            info = scheduling.set_paused(name, action == "pause")
+            level = "success"
+            text = (f"Paused {name}: it sends nothing until it is resumed." if action == "pause" else
+                    f"Resumed {name}: next run {scheduling.when(info.next_run_at)}; ticks missed while it was "
+                    f"paused follow its catch-up rule ({info.catch_up}).")
+    except ForqError as e:
+        level = "error"
+        if e.code == errors.NOT_FOUND_SCHEDULE:
+            info, text = None, f"No schedule {name!r}: it was deleted meanwhile."
+        else:
+            info, text = _schedule_or_none(name), f"{name}: {e}"
+    if not request.htmx:
+        getattr(flash, level)(request, text)
+        return redirect("forqapp-ui:schedules")
+    now = _now_ms()
+    context = {"s": None if info is None else scheduling.row(info, now, scheduling.declared()),
+               "flash": {"level": level, "text": text}, "oob": True}
+    return render(request, "forqapp/_action_schedule.html", context)
+
+
+def _schedule_or_none(name: str) -> schedules.ScheduleInfo | None:
+    try:
+        return schedules.get(name)
+    except ForqError:
+        return None
