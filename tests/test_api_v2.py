@@ -86,7 +86,8 @@ def test_send_then_receive_carries_every_field(live_api):
     before = services.now_ms()
     (got,) = receive(live_api, "v2-basic", max_messages=10, visibility_timeout=60)
     assert set(got) == {"id", "content", "attempts", "receipt", "priority", "attributes", "dedup_id", "sequence",
-                        "received_at", "first_received_at", "lease_expires_at"}
+                        "received_at", "first_received_at", "lease_expires_at", "state"}
+    assert got["state"] is None  # no defer saved one
     assert (got["id"], got["content"], got["attempts"], got["priority"]) == (sent["id"], "hi", 1, 5)
     assert got["attributes"] == {"kind": "greeting", "lang": "en"} and got["dedup_id"] == "greet-1"
     assert got["sequence"] == sent["sequence"] and got["receipt"].lstrip("-").isdigit()
@@ -634,6 +635,13 @@ POLICY = {
         {"base_ms": st.integers(1, 100)}, optional={"max_ms": values, "jitter": st.floats(0, 1) | values})),
 }
 DELIVERY = {"id": mostly(st.just(MID)), "receipt": receipts}
+SCHEDULE = {
+    "queue": mostly(st.just("q")), "content": mostly(st.text(max_size=8)),
+    "cron": mostly(st.sampled_from(["* * * * *", "0 3 * * *", "0 0 31 2 *", "bad", "L L L L L"]) | st.text(max_size=12)),
+    "every": mostly(seconds), "catch_up": mostly(st.sampled_from(["skip", "one", "all"])),
+    "priority": mostly(st.integers(-1000, 1000)), "paused": mostly(st.booleans()),
+    "attributes": mostly(st.dictionaries(st.text(min_size=1, max_size=4), st.text(max_size=4), max_size=3)),
+}
 
 
 def _entries(fields: dict) -> st.SearchStrategy:
@@ -659,6 +667,11 @@ ENDPOINTS = {
     "/api/v2/queues/{queue}/messages/{id}/nack": {"receipt": receipts, "error": st.text(max_size=8) | values},
     "/api/v2/queues/{queue}/messages/{id}/change-visibility": {"receipt": receipts,
                                                                "visibility_timeout": mostly(seconds)},
+    "/api/v2/queues/{queue}/messages/{id}/defer": {"receipt": receipts, "delay": mostly(seconds),
+                                                   "state": mostly(st.text(max_size=8))},
+    "/api/v2/schedules": {},
+    "/api/v2/schedules/{name}": SCHEDULE,
+    "/api/v2/schedules/{name}/run": {},
 }
 
 
@@ -689,7 +702,7 @@ def app():
 
 def _methods(template: str) -> tuple[str, ...]:
     """The methods the route of ``template`` serves."""
-    match = resolve(template.format(queue="q", id=MID), urlconf="forqapp.api.urls")
+    match = resolve(template.format(queue="q", id=MID, name="s"), urlconf="forqapp.api.urls")
     return plumbing.spec(match.func).methods
 
 
@@ -701,7 +714,7 @@ def often(draw, usual, other, one_in: int = 5):
 
 @st.composite
 def requests(draw, template: str):
-    parts = {name: often(draw, usual, segments) for name, usual in (("queue", "q"), ("id", MID))}
+    parts = {name: often(draw, usual, segments) for name, usual in (("queue", "q"), ("id", MID), ("name", "s"))}
     raw = template.format(**{k: quote(v, safe="") for k, v in parts.items()})
     raw += often(draw, "", st.sampled_from(["/", "//", "/x"]), 10)
     method = often(draw, draw(st.sampled_from(_methods(template))), methods, 8)

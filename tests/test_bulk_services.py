@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import forqapp
-from forqapp import services
+from forqapp import services, vocab
 from forqapp.models import Message, StagedMessage
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,3 +60,48 @@ def test_claim_many_and_ack_many_are_fenced():
     stale = (claimed[0].id, claimed[0].receipt + 1)
     assert services.ack_many("many", [(m.id, m.receipt) for m in claimed[1:]] + [stale]) == 2
     assert list(Message.objects.filter(queue="many").values_list("content", flat=True)) == ["x"]
+
+
+def test_staged_rows_keep_priority_and_attributes_and_get_sequences_when_published():
+    forqapp.send("prio", "before")
+    services.stage("prio", "job3-0-0", [
+        {"content": "low", "priority": -3},
+        {"content": "high", "priority": 8, "attributes": {"source": "spark", "run": "7"}},
+        {"content": "plain", "priority": None, "attributes": None},
+    ])
+    assert services.publish_staged([("job3-0-0", "prio")]) == 3
+    got = forqapp.receive_many("prio", 10)
+    assert [(m.content, m.priority, m.attributes) for m in got] == [
+        ("high", 8, {"source": "spark", "run": "7"}), ("before", 0, {}), ("plain", 0, {}), ("low", -3, {})]
+    sequences = {m.content: m.sequence for m in got}  # (PostgreSQL numbers from one database sequence)
+    assert sequences["before"] < min(sequences[c] for c in ("low", "high", "plain"))
+    assert len(set(sequences.values())) == 4
+
+
+@pytest.mark.parametrize("item", [
+    {"content": "x", "priority": 1001}, {"content": "x", "priority": True},
+    {"content": "x", "attributes": {"k": 1}}, {"content": "x", "attributes": {f"k{i}": "v" for i in range(11)}},
+])
+def test_stage_refuses_what_send_refuses(item):
+    with pytest.raises(forqapp.ForqError) as exc:
+        services.stage("prio", "job4-0-0", [{"content": "ok"}, item])
+    assert exc.value.code == "bad_request.body.invalid"
+    with pytest.raises(forqapp.ForqError):
+        forqapp.send_many("prio", [{"content": "ok"}, item])
+    assert not StagedMessage.objects.exists() and not Message.objects.filter(queue="prio").exists()
+
+
+def test_snapshot_rows_have_every_column():
+    forqapp.send("cols", "a", priority=4, attributes={"k": "v"}, dedup_id="d-1")
+    forqapp.send("cols", "b")
+    m = forqapp.receive("cols")
+    forqapp.nack(m, "it broke")
+    rows = {r["content"]: r for r in services.snapshot_page("cols")}
+    assert all(list(r) == list(vocab.SNAPSHOT_COLUMNS) for r in rows.values())
+    a, b = rows["a"], rows["b"]
+    assert (a["priority"], a["attributes"], a["dedup_id"]) == (4, '{"k":"v"}', "d-1")
+    assert (a["status"], a["attempts"], a["last_error"]) == (0, 1, "it broke")
+    assert a["received_at"] <= a["first_received_at"] <= services.now_ms()
+    assert (b["priority"], b["attributes"], b["dedup_id"], b["first_received_at"], b["last_error"]) == (
+        0, None, None, None, None)
+    assert 0 < a["sequence"] < b["sequence"]

@@ -95,7 +95,14 @@ def test_the_unknown_path_route_is_the_last_one():
     ("/api/v2/queues/q/messages/batch/ack", "forq-v2-ack"),  # "batch" as an id: the id route, a 400
     ("/api/v2/queues/q/messages/m", "forq-v2-message"),
     ("/api/v2/queues/q/messages/m/change-visibility", "forq-v2-change-visibility"),
+    ("/api/v2/queues/q/messages/m/defer", "forq-v2-defer"),
+    ("/api/v2/queues/q/messages/defer", "forq-v2-message"),  # "defer" as an id: the message route, a 400
     ("/api/v2/queues/q/messages/m/x", "forq-v2-unknown"),
+    ("/api/v2/schedules", "forq-v2-schedules"),
+    ("/api/v2/schedules/nightly", "forq-v2-schedule"),
+    ("/api/v2/schedules/run", "forq-v2-schedule"),  # a schedule may be named "run"
+    ("/api/v2/schedules/nightly/run", "forq-v2-run-schedule"),
+    ("/api/v2/schedules/nightly/x", "forq-v2-unknown"),
     ("/api/v2/queues/q/", "forq-v2-unknown"),
     ("/api/v2/openapi.json", "forq-v2-openapi"),
     ("/api/v1/queues/q/receive", "forq-unknown"),  # v2's words are not v1's

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -20,12 +22,15 @@ pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip instal
 from forqapp.spark.client import ForqClient, ForqClientError  # noqa: E402
 from forqapp.spark.options import ForqOptionError, ForqOptions  # noqa: E402
 from forqapp.spark.source import (  # noqa: E402
+    SNAPSHOT_SCHEMA,
     ForqDataSource,
     ForqSnapshotReader,
     ForqStreamReader,
     ForqWriter,
+    _snapshot_batch,
     split_id_range,
 )
+from forqapp.vocab import SNAPSHOT_COLUMNS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "spark-test-secret-0123456789abcdef-0123"  # noqa: S105 - a test server's key
@@ -172,7 +177,7 @@ def test_bad_options_are_refused_clearly(options, message):
 
 
 def test_overwrite_and_bad_schemas_are_refused(live_forq):
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    from pyspark.sql.types import IntegerType, LongType, MapType, StringType, StructField, StructType
 
     source = ForqDataSource(live_forq.options("w"))
     good = StructType([StructField("content", StringType())])
@@ -184,7 +189,16 @@ def test_overwrite_and_bad_schemas_are_refused(live_forq):
         source.writer(StructType([StructField("content", StringType()), StructField("processAfter", StringType())]),
                       overwrite=False)
     assert source.writer(StructType([StructField("content", StringType()), StructField("processAfter", LongType())]),
-                         overwrite=False).has_process_after
+                         overwrite=False).optional == ("processAfter",)
+    content = StructField("content", StringType())
+    with pytest.raises(ForqOptionError, match='"priority" must be an integer'):
+        source.writer(StructType([content, StructField("priority", StringType())]), overwrite=False)
+    for wrong in (StringType(), MapType(StringType(), IntegerType())):
+        with pytest.raises(ForqOptionError, match='"attributes" must be a map<string,string>'):
+            source.writer(StructType([content, StructField("attributes", wrong)]), overwrite=False)
+    both = StructType([StructField("attributes", MapType(StringType(), StringType())), content,
+                       StructField("priority", IntegerType()), StructField("other", StringType())])
+    assert source.writer(both, overwrite=False).optional == ("priority", "attributes")  # "other" is ignored
     with pytest.raises(ForqOptionError, match="dead-letter"):
         ForqDataSource(live_forq.options("w-dlq")).writer(good, overwrite=False)
 
@@ -236,8 +250,45 @@ def test_bulk_endpoints_validate_input(live_forq):
                 pytest.raises(ForqClientError) as exc:
             wrong.snapshot_bounds("v")
         assert (exc.value.status, exc.value.code) == (401, "unauthorized")
+        bad_items = [
+            ({"content": "x", "dedup_id": "d1"}, "unknown message field(s): dedup_id"),  # not a bulk field
+            ({"content": "x", "priority": 1001}, "priority must be an integer"),
+            ({"content": "x", "priority": "1"}, "priority must be an integer"),
+            ({"content": "x", "attributes": {"k": 1}}, "attribute 'k' must be a string"),
+            ({"content": "x", "attributes": {f"k{i}": "v" for i in range(11)}}, "more than 10 keys"),
+            ({"content": "x", "attributes": ["k", "v"]}, "attributes must be an object"),
+        ]
+        for item, message in bad_items:
+            for send in (lambda items: c.send_batch("v", items), lambda items: c.stage("v", "t-bad", items)):
+                with pytest.raises(ForqClientError) as exc:
+                    send([{"content": "ok"}, item])
+                assert exc.value.code == "bad_request.body.invalid", message
+        assert live_forq.count("v") == 0 and live_forq.staged_rows("v") == 0
         assert len(c.send_batch("v", [{"content": "a"}, {"content": "b"}])) == 2
         assert c.snapshot_bounds("v")["count"] == 2
+
+
+def test_bulk_messages_carry_priority_and_attributes(live_forq):
+    with live_forq.client() as c:
+        c.send_batch("pa", [{"content": "low", "priority": -5}, {"content": "plain"},
+                            {"content": "high", "priority": 7, "attributes": {"kind": "vip", "region": "eu"}},
+                            {"content": "null", "priority": None, "attributes": None}])
+        c.stage("pa", "tok-pa", [{"content": "staged", "priority": 3, "attributes": {"src": "spark"}}])
+        assert c.publish([("tok-pa", "pa")]) == 1
+        got = c.claim("pa", 10)
+        assert [(m["content"], m["priority"], m["attributes"]) for m in got] == [
+            ("high", 7, {"kind": "vip", "region": "eu"}), ("staged", 3, {"src": "spark"}),
+            ("plain", 0, None), ("null", 0, None), ("low", -5, None)]
+        c.release("pa", [(m["id"], m["receipt"]) for m in got])
+        rows = c.request("GET", "/api/v1/queues/pa/snapshot")["messages"]
+        assert [sorted(r) for r in rows] == [sorted(SNAPSHOT_COLUMNS)] * 5
+        by_content = {r["content"]: r for r in rows}
+        assert by_content["high"]["attributes"] == {"kind": "vip", "region": "eu"}  # an object, not JSON text
+        assert by_content["plain"]["attributes"] is None and by_content["low"]["priority"] == -5
+        columns = c.request("GET", "/api/v1/queues/pa/snapshot?format=columns")["columns"]
+        assert list(columns) == list(SNAPSHOT_COLUMNS)
+        assert columns["attributes"] == [r["attributes"] for r in rows]
+        assert all(r["first_received_at"] is not None for r in rows)  # received once, released
 
 
 def test_claim_ack_release_many(live_forq):
@@ -245,6 +296,13 @@ def test_claim_ack_release_many(live_forq):
         c.send_batch("cr", [{"content": f"m{i}"} for i in range(10)])
         got = c.claim("cr", 6)
         assert [m["content"] for m in got] == [f"m{i}" for i in range(6)]
+        sequences = [m["sequence"] for m in got]
+        assert sequences == sorted(set(sequences)) and sequences[0] > 0  # strictly increasing, in FIFO order
+        now = int(time.time() * 1000)
+        for m in got:
+            assert (m["priority"], m["attributes"], m["dedup_id"], m["attempts"]) == (0, None, None, 1)
+            assert now - 60_000 < m["received_at"] <= m["first_received_at"] <= now + 1000
+            assert m["lease_expires_at"] > now + 200_000  # the queue's visibility timeout (5 min)
         assert c.ack("cr", [(m["id"], m["receipt"]) for m in got[:3]]) == 3
         assert c.ack("cr", [(m["id"], m["receipt"]) for m in got[:3]]) == 0  # already gone
         assert c.release("cr", [(m["id"], m["receipt"]) for m in got[3:]]) == 3
@@ -299,6 +357,52 @@ def test_writer_with_process_after(live_forq):
     assert rows["later"] == later and rows["now"] < later
 
 
+@pytest.mark.parametrize("delivery", ["exactlyOnce", "atLeastOnce"])
+def test_writer_with_priority_and_attributes(live_forq, delivery):
+    from pyspark.sql.types import IntegerType, MapType, StringType, StructField, StructType
+
+    queue = f"wpa-{delivery}"
+    schema = StructType([StructField("content", StringType()), StructField("priority", IntegerType()),
+                         StructField("attributes", MapType(StringType(), StringType()))])
+    w = ForqDataSource(live_forq.options(queue, batchSize=2, delivery=delivery)).writer(schema, overwrite=False)
+    attributes = pa.array([[("k", "1"), ("kind", "a")], None, [], [("k", "4")]], pa.map_(pa.string(), pa.string()))
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(["m1", "m2", "m3", "m4"]), pa.array([1, None, -1000, 1000], pa.int32()), attributes],
+        names=["content", "priority", "attributes"])
+    w.commit([w.write(iter([batch]))])
+    rows = live_forq.sql(f"SELECT content, priority, attributes FROM messages WHERE queue = '{queue}' ORDER BY content")
+    assert [(c, p, None if a is None else json.loads(a)) for c, p, a in rows] == [
+        ("m1", 1, {"k": "1", "kind": "a"}), ("m2", 0, None), ("m3", -1000, None), ("m4", 1000, {"k": "4"})]
+
+
+def test_writer_refuses_bad_priority_or_attributes_clearly(live_forq):
+    from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
+
+    schema = StructType([StructField("content", StringType()), StructField("priority", LongType()),
+                         StructField("attributes", MapType(StringType(), StringType()))])
+    w = ForqDataSource(live_forq.options("wbad")).writer(schema, overwrite=False)
+    many = [(f"k{i}", "v") for i in range(11)]
+    for priority, attrs, reason in (
+        (5000, None, 'column "priority" holds 5000: a priority is from -1000 to 1000'),
+        (-1001, None, "holds -1001"),
+        (0, [("k", None)], "attribute 'k' is null"),
+        (0, [("k", "v" * 1025)], "attribute 'k' is 1025 characters long (at most 1024)"),
+        (0, [("", "v")], "attribute key '' must be 1 to 64 characters"),
+        (0, many, 'column "attributes" holds a map of 11 keys (at most 10)'),
+    ):
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(["ok", "bad"]), pa.array([0, priority], pa.int64()),
+             pa.array([None, attrs], pa.map_(pa.string(), pa.string()))],
+            names=["content", "priority", "attributes"])
+        with pytest.raises(ValueError, match=re.escape(reason)):
+            w.write(iter([batch]))
+    assert live_forq.count("wbad") == 0 and live_forq.staged_rows("wbad") == 0
+    # the server checks them too (its answer is a code): a value past the connector's checks
+    with live_forq.client() as c, pytest.raises(ForqClientError) as exc:
+        c.stage("wbad", "t-bad", [{"content": "x", "priority": 1001}])
+    assert exc.value.code == "bad_request.body.invalid"
+
+
 # --- snapshot read ----------------------------------------------------------------------------
 
 
@@ -316,6 +420,41 @@ def test_snapshot_reader_partitions_and_pages(live_forq):
     assert live_forq.count("sr", status=0) == 2000  # a read changes nothing
     empty = ForqSnapshotReader(ForqOptions.parse(live_forq.options("nothing-here")))
     assert [b for p in empty.partitions() for b in empty.read(p)] == []
+
+
+def test_snapshot_reader_has_every_column_with_its_type(live_forq):
+    with live_forq.client() as c:
+        c.send_batch("sc", [{"content": "a", "priority": 9, "attributes": {"k": "v", "n": "2"}}, {"content": "b"}])
+        claimed = c.claim("sc", 1)
+    live_forq.sql("UPDATE messages SET last_error = 'boom' WHERE queue = 'sc' AND content = 'a'")
+    reader = ForqSnapshotReader(ForqOptions.parse(live_forq.options("sc")))
+    batches = [b for p in reader.partitions() for b in reader.read(p)]
+    assert len(batches) == 1
+    batch = batches[0]
+    assert batch.schema.names == list(SNAPSHOT_COLUMNS)
+    ts = pa.timestamp("us", tz="UTC")
+    assert [batch.schema.field(n).type for n in ("priority", "attributes", "dedup_id", "sequence",
+                                                  "first_received_at", "last_error", "received_at")] == [
+        pa.int32(), pa.map_(pa.string(), pa.string()), pa.string(), pa.int64(), ts, pa.string(), ts]
+    # the declared Spark schema has the same names, in the same order
+    assert [c.split()[0] for c in SNAPSHOT_SCHEMA.split(", ") if not c.startswith("STRING>")] == list(SNAPSHOT_COLUMNS)
+    a, b = sorted(batch.to_pylist(), key=lambda r: r["content"])
+    assert (a["status"], a["priority"], a["attributes"], a["last_error"]) == (
+        "processing", 9, [("k", "v"), ("n", "2")], "boom")
+    assert int(a["first_received_at"].timestamp() * 1000) == claimed[0]["first_received_at"]
+    assert a["process_after"] > a["first_received_at"]  # a processing message's process_after: its lease end
+    assert (b["status"], b["priority"], b["attributes"], b["first_received_at"]) == ("ready", 0, None, None)
+    assert 0 < a["sequence"] < b["sequence"]
+
+
+def test_snapshot_batch_fills_columns_an_older_server_does_not_send():
+    old = {"id": ["0190a5e0-0000-7000-8000-000000000001"], "queue": ["q"], "content": ["c"], "status": [0],
+           "attempts": [0], "received_at": [1_700_000_000_000], "process_after": [1_700_000_000_000],
+           "failure_reason": [None]}
+    row = _snapshot_batch(old).to_pylist()[0]
+    assert list(row) == list(SNAPSHOT_COLUMNS)
+    assert (row["status"], row["priority"], row["attributes"], row["sequence"], row["last_error"]) == (
+        "ready", None, None, None, None)
 
 
 def test_snapshot_reader_reads_a_dlq(live_forq):
@@ -350,6 +489,27 @@ def test_stream_reader_acks_only_on_commit_and_acks_the_last_batch(live_forq):
         start, end = end, nxt
     assert sorted(seen) == sorted(f"m{i}" for i in range(25))
     assert live_forq.count("st") == 0  # the last batch was acked too
+    r.stop()
+
+
+def test_stream_rows_have_the_snapshot_columns(live_forq):
+    from datetime import datetime
+
+    with live_forq.client() as c:
+        c.send_batch("sp", [{"content": "plain"}, {"content": "urgent", "priority": 50, "attributes": {"a": "b"}}])
+    r = _stream(live_forq, "sp", maxMessagesPerBatch=10)
+    start = r.initialOffset()
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    rows = [dict(zip(SNAPSHOT_COLUMNS, row, strict=True)) for p in r.partitions(start, end) for row in r.read(p)]
+    assert [(x["content"], x["priority"], x["attributes"]) for x in rows] == [
+        ("urgent", 50, {"a": "b"}), ("plain", 0, None)]  # higher priority first
+    assert rows[0]["sequence"] > rows[1]["sequence"] > 0  # (sent second)
+    for x in rows:
+        assert (x["status"], x["attempts"], x["failure_reason"], x["last_error"]) == ("processing", 1, None, None)
+        assert isinstance(x["received_at"], datetime) and x["first_received_at"] >= x["received_at"]
+        assert x["process_after"] > x["first_received_at"]  # the lease's end
+    r.commit(r.latestOffset(end, r.getDefaultReadLimit()) and end)
+    assert live_forq.count("sp") == 0
     r.stop()
 
 

@@ -101,6 +101,35 @@ def test_aborted_job_publishes_nothing(spark, live_forq):
     assert all("-0-" in token for token, _ in staged), staged
 
 
+@pytest.mark.parametrize("delivery", ["exactlyOnce", "atLeastOnce"])
+def test_write_priority_and_attributes_then_read_them(spark, live_forq, delivery):
+    queue = f"pa-{delivery}"
+    df = spark.range(0, 1000, 1, 2).selectExpr(
+        "concat('m-', id) AS content",
+        "CAST(id % 21 - 10 AS INT) AS priority",  # -10..10
+        "IF(id % 10 = 0, NULL, map('n', CAST(id AS STRING), 'parity', IF(id % 2 = 0, 'even', 'odd'))) AS attributes",
+    )
+    df.write.format("forq").options(**live_forq.options(queue, batchSize=300, delivery=delivery)) \
+        .mode("append").save()
+    assert live_forq.count(queue) == 1000
+    assert live_forq.sql(f"SELECT MIN(priority), MAX(priority) FROM messages WHERE queue = '{queue}'") == [(-10, 10)]
+
+    read = spark.read.format("forq").options(**live_forq.options(queue, numPartitions=3)).load()
+    types = dict(read.dtypes)
+    assert [types[c] for c in ("priority", "attributes", "dedup_id", "sequence", "first_received_at",
+                               "last_error")] == ["int", "map<string,string>", "string", "bigint", "timestamp",
+                                                  "string"]
+    assert read.filter("attributes['parity'] = 'even'").count() == 400  # id % 10 = 0 has none
+    assert read.filter("attributes IS NULL").count() == 100
+    assert {r.priority: r["count"] for r in read.groupBy("priority").count().collect()} == {
+        p: len([i for i in range(1000) if i % 21 - 10 == p]) for p in range(-10, 11)}
+    mismatched = read.filter("attributes IS NOT NULL AND concat('m-', attributes['n']) != content").count()
+    assert mismatched == 0  # each row's attributes came with it
+    ordered = read.select("sequence").orderBy("sequence").collect()
+    assert [r.sequence for r in ordered] == list(range(ordered[0].sequence, ordered[0].sequence + 1000))
+    assert read.filter("first_received_at IS NOT NULL OR last_error IS NOT NULL OR dedup_id IS NOT NULL").count() == 0
+
+
 def test_other_save_modes_are_refused(spark, live_forq):
     df = _contents(spark, 10)
     with pytest.raises(Exception, match="only appends"):
@@ -133,7 +162,8 @@ def _drain(spark, live_forq, queue, sink, checkpoint, per_batch=20, fail=None):
 
 
 def test_streaming_acks_only_after_commit(spark, live_forq, tmp_path):
-    live_forq.send_batch("sa", [{"content": f"m{i}"} for i in range(50)])
+    live_forq.send_batch("sa", [{"content": f"m{i}", "priority": i % 3, "attributes": {"i": str(i)}}
+                                for i in range(50)])
     seen, problems = [], []
 
     def sink(batch_df, batch_id):
@@ -142,6 +172,10 @@ def test_streaming_acks_only_after_commit(spark, live_forq, tmp_path):
             status = live_forq.sql("SELECT status FROM messages WHERE id = ?", (r.id,))
             if status != [(1,)]:
                 problems.append((r.id, status))  # must still be leased (not acked) while sinking
+            i = int(r.content[1:])
+            if (r.priority, r.attributes, r.status) != (i % 3, {"i": str(i)}, "processing") \
+                    or r.sequence is None or r.first_received_at is None or r.process_after <= r.first_received_at:
+                problems.append((r.id, "columns", r))
         seen.extend(r.content for r in rows)
 
     query = _drain(spark, live_forq, "sa", sink, tmp_path / "cp")
@@ -199,6 +233,10 @@ def test_example_pipelines(spark, live_forq, tmp_path, capsys):
     assert bulk_load.main([*common, "--queue", "loaded", str(csv)]) == 0
     assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'loaded'")) == [
         "hello", "with, comma", "world"]
+    assert bulk_load.main([*common, "--queue", "loaded-rich", "--priority-column", "customer",
+                           "--attributes", "customer", str(csv)]) == 0
+    assert sorted(live_forq.sql("SELECT content, priority, attributes FROM messages WHERE queue = 'loaded-rich'")) == [
+        ("hello", 1, '{"customer":"1"}'), ("with, comma", 3, '{"customer":"3"}'), ("world", 2, '{"customer":"2"}')]
     live_forq.add_dead("report-dlq", 25)
     out = tmp_path / "report"
     assert dlq_report.main([*common, "--queue", "report-dlq", "--out", str(out)]) == 0

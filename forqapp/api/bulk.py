@@ -7,19 +7,42 @@ request rules live in :mod:`forqapp.validation`; each view calls one service fun
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from .. import services, validation, waiting
+from .. import errors, services, validation, waiting
+from ..errors import ForqError
 from .plumbing import endpoint, json_body
 
 # --- produce ---------------------------------------------------------------------------------
 
+#: The fields of a bulk message (a batch produce's or a staged write's): the services check their
+#: values (``content``'s size, ``processAfter``'s range, ``priority`` -1000..1000, ``attributes``
+#: ≤ 10 string pairs); any other field refuses the request, rather than be dropped by one endpoint
+#: and honoured by the other.
+BULK_FIELDS = frozenset({"content", "processAfter", "priority", "attributes"})
+
+
+def bulk_items(body: dict) -> list[dict[str, Any]]:
+    """The ``messages`` of a batch produce or a staged write, each of :data:`BULK_FIELDS` only."""
+    items = validation.batch_items(body)
+    for item in items:
+        if not item.keys() <= BULK_FIELDS:
+            unknown = ", ".join(sorted(map(str, item.keys() - BULK_FIELDS)))
+            raise ForqError(errors.BODY_INVALID, f"unknown message field(s): {unknown} "
+                            f"(a bulk message has {', '.join(sorted(BULK_FIELDS))})")
+    return items
+
 
 @endpoint("POST")
 async def batch(request: HttpRequest, queue: str) -> HttpResponse:
-    """``POST /api/v1/queues/{queue}/messages/batch`` → 200 ``{"ids": [...]}`` (one transaction)."""
+    """``POST /api/v1/queues/{queue}/messages/batch`` ``{"messages": [{"content", "processAfter"?,
+    "priority"?, "attributes"?}]}`` → 200 ``{"ids": [...]}`` (one transaction; one bad item refuses
+    the batch)."""
     validation.queue_name(queue, produce=True)
-    items = validation.batch_items(json_body(request))
+    items = bulk_items(json_body(request))
     message_ids = await services.run_async(services.send_many, queue, items) if items else []
     return JsonResponse({"ids": message_ids})
 
@@ -27,10 +50,10 @@ async def batch(request: HttpRequest, queue: str) -> HttpResponse:
 @endpoint("POST")
 async def stage(request: HttpRequest, queue: str, token: str) -> HttpResponse:
     """``POST /api/v1/queues/{queue}/staged/{token}`` → 200 ``{"staged": n}``: invisible until
-    published."""
+    published. Same messages as a batch produce."""
     validation.queue_name(queue, produce=True)
     validation.token(token)
-    items = validation.batch_items(json_body(request))
+    items = bulk_items(json_body(request))
     n = await services.run_async(services.stage, queue, token, items) if items else 0
     return JsonResponse({"staged": n})
 
@@ -58,14 +81,19 @@ async def discard(request: HttpRequest) -> HttpResponse:
 @endpoint("POST", waits=("POST",))
 async def claim(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v1/queues/{queue}/messages/claim`` ``{"max": n, "wait": s}`` → 200
-    ``{"messages": [{"id", "content", "attempts", "receipt"}]}``, oldest first; with ``wait``, waits
-    up to that many seconds for the first message (an empty list when none came)."""
+    ``{"messages": [{"id", "content", "attempts", "receipt", "priority", "attributes", "dedup_id",
+    "sequence", "received_at", "first_received_at", "lease_expires_at"}]}`` (times in Unix ms), in the
+    queue's order (priority first, then FIFO or LIFO); with ``wait``, waits up to that many seconds
+    for the first message (an empty list when none came)."""
     queue = validation.queue_name(queue)
     body = json_body(request)
     limit, wait = validation.claim_limit(body), validation.claim_wait(body)
     messages = await waiting.claim_async(services.claim_many, queue, wait, limit)
     return JsonResponse({"messages": [
-        {"id": m.id, "content": m.content, "attempts": m.attempts, "receipt": str(m.receipt)}
+        {"id": m.id, "content": m.content, "attempts": m.attempts, "receipt": str(m.receipt),
+         "priority": m.priority, "attributes": m.attributes or None, "dedup_id": m.dedup_id,
+         "sequence": m.sequence, "received_at": m.received_at, "first_received_at": m.first_received_at,
+         "lease_expires_at": m.lease_expires_at}
         for m in messages
     ]})
 
@@ -98,7 +126,10 @@ async def snapshot(request: HttpRequest, queue: str) -> HttpResponse:
     """``GET /api/v1/queues/{queue}/snapshot?after=&upto=&limit=`` → ``{"messages": [...],
     "next": id|null}`` (or, with ``format=columns``, ``{"columns": {name: [values]}, "count",
     "next"}``): rows with ``after < id <= upto`` in id order; ``next`` is the ``after`` of
-    the following page (null on the last). A read: no lease taken, nothing changed."""
+    the following page (null on the last). A read: no lease taken, nothing changed.
+
+    The keys are :data:`forqapp.vocab.SNAPSHOT_COLUMNS`: times in Unix ms, ``status`` its code,
+    ``attributes`` an object of strings (null when the message has none)."""
     queue = validation.queue_name(queue)
     after = validation.optional_message_id(request.GET.get("after")) or ""
     upto = validation.optional_message_id(request.GET.get("upto"))
@@ -108,8 +139,20 @@ async def snapshot(request: HttpRequest, queue: str) -> HttpResponse:
     nxt = rows[-1]["id"] if len(rows) == limit else None
     if shape == "columns":  # {"columns": {name: [values]}}: smaller and faster to encode and decode
         columns = {key: [r[key] for r in rows] for key in services.SNAPSHOT_COLUMNS}
+        columns["attributes"] = _attributes(columns["attributes"])
         return JsonResponse({"columns": columns, "count": len(rows), "next": nxt})
+    for row, attributes in zip(rows, _attributes([r["attributes"] for r in rows]), strict=True):
+        row["attributes"] = attributes
     return JsonResponse({"messages": rows, "next": nxt})
+
+
+def _attributes(texts: list[str | None]) -> list[dict[str, str] | None]:
+    """The stored attributes (JSON text, or NULL when none) as objects: the API does not make its
+    clients parse JSON inside JSON."""
+    if not any(texts):
+        return [None] * len(texts)
+    loads = json.loads
+    return [loads(t) if t else None for t in texts]
 
 
 @endpoint("GET")

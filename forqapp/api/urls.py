@@ -33,6 +33,7 @@ register_converter(SegmentConverter, "forq_segment")
 Q = "api/v1/queues/<forq_segment:queue>"
 Q2 = "api/v2/queues/<forq_segment:queue>"
 M2 = f"{Q2}/messages/<forq_segment:message_id>"
+S2 = "api/v2/schedules/<forq_segment:name>"
 
 urlpatterns = [
     path("healthcheck", meta.healthcheck, name="forq-healthcheck"),
@@ -69,6 +70,10 @@ urlpatterns = [
     path(f"{M2}/ack", v2.ack, name="forq-v2-ack"),
     path(f"{M2}/nack", v2.nack, name="forq-v2-nack"),
     path(f"{M2}/change-visibility", v2.change_visibility, name="forq-v2-change-visibility"),
+    path(f"{M2}/defer", v2.defer, name="forq-v2-defer"),
+    path("api/v2/schedules", v2.schedule_list, name="forq-v2-schedules"),
+    path(S2, v2.schedule, name="forq-v2-schedule"),
+    path(f"{S2}/run", v2.run_schedule, name="forq-v2-run-schedule"),
     re_path(r"^api/v2/", v2.unknown_path, name="forq-v2-unknown"),
     # Last: the rest of api/v1/ is forqapp's too, and answers in JSON (also under a project's own urls).
     re_path(r"^api/v1/", plumbing.unknown_path, name="forq-unknown"),

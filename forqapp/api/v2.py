@@ -3,8 +3,9 @@
 Beyond Forq's API (:mod:`forqapp.api.views`, :mod:`forqapp.api.bulk`, both unchanged): send one
 message or a batch of up to 10 (priority, attributes, deduplication, delay, retention; per-entry
 results, one transaction); receive up to 10 with a long poll and a visibility override; ack, nack
-and change the visibility of deliveries by receipt, one or a batch; peek; each queue's policy
-(get, put, patch, delete), the queue list with counts, purge.
+and change the visibility of deliveries by receipt, one or a batch; defer one with saved state;
+peek; each queue's policy (get, put, patch, delete; flow control: ``max_in_flight``, ``rate``),
+the queue list with counts, purge; schedules (list, get, put, delete, run now).
 
 Same API key, throttle and security headers as v1 (:func:`forqapp.api.plumbing.endpoint`), but
 errors are ``{"code", "message"}``. Fields are snake_case, durations are seconds (numbers), times
@@ -23,7 +24,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import errors, services, validation, vocab, waiting
+from .. import errors, schedules, services, validation, vocab, waiting
 from ..conf import forq_settings
 from ..errors import ForqError
 from .plumbing import View, endpoint, json_body, secure
@@ -43,6 +44,7 @@ MESSAGES = {
     errors.NOT_FOUND_ROUTE: "no such endpoint",
     errors.NOT_FOUND_MESSAGE: "no such message or delivery",
     errors.NOT_FOUND_QUEUE: "no such queue",
+    errors.NOT_FOUND_SCHEDULE: "no such schedule",
     errors.QUEUE_FULL: "the queue is full (its max_length)",
     errors.INTERNAL: "unexpected failure; details are in the server log",
 }
@@ -268,18 +270,69 @@ def policy(body: dict[str, Any], *, replace: bool) -> dict[str, Any]:
     return {**dict.fromkeys(validation.POLICY_FIELDS), **fields} if replace else dict(fields)
 
 
+def _delay(value: object) -> float:
+    """A defer's delay: seconds from now until the message is due again (default 0: at once)."""
+    if value is None:
+        return 0
+    return _seconds(value, "delay", 0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
+
+
+def _state(value: object) -> str | None:
+    """A defer's ``state``: text saved for the next delivery, by content's rules (at most
+    ``FORQ_MAX_CONTENT_BYTES``, storable); None keeps what was saved."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _encodable(value):
+        raise _invalid("state must be a string (JSON-encode other values), or null to keep the saved one")
+    if "\x00" in value and not services.content_storable(value):  # PostgreSQL's text holds no NUL
+        raise _invalid("state with NUL characters cannot be stored on this database")
+    limit = forq_settings.FORQ_MAX_CONTENT_BYTES
+    if len(value.encode("utf-8")) > limit:
+        raise ForqError(errors.CONTENT_EXCEEDS_LIMIT, f"state is over {limit} bytes")
+    return value
+
+
+EVERY_S = (1, 366 * 86_400)  # a schedule's period (schedules.validate)
+
+
+def schedule_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """:func:`forqapp.schedules.schedule`'s keywords from a PUT: the whole schedule (an absent or
+    null field takes its default). Checked here where v2 says more (seconds, NUL on PostgreSQL);
+    the schedules module checks the rest (the name, cron, catch_up, priority, attributes)."""
+    fields = {name: value for name, value in _object(body, "the body", schedules.FIELDS).items()
+              if value is not None}
+    for required in ("queue", "content"):
+        if required not in fields:
+            raise _invalid(f"{required} is missing")
+    content = fields["content"]
+    if isinstance(content, str) and "\x00" in content and not services.content_storable(content):
+        raise _invalid("content with NUL characters cannot be stored on this database")
+    if "every" in fields:
+        _seconds(fields["every"], "every", *EVERY_S)
+    return fields
+
+
+def _schedule_name(name: str) -> str:
+    """The ``{name}`` of a schedule's path: one no schedule can bear (not 1 to 100 of A-Z a-z 0-9
+    . _ : -) is no schedule (404), and never reaches the database (PostgreSQL's text holds no NUL)."""
+    if not schedules._NAME.fullmatch(name):
+        raise ForqError(errors.NOT_FOUND_SCHEDULE, "no such schedule (a schedule's name is 1 to 100 of "
+                        "A-Z a-z 0-9 . _ : -)")
+    return name
+
+
 # --- shaping answers ------------------------------------------------------------------------------
 
 
 def message_json(m: services.ReceivedMessage) -> dict[str, Any]:
     """A message as v2 shows it (``receipt`` as a string: 64-bit integers lose digits in JavaScript;
-    null on a peek)."""
+    null on a peek; ``state``: what a defer saved, null when none)."""
     return {
         "id": m.id, "content": m.content, "attempts": m.attempts,
         "receipt": None if m.receipt is None else str(m.receipt),
         "priority": m.priority, "attributes": m.attributes or {}, "dedup_id": m.dedup_id,
         "sequence": m.sequence, "received_at": m.received_at, "first_received_at": m.first_received_at,
-        "lease_expires_at": m.lease_expires_at,
+        "lease_expires_at": m.lease_expires_at, "state": m.state,
     }
 
 
@@ -445,6 +498,20 @@ async def change_visibility(request: HttpRequest, queue: str, message_id: str) -
     return HttpResponse(status=204)
 
 
+@v2_endpoint("POST")
+async def defer(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
+    """``POST …/messages/{id}/defer`` ``{"receipt", "delay"?, "state"?}`` → 204: the same message
+    (id, attempts) back on its queue ``delay`` seconds from now (default 0), behind the others of
+    its priority, with ``state`` saved for its next delivery (null or absent: the saved one kept).
+    Fenced by the receipt, like ack (:func:`forqapp.services.defer`)."""
+    queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
+    body = _body(request, ("receipt", "delay", "state"))
+    receipt, delay, state = _receipt(body.get("receipt")), _delay(body.get("delay")), _state(body.get("state"))
+    delivery = services.ReceivedMessage(message_id, queue, "", 0, receipt)  # all services.defer reads
+    await services.run_async(services.defer, delivery, delay, state=state)
+    return HttpResponse(status=204)
+
+
 # --- settle by receipt: batches ---------------------------------------------------------------------
 
 
@@ -496,3 +563,48 @@ async def change_visibility_batch(request: HttpRequest, queue: str) -> HttpRespo
     """``POST /api/v2/queues/{queue}/messages/change-visibility``: up to 10 deliveries' leases now end
     ``visibility_timeout`` seconds from now (0: released)."""
     return await _settle_batch(request, queue, "change_visibility")
+
+
+# --- schedules ------------------------------------------------------------------------------------
+
+
+@v2_endpoint("GET")
+async def schedule_list(request: HttpRequest) -> HttpResponse:
+    """``GET /api/v2/schedules`` → ``{"schedules": [schedule]}``, by name."""
+    infos = await services.run_async(schedules.list_schedules)
+    return JsonResponse({"schedules": [info.json() for info in infos]})
+
+
+@v2_endpoint("GET", "PUT", "DELETE")
+async def schedule(request: HttpRequest, name: str) -> HttpResponse:
+    """``/api/v2/schedules/{name}``: GET it (404 ``not_found.schedule``); PUT it whole, creating or
+    replacing it (``{"queue", "content", "cron" | "every", "catch_up"?, "priority"?, "attributes"?,
+    "paused"?}``; a schedule whose timing is unchanged keeps its next tick) → 200 the schedule;
+    DELETE it → 204."""
+    if request.method == "PUT":
+        fields = schedule_fields(_body(request, schedules.FIELDS))
+        info = await services.run_async(schedules.schedule, name, **fields)
+        return JsonResponse(info.json())
+    name = _schedule_name(name)
+    if request.method == "DELETE":
+        if not await services.run_async(schedules.unschedule, name):
+            raise ForqError(errors.NOT_FOUND_SCHEDULE, f"no schedule {name!r}")
+        return HttpResponse(status=204)
+    return JsonResponse((await services.run_async(schedules.get, name)).json())
+
+
+@v2_endpoint("POST")
+async def run_schedule(request: HttpRequest, name: str) -> HttpResponse:
+    """``POST /api/v2/schedules/{name}/run`` → 201 ``{"id"}`` (``Location``: the message): the
+    schedule's message sent now, outside its ticks (also when paused); its next tick is unchanged."""
+    queue, message_id = await services.run_async(_run_now, _schedule_name(name))
+    response = JsonResponse({"id": message_id}, status=201)
+    api = request.path.rsplit("/schedules/", 1)[0]  # /api/v2, under whatever prefix the project mounts
+    response["Location"] = f"{api}/queues/{queue}/messages/{message_id}"
+    return response
+
+
+def _run_now(name: str) -> tuple[str, str]:
+    """(the queue, the id) of the message :func:`forqapp.schedules.run_now` sent."""
+    queue = schedules.get(name).queue
+    return queue, schedules.run_now(name)

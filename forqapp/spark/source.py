@@ -5,6 +5,8 @@ streaming read. Runs on the driver and on executors: no Django, HTTP only (:mod:
   faster, but a retried task sends its rows again): each task attempt stages its rows under a token of its own; the job's
   ``commit`` publishes every token in one transaction, ``abort`` discards them. A failed or
   retried task attempt's token is never published: no duplicates, nothing visible before commit.
+  Columns: ``content`` (string), optional ``processAfter`` (Unix ms), ``priority`` (integer,
+  -1000..1000) and ``attributes`` (map<string, string>, up to 10 pairs); a null is "not given".
 * **Snapshot read**: partitions are id ranges of the queue as it was when the read was planned
   (ids are UUIDv7, so ranges are time ranges), each read in keyset pages. No lease, no change.
 * **Streaming read**: the driver claims up to ``maxMessagesPerBatch`` messages per micro-batch
@@ -13,11 +15,14 @@ streaming read. Runs on the driver and on executors: no Django, HTTP only (:mod:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -27,7 +32,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.types import IntegerType, LongType, ShortType, StringType, StructType
+from pyspark.sql.types import ByteType, IntegerType, LongType, MapType, ShortType, StringType, StructType
 
 from .. import vocab  # Django-free, like this package
 from .options import ForqOptionError, ForqOptions
@@ -82,19 +87,95 @@ class ForqCommitMessage(WriterCommitMessage):
     count: int
 
 
-def _check_write_schema(schema: StructType) -> bool:
-    """The DataFrame needs a string ``content``; ``processAfter`` (Unix ms, integral) is optional.
-    Returns whether ``processAfter`` is present."""
+#: The optional columns a write takes, each sent as the bulk message field of the same name.
+WRITE_OPTIONAL = ("processAfter", "priority", "attributes")
+
+
+def _integral(data_type) -> bool:
+    return isinstance(data_type, LongType | IntegerType | ShortType | ByteType)
+
+
+def _string_map(data_type) -> bool:
+    return isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType) \
+        and isinstance(data_type.valueType, StringType)
+
+
+_WRITE_RULES = {  # column -> (accepted type, what to say when it is not)
+    "processAfter": (_integral, "an integer (Unix ms)"),
+    "priority": (_integral, "an integer (-1000..1000, higher is delivered first)"),
+    "attributes": (_string_map, "a map<string,string> (up to 10 pairs; e.g. F.create_map(...))"),
+}
+
+
+def _check_write_schema(schema: StructType) -> tuple[str, ...]:
+    """The DataFrame needs a string ``content``; ``processAfter`` (Unix ms), ``priority`` and
+    ``attributes`` are optional (other columns are ignored). Returns the optional columns present."""
     fields = {f.name: f for f in schema.fields}
     content = fields.get("content")
     if content is None or not isinstance(content.dataType, StringType):
         raise ForqOptionError('format "forq" writes need a string column "content" (found: '
                               + ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields) + ")")
-    pa_field = fields.get("processAfter")
-    if pa_field is not None and not isinstance(pa_field.dataType, LongType | IntegerType | ShortType):
-        raise ForqOptionError('column "processAfter" must be an integer (Unix ms), not '
-                              + pa_field.dataType.simpleString())
-    return pa_field is not None
+    present = []
+    for name in WRITE_OPTIONAL:
+        field = fields.get(name)
+        if field is None:
+            continue
+        accepts, expected = _WRITE_RULES[name]
+        if not accepts(field.dataType):
+            raise ForqOptionError(f'column "{name}" must be {expected}, not {field.dataType.simpleString()}')
+        present.append(name)
+    return tuple(present)
+
+
+def _check_priorities(values: list) -> None:
+    lo, hi = vocab.PRIORITY_MIN, vocab.PRIORITY_MAX
+    bad = next((v for v in values if v is not None and not lo <= v <= hi), None)
+    if bad is not None:
+        raise ValueError(f'format "forq": column "priority" holds {bad}: a priority is from {lo} to {hi}')
+
+
+def _attributes(pairs: list[tuple[str, str | None]] | None) -> dict[str, str] | None:
+    """A map value (Arrow gives a list of pairs) as a message's attributes, checked by the server's
+    rules here so that a failing job says why (the API answers only an error code)."""
+    if not pairs:
+        return None  # null or an empty map: no attributes
+    attributes = dict(pairs)
+    if len(attributes) > vocab.MAX_ATTRIBUTES:
+        raise ValueError(f'format "forq": column "attributes" holds a map of {len(attributes)} keys '
+                         f"(at most {vocab.MAX_ATTRIBUTES})")
+    for key, value in attributes.items():
+        if not 1 <= len(key) <= vocab.ATTRIBUTE_KEY_MAX:
+            raise ValueError(f'format "forq": attribute key {key[:80]!r} must be 1 to {vocab.ATTRIBUTE_KEY_MAX} '
+                             "characters")
+        if value is None:
+            raise ValueError(f'format "forq": attribute {key!r} is null (filter it out of the map first, '
+                             "e.g. with map_filter)")
+        if len(value) > vocab.ATTRIBUTE_VALUE_MAX:
+            raise ValueError(f'format "forq": attribute {key!r} is {len(value)} characters long '
+                             f"(at most {vocab.ATTRIBUTE_VALUE_MAX})")
+    return cast(dict[str, str], attributes)
+
+
+def _bulk_messages(contents: list, optional: dict[str, list]) -> list[dict[str, Any]]:
+    """Bulk message bodies: ``{"content"}`` plus each optional column's non-null value (a map
+    column arrives from Arrow as a list of pairs; an empty map is no attributes). Raises
+    ``ValueError`` for a priority or attributes the server would refuse."""
+    if not optional:
+        return [{"content": c} for c in contents]
+    if "priority" in optional:
+        _check_priorities(optional["priority"])
+    if "attributes" in optional:
+        optional = {**optional, "attributes": [_attributes(a) for a in optional["attributes"]]}
+    names = list(optional)
+    messages = []
+    for i, c in enumerate(contents):
+        item = {"content": c}
+        for name in names:
+            value = optional[name][i]
+            if value is not None:
+                item[name] = value
+        messages.append(item)
+    return messages
 
 
 def _task_token(job: str) -> str:
@@ -116,7 +197,7 @@ class ForqWriter(DataSourceArrowWriter):
         if options.is_dlq:
             raise ForqOptionError(f"cannot write to dead-letter queue {options.queue!r}")
         self.options = options
-        self.has_process_after = _check_write_schema(schema)
+        self.optional = _check_write_schema(schema)
         self.job = uuid.uuid4().hex[:16]
 
     def write(self, iterator) -> ForqCommitMessage:
@@ -127,20 +208,13 @@ class ForqWriter(DataSourceArrowWriter):
         try:
             for batch in iterator:
                 contents = batch.column("content").to_pylist()
-                if self.has_process_after:
-                    afters = batch.column("processAfter").to_pylist()
-                else:
-                    afters = None
                 if None in contents:  # (an empty string is content: Forq stores it)
                     raise ValueError('format "forq": column "content" holds a null '
                                      "(filter those rows out first)")
+                optional = {name: batch.column(name).to_pylist() for name in self.optional}
                 for start in range(0, len(contents), opts.batch_size):
-                    chunk = contents[start:start + opts.batch_size]
-                    if afters is None:
-                        items = [{"content": c} for c in chunk]
-                    else:
-                        items = [{"content": c} if a is None else {"content": c, "processAfter": a}
-                                 for c, a in zip(chunk, afters[start:start + opts.batch_size], strict=True)]
+                    end = start + opts.batch_size
+                    items = _bulk_messages(contents[start:end], {k: v[start:end] for k, v in optional.items()})
                     body = json.dumps({"messages": items}, separators=(",", ":")).encode()
                     if opts.exactly_once:
                         count += client.stage_raw(opts.queue, token, body)
@@ -218,27 +292,36 @@ def split_id_range(lo: str, hi: str, parts: int) -> list[IdRange]:
     return ranges
 
 
+@functools.cache
+def _arrow_types() -> dict[str, Any]:
+    """Each snapshot column's Arrow type, as :data:`SNAPSHOT_SCHEMA` declares it (timestamps: µs, UTC)."""
+    import pyarrow as pa
+
+    by_spark = {"STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(),
+                "TIMESTAMP": pa.timestamp("us", tz="UTC"), "MAP<STRING, STRING>": pa.map_(pa.string(), pa.string())}
+    return {name: by_spark[_SPARK_TYPES[name]] for name in vocab.SNAPSHOT_COLUMNS}
+
+
 def _snapshot_batch(columns: dict[str, list]):
-    """A page of columns from the server as an Arrow batch of :data:`SNAPSHOT_SCHEMA`."""
+    """A page of columns from the server as an Arrow batch of :data:`SNAPSHOT_SCHEMA`: ``status``
+    codes become their labels, Unix ms become timestamps, ``attributes`` objects become maps. A
+    column the server does not send (one from before it existed) is all nulls."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    ts = pa.timestamp("us", tz="UTC")
-    status = pa.array(columns["status"], pa.int8())
-    names = pa.array(vocab.STATUS_LABELS)  # indexed by the status code
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(columns["id"], pa.string()),
-            pa.array(columns["queue"], pa.string()),
-            pa.array(columns["content"], pa.string()),
-            pc.take(names, status),
-            pa.array(columns["attempts"], pa.int32()),
-            pc.multiply(pa.array(columns["received_at"], pa.int64()), 1000).cast(ts),
-            pc.multiply(pa.array(columns["process_after"], pa.int64()), 1000).cast(ts),
-            pa.array(columns["failure_reason"], pa.string()),
-        ],
-        names=list(vocab.SNAPSHOT_COLUMNS),
-    )
+    n = len(columns["id"])
+    arrays = []
+    for name, arrow_type in _arrow_types().items():
+        values = columns.get(name)
+        if values is None:
+            arrays.append(pa.nulls(n, arrow_type))
+        elif name == "status":
+            arrays.append(pc.take(pa.array(vocab.STATUS_LABELS), pa.array(values, pa.int8())))  # by status code
+        elif pa.types.is_timestamp(arrow_type):
+            arrays.append(pc.multiply(pa.array(values, pa.int64()), 1000).cast(arrow_type))
+        else:
+            arrays.append(pa.array(values, arrow_type))
+    return pa.RecordBatch.from_arrays(arrays, names=list(vocab.SNAPSHOT_COLUMNS))
 
 
 class ForqSnapshotReader(DataSourceReader):
@@ -276,6 +359,28 @@ class MessagesPartition(InputPartition):
     rows: list  # rows of the snapshot schema
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _timestamp(ms: int | None) -> datetime | None:
+    return None if ms is None else _EPOCH + timedelta(milliseconds=ms)
+
+
+def _stream_row(queue: str, m: dict[str, Any]) -> tuple:
+    """A claimed message as a row of :data:`SNAPSHOT_SCHEMA`: it is ``processing`` (leased to this
+    query), its ``process_after`` is its lease's end; ``failure_reason`` and ``last_error`` are not
+    sent by a claim (null). A field the server does not send is null too."""
+    get = m.get
+    row = {
+        "id": m["id"], "queue": queue, "content": m["content"], "status": vocab.Status.PROCESSING.label,
+        "attempts": m["attempts"], "received_at": _timestamp(get("received_at")),
+        "process_after": _timestamp(get("lease_expires_at")), "failure_reason": None,
+        "priority": get("priority"), "attributes": get("attributes") or None, "dedup_id": get("dedup_id"),
+        "sequence": get("sequence"), "first_received_at": _timestamp(get("first_received_at")), "last_error": None,
+    }
+    return tuple(row[name] for name in vocab.SNAPSHOT_COLUMNS)
+
+
 class ForqStreamReader(DataSourceStreamReader):
     """Consumes a queue, at least once.
 
@@ -294,9 +399,9 @@ class ForqStreamReader(DataSourceStreamReader):
       not counted as an attempt — and the batch is empty; the messages come in a later batch.
     * ``stop()``: deliveries not known to be committed are released.
 
-    A message whose lease (forqapp's visibility timeout, 5 minutes) runs out before its batch
-    commits is delivered again: keep batches well under it, and make sinks idempotent (key on
-    ``id``).
+    A message whose lease (its queue's visibility timeout, 5 minutes unless the queue's policy
+    sets another) runs out before its batch commits is delivered again: keep batches well under
+    it, and make sinks idempotent (key on ``id``).
     """
 
     def __init__(self, options: ForqOptions):
@@ -342,10 +447,7 @@ class ForqStreamReader(DataSourceStreamReader):
                 return {"seq": seq + 1, "deliveries": {}}  # an empty batch, so Spark commits the last
             return start
         end = seq + 1
-        # Same columns as a snapshot: the message is "processing" (leased to this query); the
-        # claim does not return times, so those are null.
-        self._held[end] = [(m["id"], self.options.queue, m["content"], vocab.Status.PROCESSING.label, m["attempts"],
-                            None, None, None) for m in claimed]
+        self._held[end] = [_stream_row(self.options.queue, m) for m in claimed]
         self._pending[end] = [(m["id"], m["receipt"]) for m in claimed]
         deliveries: dict[str, list[str]] = {}
         for m in claimed:
