@@ -79,7 +79,7 @@ class Message(models.Model):
             # The claim path: by priority, then sequence, among ready rows and deliveries (whose
             # ``process_after`` is their lease end: an expired lease is claimable at once).
             models.Index(
-                fields=["queue", "-priority", "sequence", "process_after"],
+                fields=["queue", "-priority", "sequence", "process_after", "status"],
                 condition=Q(status__in=[0, 1]),
                 name="idx_queue_claim",
             ),

@@ -48,7 +48,8 @@ GROUP BY CASE WHEN is_dlq THEN substr(queue, 1, length(queue) - 4) ELSE queue EN
 
 CLAIM_INDEX = [
     "DROP INDEX idx_queue_ready_for_consuming",
-    "CREATE INDEX idx_queue_claim ON messages (queue, priority DESC, sequence, process_after)"
+    # status last: a claim passes over leased and delayed rows ahead of it from the index alone
+    "CREATE INDEX idx_queue_claim ON messages (queue, priority DESC, sequence, process_after, status)"
     " WHERE status IN (0, 1)",
 ]
 
@@ -154,7 +155,7 @@ class Migration(migrations.Migration):
                 migrations.AddIndex(
                     "message",
                     models.Index(
-                        fields=["queue", "-priority", "sequence", "process_after"],
+                        fields=["queue", "-priority", "sequence", "process_after", "status"],
                         condition=models.Q(status__in=[0, 1]),
                         name="idx_queue_claim",
                     ),
