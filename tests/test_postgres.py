@@ -109,11 +109,13 @@ def test_claim_uses_the_partial_index_in_claim_order(order):
     """The claim's own pick reads the claim index in its order: no sort of the queue."""
     from forqapp.store.postgresql import PICK
 
-    with connection.cursor() as cur:
+    with connection.cursor() as cur:  # on an empty table any plan costs nothing: forbid the others
         cur.execute("SET enable_seqscan = off")
+        cur.execute("SET enable_sort = off")
         cur.execute("EXPLAIN " + PICK[order], {"queue": "q", "now": 1, "limit": 1})
         plan = "\n".join(r[0] for r in cur.fetchall())
         cur.execute("RESET enable_seqscan")
+        cur.execute("RESET enable_sort")
     assert "idx_queue_claim" in plan and "Sort" not in plan
 
 
