@@ -149,3 +149,61 @@ def live_api(django_db_setup, django_db_blocker):
     api = start_server({"FORQ_SERVE_JOBS": "false"})
     yield api
     stop_server(api)
+
+
+# --- shared by the queue, flow, defer and schedule tests --------------------------------------
+
+
+class Clock:
+    """A fake ``services.now_ms`` (Unix ms) that moves only when told."""
+
+    def __init__(self, start: int | None = None) -> None:
+        from forqapp import utils
+
+        self.now = utils.now_ms() if start is None else start
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, seconds: float) -> int:
+        self.now += round(seconds * 1000)
+        return self.now
+
+    def at(self, when) -> int:
+        self.now = int(when.timestamp() * 1000)
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def _fresh_policies():
+    """Policies are cached per process for a second; each test starts (and leaves) with none."""
+    from forqapp import services
+
+    services.forget_policies()
+    yield
+    services.forget_policies()
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    from forqapp import services
+
+    c = Clock()
+    monkeypatch.setattr(services, "now_ms", c)
+    return c
+
+
+def refused(code: str, fn, *args, **kwargs):
+    """Call ``fn``; it must raise ``ForqError`` with ``code`` (returned)."""
+    from forqapp.errors import ForqError
+
+    with pytest.raises(ForqError) as caught:
+        fn(*args, **kwargs)
+    assert caught.value.code == code, caught.value
+    return caught.value
+
+
+def row(message_id: str):
+    from forqapp.models import Message
+
+    return Message.objects.get(id=message_id)

@@ -15,53 +15,16 @@ import pytest
 from prometheus_client import REGISTRY
 
 import forqapp
-from forqapp import jobs, services, utils
+from forqapp import jobs
 from forqapp.consumers import Consumer
-from forqapp.errors import ForqError
 from forqapp.models import Message, Status
 from forqapp.worker import Worker
 
+from .conftest import refused, row
 from .workerproc import WorkerProc
 
 pytestmark = pytest.mark.django_db
 live = pytest.mark.django_db(transaction=True)  # other connections, threads or processes see the rows
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = utils.now_ms()
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, seconds: float) -> int:
-        self.now += round(seconds * 1000)
-        return self.now
-
-
-@pytest.fixture(autouse=True)
-def _fresh_policies():
-    services.forget_policies()
-    yield
-    services.forget_policies()
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(services, "now_ms", c)
-    return c
-
-
-def refused(code: str, fn, *args, **kwargs) -> ForqError:
-    with pytest.raises(ForqError) as caught:
-        fn(*args, **kwargs)
-    assert caught.value.code == code, caught.value
-    return caught.value
-
-
-def row(message_id: str) -> Message:
-    return Message.objects.get(id=message_id)
 
 
 # --- the Python API ---------------------------------------------------------------------------

@@ -35,33 +35,6 @@ def throttled(queue: str, reason: str) -> float:
     return REGISTRY.get_sample_value("forq_claims_throttled_total", {"queue_name": queue, "reason": reason}) or 0.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = utils.now_ms()
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, seconds: float) -> int:
-        self.now += round(seconds * 1000)
-        return self.now
-
-
-@pytest.fixture(autouse=True)
-def _fresh_policies():
-    """Policies are cached per process for a second; each test starts (and leaves) with none."""
-    services.forget_policies()
-    yield
-    services.forget_policies()
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(services, "now_ms", c)
-    return c
-
-
 def in_flight(queue: str) -> int:
     return Message.objects.filter(queue=queue, status=Status.PROCESSING, process_after__gt=utils.now_ms()).count()
 

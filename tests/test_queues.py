@@ -17,10 +17,11 @@ from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import REGISTRY
 
 import forqapp
-from forqapp import conf, errors, services, utils
+from forqapp import conf, errors, services
 from forqapp.conf import forq_settings
-from forqapp.errors import ForqError
 from forqapp.models import DedupEntry, Message, Queue, Status
+
+from .conftest import refused, row
 
 pytestmark = pytest.mark.django_db
 
@@ -29,44 +30,6 @@ SECOND = 1_000
 
 def sample(name: str, labels: dict | None = None) -> float:
     return REGISTRY.get_sample_value(name, labels or {}) or 0.0
-
-
-def refused(code: str, fn, *args, **kwargs) -> ForqError:
-    with pytest.raises(ForqError) as caught:
-        fn(*args, **kwargs)
-    assert caught.value.code == code, caught.value
-    return caught.value
-
-
-def row(message_id: str) -> Message:
-    return Message.objects.get(id=message_id)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = utils.now_ms()
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, seconds: float) -> int:
-        self.now += round(seconds * 1000)
-        return self.now
-
-
-@pytest.fixture(autouse=True)
-def _fresh_policies():
-    """Policies are cached per process for a second; each test starts (and leaves) with none."""
-    services.forget_policies()
-    yield
-    services.forget_policies()
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(services, "now_ms", c)
-    return c
 
 
 def drain(queue: str, **kw) -> list[forqapp.ReceivedMessage]:

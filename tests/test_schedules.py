@@ -30,52 +30,14 @@ from prometheus_client import REGISTRY
 import forqapp
 from forqapp import conf, jobs, schedules, services, utils
 from forqapp.conf import forq_settings
-from forqapp.errors import ForqError
 from forqapp.models import DedupEntry, Message, Schedule
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, Clock, refused, subprocess_env
 
 pytestmark = pytest.mark.django_db
 live = pytest.mark.django_db(transaction=True)  # other connections, threads or processes see the rows
 
 MINUTE = 60_000
-
-
-class Clock:
-    def __init__(self, start: int | None = None) -> None:
-        self.now = utils.now_ms() if start is None else start
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, seconds: float) -> int:
-        self.now += round(seconds * 1000)
-        return self.now
-
-    def at(self, when: datetime) -> int:
-        self.now = int(when.timestamp() * 1000)
-        return self.now
-
-
-@pytest.fixture(autouse=True)
-def _fresh_policies():
-    services.forget_policies()
-    yield
-    services.forget_policies()
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(services, "now_ms", c)
-    return c
-
-
-def refused(code: str, fn, *args, **kwargs) -> ForqError:
-    with pytest.raises(ForqError) as caught:
-        fn(*args, **kwargs)
-    assert caught.value.code == code, caught.value
-    return caught.value
 
 
 def sent(queue: str) -> list[Message]:
