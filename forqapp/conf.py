@@ -301,6 +301,12 @@ class ForqSettings:
     FORQ_METRICS_AUTH_SECRET: Setting[str] = Setting(
         "", "the key of `GET /metrics`; required (>= 32 characters) with metrics on (E002)",
         check=text, env=str, id="forqapp.E002", deploy=True)
+    FORQ_KEYS_SECRET: Setting[str] = Setting(
+        "", "the server key that seals scoped API keys' secrets at rest (AES-256-GCM); empty: derived "
+        "from `SECRET_KEY`", check=text, env=str)
+    FORQ_KEYS_CACHE_SECONDS: Setting[float] = Setting(
+        5.0, "how long a process trusts its copy of a scoped key: revocation, rotation and disabling take "
+        "effect within this (seconds)", check=number(0), coerce=float)
     FORQ_ENV: Setting[str] = Setting("local", "`pro`: HSTS and secure cookies", check=one_of("local", "pro"),
                                      id="forqapp.E004")
     # Message life

@@ -294,3 +294,6 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder}"
+
+
+from .keys.models import ApiKey, KeyEvent  # noqa: E402, F401 - scoped API keys (issue 16) live in forqapp.keys

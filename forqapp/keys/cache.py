@@ -1,0 +1,157 @@
+"""The per-process key cache: what makes a scoped key cost one dict lookup and one ``hmac`` compare.
+
+Each process remembers, per access key id, the usable :class:`~forqapp.keys.Key` (or that there is
+none) for ``FORQ_KEYS_CACHE_SECONDS`` (default 5): a revocation, a disable, a rotation or an expiry
+takes effect on every host within that time (an expiry at once: it is checked on every use). An
+unknown id is remembered too, so a client guessing ids costs one read per id and period, and a
+wrong id takes the same path as a wrong secret (a compare against a dummy secret): their timings
+match (``tests/test_keys_timing.py``).
+
+Last use: each use is noted in memory; the note is written (one ``UPDATE``) when the key's entry is
+refreshed, so at most once per key, process and period, never once per request.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from typing import Any
+
+from . import ROOT_ACCESS_KEY_ID, Key
+from .tokens import split
+
+logger = logging.getLogger("forqapp.keys")
+
+MAX_ENTRIES = 10_000  # ids remembered per process (guessed ids must not grow it without bound)
+_DUMMY = "x" * 40  # compared against when the id is unknown: a wrong id costs what a wrong secret costs
+
+_entries: dict[str, tuple[float, Key | None]] = {}
+_used: dict[str, int] = {}  # access key id -> last use (Unix ms) not yet written
+_lock = threading.Lock()
+MISS: Any = object()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def root_key() -> Key | None:
+    from ..conf import forq_settings
+
+    secret = forq_settings.FORQ_AUTH_SECRET
+    if not secret:
+        return None
+    key = _root.get(secret)
+    if key is None:
+        _root.clear()
+        key = _root[secret] = Key(ROOT_ACCESS_KEY_ID, secret, root=True, name="FORQ_AUTH_SECRET")
+    return key
+
+
+_root: dict[str, Key] = {}
+
+
+def cached(access_key_id: str) -> Key | None:
+    """The cached answer for ``access_key_id`` (a Key or None), or :data:`MISS`; never a query."""
+    entry = _entries.get(access_key_id)
+    if entry is None or entry[0] < time.monotonic():
+        return MISS
+    key = entry[1]
+    if key is not None:
+        now = _now_ms()
+        if key.expired(now):
+            return None
+        _used[access_key_id] = now
+    return key
+
+
+def for_access_key(access_key_id: str) -> Key | None:
+    if access_key_id == ROOT_ACCESS_KEY_ID:
+        return root_key()
+    key = cached(access_key_id)
+    if key is MISS:
+        key = load(access_key_id)
+        if key is not None:
+            _used[access_key_id] = _now_ms()
+    return key
+
+
+def check_token(token: str | None, lookup=for_access_key) -> Key | None:
+    """The key ``token`` names if its secret is right (constant time), else None. ``lookup``
+    finds a key by id (:func:`cached` for the no-query fast path, which may return :data:`MISS`)."""
+    if not token:
+        return None
+    given = token.encode("utf-8", "surrogatepass")
+    root = root_key()
+    if root is not None and hmac.compare_digest(given, root.secret.encode("utf-8")):
+        return root
+    parts = split(token)
+    if parts is None:
+        return None
+    key = lookup(parts[0])
+    if key is MISS:
+        return MISS
+    expected = key.secret if key is not None else _DUMMY
+    if hmac.compare_digest(parts[1].encode("utf-8", "surrogatepass"), expected.encode("utf-8")):
+        return key
+    return None
+
+
+def for_token(token: str | None) -> Key | None:
+    return check_token(token)
+
+
+def for_token_cached(token: str | None) -> Key | None:
+    """:func:`for_token` without a query: the key, None (wrong or unknown), or :data:`MISS` when the
+    id is not cached (then call :func:`for_token` off the event loop)."""
+    return check_token(token, cached)
+
+
+def load(access_key_id: str) -> Key | None:
+    """Read the key from the database (and write its pending last use); cache the answer."""
+    from ..conf import forq_settings
+    from . import crypto, grants
+    from .models import ApiKey
+
+    now = _now_ms()
+    row = (ApiKey.objects.usable(now).filter(access_key_id=access_key_id)
+           .values_list("name", "secret_sealed", "grants", "expires_at", "last_used_at").first())
+    key = None
+    if row is not None:
+        name, sealed, grant_texts, expires_at, last_used_at = row
+        try:
+            secret = crypto.unseal(sealed, access_key_id)
+            key = Key(access_key_id, secret, grants.parse_all(grant_texts), name=name, expires_at=expires_at)
+        except (crypto.SealError, grants.GrantError) as exc:
+            logger.error("API key %s cannot be used: %s", access_key_id, exc)
+        used = _used.pop(access_key_id, None)
+        if used is not None and (last_used_at is None or used > last_used_at):
+            ApiKey.objects.filter(access_key_id=access_key_id).update(last_used_at=used)
+    with _lock:
+        if len(_entries) >= MAX_ENTRIES:
+            _entries.clear()
+        _entries[access_key_id] = (time.monotonic() + forq_settings.FORQ_KEYS_CACHE_SECONDS, key)
+    return key
+
+
+def flush_last_used() -> int:
+    """Write every pending last use now (tests; a server's shutdown). How many keys were written."""
+    from .models import ApiKey
+
+    pending = list(_used.items())
+    _used.clear()
+    for access_key_id, used in pending:
+        ApiKey.objects.filter(access_key_id=access_key_id).exclude(last_used_at__gte=used).update(last_used_at=used)
+    return len(pending)
+
+
+def forget(access_key_id: str | None = None) -> None:
+    """Drop the cached answer for one id (or all): this process sees a change at once."""
+    with _lock:
+        if access_key_id is None:
+            _entries.clear()
+            _used.clear()
+        else:
+            _entries.pop(access_key_id, None)
