@@ -13,6 +13,7 @@ DLQ_ONLY_OPERATION = "bad_request.dlq_only_operation"
 RECEIPT_MISSING = "bad_request.receipt.missing"
 RECEIPT_INVALID = "bad_request.receipt.invalid"
 UNAUTHORIZED = "unauthorized"
+FORBIDDEN = "forbidden.key_scope"  # forqapp's own: a valid scoped key without the grant (403)
 TOO_MANY_REQUESTS = "too_many_requests"
 NOT_FOUND_MESSAGE = "not_found.message"
 # forqapp's own: every answer of the API is JSON, so are these (Forq's router answers them in text).
@@ -37,6 +38,7 @@ STATUS = {
     RECEIPT_MISSING: 400,
     RECEIPT_INVALID: 400,
     UNAUTHORIZED: 401,
+    FORBIDDEN: 403,
     NOT_FOUND_MESSAGE: 404,
     NOT_FOUND_ROUTE: 404,
     METHOD_NOT_ALLOWED: 405,

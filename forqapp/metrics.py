@@ -137,6 +137,12 @@ def schedule_failed(name: str) -> None:
     schedule_failures_total.labels(name).inc()
 
 
+api_key_forbidden_total = Counter(
+    "forq_api_key_forbidden_total", "Requests refused 403: the scoped API key lacks the grant.",
+    ("access_key_id", "action")
+)
+
+
 def schedule_missed(name: str, n: int) -> None:
     if n:
         schedule_missed_total.labels(name).inc(n)

@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .. import errors, services, validation, waiting
 from ..errors import ForqError
-from .plumbing import endpoint, json_body
+from .plumbing import endpoint, json_body, require
 
 # --- produce ---------------------------------------------------------------------------------
 
@@ -36,7 +36,7 @@ def bulk_items(body: dict) -> list[dict[str, Any]]:
     return items
 
 
-@endpoint("POST")
+@endpoint("POST", action="produce")
 async def batch(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v1/queues/{queue}/messages/batch`` ``{"messages": [{"content", "processAfter"?,
     "priority"?, "attributes"?}]}`` → 200 ``{"ids": [...]}`` (one transaction; one bad item refuses
@@ -47,7 +47,7 @@ async def batch(request: HttpRequest, queue: str) -> HttpResponse:
     return JsonResponse({"ids": message_ids})
 
 
-@endpoint("POST")
+@endpoint("POST", action="produce")
 async def stage(request: HttpRequest, queue: str, token: str) -> HttpResponse:
     """``POST /api/v1/queues/{queue}/staged/{token}`` → 200 ``{"staged": n}``: invisible until
     published. Same messages as a batch produce."""
@@ -58,19 +58,27 @@ async def stage(request: HttpRequest, queue: str, token: str) -> HttpResponse:
     return JsonResponse({"staged": n})
 
 
-@endpoint("POST")
+def _require_produce(request: HttpRequest, pairs: list[tuple[str, str]]) -> None:
+    """A scoped key publishes or discards staged writes only on queues it may produce to (403)."""
+    for queue in {queue for _, queue in pairs}:
+        require(request, queue, "produce")
+
+
+@endpoint("POST", action="produce", scope="view")
 async def publish(request: HttpRequest) -> HttpResponse:
     """``POST /api/v1/staged/publish`` ``{"staged": [{"token", "queue"}]}`` → ``{"published": n}``,
     all in one transaction. Publishing a token again publishes nothing more."""
     pairs = validation.staged_pairs(json_body(request))
+    _require_produce(request, pairs)
     n = await services.run_async(services.publish_staged, pairs) if pairs else 0
     return JsonResponse({"published": n})
 
 
-@endpoint("POST")
+@endpoint("POST", action="produce", scope="view")
 async def discard(request: HttpRequest) -> HttpResponse:
     """``POST /api/v1/staged/discard`` ``{"staged": [{"token", "queue"}]}`` → ``{"discarded": n}``."""
     pairs = validation.staged_pairs(json_body(request))
+    _require_produce(request, pairs)
     n = await services.run_async(services.discard_staged, pairs) if pairs else 0
     return JsonResponse({"discarded": n})
 
@@ -78,7 +86,7 @@ async def discard(request: HttpRequest) -> HttpResponse:
 # --- consume ---------------------------------------------------------------------------------
 
 
-@endpoint("POST", waits=("POST",))
+@endpoint("POST", waits=("POST",), action="consume")
 async def claim(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v1/queues/{queue}/messages/claim`` ``{"max": n, "wait": s}`` → 200
     ``{"messages": [{"id", "content", "attempts", "receipt", "priority", "attributes", "dedup_id",
@@ -98,7 +106,7 @@ async def claim(request: HttpRequest, queue: str) -> HttpResponse:
     ]})
 
 
-@endpoint("POST")
+@endpoint("POST", action="consume")
 async def ack(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v1/queues/{queue}/messages/ack`` ``{"deliveries": [{"id", "receipt"}]}`` →
     ``{"acked": n}``: how many were still current (the others were redelivered or are gone)."""
@@ -108,7 +116,7 @@ async def ack(request: HttpRequest, queue: str) -> HttpResponse:
     return JsonResponse({"acked": n})
 
 
-@endpoint("POST")
+@endpoint("POST", action="consume")
 async def release(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v1/queues/{queue}/messages/release`` ``{"deliveries": [...]}`` →
     ``{"released": n}``: give claimed messages back (ready at once, the attempt not counted)."""
@@ -121,7 +129,7 @@ async def release(request: HttpRequest, queue: str) -> HttpResponse:
 # --- snapshot --------------------------------------------------------------------------------
 
 
-@endpoint("GET")
+@endpoint("GET", action="read")
 async def snapshot(request: HttpRequest, queue: str) -> HttpResponse:
     """``GET /api/v1/queues/{queue}/snapshot?after=&upto=&limit=`` → ``{"messages": [...],
     "next": id|null}`` (or, with ``format=columns``, ``{"columns": {name: [values]}, "count",
@@ -155,7 +163,7 @@ def _attributes(texts: list[str | None]) -> list[dict[str, str] | None]:
     return [loads(t) if t else None for t in texts]
 
 
-@endpoint("GET")
+@endpoint("GET", action="read")
 async def snapshot_bounds(request: HttpRequest, queue: str) -> HttpResponse:
     """``GET /api/v1/queues/{queue}/snapshot/bounds`` → ``{"count", "minId", "maxId"}``."""
     queue = validation.queue_name(queue)

@@ -19,9 +19,11 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import errors, services, validation
+from .. import errors, metrics, services, validation
 from ..conf import forq_settings
 from ..errors import ForqError
+from ..keys import ACTIONS
+from ..keys import cache as key_cache
 from .auth import client_address, key_matches
 
 logger = logging.getLogger("forqapp.api")
@@ -38,6 +40,17 @@ class Endpoint:
     methods: tuple[str, ...]
     key: str | None  # the setting that holds the API key, or None: open
     waits: tuple[str, ...]  # methods that may wait (long polls): cancelled when their client leaves
+    # The action (forqapp.keys: produce, consume, manage, read) each method needs, and on what:
+    # "queue" the path's queue, "all" every queue (a ``*`` grant), "view" the view checks (key_of).
+    # An endpoint that declares none takes the root key only.
+    actions: tuple[tuple[str, str], ...] = ()
+    scope: str = "queue"
+
+    def action(self, method: str) -> str | None:
+        for m, action in self.actions:
+            if m == method:
+                return action
+        return None
 
 
 def spec(view: object) -> Endpoint | None:
@@ -65,8 +78,25 @@ def secure(response: HttpResponse) -> HttpResponse:
 _HEADERS_CHECKED = "_forq_headers_checked"
 
 
+API_KEY_SETTING = "FORQ_AUTH_SECRET"  # endpoints under it take scoped keys too (forqapp.keys)
+_KEY = "forq_key"  # the request's forqapp.keys.Key, once authenticated
+
+
+def key_of(request: HttpRequest):
+    """The :class:`forqapp.keys.Key` the request authenticated with (None on an open endpoint)."""
+    return getattr(request, _KEY, None)
+
+
 async def _authorize(request: HttpRequest, secret_setting: str) -> None:
-    if key_matches(request.headers.get("X-API-Key"), getattr(forq_settings, secret_setting)):
+    given = request.headers.get("X-API-Key")
+    if secret_setting == API_KEY_SETTING:
+        key = key_cache.for_token_cached(given)  # no query: the root key, or a cached scoped key
+        if key is key_cache.MISS:
+            key = await services.run_async(key_cache.for_token, given)
+        if key is not None:
+            setattr(request, _KEY, key)
+            return  # a valid key always passes, even from a throttled address
+    elif key_matches(given, getattr(forq_settings, secret_setting)):
         return  # a valid key always passes, even from a throttled address (and costs no query)
     address = client_address(request)
     retry_after = await services.run_async(services.auth_retry_after, address)
@@ -84,6 +114,32 @@ async def _check_headers(request: HttpRequest, endpoint: Endpoint) -> None:
         await _authorize(request, endpoint.key)
 
 
+def _check_scope(request: HttpRequest, endpoint: Endpoint, kwargs: dict[str, Any]) -> None:
+    """403 ``forbidden.key_scope`` when the request's scoped key lacks the endpoint's grant (after
+    the 401 checks; a 403 does not count toward the throttle: the key is right)."""
+    key = key_of(request)
+    if key is None or key.root or endpoint.scope == "view":
+        return
+    action = endpoint.action(request.method or "")
+    if action is not None:
+        if endpoint.scope == "all":
+            if key.allows("*", action):
+                return
+        elif key.allows(kwargs.get("queue", ""), action):
+            return
+    metrics.api_key_forbidden_total.labels(key.access_key_id, action or "root").inc()
+    raise ForqError(errors.FORBIDDEN, f"this key may not {action or 'use this endpoint'}"
+                    + (" on every queue" if endpoint.scope == "all" else f" on {kwargs.get('queue', '')!r}"))
+
+
+def require(request: HttpRequest, queue: str, action: str) -> None:
+    """For views that check their own grants (``scope="view"``): 403 unless the key allows it."""
+    key = key_of(request)
+    if key is not None and not key.allows(queue, action):
+        metrics.api_key_forbidden_total.labels(key.access_key_id, action).inc()
+        raise ForqError(errors.FORBIDDEN, f"this key may not {action} on {queue!r}")
+
+
 def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
     """The JSON answer to a view's exception: Forq's code, never a bare 500 for bad input."""
     if isinstance(exc, ForqError):
@@ -96,15 +152,25 @@ def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error_response(errors.INTERNAL)
 
 
-def endpoint(*methods: str, key: str | None = "FORQ_AUTH_SECRET",
-             waits: tuple[str, ...] = ()) -> Callable[[View], View]:
+def endpoint(*methods: str, key: str | None = API_KEY_SETTING, waits: tuple[str, ...] = (),
+             action: str | dict[str, str] | None = None, scope: str = "queue") -> Callable[[View], View]:
     """Method check, API key, Forq's error mapping and security headers, for every API view.
     ``waits``: the methods under which the view may wait for a message (:mod:`forqapp.waiting`).
+    ``action``: what a scoped key needs (one action, or one per method) on ``scope`` (see
+    :class:`Endpoint`); the root key (``FORQ_AUTH_SECRET``) may do everything.
 
     The method and key are checked before the view reads the body; forqapp's ASGI app runs that
     check (:func:`early_refusal`) before it even receives the body, so a wrong key costs no memory,
     and the view then skips it."""
-    declared = Endpoint(methods, key, waits)
+    if action is None:
+        actions: tuple[tuple[str, str], ...] = ()
+    elif isinstance(action, str):
+        actions = tuple((m, action) for m in methods)
+    else:
+        actions = tuple(action.items())
+    if any(a not in ACTIONS for _, a in actions) or scope not in ("queue", "all", "view"):
+        raise ValueError(f"unknown action or scope in {actions!r}, {scope!r}")
+    declared = Endpoint(methods, key, waits, actions, scope)
 
     def decorate(view: View) -> View:
         @functools.wraps(view)
@@ -113,6 +179,7 @@ def endpoint(*methods: str, key: str | None = "FORQ_AUTH_SECRET",
             try:
                 if not getattr(request, _HEADERS_CHECKED, False):  # forqapp's ASGI app checked them already
                     await _check_headers(request, declared)
+                _check_scope(request, declared, kwargs)
                 response = await view(request, **kwargs)
             except Exception as exc:  # noqa: BLE001 - mapped to Forq's codes; unexpected ones logged, 500
                 response = _refusal(request, exc)

@@ -27,7 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 from .. import errors, schedules, services, validation, vocab, waiting
 from ..conf import forq_settings
 from ..errors import ForqError
-from .plumbing import View, endpoint, json_body, secure
+from .plumbing import View, endpoint, json_body, key_of, secure
 
 MAX_ENTRIES = 10  # messages in a send batch, deliveries in a settle batch, messages in a receive
 MAX_ERROR_TEXT = 2_000  # a nack's failure reason (services.MAX_ERROR_CHARS)
@@ -36,6 +36,7 @@ DEDUP_WINDOW_S = (0.001, 12 * 3600)  # a send's dedup_window (services._dedup_wi
 # The answer's ``message`` when the error carries none of its own (the plumbing's refusals).
 MESSAGES = {
     errors.UNAUTHORIZED: "missing or wrong X-API-Key",
+    errors.FORBIDDEN: "this API key has no grant for this action on this queue",
     errors.TOO_MANY_REQUESTS: "too many wrong keys from this address: retry after Retry-After seconds",
     errors.METHOD_NOT_ALLOWED: "method not allowed on this path (see Allow)",
     errors.CONTENT_EXCEEDS_LIMIT: "the body is over the size limit",
@@ -74,8 +75,9 @@ def _explained(response: HttpResponse) -> HttpResponse:
     return response
 
 
-def v2_endpoint(*methods: str, waits: tuple[str, ...] = ()) -> Callable[[View], View]:
-    """:func:`forqapp.api.plumbing.endpoint` (method, key, throttle, headers), with v2's errors."""
+def v2_endpoint(*methods: str, waits: tuple[str, ...] = (), action: str | dict[str, str] | None = None,
+                scope: str = "queue") -> Callable[[View], View]:
+    """:func:`forqapp.api.plumbing.endpoint` (method, key and its grant, throttle, headers), with v2's errors."""
 
     def decorate(view: View) -> View:
         @functools.wraps(view)
@@ -85,7 +87,7 @@ def v2_endpoint(*methods: str, waits: tuple[str, ...] = ()) -> Callable[[View], 
             except ForqError as exc:
                 return problem(exc.code, str(exc), exc.status, exc.headers)
 
-        guarded = endpoint(*methods, waits=waits)(answering)
+        guarded = endpoint(*methods, waits=waits, action=action, scope=scope)(answering)
 
         @functools.wraps(guarded)  # keeps forq_endpoint and csrf_exempt, which the ASGI app reads
         async def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
@@ -347,14 +349,16 @@ def queue_json(info: services.QueueInfo) -> dict[str, Any]:
 # --- queues ---------------------------------------------------------------------------------------
 
 
-@v2_endpoint("GET")
+@v2_endpoint("GET", action="read", scope="view")
 async def queues(request: HttpRequest) -> HttpResponse:
     """``GET /api/v2/queues`` → ``{"queues": [queue]}``: every queue, its policy and counts."""
     infos = await services.run_async(services.list_queues)
-    return JsonResponse({"queues": [queue_json(info) for info in infos]})
+    key = key_of(request)  # a scoped key sees the queues it may read
+    return JsonResponse({"queues": [queue_json(info) for info in infos if key is None or key.allows(info.name, "read")]})
 
 
-@v2_endpoint("GET", "PUT", "PATCH", "DELETE")
+@v2_endpoint("GET", "PUT", "PATCH", "DELETE",
+             action={"GET": "read", "PUT": "manage", "PATCH": "manage", "DELETE": "manage"})
 async def queue(request: HttpRequest, queue: str) -> HttpResponse:
     """``/api/v2/queues/{queue}``: GET its policy and counts; PUT its whole policy (absent fields
     follow the global settings); PATCH some fields; DELETE it with its messages and its DLQ's."""
@@ -371,7 +375,7 @@ async def queue(request: HttpRequest, queue: str) -> HttpResponse:
     return JsonResponse(queue_json(info))
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="manage")
 async def purge(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v2/queues/{queue}/purge`` → ``{"purged": n}``: every message of the queue (not its
     DLQ's) deleted, whatever its state."""
@@ -382,7 +386,7 @@ async def purge(request: HttpRequest, queue: str) -> HttpResponse:
 # --- send -----------------------------------------------------------------------------------------
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="produce")
 async def send(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v2/queues/{queue}/messages`` → 201 ``{"id", "sequence", "deduplicated": false}``
     (``Location``: the message); a deduplicated send creates nothing: 200, the original's id."""
@@ -400,7 +404,7 @@ def _sent(result: services.SendResult) -> dict[str, Any]:
     return {"id": result.id, "sequence": result.sequence, "deduplicated": result.deduplicated}
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="produce")
 async def send_batch(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v2/queues/{queue}/messages/batch`` ``{"entries": [message]}`` (1 to 10) → 200
     ``{"successful": [{"index", "id", "sequence", "deduplicated"}], "failed": [{"index", "code",
@@ -423,7 +427,7 @@ async def send_batch(request: HttpRequest, queue: str) -> HttpResponse:
 # --- receive, peek --------------------------------------------------------------------------------
 
 
-@v2_endpoint("POST", waits=("POST",))
+@v2_endpoint("POST", waits=("POST",), action="consume")
 async def receive(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v2/queues/{queue}/receive`` ``{"max_messages", "wait", "visibility_timeout",
     "random"}`` (all optional; an empty body is fine) → ``{"messages": [...]}``, highest priority
@@ -441,7 +445,7 @@ async def receive(request: HttpRequest, queue: str) -> HttpResponse:
     return JsonResponse({"messages": [message_json(m) for m in messages]})
 
 
-@v2_endpoint("GET")
+@v2_endpoint("GET", action="read")
 async def peek(request: HttpRequest, queue: str) -> HttpResponse:
     """``GET /api/v2/queues/{queue}/peek`` → ``{"message": message | null}``: what a receive would
     get now, with no receipt; nothing changes."""
@@ -450,7 +454,7 @@ async def peek(request: HttpRequest, queue: str) -> HttpResponse:
     return JsonResponse({"message": None if found is None else message_json(found)})
 
 
-@v2_endpoint("GET")
+@v2_endpoint("GET", action="read")
 async def message(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     """``GET /api/v2/queues/{queue}/messages/{id}`` → the message, in whatever state (404 when it
     is gone); no receipt, nothing changes."""
@@ -464,7 +468,7 @@ async def message(request: HttpRequest, queue: str, message_id: str) -> HttpResp
 # --- settle by receipt: one ------------------------------------------------------------------------
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="consume")
 async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     """``POST …/messages/{id}/ack`` ``{"receipt"}`` → 204: done, the message is deleted."""
     queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
@@ -473,7 +477,7 @@ async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse
     return HttpResponse(status=204)
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="consume")
 async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     """``POST …/messages/{id}/nack`` ``{"receipt", "error"?}`` → 204: retried after the queue's
     backoff, or dead-lettered when out of attempts; ``error`` is kept as the failure reason."""
@@ -484,7 +488,7 @@ async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpRespons
     return HttpResponse(status=204)
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="consume")
 async def change_visibility(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     """``POST …/messages/{id}/change-visibility`` ``{"receipt", "visibility_timeout"}`` → 204: the
     lease now ends that many seconds from now (0: released, receivable at once)."""
@@ -498,7 +502,7 @@ async def change_visibility(request: HttpRequest, queue: str, message_id: str) -
     return HttpResponse(status=204)
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="consume")
 async def defer(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     """``POST …/messages/{id}/defer`` ``{"receipt", "delay"?, "state"?}`` → 204: the same message
     (id, attempts) back on its queue ``delay`` seconds from now (default 0), behind the others of
@@ -545,20 +549,20 @@ async def _settle_batch(request: HttpRequest, queue: str, action: str) -> HttpRe
     return JsonResponse({"successful": successful, "failed": failed})
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="consume")
 async def ack_batch(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v2/queues/{queue}/messages/ack``: ack up to 10 deliveries."""
     return await _settle_batch(request, queue, "ack")
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="consume")
 async def nack_batch(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v2/queues/{queue}/messages/nack``: nack up to 10 deliveries (``error``: the
     failure reason kept on each)."""
     return await _settle_batch(request, queue, "nack")
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="consume")
 async def change_visibility_batch(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v2/queues/{queue}/messages/change-visibility``: up to 10 deliveries' leases now end
     ``visibility_timeout`` seconds from now (0: released)."""
@@ -568,14 +572,14 @@ async def change_visibility_batch(request: HttpRequest, queue: str) -> HttpRespo
 # --- schedules ------------------------------------------------------------------------------------
 
 
-@v2_endpoint("GET")
+@v2_endpoint("GET", action="read", scope="all")
 async def schedule_list(request: HttpRequest) -> HttpResponse:
     """``GET /api/v2/schedules`` → ``{"schedules": [schedule]}``, by name."""
     infos = await services.run_async(schedules.list_schedules)
     return JsonResponse({"schedules": [info.json() for info in infos]})
 
 
-@v2_endpoint("GET", "PUT", "DELETE")
+@v2_endpoint("GET", "PUT", "DELETE", action={"GET": "read", "PUT": "manage", "DELETE": "manage"}, scope="all")
 async def schedule(request: HttpRequest, name: str) -> HttpResponse:
     """``/api/v2/schedules/{name}``: GET it (404 ``not_found.schedule``); PUT it whole, creating or
     replacing it (``{"queue", "content", "cron" | "every", "catch_up"?, "priority"?, "attributes"?,
@@ -593,7 +597,7 @@ async def schedule(request: HttpRequest, name: str) -> HttpResponse:
     return JsonResponse((await services.run_async(schedules.get, name)).json())
 
 
-@v2_endpoint("POST")
+@v2_endpoint("POST", action="manage", scope="all")
 async def run_schedule(request: HttpRequest, name: str) -> HttpResponse:
     """``POST /api/v2/schedules/{name}/run`` → 201 ``{"id"}`` (``Location``: the message): the
     schedule's message sent now, outside its ticks (also when paused); its next tick is unchanged."""

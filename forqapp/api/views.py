@@ -15,7 +15,7 @@ from ..conf import forq_settings
 from .plumbing import RECEIPT_HEADER, endpoint, json_body, receipt
 
 
-@endpoint("GET", "POST", waits=("GET",))
+@endpoint("GET", "POST", waits=("GET",), action={"GET": "consume", "POST": "produce"})
 async def messages(request: HttpRequest, queue: str) -> HttpResponse:
     if request.method == "POST":
         return await produce(request, queue)
@@ -41,13 +41,13 @@ async def consume(request: HttpRequest, queue: str) -> HttpResponse:
     return response
 
 
-@endpoint("POST")
+@endpoint("POST", action="consume")
 async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     await services.run_async(services.ack_delivery, *_delivery(request, queue, message_id))
     return HttpResponse(status=204)
 
 
-@endpoint("POST")
+@endpoint("POST", action="consume")
 async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     await services.run_async(services.nack_delivery, *_delivery(request, queue, message_id))
     return HttpResponse(status=204)
