@@ -1,0 +1,140 @@
+# ruff: noqa: S106  (test passwords)
+"""The admin and the HTMX page of scoped API keys (issue 16): staff only, CSRF, the secret shown once
+(no-store, not kept in the session), confirmation for revoke and rotate, an audit event per change.
+The same flows in a real browser: tests/test_keys_browser.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from forqapp.keys import cache, for_token, service
+from forqapp.keys.models import ApiKey, KeyEvent
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    cache.forget()
+
+
+@pytest.fixture
+def staff():
+    return User.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def staff_client(staff):
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(staff)
+    return c
+
+
+def csrf(c: Client, url: str) -> str:
+    page = c.get(url)
+    assert page.status_code == 200
+    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode()).group(1)
+
+
+def test_admin_add_shows_the_secret_once(staff_client):
+    token = csrf(staff_client, "/admin/forqapp/apikey/add/")
+    r = staff_client.post("/admin/forqapp/apikey/add/", {"name": "orders-producer", "grants_text": "orders:produce",
+                                                         "expires": "", "csrfmiddlewaretoken": token})
+    assert r.status_code == 200, r.content[:500]
+    assert "no-store" in r["Cache-Control"]
+    html = r.content.decode()
+    shown = re.search(r'data-testid="token">([^<]+)<', html).group(1)
+    key = for_token(shown)
+    assert key is not None and key.allows("orders", "produce") and not key.allows("orders", "consume")
+    secret = shown.split(".", 1)[1]
+    assert secret not in staff_client.get("/admin/forqapp/apikey/").content.decode()
+    change = staff_client.get(f"/admin/forqapp/apikey/{ApiKey.objects.get().pk}/change/").content.decode()
+    assert secret not in change and "orders:produce" in change and "created" in change
+    assert secret not in str(dict(staff_client.session))
+    assert list(KeyEvent.objects.values_list("action", "actor", "via")) == [("created", "staff", "admin")]
+
+
+def test_admin_refuses_a_bad_grant(staff_client):
+    token = csrf(staff_client, "/admin/forqapp/apikey/add/")
+    r = staff_client.post("/admin/forqapp/apikey/add/", {"name": "x", "grants_text": "orders*:produce",
+                                                         "csrfmiddlewaretoken": token})
+    assert r.status_code == 200 and "a prefix pattern ends with" in r.content.decode()
+    assert not ApiKey.objects.exists()
+
+
+def test_admin_edit_revoke_and_rotate_behind_confirmation(staff_client):
+    issued = service.create("worker", ["orders:consume"], actor="t", via="cli")
+    pk = issued.key.pk
+    token = csrf(staff_client, f"/admin/forqapp/apikey/{pk}/change/")
+    r = staff_client.post(f"/admin/forqapp/apikey/{pk}/change/", {
+        "grants_text": "orders:consume\norders:read", "expires": "", "csrfmiddlewaretoken": token})
+    assert r.status_code == 302, r.content.decode()[:3000]
+    assert ApiKey.objects.get().grants == ["orders:consume", "orders:read"]
+    assert for_token(issued.token).allows("orders", "read")
+
+    token = csrf(staff_client, "/admin/forqapp/apikey/")
+    confirm = staff_client.post("/admin/forqapp/apikey/", {"action": "rotate_keys", "_selected_action": [pk],
+                                                           "csrfmiddlewaretoken": token})
+    assert confirm.status_code == 200 and "Rotate: yes" in confirm.content.decode()
+    assert for_token(issued.token) is not None  # nothing happened yet
+    done = staff_client.post("/admin/forqapp/apikey/", {"action": "rotate_keys", "_selected_action": [pk],
+                                                        "post": "yes", "csrfmiddlewaretoken": token})
+    new_token = re.search(r'data-testid="token">([^<]+)<', done.content.decode()).group(1)
+    assert for_token(issued.token) is None and for_token(new_token) is not None
+
+    staff_client.post("/admin/forqapp/apikey/", {"action": "revoke_keys", "_selected_action": [pk], "post": "yes",
+                                                 "csrfmiddlewaretoken": token})
+    assert for_token(new_token) is None
+    assert [e.action for e in KeyEvent.objects.order_by("at", "id")] == ["created", "edited", "rotated", "revoked"]
+    # Keys are never deleted (the audit log stays): no delete action, no delete page.
+    assert staff_client.get(f"/admin/forqapp/apikey/{pk}/delete/").status_code == 403
+
+
+def test_ui_page_create_rotate_revoke(staff_client):
+    page = staff_client.get("/ui/keys/")
+    assert page.status_code == 200 and b"No scoped keys yet" in page.content
+    token = csrf(staff_client, "/ui/keys/")
+    r = staff_client.post("/ui/keys/create/", {"name": "p", "grants": "orders:produce\norders.*:read", "expires": "7d"},
+                          HTTP_HX_REQUEST="true", HTTP_X_CSRFTOKEN=token)
+    assert r.status_code == 200 and "no-store" in r["Cache-Control"]
+    html = r.content.decode()
+    assert "<html" not in html  # the partial
+    shown = re.search(r'data-testid="token">([^<]+)<', html).group(1)
+    assert for_token(shown).allows("orders.eu", "read")
+    key = ApiKey.objects.get()
+    assert key.expires_at is not None
+    listing = staff_client.get("/ui/keys/").content.decode()
+    assert shown.split(".", 1)[1] not in listing and "orders.*:read" in listing
+    r = staff_client.post(f"/ui/keys/{key.access_key_id}/rotate/", HTTP_HX_REQUEST="true", HTTP_X_CSRFTOKEN=token)
+    rotated = re.search(r'data-testid="token">([^<]+)<', r.content.decode()).group(1)
+    assert for_token(shown) is None and for_token(rotated) is not None
+    r = staff_client.post(f"/ui/keys/{key.access_key_id}/revoke/", HTTP_HX_REQUEST="true", HTTP_X_CSRFTOKEN=token)
+    assert "Revoked p" in r.content.decode() and for_token(rotated) is None
+    assert [e.via for e in KeyEvent.objects.all()] == ["ui", "ui", "ui"]
+
+
+def test_ui_refuses_bad_input_and_escapes(staff_client):
+    token = csrf(staff_client, "/ui/keys/")
+    r = staff_client.post("/ui/keys/create/", {"name": "<b>x</b>", "grants": "orders:write"}, HTTP_X_CSRFTOKEN=token)
+    assert r.status_code == 400 and "actions are" in r.content.decode()
+    assert "<b>x</b>" not in r.content.decode() and "&lt;b&gt;x&lt;/b&gt;" in r.content.decode()
+    r = staff_client.post("/ui/keys/create/", {"name": "x", "grants": "a:read", "expires": "soon"}, HTTP_X_CSRFTOKEN=token)
+    assert r.status_code == 400 and not ApiKey.objects.exists()
+
+
+def test_pages_need_staff_and_csrf(staff):
+    anonymous = Client(enforce_csrf_checks=True)
+    assert anonymous.get("/ui/keys/").status_code == 302
+    assert anonymous.get("/admin/forqapp/apikey/").status_code == 302
+    User.objects.create_user("joe", password="pw-joe-12345")
+    joe = Client()
+    joe.login(username="joe", password="pw-joe-12345")
+    assert joe.post("/ui/keys/create/", {"name": "x", "grants": "*:manage"}).status_code == 302
+    no_token = Client(enforce_csrf_checks=True)
+    no_token.force_login(staff)
+    assert no_token.post("/ui/keys/create/", {"name": "x", "grants": "*:manage"}).status_code == 403
+    assert not ApiKey.objects.exists()
