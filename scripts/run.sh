@@ -12,12 +12,13 @@ if [ ! -f var/local.env ]; then
     echo "FORQ_AUTH_SECRET=$(gen)"
     echo "FORQ_METRICS_AUTH_SECRET=$(gen)"
     echo "DJANGO_SECRET_KEY=$(gen)$(gen)"
+    echo "FORQ_KEYS_SECRET=$(gen)"  # seals scoped API keys' secrets (kept: changing it voids every key)
     echo "FORQ_ADMIN_PASSWORD=$(gen | cut -c1-16)"
   } > var/local.env
   echo "==> generated local secrets in var/local.env"
 fi
 # Values already in the environment win over the generated ones.
-secrets="FORQ_AUTH_SECRET FORQ_METRICS_AUTH_SECRET DJANGO_SECRET_KEY FORQ_ADMIN_PASSWORD"
+secrets="FORQ_AUTH_SECRET FORQ_METRICS_AUTH_SECRET DJANGO_SECRET_KEY FORQ_ADMIN_PASSWORD FORQ_KEYS_SECRET"
 for name in $secrets; do [ -n "${!name:-}" ] && declare "given_$name=${!name}"; done
 set -a
 # shellcheck disable=SC1091
@@ -63,6 +64,9 @@ cat <<MSG
     # then, with the "id" and "receipt" it answered:
     ID=...; RECEIPT=...
     curl -i -X POST -H "X-API-Key: \$KEY" -H "X-Forq-Receipt: \$RECEIPT" $api/api/v1/queues/demo/messages/\$ID/ack
+
+  Scoped API keys (one queue, some actions; the secret shown once): the admin's "API keys" page, or
+    (set -a; . var/local.env; FORQ_DB_PATH=$FORQ_DB_PATH $PY manage.py forq_keys create orders-producer --grant orders:produce)
 
   Secrets live in var/local.env (variables set in the environment win). Ctrl-C stops the server.
 
