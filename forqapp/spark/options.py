@@ -75,7 +75,8 @@ class ForqOptions:
             raise ForqOptionError(f"forq option 'url' must start with http:// or https://, not {url!r}")
         api_key = _get(options, "apiKey")
         if not api_key:
-            raise ForqOptionError("forq option 'apiKey' is required (forqapp's FORQ_AUTH_SECRET)")
+            raise ForqOptionError("forq option 'apiKey' is required (forqapp's FORQ_AUTH_SECRET, or a scoped "
+                                  "key's token: produce to write, read to read, consume to stream)")
         queue = (_get(options, "queue") or "").strip()
         if not queue:
             raise ForqOptionError("forq option 'queue' is required")
