@@ -7,8 +7,9 @@ unknown id is remembered too, so a client guessing ids costs one read per id and
 wrong id takes the same path as a wrong secret (a compare against a dummy secret): their timings
 match (``tests/test_keys_timing.py``).
 
-Last use: each use is noted in memory; the note is written (one ``UPDATE``) when the key's entry is
-refreshed, so at most once per key, process and period, never once per request.
+Last use: a use that loads the key (a miss) writes it at once (one ``UPDATE``); a use answered
+from the cache is noted in memory, and the next load writes it. So at most one write per key,
+process and period, never one per request; ``last_used_at`` is right to within the period.
 """
 
 from __future__ import annotations
@@ -59,11 +60,8 @@ def cached(access_key_id: str) -> Key | None:
     if entry is None or entry[0] < time.monotonic():
         return MISS
     key = entry[1]
-    if key is not None:
-        now = _now_ms()
-        if key.expired(now):
-            return None
-        _used[access_key_id] = now
+    if key is not None and key.expired(_now_ms()):
+        return None
     return key
 
 
@@ -74,13 +72,15 @@ def for_access_key(access_key_id: str) -> Key | None:
     if key is MISS:
         key = load(access_key_id)
         if key is not None:
-            _used[access_key_id] = _now_ms()
+            write_last_use(access_key_id)
+    elif key is not None:
+        _used[access_key_id] = _now_ms()
     return key
 
 
-def check_token(token: str | None, lookup=for_access_key) -> Key | None:
-    """The key ``token`` names if its secret is right (constant time), else None. ``lookup``
-    finds a key by id (:func:`cached` for the no-query fast path, which may return :data:`MISS`)."""
+def check_token(token: str | None, *, query: bool = True) -> Key | None:
+    """The key ``token`` names if its secret is right (constant time), else None. Without
+    ``query``, :data:`MISS` when the key is not cached (the caller asks again off the event loop)."""
     if not token:
         return None
     given = token.encode("utf-8", "surrogatepass")
@@ -90,13 +90,22 @@ def check_token(token: str | None, lookup=for_access_key) -> Key | None:
     parts = split(token)
     if parts is None:
         return None
-    key = lookup(parts[0])
-    if key is MISS:
-        return MISS
+    access_key_id = parts[0]
+    key = cached(access_key_id)
+    loaded = key is MISS
+    if loaded:
+        if not query:
+            return MISS
+        key = load(access_key_id)
     expected = key.secret if key is not None else _DUMMY
-    if hmac.compare_digest(parts[1].encode("utf-8", "surrogatepass"), expected.encode("utf-8")):
-        return key
-    return None
+    if not hmac.compare_digest(parts[1].encode("utf-8", "surrogatepass"), expected.encode("utf-8")):
+        return None
+    if key is not None:
+        if loaded:
+            write_last_use(access_key_id)  # at most once per key, process and cache period
+        else:
+            _used[access_key_id] = _now_ms()  # written on the next refresh
+    return key
 
 
 def for_token(token: str | None) -> Key | None:
@@ -106,7 +115,15 @@ def for_token(token: str | None) -> Key | None:
 def for_token_cached(token: str | None) -> Key | None:
     """:func:`for_token` without a query: the key, None (wrong or unknown), or :data:`MISS` when the
     id is not cached (then call :func:`for_token` off the event loop)."""
-    return check_token(token, cached)
+    return check_token(token, query=False)
+
+
+def write_last_use(access_key_id: str) -> None:
+    """Write the key's last use: now (one ``UPDATE``, after a load: the use that caused it)."""
+    from .models import ApiKey
+
+    _used.pop(access_key_id, None)
+    ApiKey.objects.filter(access_key_id=access_key_id).update(last_used_at=_now_ms())
 
 
 def load(access_key_id: str) -> Key | None:
@@ -117,18 +134,15 @@ def load(access_key_id: str) -> Key | None:
 
     now = _now_ms()
     row = (ApiKey.objects.usable(now).filter(access_key_id=access_key_id)
-           .values_list("name", "secret_sealed", "grants", "expires_at", "last_used_at").first())
+           .values_list("name", "secret_sealed", "grants", "expires_at").first())
     key = None
     if row is not None:
-        name, sealed, grant_texts, expires_at, last_used_at = row
+        name, sealed, grant_texts, expires_at = row
         try:
             secret = crypto.unseal(sealed, access_key_id)
             key = Key(access_key_id, secret, grants.parse_all(grant_texts), name=name, expires_at=expires_at)
         except (crypto.SealError, grants.GrantError) as exc:
             logger.error("API key %s cannot be used: %s", access_key_id, exc)
-        used = _used.pop(access_key_id, None)
-        if used is not None and (last_used_at is None or used > last_used_at):
-            ApiKey.objects.filter(access_key_id=access_key_id).update(last_used_at=used)
     with _lock:
         if len(_entries) >= MAX_ENTRIES:
             _entries.clear()
