@@ -28,7 +28,9 @@ logger = logging.getLogger("forqapp.keys")
 MAX_ENTRIES = 10_000  # ids remembered per process (guessed ids must not grow it without bound)
 _DUMMY = "x" * 40  # compared against when the id is unknown: a wrong id costs what a wrong secret costs
 
-_entries: dict[str, tuple[float, Key | None]] = {}
+_NOBODY = Key("", _DUMMY)  # an unknown id's entry: it goes through the same steps as a known key
+
+_entries: dict[str, tuple[float, Key]] = {}
 _used: dict[str, int] = {}  # access key id -> last use (Unix ms) not yet written
 _lock = threading.Lock()
 MISS: Any = object()
@@ -54,15 +56,21 @@ def root_key() -> Key | None:
 _root: dict[str, Key] = {}
 
 
-def cached(access_key_id: str) -> Key | None:
-    """The cached answer for ``access_key_id`` (a Key or None), or :data:`MISS`; never a query."""
+def _entry(access_key_id: str) -> Key:
+    """The cached key (:data:`_NOBODY` for an unknown, expired or unusable one), or :data:`MISS`."""
     entry = _entries.get(access_key_id)
     if entry is None or entry[0] < time.monotonic():
         return MISS
     key = entry[1]
-    if key is not None and key.expired(_now_ms()):
-        return None
+    if key.expired(_now_ms()):
+        return _NOBODY
     return key
+
+
+def cached(access_key_id: str) -> Key | None:
+    """The cached answer for ``access_key_id`` (a Key or None), or :data:`MISS`; never a query."""
+    key = _entry(access_key_id)
+    return None if key is _NOBODY else key
 
 
 def for_access_key(access_key_id: str) -> Key | None:
@@ -91,20 +99,21 @@ def check_token(token: str | None, *, query: bool = True) -> Key | None:
     if parts is None:
         return None
     access_key_id = parts[0]
-    key = cached(access_key_id)
+    key = _entry(access_key_id)
     loaded = key is MISS
     if loaded:
         if not query:
             return MISS
-        key = load(access_key_id)
-    expected = key.secret if key is not None else _DUMMY
-    if not hmac.compare_digest(parts[1].encode("utf-8", "surrogatepass"), expected.encode("utf-8")):
+        key = load(access_key_id) or _NOBODY
+    # An unknown id is compared against a dummy secret: a wrong id costs what a wrong secret costs.
+    if not hmac.compare_digest(parts[1].encode("utf-8", "surrogatepass"), key.secret.encode("utf-8")):
         return None
-    if key is not None:
-        if loaded:
-            write_last_use(access_key_id)  # at most once per key, process and cache period
-        else:
-            _used[access_key_id] = _now_ms()  # written on the next refresh
+    if key is _NOBODY:
+        return None
+    if loaded:
+        write_last_use(access_key_id)  # at most once per key, process and cache period
+    else:
+        _used[access_key_id] = _now_ms()  # written on the next load
     return key
 
 
@@ -146,7 +155,7 @@ def load(access_key_id: str) -> Key | None:
     with _lock:
         if len(_entries) >= MAX_ENTRIES:
             _entries.clear()
-        _entries[access_key_id] = (time.monotonic() + forq_settings.FORQ_KEYS_CACHE_SECONDS, key)
+        _entries[access_key_id] = (time.monotonic() + forq_settings.FORQ_KEYS_CACHE_SECONDS, key or _NOBODY)
     return key
 
 
