@@ -1,0 +1,53 @@
+"""A wrong secret and a wrong access key id take the same time (issue 16): neither tells a guesser
+whether the id exists. Both are answered from the per-process cache after the first try (an unknown
+id is remembered as unknown) and both end in one constant-time compare of 40 characters (against a
+dummy secret for an unknown id). Medians of interleaved runs, printed (``pytest -s``)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from forqapp.keys import cache, for_token, service, tokens
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def medians(cases: dict[str, str], rounds: int = 30, per_round: int = 2000) -> dict[str, float]:
+    """Median over ``rounds`` of the mean time of one for_token call (ns), the cases interleaved."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, token in cases.items():
+            start = time.perf_counter_ns()
+            for _ in range(per_round):
+                for_token(token)
+            samples[name].append((time.perf_counter_ns() - start) / per_round)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def test_wrong_secret_and_wrong_id_take_the_same_time(settings):
+    settings.FORQ_KEYS_CACHE_SECONDS = 3600
+    cache.forget()
+    issued = service.create("timed", ["orders:produce"], actor="test", via="cli")
+    wrong_secret = tokens.token(issued.key.access_key_id, tokens.new_secret())
+    wrong_id = tokens.token(tokens.new_access_key_id(), issued.secret)
+    for token in (issued.token, wrong_secret, wrong_id):
+        for_token(token)  # first tries: one load each, then cached
+    assert for_token(wrong_secret) is None and for_token(wrong_id) is None
+    m = medians({"right": issued.token, "wrong secret": wrong_secret, "wrong id": wrong_id})
+    ratio = m["wrong id"] / m["wrong secret"]
+    print(f"\nfor_token medians: right {m['right']:.0f} ns, wrong secret {m['wrong secret']:.0f} ns, "
+          f"wrong id {m['wrong id']:.0f} ns; wrong id / wrong secret = {ratio:.3f}")
+    assert 0.8 < ratio < 1.25, m  # the same work; the band is the machine's noise
+
+
+def test_uncached_wrong_secret_and_wrong_id_cost_one_read_each(settings, django_assert_num_queries):
+    """Before the cache knows them, each costs exactly one indexed read: no query tells them apart."""
+    cache.forget()
+    issued = service.create("timed-cold", ["orders:produce"], actor="test", via="cli")
+    with django_assert_num_queries(1):
+        assert for_token(tokens.token(issued.key.access_key_id, tokens.new_secret())) is None
+    with django_assert_num_queries(1):
+        assert for_token(tokens.token(tokens.new_access_key_id(), issued.secret)) is None
