@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from . import ROOT_ACCESS_KEY_ID, Key
-from .tokens import split
+from .tokens import ID, SEPARATOR
 
 logger = logging.getLogger("forqapp.keys")
 
@@ -62,7 +62,7 @@ def _entry(access_key_id: str) -> Key:
     if entry is None or entry[0] < time.monotonic():
         return MISS
     key = entry[1]
-    if key.expired(_now_ms()):
+    if key.expires_at is not None and key.expires_at <= _now_ms():
         return _NOBODY
     return key
 
@@ -95,18 +95,19 @@ def check_token(token: str | None, *, query: bool = True) -> Key | None:
     root = root_key()
     if root is not None and hmac.compare_digest(given, root.secret.encode("utf-8")):
         return root
-    parts = split(token)
-    if parts is None:
+    access_key_id, sep, secret = token.partition(SEPARATOR)
+    if not sep:
         return None
-    access_key_id = parts[0]
-    key = _entry(access_key_id)
+    key = _entry(access_key_id)  # (a cached id was shaped right when it was loaded)
     loaded = key is MISS
     if loaded:
+        if not ID.fullmatch(access_key_id):
+            return None
         if not query:
             return MISS
         key = load(access_key_id) or _NOBODY
     # An unknown id is compared against a dummy secret: a wrong id costs what a wrong secret costs.
-    if not hmac.compare_digest(parts[1].encode("utf-8", "surrogatepass"), key.secret.encode("utf-8")):
+    if not hmac.compare_digest(secret.encode("utf-8", "surrogatepass"), key.secret.encode("utf-8")):
         return None
     if key is _NOBODY:
         return None
