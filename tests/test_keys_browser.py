@@ -1,0 +1,130 @@
+# ruff: noqa: S106, F811  (test passwords; the fixtures imported from test_ui_browser)
+"""Scoped API keys in Debian's Chromium (issue 16), on the real UI listener (``forq_serve``'s UI
+process, the project's settings and middleware, CSRF as a browser does it): the HTMX page creates a
+key (the token shown once works on the API for its grant only), rotates and revokes it behind the
+confirmation dialog; the Django admin adds a key and revokes it through its confirmation page."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+import pytest
+
+from forqapp.keys.models import ApiKey, KeyEvent
+from tests.test_ui_browser import CHROMIUM, browser_page, shot, staff_user  # noqa: F401  (fixtures)
+
+from .conftest import free_port, start_server, stop_server
+from .test_admin_browser import admin_login
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Chromium not installed at {CHROMIUM}"),
+]
+
+CACHE_S = 0.5
+
+
+@pytest.fixture(scope="module")
+def live(django_db_setup, django_db_blocker):
+    """forq_serve with its UI listener; its API caches keys for CACHE_S. Yields (ui url, api url)."""
+    ui_port = free_port()
+    server = start_server({"FORQ_UI_ADDR": f"127.0.0.1:{ui_port}", "FORQ_KEYS_CACHE_SECONDS": str(CACHE_S)}, args=())
+    url = f"http://127.0.0.1:{ui_port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/admin/login/", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the UI listener did not answer within 30 s") from None
+                time.sleep(0.1)
+        yield url, server.url
+    finally:
+        stop_server(server)
+
+
+def api(api_url: str, token: str, method: str = "POST", queue: str = "orders") -> int:
+    if method == "POST":
+        return httpx.post(f"{api_url}/api/v1/queues/{queue}/messages", json={"content": "x"},
+                          headers={"X-API-Key": token}, timeout=10).status_code
+    return httpx.get(f"{api_url}/api/v2/queues/{queue}/peek", headers={"X-API-Key": token}, timeout=10).status_code
+
+
+def eventually(fn, expected, seconds: float = CACHE_S + 3):
+    deadline = time.monotonic() + seconds
+    while (got := fn()) != expected:
+        assert time.monotonic() < deadline, f"{got} != {expected}"
+        time.sleep(0.1)
+
+
+def test_keys_page_create_rotate_revoke_in_a_browser(live, browser_page, staff_user):
+    ui, api_url = live
+    page = browser_page
+    page.goto(ui + "/keys/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "pw-admin-123")
+    page.click("button[type=submit]")
+    page.wait_for_selector("[data-testid=no-keys]")
+    page.fill("[data-testid=key-name]", "orders-producer")
+    page.fill("[data-testid=key-grants]", "orders:produce")
+    page.click("[data-testid=create-key]")
+    page.wait_for_selector("[data-testid=issued-key]")
+    token = page.inner_text("[data-testid=token]")
+    shot(page, "keys-created")
+    assert api(api_url, token) == 204  # its grant
+    assert api(api_url, token, "GET") == 403  # not its grant
+    assert api(api_url, token, queue="payments") == 403
+
+    # Rotate behind the dialog: cancel first, then confirm.
+    page.click("[data-testid=rotate]")
+    page.wait_for_selector("#confirm-dialog[open]")
+    page.click("#confirm-dialog button[value=cancel]")
+    assert ApiKey.objects.get().rotated_at is None
+    page.click("[data-testid=rotate]")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_function("t => document.querySelector('[data-testid=token]').innerText !== t", arg=token)
+    new_token = page.inner_text("[data-testid=token]")
+    eventually(lambda: api(api_url, token), 401)
+    assert api(api_url, new_token) == 204
+
+    page.click("[data-testid=revoke]")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("[data-testid=keys-flash]:has-text('Revoked orders-producer')")
+    assert page.inner_text("[data-testid=key-state]") == "revoked"
+    eventually(lambda: api(api_url, new_token), 401)
+    shot(page, "keys-revoked")
+    assert list(KeyEvent.objects.order_by("at", "id").values_list("action", "actor", "via")) == [
+        ("created", "admin", "ui"), ("rotated", "admin", "ui"), ("revoked", "admin", "ui")]
+
+
+def test_admin_add_and_revoke_a_key_in_a_browser(live, browser_page, staff_user):
+    ui, api_url = live
+    page = browser_page
+    page.goto(ui + "/admin/forqapp/apikey/add/")
+    admin_login(page)
+    page.fill("#id_name", "worker")
+    page.fill("#id_grants_text", "orders:consume\norders:read")
+    with page.expect_navigation() as navigation:
+        page.click("input[name=_save]")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]  # a 403 CSRF would show here
+    token = page.inner_text("[data-testid=token]")
+    shot(page, "admin-key-created")
+    assert api(api_url, token, "GET") == 200 and api(api_url, token) == 403
+    page.goto(ui + "/admin/forqapp/apikey/")
+    page.check(f"input.action-select[value='{ApiKey.objects.get(name='worker').pk}']")
+    page.select_option("select[name=action]", "revoke_keys")
+    with page.expect_navigation():
+        page.click("button[name=index]")
+    page.wait_for_selector("body.delete-confirmation")
+    with page.expect_navigation() as navigation:
+        page.click("input[type=submit][value^='Revoke']")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]
+    page.wait_for_selector("ul.messagelist")
+    assert "Revoked 1 key" in page.inner_text("ul.messagelist")
+    eventually(lambda: api(api_url, token, "GET"), 401)
