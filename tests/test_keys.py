@@ -121,7 +121,8 @@ def test_each_endpoint_allows_its_action_and_denies_the_others(app, method, path
     action, scope = _declared(method, path)
     target = "*" if scope == "all" else Q
     others = [a for a in ACTIONS if a != action]
-    allowed = new_key("allowed", f"{target}:{action}")
+    deletes_dlq = method == "DELETE" and path.startswith("/api/v2/queues/")  # the queue and its DLQ
+    allowed = new_key("allowed", f"{target}{'+dlq' if deletes_dlq else ''}:{action}")
     # Every other action on the queue and the DLQ, and the action itself on other queues only.
     denied = new_key("denied", f"{target}+dlq:{','.join(others)}", f"{Q}.*:{action}", f"{Q}-dlq:{action}",
                      f"{Q}2:{action}")
@@ -177,6 +178,14 @@ def test_queue_list_shows_what_the_key_may_read(app):
     assert status == 200 and [q["name"] for q in answer["queues"]] == ["orders.eu"]
     status, answer = request(app, "GET", "/api/v2/queues", APP_SECRET)
     assert {"orders", "orders.eu", "payments"} <= {q["name"] for q in answer["queues"]}
+
+
+def test_deleting_a_queue_needs_manage_on_its_dlq_too(app):
+    assert request(app, "POST", "/api/v1/queues/gone/messages", APP_SECRET, b'{"content": "x"}')[0] == 204
+    narrow = new_key("narrow-manager", "gone:manage")
+    assert request(app, "DELETE", "/api/v2/queues/gone", narrow.token)[0] == 403
+    wide = new_key("wide-manager", "gone+dlq:manage")
+    assert request(app, "DELETE", "/api/v2/queues/gone", wide.token)[0] == 204
 
 
 def test_publish_of_staged_writes_needs_produce_on_every_queue(app):

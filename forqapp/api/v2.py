@@ -27,7 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 from .. import errors, schedules, services, validation, vocab, waiting
 from ..conf import forq_settings
 from ..errors import ForqError
-from .plumbing import View, endpoint, json_body, key_of, secure
+from .plumbing import View, endpoint, json_body, key_of, require, secure
 
 MAX_ENTRIES = 10  # messages in a send batch, deliveries in a settle batch, messages in a receive
 MAX_ERROR_TEXT = 2_000  # a nack's failure reason (services.MAX_ERROR_CHARS)
@@ -364,6 +364,7 @@ async def queue(request: HttpRequest, queue: str) -> HttpResponse:
     follow the global settings); PATCH some fields; DELETE it with its messages and its DLQ's."""
     queue = _regular(queue)
     if request.method == "DELETE":
+        require(request, vocab.dlq_of(queue), "manage")  # it deletes the DLQ's messages too: orders+dlq:manage
         if not await services.run_async(services.delete_queue, queue):
             raise ForqError(errors.NOT_FOUND_QUEUE, f"no queue {queue!r}")
         return HttpResponse(status=204)
