@@ -1,5 +1,9 @@
 """API-key checks (constant time) and the client address the throttle counts failures against.
 
+``X-API-Key`` on the API (the root key ``FORQ_AUTH_SECRET`` or a scoped key's token) is checked by
+:func:`forqapp.keys.for_token` (through :mod:`forqapp.api.plumbing`); :func:`key_matches` checks
+the other fixed keys (``FORQ_METRICS_AUTH_SECRET``).
+
 The throttle itself lives in the database (``services.auth_blocked`` / ``auth_failed``), so that
 every server process and host enforce one limit per address."""
 
