@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import sqlite3
+import subprocess
 
 import pytest
 from django.core.management import call_command
@@ -322,6 +325,13 @@ def test_the_secret_is_not_in_the_database(settings):
             dump = "\n".join(copy.iterdump())
         finally:
             copy.close()
+        assert k.key.access_key_id in dump and k.secret not in dump
+    elif connection.vendor == "postgresql" and shutil.which("pg_dump"):
+        db = connection.settings_dict
+        dump = subprocess.run(["pg_dump", "-h", db.get("HOST") or "127.0.0.1", "-p", str(db.get("PORT") or 5432),
+                               "-U", db.get("USER") or "postgres", "-t", "forq_api_keys", db["NAME"]],
+                              capture_output=True, text=True, check=True,
+                              env={**os.environ, "PGPASSWORD": db.get("PASSWORD") or ""}).stdout
         assert k.key.access_key_id in dump and k.secret not in dump
     # Without the server key it does not open; with it, it does.
     assert crypto.unseal(row.secret_sealed, row.access_key_id) == k.secret
