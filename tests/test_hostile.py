@@ -186,8 +186,8 @@ def test_the_key_is_checked_once_per_request_under_the_asgi_app(app, monkeypatch
     from forqapp.api import plumbing
 
     calls = []
-    real = plumbing.key_matches
-    monkeypatch.setattr(plumbing, "key_matches", lambda *a: calls.append(a) or real(*a))
+    real = plumbing.key_cache.for_token_cached  # the API key (root or scoped: forqapp.keys)
+    monkeypatch.setattr(plumbing.key_cache, "for_token_cached", lambda *a: calls.append(a) or real(*a))
     scope = _scope("POST", "/api/v1/queues/once/messages", {"x-api-key": APP_SECRET.encode()})
     status, _, _ = asyncio.run(_call(app, scope, _pieces((0, b'{"content": "x"}'))))
     assert status == 204 and len(calls) == 1
