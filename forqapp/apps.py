@@ -15,6 +15,12 @@ class ForqConfig(AppConfig):
         from . import checks, login_throttle  # noqa: F401  (checks: registers the system checks)
 
         post_migrate.connect(_apply_declared_queues, sender=self, dispatch_uid="forqapp.declared_queues")
+        # SQLite's synchronous on the queue's connections (FORQ_SYNCHRONOUS).
+        from django.db.backends.signals import connection_created
+
+        from .store import configure_connection
+
+        connection_created.connect(configure_connection, dispatch_uid="forqapp.synchronous")
         # Failed logins count towards the login throttle, wherever they happen.
         user_login_failed.connect(login_throttle.record_failure, dispatch_uid="forqapp.login_throttle")
         # The admin's login page refuses a throttled login with its message (a project's own form wins).

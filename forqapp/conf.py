@@ -294,6 +294,10 @@ class ForqSettings:
 
     # Database and secrets
     FORQ_DATABASE: Setting[str] = Setting("default", "the database alias the queue lives on", check=text)
+    FORQ_SYNCHRONOUS: Setting[str] = Setting(
+        "NORMAL", "SQLite's `synchronous` on the queue's connections: `NORMAL` (WAL: a stored message survives "
+        "a crash of any process, as Forq's) or `FULL` (it also survives a power loss; each commit waits for "
+        "the disk)", check=one_of("NORMAL", "FULL"), env=str)
     FORQ_AUTH_SECRET: Setting[str] = Setting(
         "", "the API key clients send in `X-API-Key`; required (>= 32 characters) to serve (E001)",
         check=text, env=str, id="forqapp.E001", deploy=True)

@@ -11,7 +11,9 @@ import threading
 from importlib import import_module
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..conf import forq_settings
 from .base import (
     BATCH,
     POLICY_COLUMNS,
@@ -47,6 +49,7 @@ __all__ = [
     "Store",
     "ThrottleState",
     "for_alias",
+    "configure_connection",
     "store_class",
 ]
 
@@ -79,3 +82,11 @@ def for_alias(alias: str) -> Store:
             if alias not in _stores:
                 _stores[alias] = store_class(connections[alias].vendor)(alias)
             return _stores[alias]
+
+
+def configure_connection(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+    """``connection_created``: on the queue's database, SQLite's ``synchronous`` is
+    ``FORQ_SYNCHRONOUS`` (after the ``init_command`` of its ``OPTIONS``, whatever that says)."""
+    if connection.vendor == "sqlite" and connection.alias == forq_settings.FORQ_DATABASE:
+        mode = forq_settings.FORQ_SYNCHRONOUS  # checked: NORMAL or FULL
+        connection.connection.execute(f"PRAGMA synchronous={mode}")

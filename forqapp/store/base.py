@@ -264,6 +264,11 @@ class Store(abc.ABC):
         rows commit together), or part of the caller's transaction. A write that makes messages
         ready wakes listeners on commit where :attr:`wakeups` is ``"listen"``."""
 
+    def insert_one(self, row: NewMessage) -> int:
+        """:meth:`insert` of one regular message (a single send: the hot path, which a store may
+        serve with fewer steps); returns its sequence number."""
+        return self.insert([row])[0]
+
     @abc.abstractmethod
     def dedup(self, queue: str, dedup_id: str, message_id: str, now: int, window_ms: int) -> str | None:
         """Record that ``dedup_id`` on ``queue`` names ``message_id`` until ``now + window_ms``, and

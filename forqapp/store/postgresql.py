@@ -639,6 +639,14 @@ class PostgreSQLStore(Store):
                     sequences[i] = int(got[rows[i][0]])
         return sequences
 
+    def insert_one(self, row: NewMessage) -> int:
+        ((seq, _),) = self._fetchall(INSERT_ONE, {
+            "queue": row[1], "base": row[1], "is_dlq": False, "now": row[4], "id": row[0], "content": row[2],
+            "process_after": row[3], "received_at": row[4], "expires_after": row[5], "priority": row[6],
+            "attributes": row[7], "dedup": row[8],
+        })
+        return int(seq)
+
     def dedup(self, queue: str, dedup_id: str, message_id: str, now: int, window_ms: int) -> str | None:
         params = {"queue": queue, "dedup_id": dedup_id, "id": message_id, "expires": now + window_ms, "now": now}
         if self._fetchall(DEDUP_RECORD, params):

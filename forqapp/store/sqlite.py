@@ -579,6 +579,31 @@ class SQLiteStore(Store):
                                            "rows": json.dumps(rows, ensure_ascii=False)})
             return sequences
 
+    def insert_one(self, row: NewMessage) -> int:
+        """Two statements (the counter, the row) in one transaction: the caller's, or ``BEGIN
+        IMMEDIATE`` … ``COMMIT`` of its own when the connection is in autocommit (Django's SQLite
+        backend sets ``isolation_level`` to None exactly then; inside ``atomic()``, or after
+        ``set_autocommit(False)``, it is a transaction mode and the row joins the caller's)."""
+        conn = self._conn()
+        message_id, queue, content, due, now, expires, priority, attributes, dedup_id = row
+        counter = {"queue": queue, "n": 1, "now": now}
+        if self._fixed is not None or conn.isolation_level is not None or conn.in_transaction:
+            ((seq,),) = conn.execute(NEXT_SEQUENCE, counter).fetchall()
+            conn.execute(INSERT, (message_id, queue, 0, content, due, now, now, expires, priority, attributes,
+                                  dedup_id, seq))
+            return int(seq)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            ((seq,),) = conn.execute(NEXT_SEQUENCE, counter).fetchall()
+            conn.execute(INSERT, (message_id, queue, 0, content, due, now, now, expires, priority, attributes,
+                                  dedup_id, seq))
+        except BaseException:
+            if conn.in_transaction:  # (SQLite may have rolled back already, e.g. on a full disk)
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return int(seq)
+
     def dedup(self, queue: str, dedup_id: str, message_id: str, now: int, window_ms: int) -> str | None:
         conn = self._conn()
         params = {"queue": queue, "dedup_id": dedup_id, "id": message_id, "expires": now + window_ms, "now": now}
@@ -650,10 +675,14 @@ class SQLiteStore(Store):
         sql = CLAIM_ONE if limit == 1 and order == "fifo" else CLAIM[order]
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
                   "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG}
+        rows = conn.execute(sql, params).fetchall()
+        if len(rows) == 1 and limit == 1 and rows[0][13] == PROCESSING:  # the usual receive: one delivery
+            return Claim([Delivery._make(rows[0][:13])], 0)
         deliveries: list[Delivery] = []
         redriven = 0
-        for _ in range(MAX_REDRIVE_ROUNDS):
-            rows = conn.execute(sql, params).fetchall()
+        for round_ in range(MAX_REDRIVE_ROUNDS):
+            if round_:
+                rows = conn.execute(sql, params).fetchall()
             live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
             redriven += len(rows) - len(live)
             deliveries += [Delivery._make(r[:13]) for r in live]
