@@ -92,9 +92,10 @@ def child_forqapp(n: int) -> dict:
     return {"send": timed(lambda: produce("hot", n), n), "consume": timed(lambda: consume("hot"), n)}
 
 
-def child_raw_sqlite(n: int, db: str, synchronous: str) -> dict:
+def child_raw_sqlite(n: int, db: str, synchronous: str, counter: bool = False) -> dict:
     from forqapp import ids
     from forqapp.store.options import sqlite_options
+    from forqapp.store.sqlite import NEXT_SEQUENCE
 
     options = sqlite_options()
     conn = sqlite3.connect(db, timeout=options["timeout"], isolation_level=None)
@@ -116,6 +117,14 @@ def child_raw_sqlite(n: int, db: str, synchronous: str) -> dict:
         made = ids.new_ids(k)
         now = int(time.time() * 1000)
         run = conn.execute
+        if counter:  # forqapp's design: the queue's counter and the row commit together
+            take = {"queue": queue, "n": 1, "now": now}
+            for message_id in made:
+                run("BEGIN IMMEDIATE")
+                ((number,),) = run(NEXT_SEQUENCE, take).fetchall()
+                run(insert, (message_id, queue, CONTENT, now, now, now, now + 86_400_000, number))
+                run("COMMIT")
+            return k
         for message_id in made:
             run(insert, (message_id, queue, CONTENT, now, now, now, now + 86_400_000, next(sequence)))
         return k
@@ -181,7 +190,7 @@ def child(args: argparse.Namespace) -> None:
     elif args.database_url:
         out = child_raw_postgresql(args.messages, args.database_url)
     else:
-        out = child_raw_sqlite(args.messages, args.db, args.synchronous)
+        out = child_raw_sqlite(args.messages, args.db, args.synchronous, counter=args.child == "raw+counter")
     print(json.dumps(out))
 
 
@@ -284,7 +293,7 @@ def main() -> None:
     parser.add_argument("--no-before", action="store_true", help="skip the runs of --before-ref")
     parser.add_argument("--before-ref", default=BEFORE_REF)
     parser.add_argument("--before", default="/tmp/hotpath-before", help="worktree of --before-ref")
-    parser.add_argument("--child", choices=("forqapp", "raw"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("forqapp", "raw", "raw+counter"), help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--database-url", help=argparse.SUPPRESS)
     parser.add_argument("--synchronous", default="NORMAL", help=argparse.SUPPRESS)
@@ -303,8 +312,10 @@ def main() -> None:
     for mode in modes:
         label = "PostgreSQL" if url else f"synchronous={mode}"
         runs[f"raw, {label}"] = (ROOT, "raw", mode)
+        if not url:
+            runs[f"raw + sequence counter, {label}"] = (ROOT, "raw+counter", mode)
         runs[f"forqapp, {label}"] = (ROOT, "forqapp", mode)
-        if not args.no_before:
+        if not args.no_before and mode == "NORMAL":  # (before this work, FORQ_SYNCHRONOUS did not exist)
             runs[f"forqapp before, {label}"] = (before, "forqapp", mode)
     results: dict[str, list[dict]] = {name: [] for name in runs}
     started = time.perf_counter()
@@ -346,7 +357,7 @@ def main() -> None:
         med = {op: {clock: statistics.median(x[op][clock] for x in rows) for clock in ("wall", "cpu")}
                for op in ("send", "consume")}
         ratios = ["", ""]
-        if not name.startswith("raw"):
+        if name != reference_of(name):
             ref = results[reference_of(name)]
             ratios = [statistics.median(x[op]["wall"] / y[op]["wall"] for x, y in zip(rows, ref, strict=True))
                       for op in ("send", "consume")]

@@ -157,6 +157,7 @@ def _after_produce(using: str, queue: str, count: int) -> None:
 
 
 SEND_OPTIONS = ("process_after", "delay", "priority", "attributes", "dedup_id", "dedup_window", "retention")
+_ITEM_KEYS = frozenset({"content", "processAfter", *SEND_OPTIONS})
 
 
 def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int) -> NewMessage:
@@ -166,8 +167,8 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
         due = now
         return _new_message((message_id, queue, validation.content(item, limit), due, now, due + pol.retention_ms,
                              0, None, None))
-    unknown = set(item) - {"content", "processAfter", *SEND_OPTIONS}
-    if unknown:
+    if not item.keys() <= _ITEM_KEYS:
+        unknown = set(item) - _ITEM_KEYS
         raise ForqError(errors.BODY_INVALID, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
     due = _due(item.get("process_after", item.get("processAfter")), item.get("delay"), now)
     retention = validation.optional_duration_ms(item.get("retention"), "retention", 1, validation.YEAR_S)
