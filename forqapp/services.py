@@ -206,32 +206,37 @@ def send(queue: str, content: str, process_after: int | datetime | None = None, 
     ``process_after`` (Unix ms or an aware datetime) or ``delay`` (seconds or timedelta) makes it
     due later; ``priority`` (-1000..1000, higher first); ``attributes`` (≤ 10 string pairs);
     ``retention`` (seconds or timedelta) overrides the queue's."""
-    if process_after is None and delay is None and priority == 0 and attributes is None and dedup_id is None \
-            and retention is None:
-        return _send_plain(queue, content, using)
-    if priority == 0 and attributes is None and dedup_id is None and retention is None and delay is None \
-            and not isinstance(process_after, datetime):
-        item: Any = content if process_after is None else {"content": content, "process_after": process_after}
-    else:
-        item = {"content": content, "process_after": process_after, "delay": delay, "priority": priority,
-                "attributes": attributes, "dedup_id": dedup_id, "retention": retention}
+    if dedup_id is None:
+        return _send_one(queue, content, process_after, delay, priority, attributes, retention, using)
+    item = {"content": content, "process_after": process_after, "delay": delay, "priority": priority,
+            "attributes": attributes, "dedup_id": dedup_id, "retention": retention}
     return send_entries(queue, [item], dedup_window=dedup_window, using=using)[0].id
 
 
-def _send_plain(queue: str, content: str, using: str | None) -> str:
-    """:func:`send` of content due now with no options (most sends): :func:`send_entries`' checks
-    and row for one message, without its batch steps (one row, one store call)."""
+def _send_one(queue: str, content: str, process_after: int | datetime | None, delay: Any, priority: int,
+              attributes: dict[str, str] | None, retention: Any, using: str | None) -> str:
+    """:func:`send` without a dedup id (most sends): :func:`send_entries`' checks, in its order, and
+    its row for one message, without its batch steps (one row, one store call)."""
     queue = validation.queue_name(queue, produce=True)
     using = using or alias()
     pol = policy(queue, using=using)
     if pol.max_length is not None:  # the length is counted in the produce's transaction
-        return send_entries(queue, [content], using=using)[0].id
+        item = {"content": content, "process_after": process_after, "delay": delay, "priority": priority,
+                "attributes": attributes, "retention": retention}
+        return send_entries(queue, [item], using=using)[0].id
     st = store.for_alias(using)
-    content = validation.content(content, _hot_setting("FORQ_MAX_CONTENT_BYTES"))
-    _refuse_nul(st, (content,))
     now = now_ms()
+    due = now if process_after is None and delay is None else _due(process_after, delay, now)
+    if retention is None:
+        expires = due + pol.retention_ms
+    else:
+        expires = due + validation.duration_ms(retention, "retention", 1, validation.YEAR_S)
+    content = validation.content(content, _hot_setting("FORQ_MAX_CONTENT_BYTES"))
+    priority = validation.priority(priority)
+    attributes_json = None if attributes is None else validation.attributes(attributes)
+    _refuse_nul(st, (content,))
     (message_id,) = ids.new_ids(1)
-    st.insert_one(_new_message((message_id, queue, content, now, now, now + pol.retention_ms, 0, None, None)))
+    st.insert_one(_new_message((message_id, queue, content, due, now, expires, priority, attributes_json, None)))
     _after_produce(using, queue, 1)
     return message_id
 

@@ -217,3 +217,29 @@ def test_a_single_receive_still_redrives_a_used_up_message(clock):
     clock.advance(2)
     assert forqapp.receive("hot-poison").id == good  # poison went to the DLQ on the way
     assert (row(poison).queue, row(poison).is_dlq) == ("hot-poison-dlq", True)
+
+
+@pytest.mark.django_db
+def test_a_send_with_options_stores_them_as_the_general_path_does(clock):
+    from datetime import UTC, datetime, timedelta
+
+    now = clock.now
+    a = forqapp.send("hot-opts", "a", priority=7, attributes={"k": "v"}, delay=timedelta(seconds=2), retention=60)
+    r = row(a)
+    assert (r.priority, r.attributes, r.process_after, r.expires_after) == (7, '{"k":"v"}', now + 2_000,
+                                                                           now + 2_000 + 60_000)
+    when = datetime.fromtimestamp((now + 5_000) / 1000, tz=UTC)
+    assert row(forqapp.send("hot-opts", "b", process_after=when)).process_after == now + 5_000
+    (b,) = forqapp.send_many("hot-opts", [{"content": "c", "priority": 7, "attributes": {"k": "v"}, "delay": 2,
+                                           "retention": 60}])
+    rb = row(b)
+    assert (rb.priority, rb.attributes, rb.process_after, rb.expires_after) == (
+        r.priority, r.attributes, r.process_after, r.expires_after)
+    refused(errors.BODY_INVALID, forqapp.send, "hot-opts", "x", priority=True)
+    refused(errors.BODY_INVALID, forqapp.send, "hot-opts", "x", priority=1001)
+    refused(errors.BODY_INVALID, forqapp.send, "hot-opts", "x", attributes={"k": 1})
+    refused(errors.BODY_INVALID, forqapp.send, "hot-opts", "x", delay=1, process_after=now)
+    forqapp.configure_queue("hot-opts-full", max_length=1)
+    forqapp.send("hot-opts-full", "1", priority=3)
+    refused(errors.QUEUE_FULL, forqapp.send, "hot-opts-full", "2", priority=3)
+    assert Message.objects.filter(queue="hot-opts").count() == 3
