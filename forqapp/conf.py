@@ -137,6 +137,10 @@ def address(name: str, value: Any) -> str | None:
     return None
 
 
+def optional_address(name: str, value: Any) -> str | None:
+    return None if value is None or value == "" else address(name, value)
+
+
 def delays(name: str, value: Any) -> str | None:
     """A non-empty list of milliseconds (the n-th nack waits the n-th, the last one repeats)."""
     if isinstance(value, list | tuple) and value and all(_is_int(v) and v >= 0 for v in value):
@@ -372,6 +376,9 @@ class ForqSettings:
     FORQ_API_ADDR: Setting[str] = Setting("localhost:8080", "the API listener (`:8080`: every interface)",
                                           check=address, env=str)
     FORQ_UI_ADDR: Setting[str] = Setting("localhost:8081", "the UI listener", check=address, env=str)
+    FORQ_SQS_ADDR: Setting[str | None] = Setting(
+        None, "the SQS-compatible listener (`None`: off)", check=optional_address, env=str,
+        coerce=lambda v: v or None)
     FORQ_UI_ENABLED: Setting[bool] = Setting(True, "`False` serves the API alone", check=boolean)
     FORQ_TRUST_PROXY_HEADERS: Setting[bool] = Setting(
         False, "client address from the rightmost `X-Forwarded-For`", check=boolean)

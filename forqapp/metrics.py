@@ -245,3 +245,13 @@ def set_in_flight(counts: dict[str, int], previous=()) -> set:
 
 def job_ran(job: str, ok: bool) -> None:
     job_runs_total.labels(job, "ok" if ok else "error").inc()
+
+
+sqs_requests_total = Counter(
+    "forq_sqs_requests_total", "Requests to the SQS-compatible endpoint, by action and HTTP status.",
+    ("action", "status"),
+)
+
+
+def sqs_request(action: str, status: int) -> None:
+    sqs_requests_total.labels(action, str(status)).inc()

@@ -162,6 +162,9 @@ class Queue(models.Model):
     last_sequence = models.BigIntegerField(default=0)
     created_at = models.BigIntegerField()
     updated_at = models.BigIntegerField()
+    # The SQS face's attributes that no policy field holds (DelaySeconds, ReceiveMessageWaitTimeSeconds,
+    # MaximumMessageSize, RedrivePolicy as given, …): forqapp.sqs.queues. NULL: none set.
+    sqs_attributes = models.JSONField(null=True, blank=True)
 
     objects = QueueManager()
 

@@ -107,6 +107,8 @@ def listeners(*, ui: bool = True) -> dict[str, tuple[str, tuple[str, int]]]:
     found = {"API": ("FORQ_API_ADDR", parse_addr(forq_settings.FORQ_API_ADDR))}
     if forq_settings.FORQ_UI_ENABLED and ui:
         found["UI"] = ("FORQ_UI_ADDR", parse_addr(forq_settings.FORQ_UI_ADDR))
+    if forq_settings.FORQ_SQS_ADDR:
+        found["SQS"] = ("FORQ_SQS_ADDR", parse_addr(forq_settings.FORQ_SQS_ADDR))
     return found
 
 
@@ -181,6 +183,10 @@ class Server:
             host, port = self.listeners["UI"][1]
             self.supervisor.start("UI", granian_command("forqapp.ui.asgi:ui_application", host, port,
                                                         self.ui_workers, static=True, lifespan=False), env)
+        if "SQS" in self.listeners:
+            host, port = self.listeners["SQS"][1]
+            self.supervisor.start("SQS", granian_command("forqapp.sqs.asgi:sqs_application", host, port,
+                                                         self.api_workers), env)
         if self.jobs:
             # SIGINT ignored: a Ctrl-C reaches the whole process group, and the child must stop on
             # the one SIGTERM the supervisor sends it (it then gives the lease up at once).
@@ -226,6 +232,8 @@ class Server:
 def listening(name: str, origin: str) -> str:
     if name == "API":
         return f"forqapp API listening on {origin}"
+    if name == "SQS":
+        return f"forqapp SQS-compatible endpoint on {origin}"
     # The paths under the UI's own urlconf: "/" in the demo project, "/ui/" where a project
     # includes forqapp.urls.
     pages, admin = ui_paths()

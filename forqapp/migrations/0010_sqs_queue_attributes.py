@@ -1,7 +1,13 @@
-from django.db import migrations
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
     dependencies = [("forqapp", "0009_api_keys")]
 
-    operations: list = []
+    operations = [
+        migrations.AddField(
+            model_name="queue",
+            name="sqs_attributes",
+            field=models.JSONField(blank=True, null=True),
+        ),
+    ]

@@ -48,7 +48,8 @@ def database_problems() -> list[str]:
 
 class Command(BaseCommand):
     help = (
-        "Serve forqapp's HTTP API (FORQ_API_ADDR) and admin UI (FORQ_UI_ADDR) with granian, and run "
+        "Serve forqapp's HTTP API (FORQ_API_ADDR), admin UI (FORQ_UI_ADDR) and, when FORQ_SQS_ADDR is set, "
+        "its SQS-compatible endpoint with granian, and run "
         "the background jobs (one scheduler per database, by a lease in the database)."
     )
     requires_system_checks: list = []  # checked below, with one-line messages

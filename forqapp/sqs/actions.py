@@ -1,0 +1,395 @@
+"""One function per SQS action: checked input → :mod:`forqapp.services` → SQS's answer.
+
+Each runs on a database thread (synchronous), except ReceiveMessage's wait, which the ASGI app
+does as a coroutine (:func:`receive_plan` before, :func:`receive_answer` after). Scopes: sends need
+``produce``, receives and settles ``consume``, queue changes ``manage``, reads ``read``."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import keys, services
+from ..errors import ForqError
+from ..keys import Key
+from ..vocab import DLQ_SUFFIX, base_of, is_dlq
+from . import digests, messages, queues, receipts
+from .protocol import SqsError, invalid, missing
+from .queues import Origin
+
+BATCH_MAX = 10
+_ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+@dataclass(frozen=True)
+class Context:
+    key: Key
+    origin: Origin
+
+    def need(self, queue: str, action: str) -> None:
+        if not self.key.allows(queue, action):
+            raise SqsError("AccessDenied", f"The key {self.key.access_key_id} may not {action} on queue {queue}", 403)
+
+
+def _queue(ctx: Context, body: dict[str, Any], action: str) -> tuple[str, queues.Known]:
+    name = queues.name_from_url(body.get("QueueUrl"))
+    ctx.need(name, action)
+    return name, queues.existing(name)
+
+
+def _integer(body: dict[str, Any], name: str, lo: int, hi: int, default: int | None = None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise invalid(f"Value {value} for parameter {name} is invalid. Reason: Must be between {lo} and {hi}.")
+    return value
+
+
+def _entries(body: dict[str, Any]) -> list[dict[str, Any]]:
+    entries = body.get("Entries")
+    if not entries:
+        raise SqsError("EmptyBatchRequest", "There should be at least one SendMessageBatchRequestEntry in the request.")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise invalid("Entries must be a list of maps")
+    if len(entries) > BATCH_MAX:
+        raise SqsError("TooManyEntriesInBatchRequest", f"Maximum number of entries per request are {BATCH_MAX}. "
+                       f"You have sent {len(entries)}.")
+    seen = set()
+    for entry in entries:
+        entry_id = entry.get("Id")
+        if not isinstance(entry_id, str) or not _ENTRY_ID.fullmatch(entry_id):
+            raise SqsError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, "
+                           "hyphens and underscores. It can be at most 80 letters long.")
+        if entry_id in seen:
+            raise SqsError("BatchEntryIdsNotDistinct", f"Id {entry_id} repeated.")
+        seen.add(entry_id)
+    return entries
+
+
+# --- queues ---------------------------------------------------------------------------------------
+
+
+def _same(attr: str, value: Any, shown: str | None) -> bool:
+    if attr != "RedrivePolicy":
+        return shown == str(value)
+    if value is None or shown is None:
+        return value is None and shown is None
+    have = json.loads(shown)
+    return (have["maxReceiveCount"] == value["maxReceiveCount"]
+            and have["deadLetterTargetArn"].rsplit(":", 1)[-1] == value["deadLetterTargetArn"].rsplit(":", 1)[-1])
+
+
+def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    """Idempotent with the same attributes (those given are compared); ``QueueNameExists`` when a
+    given attribute differs. A new queue gets SQS's defaults (visibility 30 s, retention 4 days, no
+    redrive); a queue made by another face keeps its policy. ``<name>-dlq`` may be created before
+    ``<name>``: a hidden row holds it until ``<name>`` is created."""
+    name = queues.check_name(body.get("QueueName"))
+    ctx.need(name, keys.MANAGE)
+    if body.get("tags"):
+        raise SqsError("UnsupportedOperation", "Queue tags are not supported by forqapp's SQS endpoint")
+    attributes = queues.parse_attributes(name, body.get("Attributes"))
+    base = base_of(name)
+    queues.forget(base)
+    info = queues.known(name)
+    dlq = is_dlq(name)
+    if (dlq and "dlq" in info.meta) or (not dlq and info.exists):
+        have = queues.current(name, ctx.origin, set(attributes))
+        for attr, value in attributes.items():
+            if not _same(attr, value, have.get(attr)):
+                raise SqsError("QueueNameExists", f"A queue already exists with the same name and a different value "
+                               f"for attribute {attr}")
+        return {"QueueUrl": ctx.origin.url(name)}
+    if dlq:
+        meta = dict(info.meta)
+        if not info.dlq_exists:  # neither the queue nor its DLQ: a hidden row holds the DLQ's attributes
+            services.configure_queue(base, visibility_timeout=queues.DEFAULTS["VisibilityTimeout"],
+                                     retention=queues.DEFAULTS["MessageRetentionPeriod"], max_attempts="unlimited")
+            meta["hidden"] = True
+        meta["dlq"] = dict(meta.get("dlq") or {})
+        queues.apply(name, attributes, meta)
+    else:
+        fresh = {"VisibilityTimeout": queues.DEFAULTS["VisibilityTimeout"],
+                 "MessageRetentionPeriod": queues.DEFAULTS["MessageRetentionPeriod"], "RedrivePolicy": None}
+        queues.apply(name, {**fresh, **attributes}, {k: v for k, v in info.meta.items() if k == "dlq"})
+    return {"QueueUrl": ctx.origin.url(name)}
+
+
+def get_queue_url(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name = queues.check_name(body.get("QueueName"))
+    owner = body.get("QueueOwnerAWSAccountId")
+    ctx.need(name, keys.READ)
+    if owner not in (None, queues.ACCOUNT):
+        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    queues.existing(name)
+    return {"QueueUrl": ctx.origin.url(name)}
+
+
+def _token(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode()).decode()
+
+
+def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    prefix = body.get("QueueNamePrefix") or ""
+    if not isinstance(prefix, str):
+        raise invalid("QueueNamePrefix must be a string")
+    limit = _integer(body, "MaxResults", 1, 1000)
+    after = ""
+    if body.get("NextToken") is not None:
+        if limit is None:
+            raise invalid("MaxResults must be given with NextToken")
+        try:
+            after = base64.urlsafe_b64decode(str(body["NextToken"]).encode()).decode()
+        except (binascii.Error, ValueError):
+            raise invalid("Invalid NextToken") from None
+    from ..models import Queue
+
+    names: set[str] = set()
+    for name, meta in Queue.objects.using(services.alias()).values_list("name", "sqs_attributes"):
+        meta = meta or {}
+        if not meta.get("hidden"):
+            names.add(name)
+        if "dlq" in meta:
+            names.add(name + DLQ_SUFFIX)
+    for depth in services.queue_depths():
+        names.add(depth.queue)
+    shown = sorted(n for n in names if n.startswith(prefix) and n > after and queues.NAME.fullmatch(n)
+                   and ctx.key.allows(n, keys.READ))
+    out: dict[str, Any] = {}
+    page = shown[:limit] if limit else shown[:1000]
+    if page:
+        out["QueueUrls"] = [ctx.origin.url(n) for n in page]
+    if limit and len(shown) > limit:
+        out["NextToken"] = _token(page[-1])
+    return out
+
+
+def delete_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, info = _queue(ctx, body, keys.MANAGE)
+    base = base_of(name)
+    if is_dlq(name):
+        services.delete_dead(name)
+        meta = dict(info.meta)
+        meta.pop("dlq", None)
+        if meta.get("hidden"):
+            services.delete_queue(base)
+        else:
+            queues.save_meta(base, meta)
+    else:
+        services.delete_queue(base)
+    queues.forget(base)
+    return {}
+
+
+def purge_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, _ = _queue(ctx, body, keys.MANAGE)
+    if is_dlq(name):
+        services.delete_dead(name)
+    else:
+        services.purge(name)
+    return {}
+
+
+def get_queue_attributes(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, _ = _queue(ctx, body, keys.READ)
+    wanted = queues.wanted_names(body.get("AttributeNames"))
+    if wanted == set():
+        return {}
+    values = queues.current(name, ctx.origin, wanted)
+    return {"Attributes": values} if values else {}
+
+
+def set_queue_attributes(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, info = _queue(ctx, body, keys.MANAGE)
+    if body.get("Attributes") is None:
+        raise missing("Attributes")
+    attributes = queues.parse_attributes(name, body.get("Attributes"))
+    if attributes:
+        queues.apply(name, attributes, info.meta)
+    return {}
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+
+def _message(entry: dict[str, Any], meta: dict[str, Any], limit: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(forqapp's send item, the digests) of one SendMessage (or batch entry)."""
+    body = messages.check_body(entry.get("MessageBody"), limit)
+    if entry.get("MessageDeduplicationId") is not None:
+        raise invalid("The request includes parameter MessageDeduplicationId, which is only valid for FIFO queues.")
+    delay = _integer(entry, "DelaySeconds", 0, 900, int(meta.get("DelaySeconds", 0)))
+    attributes = messages.check_attributes(entry.get("MessageAttributes"))
+    item: dict[str, Any] = {"content": body, "attributes": messages.to_forq(attributes)}
+    if delay:
+        item["delay"] = delay
+    answer = {"MD5OfMessageBody": digests.md5_of_body(body)}
+    md5 = digests.md5_of_attributes(attributes)
+    if md5 is not None:
+        answer["MD5OfMessageAttributes"] = md5
+    return item, answer
+
+
+def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, info = _queue(ctx, body, keys.PRODUCE)
+    item, answer = _message(body, info.meta, queues.max_message_size(info.meta, is_dlq(name)))
+    try:
+        (result,) = services.send_entries(name, [item])
+    except ForqError as exc:
+        raise queues.forq_error(exc) from None
+    return {**answer, "MessageId": result.id}
+
+
+def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, info = _queue(ctx, body, keys.PRODUCE)
+    entries = _entries(body)
+    limit = queues.max_message_size(info.meta, is_dlq(name))
+    total = sum(len(str(e.get("MessageBody", "")).encode("utf-8", "surrogatepass")) for e in entries)
+    if total > limit:
+        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {limit} bytes. "
+                       f"You have sent {total} bytes.")
+    failed, valid = [], []
+    for entry in entries:
+        try:
+            valid.append((entry["Id"], *_message(entry, info.meta, limit)))
+        except SqsError as exc:
+            failed.append(exc.entry(entry["Id"]))
+    successful = []
+    if valid:
+        try:
+            results = services.send_entries(name, [item for _, item, _ in valid])
+        except ForqError as exc:
+            error = queues.forq_error(exc)
+            failed += [error.entry(entry_id) for entry_id, _, _ in valid]
+        else:
+            successful = [{"Id": entry_id, "MessageId": result.id, **answer}
+                          for (entry_id, _, answer), result in zip(valid, results, strict=True)]
+    return {"Successful": successful, "Failed": failed}
+
+
+@dataclass(frozen=True)
+class ReceivePlan:
+    queue: str
+    max_messages: int
+    wait: int
+    visibility: int | None
+    system: set[str]
+    keep: Callable[[str], bool]
+
+
+def receive_plan(ctx: Context, body: dict[str, Any]) -> ReceivePlan:
+    name, info = _queue(ctx, body, keys.CONSUME)
+    own = (info.meta.get("dlq") or {}) if is_dlq(name) else info.meta
+    max_messages = _integer(body, "MaxNumberOfMessages", 1, BATCH_MAX, 1)
+    wait = _integer(body, "WaitTimeSeconds", 0, 20, int(own.get("ReceiveMessageWaitTimeSeconds", 0)))
+    visibility = _integer(body, "VisibilityTimeout", 0, 43_200)
+    if visibility is None and is_dlq(name) and "VisibilityTimeout" in own:
+        visibility = int(own["VisibilityTimeout"])  # a DLQ's lease is its queue's unless set on the DLQ
+    return ReceivePlan(name, max_messages or 1, wait or 0, visibility, messages.system_names(body),
+                       messages.attribute_filter(body.get("MessageAttributeNames")))
+
+
+def take(queue: str, plan: ReceivePlan) -> list[services.ReceivedMessage]:
+    """One claim of up to ``plan.max_messages`` of ``queue`` (on a database thread)."""
+    return services.claim_many(queue, plan.max_messages, visibility_timeout=plan.visibility)
+
+
+def receive_answer(ctx: Context, plan: ReceivePlan, got: list[services.ReceivedMessage]) -> dict[str, Any]:
+    if not got:
+        return {}
+    source = ctx.origin.arn(base_of(plan.queue)) if is_dlq(plan.queue) else None
+    return {"Messages": [messages.received(m, plan.queue, plan.system, plan.keep, source) for m in got]}
+
+
+def delete_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, _ = _queue(ctx, body, keys.CONSUME)
+    handle = receipts.parse(body.get("ReceiptHandle"), name)
+    # A stale handle (the message was received again, or is gone) succeeds without deleting, as SQS.
+    services.settle_many("ack", name, [(handle.message_id, handle.receipt)])
+    return {}
+
+
+def delete_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, _ = _queue(ctx, body, keys.CONSUME)
+    entries = _entries(body)
+    failed, valid = [], []
+    for entry in entries:
+        try:
+            valid.append((entry["Id"], receipts.parse(entry.get("ReceiptHandle"), name)))
+        except SqsError as exc:
+            failed.append(exc.entry(entry["Id"]))
+    if valid:
+        services.settle_many("ack", name, [(h.message_id, h.receipt) for _, h in valid])
+    return {"Successful": [{"Id": entry_id} for entry_id, _ in valid], "Failed": failed}
+
+
+def _not_inflight() -> SqsError:
+    return SqsError("MessageNotInflight", "The message referred to isn't in flight (its receipt handle is stale).")
+
+
+def change_message_visibility(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, _ = _queue(ctx, body, keys.CONSUME)
+    handle = receipts.parse(body.get("ReceiptHandle"), name)
+    if body.get("VisibilityTimeout") is None:
+        raise missing("VisibilityTimeout")
+    seconds = _integer(body, "VisibilityTimeout", 0, 43_200)
+    (done,) = services.settle_many("change_visibility", name, [(handle.message_id, handle.receipt)], seconds=seconds)
+    if not done:
+        raise _not_inflight()
+    return {}
+
+
+def change_message_visibility_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name, _ = _queue(ctx, body, keys.CONSUME)
+    entries = _entries(body)
+    failed: list[dict[str, Any]] = []
+    by_seconds: dict[int | None, list[tuple[str, receipts.Handle]]] = {}
+    for entry in entries:
+        try:
+            handle = receipts.parse(entry.get("ReceiptHandle"), name)
+            if entry.get("VisibilityTimeout") is None:
+                raise missing("VisibilityTimeout")
+            seconds = _integer(entry, "VisibilityTimeout", 0, 43_200)
+        except SqsError as exc:
+            failed.append(exc.entry(entry["Id"]))
+            continue
+        by_seconds.setdefault(seconds, []).append((entry["Id"], handle))
+    successful = []
+    for seconds, items in by_seconds.items():
+        done = services.settle_many("change_visibility", name, [(h.message_id, h.receipt) for _, h in items],
+                                    seconds=seconds)
+        for (entry_id, _), ok in zip(items, done, strict=True):
+            if ok:
+                successful.append({"Id": entry_id})
+            else:
+                failed.append(_not_inflight().entry(entry_id))
+    return {"Successful": successful, "Failed": failed}
+
+
+def unsupported(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    raise SqsError("UnsupportedOperation", "This action is not supported by forqapp's SQS endpoint")
+
+
+ACTIONS: dict[str, Callable[[Context, dict[str, Any]], dict[str, Any]]] = {
+    "CreateQueue": create_queue,
+    "GetQueueUrl": get_queue_url,
+    "ListQueues": list_queues,
+    "DeleteQueue": delete_queue,
+    "PurgeQueue": purge_queue,
+    "GetQueueAttributes": get_queue_attributes,
+    "SetQueueAttributes": set_queue_attributes,
+    "SendMessage": send_message,
+    "SendMessageBatch": send_message_batch,
+    "DeleteMessage": delete_message,
+    "DeleteMessageBatch": delete_message_batch,
+    "ChangeMessageVisibility": change_message_visibility,
+    "ChangeMessageVisibilityBatch": change_message_visibility_batch,
+}
+RECEIVE = "ReceiveMessage"
+UNSUPPORTED = ("AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags",
+               "ListDeadLetterSourceQueues", "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks")

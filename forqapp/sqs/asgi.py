@@ -1,0 +1,214 @@
+"""The ASGI application of the SQS listener (``FORQ_SQS_ADDR``; ``forq_serve`` runs it with
+granian as ``forqapp.sqs.asgi:sqs_application``).
+
+It speaks SQS's JSON 1.0 protocol: ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a
+SigV4 ``Authorization``. As the API's app does, it refuses what it can from the headers before it
+receives the body (unknown action, missing or malformed signature, unknown key, a throttled
+address), caps the body while it arrives, and cancels a long poll whose client went away (what it
+claimed meanwhile is given back). Wrong signatures count toward the address's throttle
+(``FORQ_AUTH_MAX_FAILURES``…), shared with the API. Every answer is SQS's JSON; an unexpected
+failure is logged and answered ``InternalError`` (500), never a bare error page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+from typing import Any
+
+import django
+
+from ..api.asgi import DisconnectWatch
+
+logger = logging.getLogger("forqapp.sqs")
+
+BODY_TIMEOUT_S = 30.0
+
+
+class SQSApplication:
+    def __init__(self) -> None:
+        django.setup(set_prefix=False)
+        from .. import keys, metrics, services, waiting
+        from ..conf import forq_settings
+        from . import actions, protocol, queues, sigv4
+
+        self.keys, self.services, self.waiting, self.settings = keys, services, waiting, forq_settings
+        self.actions, self.protocol, self.queues, self.sigv4, self.metrics = actions, protocol, queues, sigv4, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        action = "other"
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"x-amz-target":
+                wanted = value.decode("latin-1").partition(".")[2]
+                if wanted in self.actions.ACTIONS or wanted == self.actions.RECEIVE:
+                    action = wanted  # a bounded label set
+        try:
+            answer = await self._handle(scope, receive)
+        except self.protocol.SqsError as exc:
+            answer = self.protocol.error(exc)
+        except _Gone:
+            return
+        except Exception:
+            logger.exception("SQS %s failed", action)
+            answer = self.protocol.error(self.protocol.SqsError(
+                "InternalError", "We encountered an internal error. Please try again.", 500, fault="Receiver"))
+        self.metrics.sqs_request(action, answer[0])
+        status, headers, body = answer
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _handle(self, scope, receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        protocol, sigv4, services = self.protocol, self.sigv4, self.services
+        headers: dict[str, list[str]] = {}
+        for name, value in scope.get("headers", ()):
+            headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        if scope["method"] != "POST":
+            raise protocol.SqsError("InvalidAction", "forqapp's SQS endpoint speaks SQS's JSON 1.0 protocol: POST / "
+                                    "with X-Amz-Target: AmazonSQS.<Action> (the query protocol is not supported)")
+        target = (headers.get("x-amz-target") or [""])[0]
+        prefix, _, action = target.partition(".")
+        if prefix != "AmazonSQS" or not action:
+            raise protocol.SqsError("InvalidAction", "X-Amz-Target must be AmazonSQS.<Action> (JSON 1.0 protocol)")
+        handler = self.actions.ACTIONS.get(action)
+        if handler is None and action != self.actions.RECEIVE:
+            if action in self.actions.UNSUPPORTED:
+                raise protocol.SqsError("UnsupportedOperation",
+                                        f"{action} is not supported by forqapp's SQS endpoint")
+            raise protocol.SqsError("InvalidAction", f"The action {action} is not valid for this endpoint.")
+        # Authentication from the headers, before the body is received.
+        auth = sigv4.parse(headers, dt.datetime.now(dt.UTC))
+        address = self._address(scope, headers)
+        key = self.keys.cache.cached(auth.access_key_id) if auth.access_key_id != self.keys.ROOT_ACCESS_KEY_ID \
+            else self.keys.cache.root_key()
+        if key is self.keys.cache.MISS:
+            key = await services.run_async(self.keys.for_access_key, auth.access_key_id)
+        if key is None or key.expired(services.now_ms()):
+            await self._failed(address)
+            raise protocol.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.",
+                                    403)
+        body = await self._read_body(receive)
+        request = sigv4.canonical_request("POST", scope.get("raw_path", b"/").decode("latin-1") or "/",
+                                          scope.get("query_string", b"").decode("latin-1"), headers,
+                                          auth.signed_headers, body)
+        if not sigv4.verify(key.secret, auth, request):
+            await self._failed(address)
+            raise protocol.SqsError("SignatureDoesNotMatch", "The request signature we calculated does not match the "
+                                    "signature you provided. Check your AWS Secret Access Key and signing method.", 403)
+        try:
+            payload = json.loads(body or b"{}")
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            raise protocol.SqsError("SerializationException", "The request body is not a JSON object")
+        ctx = self.actions.Context(key, self._origin(scope, headers, auth.region))
+        if handler is not None:
+            return protocol.answer(await services.run_async(self._run, handler, ctx, payload))
+        return protocol.answer(await self._receive(ctx, payload, receive))
+
+    def _run(self, handler, ctx, payload):
+        from ..errors import ForqError
+
+        try:
+            return handler(ctx, payload)
+        except ForqError as exc:
+            raise self.queues.forq_error(exc) from None
+
+    async def _receive(self, ctx, payload, receive) -> dict[str, Any]:
+        actions, services = self.actions, self.services
+        plan = await services.run_async(self._run, actions.receive_plan, ctx, payload)
+        if plan.wait:
+            watch = DisconnectWatch(receive)
+            with self.waiting.serving(watch):
+                task = watch.task = asyncio.ensure_future(
+                    self.waiting.claim_async(actions.take, plan.queue, float(plan.wait), plan))
+            try:
+                got = await task
+            except asyncio.CancelledError:
+                if watch.disconnected:
+                    raise _Gone() from None
+                raise
+            finally:
+                watch.close()
+        else:
+            got = await services.run_async(actions.take, plan.queue, plan)
+        return actions.receive_answer(ctx, plan, got)
+
+    def _origin(self, scope, headers, region):
+        scheme = scope.get("scheme", "http")
+        if self.settings.FORQ_TRUST_PROXY_HEADERS and headers.get("x-forwarded-proto"):
+            scheme = headers["x-forwarded-proto"][-1].split(",")[-1].strip()
+        host = (headers.get("host") or [""])[0]
+        if not host:
+            server = scope.get("server") or ("localhost", None)
+            host = f"{server[0]}:{server[1]}" if server[1] else str(server[0])
+        return self.queues.Origin(scheme if scheme in ("http", "https") else "http", host, region)
+
+    def _address(self, scope, headers) -> str:
+        if self.settings.FORQ_TRUST_PROXY_HEADERS:
+            hops = [h.strip() for h in ",".join(headers.get("x-forwarded-for", [])).split(",") if h.strip()]
+            if hops:
+                return hops[-1]
+        client = scope.get("client")
+        return client[0] if client else "unknown"
+
+    async def _failed(self, address: str) -> None:
+        services = self.services
+        retry_after = await services.run_async(services.auth_retry_after, address)
+        if retry_after:
+            raise self.protocol.SqsError("RequestThrottled", f"Too many failed authentications from this address: "
+                                         f"retry in {retry_after} s", 403)
+        await services.run_async(services.auth_failed, address)
+
+    def _limit(self) -> int:
+        # A message of the largest size this server stores, JSON-escaped, in a batch of ten.
+        return max(int(self.settings.FORQ_MAX_BODY_BYTES), 2 * self.queues.content_cap() + 65_536)
+
+    async def _read_body(self, receive) -> bytes:
+        limit = self._limit()
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise _Gone()
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise self.protocol.SqsError("RequestEntityTooLarge",
+                                                     f"The request body is over {limit} bytes", 413)
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        return b"".join(chunks)
+        except TimeoutError:
+            raise self.protocol.SqsError("RequestTimeout", "The request body arrived too slowly", 408) from None
+
+    async def _lifespan(self, receive, send) -> None:
+        watcher = None
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                watcher = asyncio.ensure_future(self.waiting.watch_drain_file())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.waiting.drain()
+                if watcher is not None:
+                    watcher.cancel()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+class _Gone(Exception):
+    """The client went away: nobody to answer."""
+
+
+def sqs_application() -> SQSApplication:
+    """Factory for ASGI servers: ``granian --interface asgi --factory forqapp.sqs.asgi:sqs_application``."""
+    return SQSApplication()

@@ -1,0 +1,172 @@
+"""SQS messages on forqapp's messages: bodies, message attributes, and what a receive answers.
+
+Message attributes are kept in forqapp's string attributes, so that the other faces see them: a
+``String`` attribute as ``{name: value}`` (and a forqapp attribute is a ``String`` one here); any
+other type with its type after a ``;`` in the key (``{"price;Number": "9.5"}``; a ``Binary``
+value in base64). forqapp's limits apply: 10 attributes, keys (with the type) of at most 64
+characters, values of at most 1,024 characters.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any
+
+from .. import vocab
+from ..services import ReceivedMessage
+from . import digests, receipts
+from .protocol import SqsError, invalid
+
+_ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+_DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]{1,200})?")
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# The characters SQS allows in a message: #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF
+_INVALID_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+SEPARATOR = ";"
+
+
+def check_body(body: object, limit: int) -> str:
+    if body is None:
+        raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
+    if not isinstance(body, str) or not body:
+        raise invalid("The request must contain a non-empty MessageBody.")
+    if _INVALID_CHARS.search(body):
+        raise SqsError("InvalidMessageContents", "Invalid characters found. Valid characters are #x9 | #xA | #xD "
+                       "| #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF")
+    if len(body.encode("utf-8")) > limit:
+        raise invalid(f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes.")
+    return body
+
+
+def check_attributes(attributes: object) -> dict[str, dict[str, Any]]:
+    """SQS ``MessageAttributes``, checked: {name: {"DataType", "StringValue" | "BinaryValue"}}."""
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, dict):
+        raise invalid("MessageAttributes must be a map")
+    if len(attributes) > vocab.MAX_ATTRIBUTES:
+        raise invalid(f"Number of message attributes [{len(attributes)}] exceeds the allowed maximum "
+                      f"[{vocab.MAX_ATTRIBUTES}].")
+    out = {}
+    for name, value in attributes.items():
+        if not isinstance(name, str) or not _ATTRIBUTE_NAME.fullmatch(name) or ".." in name \
+                or name.startswith(".") or name.endswith(".") or name.lower().startswith(("aws.", "amazon.")):
+            raise invalid(f"Message attribute name '{name}' is invalid.")
+        if not isinstance(value, dict):
+            raise invalid(f"Message attribute '{name}' must be a map")
+        data_type = value.get("DataType")
+        if not isinstance(data_type, str) or not _DATA_TYPE.fullmatch(data_type):
+            raise invalid(f"The message attribute '{name}' has an invalid message attribute type, the set of "
+                          "supported type prefixes is Binary, Number, and String.")
+        if data_type.startswith("Binary"):
+            raw = value.get("BinaryValue")
+            try:
+                data = base64.b64decode(raw, validate=True) if isinstance(raw, str) else None
+            except (binascii.Error, ValueError):
+                data = None
+            if not data:
+                raise invalid(f"The message attribute '{name}' with type 'Binary' must use field 'Binary'.")
+            out[name] = {"DataType": data_type, "BinaryValue": base64.b64encode(data).decode("ascii")}
+        else:
+            text = value.get("StringValue")
+            if not isinstance(text, str) or not text:
+                raise invalid(f"The message attribute '{name}' must contain non-empty message attribute value "
+                              f"for message attribute type '{data_type.split('.')[0]}'.")
+            if _INVALID_CHARS.search(text):
+                raise SqsError("InvalidMessageContents", f"Message attribute '{name}' holds invalid characters")
+            if data_type.startswith("Number") and not _NUMBER.fullmatch(text):
+                raise invalid(f"Can't cast the value of message attribute '{name}' to a number.")
+            out[name] = {"DataType": data_type, "StringValue": text}
+    return out
+
+
+def to_forq(attributes: dict[str, dict[str, Any]]) -> dict[str, str] | None:
+    """SQS message attributes → forqapp's string attributes (see the module's docstring)."""
+    if not attributes:
+        return None
+    stored = {}
+    for name, value in attributes.items():
+        data_type = value["DataType"]
+        key = name if data_type == "String" else f"{name}{SEPARATOR}{data_type}"
+        text = str(value.get("StringValue", value.get("BinaryValue")))
+        if len(key) > vocab.ATTRIBUTE_KEY_MAX:
+            raise invalid(f"Message attribute '{name}': forqapp keeps names (with a type other than String "
+                          f"after a ';') of at most {vocab.ATTRIBUTE_KEY_MAX} characters")
+        if len(text) > vocab.ATTRIBUTE_VALUE_MAX:
+            raise invalid(f"Message attribute '{name}': forqapp keeps values of at most "
+                          f"{vocab.ATTRIBUTE_VALUE_MAX} characters")
+        stored[key] = text
+    return stored
+
+
+def from_forq(attributes: dict[str, str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for key, text in attributes.items():
+        name, _, data_type = key.partition(SEPARATOR)
+        if not data_type or not _DATA_TYPE.fullmatch(data_type):
+            name, data_type = key, "String"
+        field = "BinaryValue" if data_type.startswith("Binary") else "StringValue"
+        out[name] = {"DataType": data_type, field: text}
+    return out
+
+
+def attribute_filter(names: object) -> Any:
+    """A predicate for ``MessageAttributeNames`` (``All``, ``.*``, ``prefix.*``, or names)."""
+    if names is None:
+        return lambda name: False
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise invalid("MessageAttributeNames must be a list of names")
+    if "All" in names or ".*" in names:
+        return lambda name: True
+    exact = {n for n in names if not n.endswith(".*")}
+    prefixes = tuple(n[:-1] for n in names if n.endswith(".*"))
+    return lambda name: name in exact or name.startswith(prefixes)
+
+
+SYSTEM_ATTRIBUTES = ("SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
+                     "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
+                     "DeadLetterQueueSourceArn")
+
+
+def system_names(body: dict[str, Any]) -> set[str]:
+    """The system attributes asked for (``MessageSystemAttributeNames``, or the deprecated
+    ``AttributeNames``, which may also hold queue attribute names: those give nothing)."""
+    wanted: set[str] = set()
+    for key in ("MessageSystemAttributeNames", "AttributeNames"):
+        names = body.get(key)
+        if names is None:
+            continue
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise invalid(f"{key} must be a list of names")
+        wanted.update(SYSTEM_ATTRIBUTES if "All" in names else names)
+    return wanted
+
+
+def received(message: ReceivedMessage, queue: str, system: set[str], keep: Any,
+             source_arn: str | None) -> dict[str, Any]:
+    """One ``Messages`` entry of ReceiveMessage."""
+    out: dict[str, Any] = {
+        "MessageId": message.id,
+        "ReceiptHandle": receipts.make(queue, message.id, message.receipt or 0),
+        "MD5OfBody": digests.md5_of_body(message.content),
+        "Body": message.content,
+    }
+    if system:
+        values = {
+            "SentTimestamp": str(message.received_at),
+            "ApproximateReceiveCount": str(message.attempts),
+            "ApproximateFirstReceiveTimestamp": str(message.first_received_at or message.received_at),
+        }
+        if source_arn is not None:
+            values["DeadLetterQueueSourceArn"] = source_arn
+        attributes = {k: v for k, v in values.items() if k in system}
+        if attributes:
+            out["Attributes"] = attributes
+    if message.attributes:
+        chosen = {n: v for n, v in from_forq(message.attributes).items() if keep(n)}
+        if chosen:
+            out["MessageAttributes"] = chosen
+            out["MD5OfMessageAttributes"] = digests.md5_of_attributes(chosen)
+    return out

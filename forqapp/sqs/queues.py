@@ -1,0 +1,333 @@
+"""SQS queues on forqapp's queues: names, URLs and ARNs, existence, and the attributes.
+
+Attributes with a policy field live there, so that every face sees them: ``VisibilityTimeout`` →
+``visibility_timeout``, ``MessageRetentionPeriod`` → ``retention``, ``RedrivePolicy``'s
+``maxReceiveCount`` → ``max_attempts`` (no redrive policy: unlimited). The others
+(``DelaySeconds``, ``ReceiveMessageWaitTimeSeconds``, ``MaximumMessageSize``, the redrive policy
+as given) are kept in the queue row's ``sqs_attributes``. A dead-letter queue is always forqapp's
+``<name>-dlq``: a redrive target of another name is refused.
+
+Every function here is synchronous (it runs on a database thread: :func:`forqapp.services.run_async`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errors, services
+from ..conf import forq_settings
+from ..errors import ForqError
+from ..models import Queue
+from ..vocab import DLQ_SUFFIX, base_of, is_dlq
+from .protocol import SqsError, invalid
+
+ACCOUNT = "000000000000"  # forqapp has no accounts: one fixed id in URLs and ARNs
+NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+FORQ_NAME_MAX = 64  # forqapp's queue names are shorter than SQS's 80
+MAX_MESSAGE_SIZE = 1_048_576  # SQS's limit (1 MiB)
+CACHE_S = 1.0  # how long a process trusts what it read about a queue (as forqapp.policy does)
+
+DEFAULTS = {  # what CreateQueue gives a new queue (SQS's defaults)
+    "VisibilityTimeout": 30, "MessageRetentionPeriod": 345_600, "DelaySeconds": 0,
+    "ReceiveMessageWaitTimeSeconds": 0,
+}
+RANGES = {
+    "VisibilityTimeout": (0, 43_200), "MessageRetentionPeriod": (60, 1_209_600), "DelaySeconds": (0, 900),
+    "ReceiveMessageWaitTimeSeconds": (0, 20), "MaximumMessageSize": (1_024, MAX_MESSAGE_SIZE),
+}
+SETTABLE = (*RANGES, "RedrivePolicy")
+READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+             "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
+UNSUPPORTED = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit", "Policy",
+               "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled", "RedriveAllowPolicy")
+ALL = (*SETTABLE, *READ_ONLY)
+
+
+# --- names, URLs, ARNs ---------------------------------------------------------------------------
+
+
+def check_name(name: object) -> str:
+    """An SQS queue name forqapp can hold (``[A-Za-z0-9_-]``, at most 64 characters here)."""
+    if not isinstance(name, str) or not name:
+        raise SqsError("MissingParameter", "The request must contain the parameter QueueName.")
+    if name.endswith(".fifo"):
+        raise SqsError("UnsupportedOperation", "FIFO queues are not supported by forqapp's SQS endpoint")
+    if not NAME.fullmatch(name):
+        raise invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
+    if len(name) > FORQ_NAME_MAX:
+        raise invalid(f"forqapp's queue names are at most {FORQ_NAME_MAX} characters")
+    if name.endswith(DLQ_SUFFIX + DLQ_SUFFIX):
+        raise invalid(f"{name!r}: a dead-letter queue has no dead-letter queue of its own")
+    return name
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where the client reached this listener (URLs are built from it) and its signing region."""
+
+    scheme: str
+    host: str
+    region: str
+
+    def url(self, name: str) -> str:
+        return f"{self.scheme}://{self.host}/{ACCOUNT}/{name}"
+
+    def arn(self, name: str) -> str:
+        return f"arn:aws:sqs:{self.region}:{ACCOUNT}:{name}"
+
+
+def name_from_url(url: object) -> str:
+    """The queue a ``QueueUrl`` names: ``…/{account}/{name}`` (a trailing slash is tolerated), or a
+    bare name. Another account's URL names no queue here."""
+    if not isinstance(url, str) or not url:
+        raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
+    path = url.split("://", 1)[1].partition("/")[2] if "://" in url else url
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if len(parts) == 2 and parts[0] == ACCOUNT:
+        name = parts[1]
+    elif len(parts) == 1 and "://" not in url:
+        name = parts[0]
+    else:
+        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    if not NAME.fullmatch(name) or len(name) > FORQ_NAME_MAX:
+        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    return name
+
+
+# --- what is known of a queue ---------------------------------------------------------------------
+
+
+@dataclass
+class Known:
+    """What the SQS face knows of a queue and its dead-letter queue: whether each exists, and the
+    queue's SQS attributes (``meta``; the dead-letter queue's under ``meta["dlq"]``)."""
+
+    exists: bool
+    dlq_exists: bool
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+_cache: dict[str, tuple[float, Known]] = {}
+_lock = threading.Lock()
+
+
+def forget(name: str | None = None) -> None:
+    with _lock:
+        if name is None:
+            _cache.clear()
+        else:
+            _cache.pop(base_of(name), None)
+
+
+def _row_meta(base: str) -> tuple[bool, dict[str, Any]]:
+    rows = list(Queue.objects.using(services.alias()).filter(name=base).values_list("sqs_attributes", flat=True))
+    return bool(rows), (rows[0] or {}) if rows else {}
+
+
+def _lookup(base: str) -> Known:
+    has_row, meta = _row_meta(base)
+    if has_row and not meta.get("hidden"):
+        return Known(True, True, meta)
+    try:
+        counts = services.queue_info(base).counts
+    except ForqError:
+        counts = {}
+    regular = any(n for state, n in counts.items() if state != "dlq")
+    # A row made only to hold a dead-letter queue created before its queue ("hidden") is no queue.
+    return Known(regular, regular or has_row or bool(counts.get("dlq")), meta)
+
+
+def known(name: str) -> Known:
+    """What is known of ``name``'s queue (cached :data:`CACHE_S` per process). A queue exists when
+    it has a row or messages; ``<name>-dlq`` exists with ``<name>`` (every forqapp queue has one)."""
+    base = base_of(name)
+    now = time.monotonic()
+    cached = _cache.get(base)
+    if cached is not None and now - cached[0] < CACHE_S:
+        return cached[1]
+    info = _lookup(base)
+    with _lock:
+        _cache[base] = (now, info)
+    return info
+
+
+def existing(name: str) -> Known:
+    info = known(name)
+    if not (info.dlq_exists if is_dlq(name) else info.exists):
+        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    return info
+
+
+def save_meta(base: str, meta: dict[str, Any]) -> None:
+    Queue.objects.using(services.alias()).filter(name=base).update(sqs_attributes=meta or None)
+    forget(base)
+
+
+# --- attributes -----------------------------------------------------------------------------------
+
+
+def content_cap() -> int:
+    return min(MAX_MESSAGE_SIZE, forq_settings.FORQ_MAX_CONTENT_BYTES)
+
+
+def max_message_size(meta: dict[str, Any], dlq: bool = False) -> int:
+    own = (meta.get("dlq") or {}) if dlq else meta
+    return min(int(own.get("MaximumMessageSize", MAX_MESSAGE_SIZE)), content_cap())
+
+
+def _integer(name: str, value: object) -> int:
+    lo, hi = RANGES[name]
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,10}", value) or not lo <= int(value) <= hi:
+        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: must be an integer "
+                       f"from {lo} to {hi}")
+    number = int(value)
+    if name == "MaximumMessageSize" and number > content_cap():
+        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter MaximumMessageSize: this server "
+                       f"stores messages of at most {content_cap()} bytes (FORQ_MAX_CONTENT_BYTES)")
+    return number
+
+
+def _redrive(queue: str, value: object) -> dict[str, Any] | None:
+    if value == "" or value is None:
+        return None
+    try:
+        policy = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        policy = None
+    if not isinstance(policy, dict):
+        raise SqsError("InvalidAttributeValue", "Invalid value for the parameter RedrivePolicy: not a JSON object")
+    unknown = set(policy) - {"deadLetterTargetArn", "maxReceiveCount"}
+    if unknown:
+        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter RedrivePolicy: unknown "
+                       f"{', '.join(sorted(unknown))}")
+    count = policy.get("maxReceiveCount")
+    if isinstance(count, str) and re.fullmatch(r"[0-9]{1,4}", count):
+        count = int(count)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
+        raise SqsError("InvalidAttributeValue", "Invalid value for the parameter RedrivePolicy: maxReceiveCount "
+                       "must be an integer from 1 to 1000")
+    target = policy.get("deadLetterTargetArn")
+    parts = target.split(":") if isinstance(target, str) else []
+    if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"]:
+        raise SqsError("InvalidAttributeValue", "Invalid value for the parameter RedrivePolicy: "
+                       "deadLetterTargetArn must be a queue's ARN")
+    if parts[5] != queue + DLQ_SUFFIX:
+        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter RedrivePolicy: forqapp's "
+                       f"dead-letter queue of {queue!r} is {queue + DLQ_SUFFIX!r} (deadLetterTargetArn "
+                       f"…:{queue + DLQ_SUFFIX}); another target is not supported")
+    return {"deadLetterTargetArn": target, "maxReceiveCount": count}
+
+
+def parse_attributes(queue: str, attributes: object) -> dict[str, Any]:
+    """Checked ``Attributes`` of CreateQueue/SetQueueAttributes: {name: int, or the redrive policy
+    (None: removed)}. Unknown or read-only names → ``InvalidAttributeName``, bad values →
+    ``InvalidAttributeValue``; nothing is stored before all are checked."""
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, dict):
+        raise invalid("Attributes must be a map of attribute names to strings")
+    out: dict[str, Any] = {}
+    for name, value in attributes.items():
+        if name in UNSUPPORTED:
+            if name == "FifoQueue" and value == "true":
+                raise SqsError("UnsupportedOperation", "FIFO queues are not supported by forqapp's SQS endpoint")
+            if name in ("FifoQueue", "SqsManagedSseEnabled") and value == "false":
+                continue  # what forqapp is anyway
+            raise SqsError("InvalidAttributeName", f"Unsupported attribute name: {name}")
+        if name not in SETTABLE:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+        if name == "RedrivePolicy":
+            if is_dlq(queue):
+                raise SqsError("InvalidAttributeValue", "A dead-letter queue cannot have a redrive policy here")
+            out[name] = _redrive(queue, value)
+        else:
+            out[name] = _integer(name, value)
+    return out
+
+
+def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Store checked ``attributes`` on SQS queue ``name`` (created with ``meta`` if new)."""
+    base = base_of(name)
+    dlq = is_dlq(name)
+    meta = json.loads(json.dumps(meta))  # a copy
+    own = meta.setdefault("dlq", {}) if dlq else meta
+    policy: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if key == "VisibilityTimeout" and not dlq:
+            policy["visibility_timeout"] = value
+        elif key == "MessageRetentionPeriod":
+            policy["dlq_retention" if dlq else "retention"] = value
+        elif key == "RedrivePolicy":
+            policy["max_attempts"] = value["maxReceiveCount"] if value else "unlimited"
+        if (key == "RedrivePolicy" and value is None) or (key in ("VisibilityTimeout", "MessageRetentionPeriod")
+                                                          and not dlq) or key == "MessageRetentionPeriod":
+            own.pop(key, None)  # held by the policy (or removed)
+        else:
+            own[key] = value
+    services.configure_queue(base, **policy)  # creates the row when new
+    save_meta(base, meta)
+
+
+def current(name: str, origin: Origin, wanted: set[str] | None = None) -> dict[str, str]:
+    """GetQueueAttributes's answer for queue ``name``: ``wanted`` names (None: all), as strings."""
+    base = base_of(name)
+    dlq = is_dlq(name)
+    info = services.queue_info(base)
+    _, meta = _row_meta(base)
+    own = (meta.get("dlq") or {}) if dlq else meta
+    pol = info.policy
+    counts = info.counts
+    row = Queue.objects.using(services.alias()).filter(name=base).values_list("created_at", "updated_at").first()
+    created, updated = row if row else (services.now_ms(), services.now_ms())
+    values: dict[str, Any] = {
+        "VisibilityTimeout": own.get("VisibilityTimeout", 30) if dlq else round(pol["visibility_timeout"]),
+        "MessageRetentionPeriod": round(pol["dlq_retention"] if dlq else pol["retention"]),
+        "DelaySeconds": own.get("DelaySeconds", 0),
+        "ReceiveMessageWaitTimeSeconds": own.get("ReceiveMessageWaitTimeSeconds", 0),
+        "MaximumMessageSize": max_message_size(meta, dlq),
+        "ApproximateNumberOfMessages": counts["dlq"] if dlq else counts["ready"],
+        "ApproximateNumberOfMessagesNotVisible": 0 if dlq else counts["in_flight"],
+        "ApproximateNumberOfMessagesDelayed": 0 if dlq else counts["delayed"],
+        "CreatedTimestamp": created // 1000,
+        "LastModifiedTimestamp": updated // 1000,
+        "QueueArn": origin.arn(name),
+    }
+    if not dlq and pol["max_attempts"] != "unlimited":
+        # maxReceiveCount is the queue's max_attempts (whichever face set it); the target is its DLQ.
+        target = (own.get("RedrivePolicy") or {}).get("deadLetterTargetArn") or origin.arn(base + DLQ_SUFFIX)
+        values["RedrivePolicy"] = json.dumps({"deadLetterTargetArn": target, "maxReceiveCount": pol["max_attempts"]},
+                                             separators=(",", ":"))
+    return {k: str(v) for k, v in values.items() if wanted is None or k in wanted}
+
+
+def wanted_names(names: object) -> set[str] | None:
+    """GetQueueAttributes's ``AttributeNames``: None for all; unknown names →
+    ``InvalidAttributeName``."""
+    if names is None:
+        return set()
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise invalid("AttributeNames must be a list of attribute names")
+    if "All" in names:
+        return None
+    unknown = [n for n in names if n not in ALL and n not in UNSUPPORTED]
+    if unknown:
+        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.")
+    return set(names)
+
+
+def forq_error(exc: ForqError) -> SqsError:
+    """A refusal of forqapp's services, as SQS words it."""
+    if exc.code == errors.NOT_FOUND_QUEUE:
+        return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    if exc.code == errors.QUEUE_FULL:
+        return SqsError("OverLimit", str(exc), 403)
+    if exc.code == errors.PRODUCE_TO_DLQ:
+        return invalid("forqapp fills a dead-letter queue itself (redrive): send to its queue instead")
+    if exc.status >= 500:
+        return SqsError("InternalError", "forqapp could not complete the request", 500, fault="Receiver")
+    return invalid(str(exc))

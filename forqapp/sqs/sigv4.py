@@ -1,0 +1,104 @@
+"""AWS Signature Version 4 (``Authorization: AWS4-HMAC-SHA256 …``), verified against
+:mod:`forqapp.keys`: the access key id is a scoped key's id (the root key, ``FORQ_AUTH_SECRET``,
+signs as ``forq-root``). The request's time may differ from the server's by 15 minutes at most.
+
+:func:`parse` reads the header (before the body arrives); :func:`verify` checks the signature over
+the canonical request once the body is in (constant-time compare)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import posixpath
+import re
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from .protocol import SqsError
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+MAX_SKEW_S = 15 * 60
+_AUTH = re.compile(
+    r"AWS4-HMAC-SHA256\s+Credential=([^/,\s]+)/(\d{8})/([a-z0-9-]{1,32})/([a-z0-9-]{1,32})/aws4_request\s*,"
+    r"\s*SignedHeaders=([a-z0-9;._-]+)\s*,\s*Signature=([0-9a-f]{64})\s*")
+
+
+@dataclass(frozen=True)
+class Authorization:
+    access_key_id: str
+    date: str  # YYYYMMDD of the credential scope
+    region: str
+    service: str
+    signed_headers: tuple[str, ...]
+    signature: str
+    amz_date: str  # X-Amz-Date
+
+    @property
+    def scope(self) -> str:
+        return f"{self.date}/{self.region}/{self.service}/aws4_request"
+
+
+def _denied(shape: str, message: str) -> SqsError:
+    return SqsError(shape, message, 403)
+
+
+def parse(headers: dict[str, list[str]], now: dt.datetime) -> Authorization:
+    """The request's ``Authorization``, checked for form and time (not yet for its signature)."""
+    values = headers.get("authorization")
+    if not values:
+        raise _denied("MissingAuthenticationToken", "Request is missing Authentication Token")
+    match = _AUTH.fullmatch(values[0].strip())
+    if match is None:
+        raise _denied("IncompleteSignature", "The Authorization header is not a valid AWS Signature Version 4 "
+                      "header (AWS4-HMAC-SHA256 Credential=…, SignedHeaders=…, Signature=…)")
+    key_id, date, region, service, signed, signature = match.groups()
+    signed_headers = tuple(signed.split(";"))
+    if "host" not in signed_headers or "x-amz-date" not in signed_headers:
+        raise _denied("IncompleteSignature", "The signature must cover the host and x-amz-date headers")
+    if service != "sqs":
+        raise _denied("SignatureDoesNotMatch", f"Credential should be scoped to correct service: 'sqs', not {service!r}")
+    amz_date = (headers.get("x-amz-date") or [""])[0].strip()
+    try:
+        when = dt.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        raise _denied("IncompleteSignature", "X-Amz-Date must be YYYYMMDDTHHMMSSZ") from None
+    if amz_date[:8] != date:
+        raise _denied("SignatureDoesNotMatch", "The credential's date does not match X-Amz-Date")
+    if abs((now - when).total_seconds()) > MAX_SKEW_S:
+        raise _denied("SignatureDoesNotMatch", f"Signature expired: {amz_date} is more than 15 minutes away from "
+                      f"the server's time ({now:%Y%m%dT%H%M%SZ}).")
+    return Authorization(key_id, date, region, service, signed_headers, signature, amz_date)
+
+
+def _signing_key(secret: str, auth: Authorization) -> bytes:
+    key = hmac.new(("AWS4" + secret).encode("utf-8"), auth.date.encode(), hashlib.sha256).digest()
+    for part in (auth.region, auth.service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return key
+
+
+def canonical_request(method: str, raw_path: str, query: str, headers: dict[str, list[str]],
+                      signed_headers: tuple[str, ...], body: bytes) -> str:
+    """As botocore builds it for every service but S3: the path normalised and URI-encoded, the
+    query pairs sorted as sent, each signed header's values trimmed and joined by commas."""
+    path = posixpath.normpath(raw_path or "/")
+    if raw_path.endswith("/") and path != "/":
+        path += "/"
+    path = "/" + path.lstrip("/")
+    pairs = sorted(tuple(p.partition("=")[::2]) for p in query.split("&") if p) if query else []
+    canonical_query = "&".join(f"{k}={v}" for k, v in pairs)
+    canonical_headers = "".join(
+        f"{name}:{','.join(' '.join(v.split()) for v in headers.get(name, []))}\n" for name in signed_headers)
+    return "\n".join([method, quote(path, safe="/~"), canonical_query, canonical_headers,
+                      ";".join(signed_headers), hashlib.sha256(body).hexdigest()])
+
+
+def signature(secret: str, auth: Authorization, request: str) -> str:
+    to_sign = "\n".join([ALGORITHM, auth.amz_date, auth.scope, hashlib.sha256(request.encode("utf-8")).hexdigest()])
+    return hmac.new(_signing_key(secret, auth), to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def verify(secret: str, auth: Authorization, request: str) -> bool:
+    """Whether ``auth``'s signature is the one ``secret`` makes for ``request`` (constant time)."""
+    return hmac.compare_digest(signature(secret, auth, request), auth.signature)

@@ -1,0 +1,653 @@
+"""Issue 17: the SQS-compatible endpoint, driven by boto3 (and the AWS CLI) against a live
+``forq_serve`` with ``FORQ_SQS_ADDR`` set. The MD5s are checked against an implementation of AWS's
+algorithm written here from the SQS documentation, not against forqapp's."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import threading
+import time
+
+import boto3
+import botocore
+import httpx
+import pytest
+from botocore.config import Config
+
+import forqapp
+from forqapp import services
+from forqapp.models import Message, Queue
+
+from .conftest import ROOT, SECRET, free_port, start_server, stop_server
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REGION = "eu-west-3"
+ACCOUNT = "000000000000"
+KEYS_SECRET = "sqs-test-keys-secret-0123456789abcdef"  # noqa: S105 - seals scoped keys, here and in the server
+
+
+# --- the digests, from the SQS documentation ("Calculating the MD5 message digest for message attributes") ---
+
+
+def aws_md5_of_attributes(attributes: dict) -> str:
+    """Sort by name; for each: name, data type, transport type, value; every string and binary
+    value preceded by its length as 4 bytes (big-endian); transport 1 for String/Number, 2 for Binary."""
+    out = bytearray()
+    for name in sorted(attributes):
+        attr = attributes[name]
+        for text in (name, attr["DataType"]):
+            data = text.encode()
+            out += len(data).to_bytes(4, "big") + data
+        if "BinaryValue" in attr:
+            value = attr["BinaryValue"]
+            value = value if isinstance(value, bytes) else base64.b64decode(value)
+            out += b"\x02" + len(value).to_bytes(4, "big") + value
+        else:
+            data = attr["StringValue"].encode()
+            out += b"\x01" + len(data).to_bytes(4, "big") + data
+    return hashlib.md5(bytes(out)).hexdigest()  # noqa: S324 - SQS's digest
+
+
+def md5(text: str) -> str:
+    return hashlib.md5(text.encode()).hexdigest()  # noqa: S324 - SQS's digest
+
+
+# --- the server -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(django_db_blocker):
+    port = free_port()
+    with django_db_blocker.unblock():
+        api = start_server({"FORQ_SQS_ADDR": f"127.0.0.1:{port}", "FORQ_KEYS_SECRET": KEYS_SECRET})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield url
+    stop_server(api)
+
+
+def client(url: str, key_id: str = "forq-root", secret: str = SECRET, **config):
+    return boto3.client(
+        "sqs", endpoint_url=url, region_name=REGION, aws_access_key_id=key_id, aws_secret_access_key=secret,
+        config=Config(retries={"max_attempts": 1, "mode": "standard"}, **config))
+
+
+@pytest.fixture
+def sqs(server):
+    services.forget_policies()
+    return client(server)
+
+
+def code_of(exc_info) -> tuple[str, str, int]:
+    err = exc_info.value.response
+    return err["Error"]["Code"], type(exc_info.value).__name__, err["ResponseMetadata"]["HTTPStatusCode"]
+
+
+# --- queues -----------------------------------------------------------------------------------------
+
+
+def test_create_get_list_delete_queue(sqs, server):
+    url = sqs.create_queue(QueueName="orders")["QueueUrl"]
+    assert url == f"{server}/{ACCOUNT}/orders"  # no trailing slash (moto PR #9711)
+    assert sqs.create_queue(QueueName="orders")["QueueUrl"] == url  # idempotent
+    assert sqs.get_queue_url(QueueName="orders")["QueueUrl"] == url
+    # A queue forqapp creates gets SQS's defaults, and nothing dead-letters without a redrive policy.
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["VisibilityTimeout"] == "30"
+    assert attrs["MessageRetentionPeriod"] == "345600"
+    assert attrs["QueueArn"] == f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders"
+    assert "RedrivePolicy" not in attrs
+    assert Queue.objects.get(name="orders").max_attempts == 0  # unlimited
+    assert url in sqs.list_queues()["QueueUrls"]
+    # A URL with a trailing slash names the same queue.
+    sqs.send_message(QueueUrl=url + "/", MessageBody="x")
+    sqs.delete_queue(QueueUrl=url)
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist) as exc:
+        sqs.get_queue_url(QueueName="orders")
+    assert code_of(exc) == ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", 400)
+
+
+def test_get_queue_url_of_a_missing_queue_is_an_error_not_a_url(sqs):
+    # ElasticMQ #825 answered a URL for a queue that does not exist.
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="never-made")
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.send_message(QueueUrl=f"http://x/{ACCOUNT}/never-made", MessageBody="x")
+    assert not Message.objects.filter(queue="never-made").exists()  # nothing created on the way
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_attributes(QueueUrl="http://x/999999999999/never-made")
+
+
+def test_create_queue_with_different_attributes_is_queue_name_exists(sqs):
+    sqs.create_queue(QueueName="exists", Attributes={"VisibilityTimeout": "40"})
+    sqs.create_queue(QueueName="exists", Attributes={"VisibilityTimeout": "40"})
+    with pytest.raises(sqs.exceptions.QueueNameExists) as exc:
+        sqs.create_queue(QueueName="exists", Attributes={"VisibilityTimeout": "41"})
+    assert code_of(exc) == ("QueueAlreadyExists", "QueueNameExists", 400)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("VisibilityTimeout", "43201"), ("VisibilityTimeout", "-1"), ("DelaySeconds", "901"),
+    ("ReceiveMessageWaitTimeSeconds", "21"), ("MessageRetentionPeriod", "59"),
+    ("MessageRetentionPeriod", "1209601"), ("MaximumMessageSize", "1023"), ("MaximumMessageSize", "1048577"),
+    ("VisibilityTimeout", "abc"), ("RedrivePolicy", "{not json"),
+    ("RedrivePolicy", '{"deadLetterTargetArn": "arn:aws:sqs:eu-west-3:000000000000:bad-dlq", "maxReceiveCount": 0}'),
+])
+def test_out_of_range_attributes_are_refused_and_not_stored(sqs, name, value):
+    with pytest.raises(sqs.exceptions.InvalidAttributeValue) as exc:
+        sqs.create_queue(QueueName="bad", Attributes={name: value})
+    assert code_of(exc)[0] == "InvalidAttributeValue"
+    assert not Queue.objects.filter(name="bad").exists()
+    url = sqs.create_queue(QueueName="bad")["QueueUrl"]
+    with pytest.raises(sqs.exceptions.InvalidAttributeValue):
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "10", name: value})
+    # moto stored out-of-range values: here nothing of the refused call is.
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"] == \
+        {"VisibilityTimeout": "30"}
+
+
+def test_unknown_and_read_only_attribute_names(sqs):
+    url = sqs.create_queue(QueueName="names")["QueueUrl"]
+    for attributes in ({"Colour": "blue"}, {"ApproximateNumberOfMessages": "3"}, {"QueueArn": "x"}):
+        with pytest.raises(sqs.exceptions.InvalidAttributeName):
+            sqs.set_queue_attributes(QueueUrl=url, Attributes=attributes)
+    with pytest.raises(sqs.exceptions.InvalidAttributeName):
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Colour"])
+
+
+def test_set_and_get_every_attribute(sqs):
+    url = sqs.create_queue(QueueName="attrs")["QueueUrl"]
+    dlq_arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:attrs-dlq"
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={
+        "VisibilityTimeout": "45", "MessageRetentionPeriod": "86400", "DelaySeconds": "2",
+        "ReceiveMessageWaitTimeSeconds": "3", "MaximumMessageSize": "2048",
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 4}),
+    })
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert {k: attrs[k] for k in ("VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds",
+                                  "ReceiveMessageWaitTimeSeconds", "MaximumMessageSize")} == {
+        "VisibilityTimeout": "45", "MessageRetentionPeriod": "86400", "DelaySeconds": "2",
+        "ReceiveMessageWaitTimeSeconds": "3", "MaximumMessageSize": "2048"}
+    assert json.loads(attrs["RedrivePolicy"]) == {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 4}
+    assert int(attrs["CreatedTimestamp"]) <= int(attrs["LastModifiedTimestamp"]) <= time.time() + 1
+    # The policy fields every face sees:
+    info = forqapp.queue_info("attrs")
+    assert info.policy["visibility_timeout"] == 45 and info.policy["retention"] == 86400
+    assert info.policy["max_attempts"] == 4
+    # A body over MaximumMessageSize is refused.
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="x" * 2049)
+    assert code_of(exc)[0] == "InvalidParameterValue"
+    # Removing the redrive policy: nothing dead-letters any more.
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": ""})
+    assert "RedrivePolicy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert forqapp.queue_info("attrs").policy["max_attempts"] == "unlimited"
+
+
+def test_redrive_target_other_than_the_queues_dlq_is_refused(sqs):
+    policy = json.dumps({"deadLetterTargetArn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:elsewhere", "maxReceiveCount": 3})
+    with pytest.raises(sqs.exceptions.InvalidAttributeValue) as exc:
+        sqs.create_queue(QueueName="target", Attributes={"RedrivePolicy": policy})
+    assert "target-dlq" in exc.value.response["Error"]["Message"]
+
+
+def test_list_queues_prefix_and_pages(sqs):
+    for i in range(5):
+        sqs.create_queue(QueueName=f"page-{i}")
+    sqs.create_queue(QueueName="other")
+    assert [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix="page-")["QueueUrls"]] == \
+        [f"page-{i}" for i in range(5)]
+    first = sqs.list_queues(QueueNamePrefix="page-", MaxResults=2)
+    assert [u.rsplit("/", 1)[1] for u in first["QueueUrls"]] == ["page-0", "page-1"]
+    second = sqs.list_queues(QueueNamePrefix="page-", MaxResults=2, NextToken=first["NextToken"])
+    third = sqs.list_queues(QueueNamePrefix="page-", MaxResults=2, NextToken=second["NextToken"])
+    assert [u.rsplit("/", 1)[1] for u in second["QueueUrls"] + third["QueueUrls"]] == ["page-2", "page-3", "page-4"]
+    assert "NextToken" not in third
+    for bad in (0, 1001):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            sqs.list_queues(MaxResults=bad)
+        assert code_of(exc)[0] == "InvalidParameterValue"
+    assert "QueueUrls" not in sqs.list_queues(QueueNamePrefix="nothing-")
+
+
+def test_queue_names(sqs):
+    for bad in ("has space", "a" * 81, "dot.name"):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            sqs.create_queue(QueueName=bad)
+        assert code_of(exc)[0] == "InvalidParameterValue", bad
+    with pytest.raises(sqs.exceptions.UnsupportedOperation):
+        sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})
+    assert sqs.create_queue(QueueName="A_b-9" * 12 + "abcd")["QueueUrl"].endswith("/" + "A_b-9" * 12 + "abcd")
+
+
+def test_purge_queue(sqs):
+    url = sqs.create_queue(QueueName="purged")["QueueUrl"]
+    for i in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=str(i))
+    sqs.purge_queue(QueueUrl=url)
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+
+
+def test_unsupported_actions_answer_an_sqs_error(sqs):
+    url = sqs.create_queue(QueueName="plain")["QueueUrl"]
+    calls = [
+        lambda: sqs.tag_queue(QueueUrl=url, Tags={"a": "b"}),
+        lambda: sqs.list_queue_tags(QueueUrl=url),
+        lambda: sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["SendMessage"]),
+        lambda: sqs.start_message_move_task(SourceArn=f"arn:aws:sqs:{REGION}:{ACCOUNT}:plain-dlq"),
+        lambda: sqs.list_message_move_tasks(SourceArn="arn:aws:sqs:x:y:z"),
+    ]
+    for call in calls:
+        with pytest.raises(sqs.exceptions.UnsupportedOperation) as exc:
+            call()
+        assert code_of(exc) == ("AWS.SimpleQueueService.UnsupportedOperation", "UnsupportedOperation", 400)
+
+
+# --- messages ---------------------------------------------------------------------------------------
+
+
+ATTRIBUTES = {
+    "city": {"DataType": "String", "StringValue": "Zürich"},
+    "price": {"DataType": "Number", "StringValue": "9.50"},
+    "blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xffbinary"},
+    "kind.sub": {"DataType": "String.custom", "StringValue": "x"},
+}
+
+
+def test_send_and_receive_with_md5s_checked_independently(sqs):
+    url = sqs.create_queue(QueueName="md5")["QueueUrl"]
+    body = "héllo wörld ✓"
+    sent = sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=ATTRIBUTES)
+    assert sent["MD5OfMessageBody"] == md5(body)
+    assert sent["MD5OfMessageAttributes"] == aws_md5_of_attributes(ATTRIBUTES)
+    plain = sqs.send_message(QueueUrl=url, MessageBody="no attributes")
+    assert "MD5OfMessageAttributes" not in plain  # omitted when there are none
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+                              MessageSystemAttributeNames=["All"])["Messages"]
+    assert [m["Body"] for m in got] == [body, "no attributes"]
+    first = got[0]
+    assert first["MessageId"] == sent["MessageId"]
+    assert first["MD5OfBody"] == md5(body)
+    assert first["MessageAttributes"]["blob"]["BinaryValue"] == b"\x00\x01\xffbinary"
+    assert first["MessageAttributes"]["price"] == {"DataType": "Number", "StringValue": "9.50"}
+    assert first["MD5OfMessageAttributes"] == aws_md5_of_attributes(first["MessageAttributes"])
+    assert "MD5OfMessageAttributes" not in got[1]
+    assert first["Attributes"]["ApproximateReceiveCount"] == "1"
+    assert abs(int(first["Attributes"]["SentTimestamp"]) - time.time() * 1000) < 60_000
+    assert "ApproximateFirstReceiveTimestamp" in first["Attributes"]
+
+
+def test_message_attribute_names_filter(sqs):
+    url = sqs.create_queue(QueueName="filter")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="b", MessageAttributes=ATTRIBUTES)
+    for names, expected in ((["All"], set(ATTRIBUTES)), ([".*"], set(ATTRIBUTES)), (["kind.*"], {"kind.sub"}),
+                            (["city", "price"], {"city", "price"}), (None, set())):
+        kwargs = {"MessageAttributeNames": names} if names else {}
+        got = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, **kwargs)["Messages"][0]
+        assert set(got.get("MessageAttributes", {})) == expected, names
+        if expected:  # the digest of what is returned
+            assert got["MD5OfMessageAttributes"] == aws_md5_of_attributes(got["MessageAttributes"])
+        else:
+            assert "MD5OfMessageAttributes" not in got
+    # The deprecated AttributeNames still asks for system attributes.
+    got = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, AttributeNames=["ApproximateReceiveCount"])
+    assert got["Messages"][0]["Attributes"] == {"ApproximateReceiveCount": "6"}
+
+
+def test_bad_messages_are_refused(sqs):
+    url = sqs.create_queue(QueueName="badmsg")["QueueUrl"]
+    with pytest.raises(sqs.exceptions.InvalidMessageContents):
+        sqs.send_message(QueueUrl=url, MessageBody="bell \x07")
+    too_many = {f"a{i}": {"DataType": "String", "StringValue": "v"} for i in range(11)}
+    for kwargs in ({"MessageAttributes": too_many}, {"DelaySeconds": 901},
+                   {"MessageAttributes": {"n": {"DataType": "Number", "StringValue": "abc"}}},
+                   {"MessageAttributes": {"n": {"DataType": "Float", "StringValue": "1"}}},
+                   {"MessageDeduplicationId": "d"}):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            sqs.send_message(QueueUrl=url, MessageBody="x", **kwargs)
+        assert code_of(exc)[0] == "InvalidParameterValue", kwargs
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11)
+    assert code_of(exc)[0] == "InvalidParameterValue"
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        sqs.receive_message(QueueUrl=url, WaitTimeSeconds=21)
+    assert code_of(exc)[0] == "InvalidParameterValue"
+    assert not Message.objects.filter(queue="badmsg").exists()
+
+
+def test_maximum_message_size_is_what_the_server_stores(sqs):
+    # SQS allows 1 MiB; forqapp stores FORQ_MAX_CONTENT_BYTES (262,144 by default) and says so.
+    url = sqs.create_queue(QueueName="big")["QueueUrl"]
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"] == \
+        {"MaximumMessageSize": "262144"}
+    body = "é" * (262_144 // 2)
+    sqs.send_message(QueueUrl=url, MessageBody=body)
+    assert sqs.receive_message(QueueUrl=url)["Messages"][0]["Body"] == body
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody=body + "x")
+    assert code_of(exc)[0] == "InvalidParameterValue"
+    with pytest.raises(sqs.exceptions.InvalidAttributeValue) as exc:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "1048576"})
+    assert "FORQ_MAX_CONTENT_BYTES" in exc.value.response["Error"]["Message"]
+
+
+def test_delay_seconds_of_the_message_and_of_the_queue(sqs):
+    url = sqs.create_queue(QueueName="delayed", Attributes={"DelaySeconds": "1"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="queue delay")
+    sqs.send_message(QueueUrl=url, MessageBody="no delay", DelaySeconds=0)
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in got] == ["no delay"]
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
+    assert attrs["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
+    assert [m["Body"] for m in got] == ["queue delay"]
+
+
+def test_receive_empty_has_no_messages_key(sqs):
+    url = sqs.create_queue(QueueName="empty")["QueueUrl"]
+    answer = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)
+    assert "Messages" not in answer
+
+
+def test_long_poll_returns_as_soon_as_a_message_is_sent(sqs, server):
+    url = sqs.create_queue(QueueName="longpoll")["QueueUrl"]
+    result = {}
+
+    def poll():
+        start = time.monotonic()
+        result["answer"] = client(server, read_timeout=30).receive_message(QueueUrl=url, WaitTimeSeconds=20)
+        result["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    time.sleep(1.0)
+    forqapp.send("longpoll", "from the Python API")  # another face wakes the SQS long poll
+    thread.join(25)
+    assert result["answer"]["Messages"][0]["Body"] == "from the Python API"
+    assert 0.9 < result["seconds"] < 5, result["seconds"]
+    # A long poll with nothing to take waits its whole time.
+    start = time.monotonic()
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)
+    assert 0.9 < time.monotonic() - start < 4
+
+
+def test_queue_receive_wait_time_is_the_default_long_poll(sqs):
+    url = sqs.create_queue(QueueName="waits", Attributes={"ReceiveMessageWaitTimeSeconds": "1"})["QueueUrl"]
+    start = time.monotonic()
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    assert time.monotonic() - start > 0.9
+
+
+def test_visibility_timeout_expiry_and_receipt_handles(sqs):
+    url = sqs.create_queue(QueueName="vis", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    first = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)  # invisible while leased
+    time.sleep(1.2)
+    second = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["ApproximateReceiveCount"])["Messages"][0]
+    assert second["MessageId"] == first["MessageId"]
+    assert second["ReceiptHandle"] != first["ReceiptHandle"]  # new on every delivery
+    assert second["Attributes"]["ApproximateReceiveCount"] == "2"
+    # The stale handle: the delete succeeds and deletes nothing (as SQS).
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+    assert Message.objects.filter(id=first["MessageId"]).exists()
+    with pytest.raises(sqs.exceptions.MessageNotInflight):
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=5)
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"], VisibilityTimeout=0)
+    third = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=third["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=third["ReceiptHandle"])  # twice: fine
+    assert not Message.objects.filter(id=first["MessageId"]).exists()
+
+
+def test_malformed_receipt_handles(sqs):
+    url = sqs.create_queue(QueueName="handles")["QueueUrl"]
+    other = sqs.create_queue(QueueName="handles-other")["QueueUrl"]
+    sqs.send_message(QueueUrl=other, MessageBody="m")
+    foreign = sqs.receive_message(QueueUrl=other)["Messages"][0]["ReceiptHandle"]
+    tampered = foreign[:-3] + ("AAA" if not foreign.endswith("AAA") else "BBB")
+    for handle in ("garbage", "", tampered, foreign):
+        with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid) as exc:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=handle or "x")
+        assert code_of(exc) == ("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 400)
+
+
+def test_redrive_after_max_receive_count_keeps_id_body_and_attributes(sqs):
+    dlq_url = sqs.create_queue(QueueName="rd-dlq")["QueueUrl"]  # the DLQ first, as SQS users do
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(QueueName="rd", Attributes={
+        "VisibilityTimeout": "0",
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"}),
+    })["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="poison", MessageAttributes=ATTRIBUTES)
+    # maxReceiveCount 2: received twice, then moved at the third receive (goaws #263 was off by one).
+    for n in (1, 2):
+        got = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"][0]
+        assert got["Attributes"]["ApproximateReceiveCount"] == str(n)
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    dead = sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"],
+                               MessageSystemAttributeNames=["All"])["Messages"][0]
+    assert dead["MessageId"] == sent["MessageId"] and dead["Body"] == "poison"
+    assert dead["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
+    assert dead["Attributes"]["DeadLetterQueueSourceArn"] == f"arn:aws:sqs:{REGION}:{ACCOUNT}:rd"
+    sqs.delete_message(QueueUrl=dlq_url, ReceiptHandle=dead["ReceiptHandle"])
+    assert not Message.objects.filter(id=sent["MessageId"]).exists()
+    # Both are listed; deleting the DLQ leaves the queue.
+    names = [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix="rd")["QueueUrls"]]
+    assert names == ["rd", "rd-dlq"]
+    sqs.delete_queue(QueueUrl=dlq_url)
+    assert sqs.get_queue_url(QueueName="rd")["QueueUrl"] == url
+
+
+def test_a_dlq_created_alone_does_not_make_its_queue_visible(sqs):
+    sqs.create_queue(QueueName="alone-dlq", Attributes={"MessageRetentionPeriod": "1209600"})
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="alone")
+    assert sqs.get_queue_url(QueueName="alone-dlq")
+    attrs = sqs.get_queue_attributes(QueueUrl=sqs.get_queue_url(QueueName="alone-dlq")["QueueUrl"],
+                                     AttributeNames=["MessageRetentionPeriod"])["Attributes"]
+    assert attrs == {"MessageRetentionPeriod": "1209600"}
+    # Creating the queue later with its own attributes is no conflict.
+    sqs.create_queue(QueueName="alone", Attributes={"VisibilityTimeout": "5"})
+    assert sqs.get_queue_url(QueueName="alone")
+
+
+# --- batches ----------------------------------------------------------------------------------------
+
+
+def test_send_batch_with_partial_failure(sqs):
+    url = sqs.create_queue(QueueName="batch")["QueueUrl"]
+    answer = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "ok-1", "MessageBody": "one", "MessageAttributes": ATTRIBUTES},
+        {"Id": "bad_2", "MessageBody": "two", "DelaySeconds": 1000},
+        {"Id": "ok-3", "MessageBody": "three"},
+        {"Id": "bad-4", "MessageBody": "bell \x07"},
+    ])
+    assert [s["Id"] for s in answer["Successful"]] == ["ok-1", "ok-3"]
+    assert answer["Successful"][0]["MD5OfMessageAttributes"] == aws_md5_of_attributes(ATTRIBUTES)
+    assert answer["Successful"][1]["MD5OfMessageBody"] == md5("three")
+    failed = {f["Id"]: f for f in answer["Failed"]}
+    assert failed["bad_2"]["Code"] == "InvalidParameterValue" and failed["bad_2"]["SenderFault"] is True
+    assert failed["bad-4"]["Code"] == "InvalidMessageContents"
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in got) == ["one", "three"]
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": "a", "ReceiptHandle": got[0]["ReceiptHandle"]},
+        {"Id": "b", "ReceiptHandle": "not-a-handle"},
+        {"Id": "c", "ReceiptHandle": got[1]["ReceiptHandle"]},
+    ])
+    assert [s["Id"] for s in deleted["Successful"]] == ["a", "c"]
+    assert [(f["Id"], f["Code"]) for f in deleted["Failed"]] == [("b", "ReceiptHandleIsInvalid")]
+    assert not Message.objects.filter(queue="batch").exists()
+
+
+def test_batch_request_errors(sqs):
+    url = sqs.create_queue(QueueName="batcherr")["QueueUrl"]
+    with pytest.raises(sqs.exceptions.EmptyBatchRequest) as exc:
+        sqs.send_message_batch(QueueUrl=url, Entries=[])
+    assert code_of(exc)[0] == "AWS.SimpleQueueService.EmptyBatchRequest"
+    with pytest.raises(sqs.exceptions.TooManyEntriesInBatchRequest):
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)])
+    with pytest.raises(sqs.exceptions.BatchEntryIdsNotDistinct):
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "x"}] * 2)
+    with pytest.raises(sqs.exceptions.InvalidBatchEntryId):
+        sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "a b", "ReceiptHandle": "x"}])
+    with pytest.raises(sqs.exceptions.BatchRequestTooLong):
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 200_000}
+                                                      for i in range(6)])
+    assert not Message.objects.filter(queue="batcherr").exists()
+
+
+def test_change_visibility_batch(sqs):
+    url = sqs.create_queue(QueueName="cvb")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": str(i)} for i in range(3)])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=3)["Messages"]
+    answer = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "zero", "ReceiptHandle": got[0]["ReceiptHandle"], "VisibilityTimeout": 0},
+        {"Id": "long", "ReceiptHandle": got[1]["ReceiptHandle"], "VisibilityTimeout": 600},
+        {"Id": "bad", "ReceiptHandle": got[2]["ReceiptHandle"], "VisibilityTimeout": 43_201},
+    ])
+    assert sorted(s["Id"] for s in answer["Successful"]) == ["long", "zero"]
+    assert [(f["Id"], f["Code"]) for f in answer["Failed"]] == [("bad", "InvalidParameterValue")]
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=3)["Messages"]
+    assert [m["MessageId"] for m in again] == [got[0]["MessageId"]]
+
+
+# --- every face sees the same queues ----------------------------------------------------------------
+
+
+def test_faces_share_queues(sqs):
+    url = sqs.create_queue(QueueName="shared")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="from boto3",
+                     MessageAttributes={"origin": {"DataType": "String", "StringValue": "sqs"}})
+    message = forqapp.receive("shared")
+    assert message.content == "from boto3" and message.attributes == {"origin": "sqs"}
+    forqapp.ack(message)
+    forqapp.send("shared", "from forqapp", attributes={"origin": "python"})
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+    assert got["Body"] == "from forqapp"
+    assert got["MessageAttributes"] == {"origin": {"DataType": "String", "StringValue": "python"}}
+    assert got["MD5OfMessageAttributes"] == aws_md5_of_attributes(got["MessageAttributes"])
+    # A queue made by another face exists for SQS too, with its own policy.
+    forqapp.configure_queue("made-elsewhere", max_attempts=3)
+    other = sqs.get_queue_url(QueueName="made-elsewhere")["QueueUrl"]
+    policy = json.loads(sqs.get_queue_attributes(QueueUrl=other, AttributeNames=["RedrivePolicy"])
+                        ["Attributes"]["RedrivePolicy"])
+    assert policy["maxReceiveCount"] == 3 and policy["deadLetterTargetArn"].endswith(":made-elsewhere-dlq")
+
+
+# --- authentication and scopes ----------------------------------------------------------------------
+
+
+def test_wrong_secret_and_unknown_key_are_refused(server):
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        client(server, secret="wrong-" + SECRET).list_queues()
+    assert code_of(exc)[0] == "SignatureDoesNotMatch" and code_of(exc)[2] == 403
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        client(server, key_id="FQKNOSUCHKEY00000000").list_queues()
+    assert code_of(exc)[0] == "InvalidClientTokenId" and code_of(exc)[2] == 403
+
+
+def test_unsigned_and_skewed_requests_are_refused(server):
+    unsigned = boto3.client("sqs", endpoint_url=server, region_name=REGION,
+                            config=Config(signature_version=botocore.UNSIGNED, retries={"max_attempts": 1}))
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        unsigned.list_queues()
+    assert code_of(exc)[2] == 403
+    # A request signed 16 minutes ago.
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest("POST", server + "/", data=b"{}", headers={
+        "X-Amz-Target": "AmazonSQS.ListQueues", "Content-Type": "application/x-amz-json-1.0"})
+    signer = SigV4Auth(Credentials("forq-root", SECRET), "sqs", REGION)
+    import datetime as dt
+    from unittest import mock
+
+    past = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=16)
+    with mock.patch("botocore.auth.datetime.datetime") as clock:
+        clock.now.return_value = past
+        clock.utcnow.return_value = past
+        signer.add_auth(request)
+    answer = httpx.post(server + "/", content=b"{}", headers=dict(request.headers.items()))
+    assert answer.status_code == 403
+    assert answer.json()["__type"] == "com.amazonaws.sqs#SignatureDoesNotMatch"
+    assert "expired" in answer.json()["message"]
+    # Signed now, it passes.
+    request = AWSRequest("POST", server + "/", data=b"{}", headers={
+        "X-Amz-Target": "AmazonSQS.ListQueues", "Content-Type": "application/x-amz-json-1.0"})
+    signer.add_auth(request)
+    assert httpx.post(server + "/", content=b"{}", headers=dict(request.headers.items())).status_code == 200
+    # A body changed after signing.
+    assert httpx.post(server + "/", content=b'{"QueueNamePrefix":"x"}',
+                      headers=dict(request.headers.items())).status_code == 403
+
+
+def test_protocol_errors_are_sqs_errors(server):
+    for method, headers in (("GET", {}), ("POST", {"X-Amz-Target": "AmazonSQS.NoSuchThing"}),
+                            ("POST", {"X-Amz-Target": "Other.ListQueues"})):
+        answer = httpx.request(method, server + "/", headers=headers)
+        assert 400 <= answer.status_code < 500
+        assert answer.json()["__type"].startswith("com.amazonaws.sqs#")
+        assert ";Sender" in answer.headers["x-amzn-query-error"]
+
+
+def test_scoped_keys(server, settings):
+    from forqapp.keys import service as key_service
+
+    settings.FORQ_KEYS_SECRET = KEYS_SECRET  # this process seals as the server opens
+    root = client(server)
+    for name in ("scoped-in", "scoped-out"):
+        root.create_queue(QueueName=name)
+    issued = key_service.create("sqs-producer", ["scoped-in:produce,read"], actor="test", via="test")
+    producer = client(server, issued.key.access_key_id, issued.secret)
+    url_in = producer.get_queue_url(QueueName="scoped-in")["QueueUrl"]
+    producer.send_message(QueueUrl=url_in, MessageBody="allowed")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        producer.receive_message(QueueUrl=url_in)
+    assert code_of(exc)[0] == "AccessDenied" and code_of(exc)[2] == 403
+    with pytest.raises(botocore.exceptions.ClientError):
+        producer.send_message(QueueUrl=url_in.replace("scoped-in", "scoped-out"), MessageBody="no")
+    with pytest.raises(botocore.exceptions.ClientError):
+        producer.create_queue(QueueName="scoped-new")
+    assert [u.rsplit("/", 1)[1] for u in producer.list_queues()["QueueUrls"]] == ["scoped-in"]
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        client(server, issued.key.access_key_id, "wrong").list_queues()
+    assert code_of(exc)[0] == "SignatureDoesNotMatch"
+
+
+# --- the AWS CLI --------------------------------------------------------------------------------------
+
+
+def test_aws_cli(server):
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "forq-root", "AWS_SECRET_ACCESS_KEY": SECRET,
+           "AWS_DEFAULT_REGION": REGION, "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
+    aws = [str(ROOT / ".venv" / "bin" / "aws"), "--endpoint-url", server, "--output", "json", "sqs"]
+
+    def run(*args):
+        result = subprocess.run([*aws, *args], env=env, capture_output=True, text=True, timeout=60)
+        return result.returncode, json.loads(result.stdout) if result.stdout.strip() else None, result.stderr
+
+    code, out, _ = run("create-queue", "--queue-name", "cli")
+    assert code == 0 and out["QueueUrl"].endswith(f"/{ACCOUNT}/cli")
+    url = out["QueueUrl"]
+    code, out, _ = run("send-message", "--queue-url", url, "--message-body", "from the cli")
+    assert code == 0 and out["MD5OfMessageBody"] == md5("from the cli")
+    code, out, _ = run("receive-message", "--queue-url", url, "--wait-time-seconds", "1")
+    assert code == 0 and out["Messages"][0]["Body"] == "from the cli"
+    code, _, _ = run("delete-message", "--queue-url", url, "--receipt-handle", out["Messages"][0]["ReceiptHandle"])
+    assert code == 0
+    code, _, err = run("get-queue-url", "--queue-name", "cli-missing")
+    assert code != 0 and "NonExistentQueue" in err or "QueueDoesNotExist" in err
