@@ -300,3 +300,4 @@ class Lease(models.Model):
 
 
 from .keys.models import ApiKey, KeyEvent  # noqa: E402, F401 - scoped API keys (issue 16) live in forqapp.keys
+from .tasks.models import TaskRecord  # noqa: E402, F401 - the Django Tasks backend's results (issue 14)

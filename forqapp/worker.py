@@ -216,6 +216,7 @@ class Worker:
         if not results:
             return
         acks: dict[str, list[_Held]] = defaultdict(list)
+        own: dict[str, list] = defaultdict(list)
         for held, outcome, error in results:
             self._held.pop(held.message.id, None)
             queue = held.message.queue
@@ -225,6 +226,9 @@ class Worker:
                 self._count(queue, "lost")
                 logger.warning("forq_worker: lost the lease of %s on %s before it finished; not settled",
                                held.message.id, queue)
+                continue
+            if getattr(held.consumer, "settles", False):  # e.g. forqapp.tasks' runners: results with the settles
+                own[queue].append((held.message, outcome, error))
                 continue
             if outcome == ACK:
                 acks[queue].append(held)
@@ -254,6 +258,10 @@ class Worker:
             except DatabaseError:
                 self._count(queue, "lost")
                 self._database_trouble(f"settling {held.message.id}")
+        for queue, items in own.items():  # the consumer settles its batch itself, in one transaction
+            for outcome, n in self.consumers[queue].settle(items, using=self.using).items():  # type: ignore[attr-defined]
+                for _ in range(n):
+                    self._count(queue, outcome)
         for queue, helds in acks.items():
             try:
                 n = services.ack_many([h.message for h in helds], using=self.using)

@@ -17,6 +17,9 @@ FORQ_WORKER_START_JITTER_MS = 0
 # see. tests/test_ui.py::test_first_dashboard_of_a_process_never_waits_for_a_slow_count covers the
 # background first count.
 FORQ_UI_COLD_WAIT_MS = None
+# The Django Tasks backend (issue 14): the tasks of tests/tasksapp run on forqapp's "tasks-…" queues.
+TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default", "other"],
+                     "OPTIONS": {"queue_prefix": "tasks-"}}}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": os.environ["FORQ_DB_PATH"] + ".test"}  # noqa: F405
     # This run's SQLite files, removed when the session ends (tests/conftest.py): Django deletes the

@@ -77,7 +77,9 @@ class Command(BaseCommand):
         if problem := database_problem():
             raise CommandError(problem)
         try:
-            consumers = registry()
+            from ...tasks.discovery import with_consumers
+
+            consumers = with_consumers(registry())  # and the queues of TASKS' forqapp.tasks.ForqBackend
         except ImproperlyConfigured as exc:  # e.g. two consumers for one queue
             raise CommandError(str(exc)) from None
         queues = options["queues"] or sorted(consumers)
@@ -85,7 +87,8 @@ class Command(BaseCommand):
         if missing:
             raise CommandError(f"no consumer registered for {', '.join(missing)}")
         if not queues:
-            raise CommandError("no consumers registered (use @forqapp.consumer or FORQ_CONSUMERS)")
+            raise CommandError("no consumers registered (use @forqapp.consumer or FORQ_CONSUMERS) and no "
+                               "forqapp.tasks.ForqBackend in TASKS")
         if options["processes"] > 1:
             return self._supervise(queues, options)
         worker = Worker(

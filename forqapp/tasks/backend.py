@@ -1,0 +1,189 @@
+"""``forqapp.tasks.ForqBackend``: Django's Tasks framework on forqapp's queues.
+
+    TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default", "emails"],
+                         "OPTIONS": {"queue_prefix": "tasks-", "result_retention": 7 * 86400}}}
+
+A task is one message on the forqapp queue named ``queue_prefix + task.queue_name``: its id is the
+task result's id, its priority the task's, its due time ``run_after``. The message's content is the
+task (its dotted path) and its arguments as JSON. ``enqueue`` writes that one row on the caller's
+database connection: inside the caller's ``transaction.atomic()`` the task commits or rolls back with
+the caller's own writes (the outbox guarantee), and no worker can see it before the commit.
+
+The worker side is :mod:`forqapp.tasks.running` (``manage.py forq_worker``), the results
+:mod:`forqapp.tasks.results`. This module imports no model at module level: ``@task`` runs while
+apps load.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from inspect import iscoroutinefunction
+from typing import Any
+
+from django.core import checks
+
+from .. import errors, services, utils, validation, vocab
+from ..errors import ForqError
+from .compat import (
+    DEFAULT_TASK_QUEUE_NAME,
+    BaseTaskBackend,
+    InvalidTaskError,
+    Task,
+    TaskResult,
+    TaskResultStatus,
+    task_enqueued,
+)
+
+DEFAULT_RESULT_RETENTION_S = 7 * 86_400
+OPTION_NAMES = ("queue_prefix", "result_retention", "max_attempts", "backoff")
+
+
+class TaskArgumentsError(InvalidTaskError, TypeError):
+    """A task's arguments (or its return value) that do not survive a strict JSON round trip, or
+    whose JSON is over ``FORQ_MAX_CONTENT_BYTES``. A ``TypeError`` too, as the framework's own
+    ``normalize_json`` raises."""
+
+
+def to_json(value: Any, what: str) -> str:
+    """``value`` as strict JSON text (no NaN, no infinity, no object that is not JSON); raises
+    :class:`TaskArgumentsError` saying what was refused."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TaskArgumentsError(f"{what} must be JSON (str, int, float, bool, None, lists and dicts "
+                                 f"of them): {exc}") from None
+
+
+def round_trip(args: Iterable[Any], kwargs: dict[str, Any]) -> tuple[str, list[Any], dict[str, Any]]:
+    """(the JSON of ``{"args", "kwargs"}``, and the args and kwargs the task will receive: tuples
+    become lists, int dict keys become strings — what the result shows is exactly what runs)."""
+    text = to_json({"args": list(args), "kwargs": kwargs}, "a task's arguments")
+    back = json.loads(text)
+    return text, back["args"], back["kwargs"]
+
+
+def encode(task_path: str, args_kwargs: str, queue_name: str, backend: str, enqueued_at: int) -> str:
+    """The message content of a task (the ``{"args", "kwargs"}`` JSON spliced in, not re-encoded)."""
+    head = to_json({"task": task_path, "queue_name": queue_name, "backend": backend, "enqueued_at": enqueued_at},
+                   "a task")
+    return head[:-1] + ',"call":' + args_kwargs + "}"
+
+
+def decode(content: str) -> dict[str, Any]:
+    """A task message's content: ``task``, ``queue_name``, ``backend``, ``enqueued_at`` and
+    ``call`` (``{"args", "kwargs"}``)."""
+    data = json.loads(content)
+    if not isinstance(data, dict) or not isinstance(data.get("task"), str) or not isinstance(data.get("call"), dict):
+        raise ValueError("not a task message")
+    return data
+
+
+class ForqBackend(BaseTaskBackend):
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict) -> None:
+        super().__init__(alias, params)
+        self.queue_prefix = str(self.options.get("queue_prefix", ""))
+
+    # -- names -------------------------------------------------------------------------------
+
+    def forq_queue(self, queue_name: str) -> str:
+        """The forqapp queue of the task queue ``queue_name``."""
+        return self.queue_prefix + queue_name
+
+    def forq_queues(self) -> list[str]:
+        """The forqapp queues the worker runs for this backend (its ``QUEUES``)."""
+        return sorted(self.forq_queue(q) for q in (self.queues or {DEFAULT_TASK_QUEUE_NAME}))
+
+    def _queue_problem(self, queue_name: object) -> str | None:
+        if not isinstance(queue_name, str):
+            return f"queue name {queue_name!r} is not a string"
+        if vocab.is_dlq(queue_name) or vocab.is_dlq(self.forq_queue(queue_name)):
+            return f"queue name {queue_name!r}: names ending in {vocab.DLQ_SUFFIX!r} are dead-letter queues"
+        try:
+            validation.queue_name(self.forq_queue(queue_name), produce=True)
+        except ForqError:
+            return (f"queue name {queue_name!r} (forqapp queue {self.forq_queue(queue_name)!r}) is not a valid "
+                    f"forqapp queue name (1 to 128 of A-Z a-z 0-9 _ -)")
+        return None
+
+    # -- the framework's contract -------------------------------------------------------------
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        if problem := self._queue_problem(task.queue_name):
+            raise InvalidTaskError(problem)
+        from .retries import task_retries
+
+        task_retries(task, self)  # a wrong @retries option is refused here, not at the first failure
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        messages: list[checks.CheckMessage] = list(super().check(**kwargs))
+        for queue_name in sorted(self.queues or {DEFAULT_TASK_QUEUE_NAME}):
+            if problem := self._queue_problem(queue_name):
+                messages.append(checks.Error(f"TASKS[{self.alias!r}]: {problem}", id="forqapp.E060"))
+        unknown = set(self.options) - set(OPTION_NAMES)
+        if unknown:
+            messages.append(checks.Error(
+                f"TASKS[{self.alias!r}]['OPTIONS']: unknown option(s) {', '.join(sorted(map(str, unknown)))}",
+                hint=f"forqapp.tasks.ForqBackend knows {', '.join(OPTION_NAMES)}", id="forqapp.E061"))
+        retention = self.options.get("result_retention", DEFAULT_RESULT_RETENTION_S)
+        if isinstance(retention, bool) or not isinstance(retention, int | float) or retention <= 0:
+            messages.append(checks.Error(
+                f"TASKS[{self.alias!r}]['OPTIONS']['result_retention'] must be a positive number of seconds "
+                f"(got {retention!r})", id="forqapp.E062"))
+        from .retries import RetryPolicyError, backend_retries
+
+        try:
+            backend_retries(self)
+        except RetryPolicyError as exc:
+            messages.append(checks.Error(f"TASKS[{self.alias!r}]['OPTIONS']: {exc}", id="forqapp.E063"))
+        return messages
+
+    @property
+    def result_retention_ms(self) -> int:
+        return int(float(self.options.get("result_retention", DEFAULT_RESULT_RETENTION_S)) * 1000)
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        text, args, kwargs = round_trip(args, kwargs)
+        now = utils.now_ms()
+        content = encode(task.module_path, text, task.queue_name, self.alias, now)
+        item: dict[str, Any] = {"content": content, "priority": task.priority}
+        if task.run_after is not None:
+            # a run_after already past runs at once; one more than FORQ_PROCESS_AFTER_MAX_MS ahead is refused
+            item["process_after"] = max(now, _ms(task.run_after))
+        try:
+            sent = services.send_entries(self.forq_queue(task.queue_name), [item])[0]
+        except ForqError as exc:
+            if exc.code == errors.CONTENT_EXCEEDS_LIMIT:
+                raise TaskArgumentsError(f"a task's arguments are too large: {exc}") from None
+            if exc.code in (errors.PROCESS_AFTER_TOO_FAR, errors.PROCESS_AFTER_IN_PAST):
+                raise InvalidTaskError(f"run_after: {exc}") from None
+            raise
+        result: TaskResult = TaskResult(
+            task=task, id=sent.id, status=TaskResultStatus.READY, enqueued_at=utils.ms_to_datetime(now),
+            started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
+            backend=self.alias, errors=[], worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        from .results import get_result
+
+        return get_result(self, result_id)
+
+    # aenqueue and aget_result: the framework's, which run these on a thread (sync_to_async).
+
+    def is_async(self, task: Task) -> bool:
+        return iscoroutinefunction(task.func)
+
+
+def _ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)

@@ -1,0 +1,209 @@
+"""Task results: ``get_result`` (the message first, the results row second), the rows the worker
+writes in bulk, and the pruning job.
+
+Status: while the task's message exists it says READY (waiting, or its lease ran out), RUNNING
+(under a live lease) or FAILED (used up its attempts, or in ``<queue>-dlq``); once the message is
+gone (acked), the results row says SUCCESSFUL with the return value (or FAILED, after the DLQ let
+the message go). ``errors`` hold one entry per failed attempt (class path and traceback);
+``worker_ids`` one per attempt: an attempt whose worker has not reported (it is running, or its
+worker was killed) shows as ``"unknown"``, so ``attempts`` always equals the deliveries.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q
+from django.utils.module_loading import import_string
+
+from .. import services, utils
+from ..vocab import Status
+from .backend import ForqBackend, decode
+from .compat import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_field
+
+UNKNOWN_WORKER = "unknown"
+TERMINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)
+
+
+@lru_cache(maxsize=1024)
+def load_task(path: str, queue_name: str, priority: int, backend: str) -> Task:
+    """The ``@task`` at ``path`` as it was enqueued (its queue and priority). Raises ImportError
+    (also for a path that names no task)."""
+    task = import_string(path)
+    if not isinstance(task, Task):
+        raise ImportError(f"{path} is not a task (decorate it with @task)")
+    if (task.queue_name, task.priority, task.backend) != (queue_name, priority, backend):
+        task = task.using(queue_name=queue_name, priority=priority, backend=backend)
+    return task
+
+
+@dataclass
+class Record:
+    """A task's results row as the worker builds it (a :class:`~forqapp.tasks.models.TaskRecord`)."""
+
+    id: str
+    backend: str
+    queue: str
+    queue_name: str
+    task_path: str
+    priority: int
+    status: str
+    content: str
+    return_value: str | None = None
+    errors: list[dict[str, str]] = field(default_factory=list)
+    worker_ids: list[str] = field(default_factory=list)
+    enqueued_at: int | None = None
+    started_at: int | None = None
+    last_attempted_at: int | None = None
+    finished_at: int | None = None
+
+
+def previous(ids: list[str], using: str) -> dict[str, tuple[list[dict[str, str]], list[str], int | None]]:
+    """{id: (errors, worker_ids, started_at)} of the rows of ``ids`` that exist (earlier attempts)."""
+    from .models import TaskRecord
+
+    out = {}
+    for row_id, errors, worker_ids, started_at in (TaskRecord.objects.using(using).filter(id__in=ids)
+                                                   .values_list("id", "errors", "worker_ids", "started_at")):
+        out[row_id] = (json.loads(errors), json.loads(worker_ids), started_at)
+    return out
+
+
+def write(records: list[Record], using: str) -> None:
+    """Insert or replace the rows of ``records`` (one statement)."""
+    from .models import TaskRecord
+
+    if not records:
+        return
+    now = utils.now_ms()
+    rows = [TaskRecord(id=r.id, backend=r.backend, queue=r.queue, queue_name=r.queue_name, task_path=r.task_path,
+                       priority=r.priority, status=r.status, content=r.content, return_value=r.return_value,
+                       errors=json.dumps(r.errors), worker_ids=json.dumps(r.worker_ids), enqueued_at=r.enqueued_at,
+                       started_at=r.started_at, last_attempted_at=r.last_attempted_at, finished_at=r.finished_at,
+                       updated_at=now) for r in records]
+    TaskRecord.objects.using(using).bulk_create(
+        rows, update_conflicts=True, unique_fields=["id"],
+        update_fields=["status", "return_value", "errors", "worker_ids", "started_at", "last_attempted_at",
+                       "finished_at", "updated_at", "queue", "priority"])
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def _uuid(result_id: object) -> str:
+    try:
+        return str(uuid.UUID(str(result_id)))
+    except ValueError:
+        raise TaskResultDoesNotExist(result_id) from None
+
+
+def get_result(backend: ForqBackend, result_id: str) -> TaskResult:
+    from ..models import Message
+    from .models import TaskRecord
+
+    result_id = _uuid(result_id)
+    using = services.alias()
+    message = (Message.objects.using(using).filter(id=result_id)
+               .values("queue", "is_dlq", "status", "attempts", "process_after", "processing_started_at",
+                       "first_received_at", "updated_at", "content", "priority").first())
+    row = TaskRecord.objects.using(using).filter(id=result_id).first()
+    if message is None and row is None:
+        raise TaskResultDoesNotExist(result_id)
+    content = message["content"] if message is not None else row.content  # type: ignore[union-attr]
+    try:
+        data = decode(content)
+    except ValueError:
+        raise TaskResultDoesNotExist(f"{result_id} is a message, not a task") from None
+    if data.get("backend") != backend.alias:
+        raise TaskResultDoesNotExist(f"{result_id} is a task of backend {data.get('backend')!r}")
+    priority = message["priority"] if message is not None else row.priority  # type: ignore[union-attr]
+    try:
+        task = load_task(data["task"], data.get("queue_name", "default"), priority, backend.alias)
+    except ImportError as exc:
+        raise TaskResultDoesNotExist(f"{result_id}: its task {data['task']!r} cannot be imported ({exc})") from None
+    errors = row.errors_list() if row is not None else []
+    worker_ids = row.worker_ids_list() if row is not None else []
+    started_at = row.started_at if row is not None else None
+    last_attempted_at = row.last_attempted_at if row is not None else None
+    finished_at = row.finished_at if row is not None else None
+    return_value = None
+    if message is not None:
+        now = utils.now_ms()
+        if message["is_dlq"] or message["status"] == Status.FAILED:
+            status = TaskResultStatus.FAILED
+            finished_at = finished_at or message["updated_at"]
+        elif message["status"] == Status.PROCESSING and message["process_after"] > now:
+            status = TaskResultStatus.RUNNING
+            finished_at = None
+        else:
+            status = TaskResultStatus.READY
+            finished_at = None
+        if status == TaskResultStatus.RUNNING or message["attempts"] > len(worker_ids):
+            # deliveries nobody reported: running now, or their worker died
+            worker_ids = worker_ids + [UNKNOWN_WORKER] * max(0, message["attempts"] - len(worker_ids))
+        started_at = started_at or message["first_received_at"]
+        last_attempted_at = message["processing_started_at"] or last_attempted_at
+    else:
+        assert row is not None  # noqa: S101 - one of them exists
+        status = TaskResultStatus(row.status)
+        if status == TaskResultStatus.SUCCESSFUL and row.return_value is not None:
+            return_value = json.loads(row.return_value)
+    return build(task, result_id, status, data, backend.alias, errors=errors, worker_ids=worker_ids,
+                 started_at=started_at, last_attempted_at=last_attempted_at, finished_at=finished_at,
+                 return_value=return_value)
+
+
+def build(task: Task, result_id: str, status: Any, data: dict[str, Any], backend: str, *,
+          errors: list[dict[str, str]], worker_ids: list[str], started_at: int | None = None,
+          last_attempted_at: int | None = None, finished_at: int | None = None,
+          return_value: Any = None) -> TaskResult:
+    call = data["call"]
+    result: TaskResult = TaskResult(
+        task=task, id=result_id, status=status, enqueued_at=utils.ms_to_datetime(data.get("enqueued_at")),
+        started_at=utils.ms_to_datetime(started_at), finished_at=utils.ms_to_datetime(finished_at),
+        last_attempted_at=utils.ms_to_datetime(last_attempted_at), args=call.get("args", []),
+        kwargs=call.get("kwargs", {}), backend=backend,
+        errors=[TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
+                for e in errors],
+        worker_ids=list(worker_ids),
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        set_field(result, "_return_value", return_value)
+    return result
+
+
+# --- pruning --------------------------------------------------------------------------------
+
+
+def prune(*, dry_run: bool = False, using: str | None = None) -> int:
+    """Delete the results of tasks that finished longer ago than their backend's
+    ``result_retention`` (and rows of unfinished tasks whose message is gone and that nothing
+    touched for as long). Returns how many. The ``task-results`` job."""
+    from ..models import Message
+    from .compat import task_backends
+    from .models import TaskRecord
+
+    using = using or services.alias()
+    now = utils.now_ms()
+    total = 0
+    backends = {alias: task_backends[alias] for alias in task_backends.settings}
+    retention = {alias: b.result_retention_ms for alias, b in backends.items() if isinstance(b, ForqBackend)}
+    default_ms = max(retention.values(), default=7 * 86_400_000)
+    aliases = set(TaskRecord.objects.using(using).values_list("backend", flat=True).distinct())
+    for alias in aliases:
+        cutoff = now - retention.get(alias, default_ms)
+        stale = TaskRecord.objects.using(using).filter(backend=alias, updated_at__lt=cutoff).filter(
+            Q(status__in=TERMINAL) | ~Exists(Message.objects.using(using).filter(id=OuterRef("id"))))
+        if dry_run:
+            total += stale.count()
+            continue
+        while True:  # batches of 1,000: short write transactions
+            ids = list(stale.values_list("id", flat=True)[:1000])
+            if not ids:
+                break
+            total += TaskRecord.objects.using(using).filter(id__in=ids).delete()[0]
+    return total

@@ -1,0 +1,330 @@
+"""Running tasks inside ``manage.py forq_worker``: one :class:`TaskRunner` per forqapp queue of a
+``ForqBackend``, beside the ``@forqapp.consumer`` handlers.
+
+The worker (:mod:`forqapp.worker`) claims the messages in batches, renews their leases while they
+run (heartbeat) and hands each to :meth:`TaskRunner.__call__` on a handler thread, which resolves the
+task by its path, runs it (a coroutine on the process's event loop thread, a ``takes_context`` task
+with a ``TaskContext`` whose ``attempt`` is the delivery count) and keeps the outcome. The runner
+never raises there: the dispatcher then gives the batch to :meth:`TaskRunner.settle`, which writes,
+per queue and in one transaction, the acks of the successes and their results rows (one bulk
+statement each); each failure is nacked, deferred (a task's own backoff) or failed with its row.
+Every write is fenced by the delivery's receipt: a worker whose lease ran out (another attempt has
+the task now) writes nothing, so a late finisher never overwrites a newer attempt's result.
+
+An import error is a failed attempt like any other (retried: during a rolling deploy an old worker
+may see a task only the new code has); a return value that is not JSON fails the task for good.
+Signals: ``task_started`` on the handler thread before the task runs, ``task_finished`` once, after
+the transaction that recorded its terminal outcome (SUCCESSFUL, or FAILED with no attempt left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import traceback
+from dataclasses import dataclass
+from inspect import iscoroutinefunction
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, transaction
+
+from .. import errors, services, utils
+from ..errors import ForqError
+from .backend import ForqBackend, TaskArgumentsError, decode, to_json
+from .compat import TaskContext, TaskResultStatus, task_backends, task_finished, task_started
+from .results import UNKNOWN_WORKER, Record, build, load_task, previous, write
+from .retries import RetryPolicy, RetryPolicyError, task_retries
+
+logger = logging.getLogger(__name__)
+
+ACK, NACK, FAIL = "ack", "nack", "fail"  # forqapp.worker's outcome names
+
+WORKER_ID = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def worker_id() -> str:
+    """This process's worker id (host:pid:random), as the results' ``worker_ids`` show it."""
+    global WORKER_ID
+    if not WORKER_ID.split(":")[-2] == str(os.getpid()):  # a fork keeps the module: name the child
+        WORKER_ID = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(3)}"
+    return WORKER_ID
+
+
+# --- the event loop of async tasks ------------------------------------------------------------
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def event_loop() -> asyncio.AbstractEventLoop:
+    """The process's event loop for async tasks, on a daemon thread of its own (started once)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="forq-tasks-loop", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
+# --- outcomes -------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What running one delivery of a task gave."""
+
+    ok: bool
+    started_at: int
+    finished_at: int
+    data: dict[str, Any] | None = None  # the decoded message (None: undecodable)
+    return_json: str | None = None
+    exception: BaseException | None = None
+    error: dict[str, str] | None = None  # {"exception_class_path", "traceback"}
+    final: bool = False  # no retry whatever the policy (undecodable message, return value not JSON)
+    task: Any = None
+
+
+def _error_of(exc: BaseException) -> dict[str, str]:
+    cls = type(exc)
+    return {"exception_class_path": f"{cls.__module__}.{cls.__qualname__}",
+            "traceback": "".join(traceback.format_exception(exc))}
+
+
+class TaskRunner:
+    """The worker's consumer of one forqapp queue of a :class:`ForqBackend` (``settles``: the
+    worker hands it its finished deliveries to settle itself, see :meth:`settle`)."""
+
+    settles = True
+
+    def __init__(self, backend: ForqBackend, queue: str):
+        self.backend = backend
+        self.queue = queue
+        self._outcomes: dict[tuple[str, int | None], Outcome] = {}
+
+    def __repr__(self) -> str:
+        return f"TaskRunner({self.backend.alias!r}, {self.queue!r})"
+
+    # -- on a handler thread -------------------------------------------------------------------
+
+    def __call__(self, message: services.ReceivedMessage) -> None:
+        started = utils.now_ms()
+        outcome = self._run(message, started)
+        self._outcomes[(message.id, message.receipt)] = outcome
+
+    def _run(self, message: services.ReceivedMessage, started: int) -> Outcome:
+        try:
+            data = decode(message.content)
+        except ValueError as exc:
+            return Outcome(False, started, utils.now_ms(), None, exception=exc, error=_error_of(exc), final=True)
+        try:
+            task = load_task(data["task"], data.get("queue_name", "default"), message.priority, self.backend.alias)
+        except Exception as exc:  # noqa: BLE001 - an import error is a retryable failure
+            return Outcome(False, started, utils.now_ms(), data, exception=exc, error=_error_of(exc))
+        call = data["call"]
+        args, kwargs = call.get("args", []), call.get("kwargs", {})
+        result = build(task, message.id, TaskResultStatus.RUNNING, data, self.backend.alias, errors=[],
+                       worker_ids=[UNKNOWN_WORKER] * (message.attempts - 1) + [worker_id()],
+                       started_at=message.first_received_at or started, last_attempted_at=started)
+        task_started.send(type(self.backend), task_result=result)
+        try:
+            if task.takes_context:
+                args = [TaskContext(task_result=result), *args]
+            if iscoroutinefunction(task.func):
+                value = asyncio.run_coroutine_threadsafe(task.func(*args, **kwargs), event_loop()).result()
+            else:
+                value = task.func(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - a task's failure is its result
+            return Outcome(False, started, utils.now_ms(), data, exception=exc, error=_error_of(exc), task=task)
+        try:
+            return_json = to_json(value, f"the return value of {task.module_path}")
+        except TaskArgumentsError as exc:
+            return Outcome(False, started, utils.now_ms(), data, exception=exc, error=_error_of(exc), final=True,
+                           task=task)
+        return Outcome(True, started, utils.now_ms(), data, return_json=return_json, task=task)
+
+    # -- on the dispatcher ----------------------------------------------------------------------
+
+    def settle(self, items: list[tuple[services.ReceivedMessage, str, BaseException | None]], *,
+               using: str) -> dict[str, int]:
+        """Settle finished deliveries (the worker's (message, outcome, error) triples); returns
+        counts by outcome (ack, nack, fail, lost)."""
+        counts: dict[str, int] = {}
+        successes: list[tuple[services.ReceivedMessage, Outcome]] = []
+        failures: list[tuple[services.ReceivedMessage, Outcome]] = []
+        for message, worker_outcome, error in items:
+            outcome = self._outcomes.pop((message.id, message.receipt), None)
+            if outcome is None:  # the runner itself raised (a bug, or the thread was stopped)
+                exc = error or RuntimeError("the task runner returned no outcome")
+                now = utils.now_ms()
+                outcome = Outcome(False, now, now, None, exception=exc, error=_error_of(exc))
+            (successes if outcome.ok and worker_outcome == ACK else failures).append((message, outcome))
+        finished: list[Any] = []
+        if successes:
+            try:
+                acked = self._settle_successes(successes, using, finished)
+            except DatabaseError:
+                logger.exception("forq_worker: settling %d tasks on %s failed (database)", len(successes), self.queue)
+                acked = 0
+            counts[ACK] = acked
+            if acked < len(successes):
+                counts["lost"] = len(successes) - acked
+        for message, outcome in failures:
+            try:
+                kind = self._settle_failure(message, outcome, using, finished)
+            except DatabaseError:
+                logger.exception("forq_worker: settling task %s on %s failed (database)", message.id, self.queue)
+                kind = "lost"
+            counts[kind] = counts.get(kind, 0) + 1
+        for result, exc in finished:
+            if exc is None:
+                task_finished.send(type(self.backend), task_result=result)
+                continue
+            try:  # sent while the task's exception is being handled, as Django's backends do (logging)
+                raise exc
+            except BaseException:  # noqa: BLE001
+                task_finished.send(type(self.backend), task_result=result)
+        return counts
+
+    def _record(self, message: services.ReceivedMessage, outcome: Outcome, status: str,
+                before: tuple[list[dict[str, str]], list[str], int | None] | None) -> Record:
+        data = outcome.data or {}
+        errors_, workers, started_at = before if before is not None else ([], [], None)
+        workers = workers + [UNKNOWN_WORKER] * max(0, message.attempts - 1 - len(workers)) + [worker_id()]
+        if outcome.error is not None:
+            errors_ = [*errors_, outcome.error]
+        terminal = status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+        return Record(
+            id=message.id, backend=self.backend.alias, queue=message.queue,
+            queue_name=str(data.get("queue_name", message.queue)), task_path=str(data.get("task", "?"))[:255],
+            priority=message.priority, status=str(status), content=message.content,
+            return_value=outcome.return_json if status == TaskResultStatus.SUCCESSFUL else None,
+            errors=errors_, worker_ids=workers, enqueued_at=data.get("enqueued_at"),
+            started_at=started_at or message.first_received_at or outcome.started_at,
+            last_attempted_at=outcome.started_at, finished_at=outcome.finished_at if terminal else None,
+        )
+
+    def _settle_successes(self, successes: list[tuple[services.ReceivedMessage, Outcome]], using: str,
+                          finished: list[Any]) -> int:
+        pairs = [(m.id, m.receipt) for m, _ in successes]
+        with transaction.atomic(using=using):
+            before = previous([m.id for m, _ in successes], using)  # retried or requeued tasks have rows
+            savepoint = transaction.savepoint(using=using)
+            if services.ack_many(self.queue, pairs, using=using) == len(pairs):  # type: ignore[arg-type]
+                current = successes
+            else:  # some leases were lost meanwhile: find out which, one by one
+                transaction.savepoint_rollback(savepoint, using=using)
+                done = services.settle_many("ack", self.queue, pairs, using=using)  # type: ignore[arg-type]
+                current = [s for s, ok in zip(successes, done, strict=True) if ok]
+            records = [self._record(m, o, TaskResultStatus.SUCCESSFUL, before.get(m.id)) for m, o in current]
+            write(records, using)
+        for (message, outcome), record in zip(current, records, strict=True):
+            if outcome.task is not None and outcome.data is not None:
+                finished.append((build(outcome.task, message.id, TaskResultStatus.SUCCESSFUL, outcome.data,
+                                       self.backend.alias, errors=record.errors, worker_ids=record.worker_ids,
+                                       started_at=record.started_at, last_attempted_at=record.last_attempted_at,
+                                       finished_at=record.finished_at,
+                                       return_value=json.loads(record.return_value or "null")), None))
+        return len(current)
+
+    def _policy(self, outcome: Outcome) -> RetryPolicy:
+        if outcome.task is None:
+            return RetryPolicy()
+        try:
+            return task_retries(outcome.task, self.backend)
+        except RetryPolicyError:
+            logger.exception("forq_worker: the retry policy of %s is wrong; using the queue's", outcome.task.module_path)
+            return RetryPolicy()
+
+    def _settle_failure(self, message: services.ReceivedMessage, outcome: Outcome, using: str,
+                        finished: list[Any]) -> str:
+        exc = outcome.exception or RuntimeError("task failed")
+        policy = self._policy(outcome)
+        queue_policy = services.policy(self.queue, using=using)
+        limit = queue_policy.max_attempts
+        if policy.max_attempts is not None:
+            limit = policy.max_attempts if not limit else min(limit, policy.max_attempts)
+        used_up = bool(limit) and message.attempts >= limit
+        delay: float | None = None
+        if not outcome.final and not used_up and policy.backoff is not None:
+            failed_so_far = build(outcome.task, message.id, TaskResultStatus.FAILED, outcome.data, self.backend.alias,
+                                  errors=[outcome.error] if outcome.error else [],
+                                  worker_ids=[UNKNOWN_WORKER] * message.attempts
+                                  ) if outcome.task is not None and outcome.data is not None else None
+            try:
+                delay = policy.delay_s(message.attempts, exc, failed_so_far)
+            except Exception:  # noqa: BLE001 - a broken backoff function: fail, do not loop
+                logger.exception("forq_worker: the backoff of task %s raised; failing it", message.id)
+                delay = None
+            if delay is None:
+                used_up = True
+        final = outcome.final or used_up
+        with transaction.atomic(using=using):
+            before = previous([message.id], using).get(message.id)
+            try:
+                if final:
+                    services.fail(message, exc, using=using)
+                elif delay is not None:
+                    services.defer(message, delay, using=using)
+                else:
+                    services.nack(message, exc, using=using)
+            except ForqError as refused:
+                if refused.code != errors.NOT_FOUND_MESSAGE:
+                    raise
+                return "lost"  # another attempt has the task now: write nothing
+            record = self._record(message, outcome,
+                                  TaskResultStatus.FAILED if final else TaskResultStatus.READY, before)
+            write([record], using)
+        if final and outcome.task is not None and outcome.data is not None:
+            finished.append((build(outcome.task, message.id, TaskResultStatus.FAILED, outcome.data,
+                                   self.backend.alias, errors=record.errors, worker_ids=record.worker_ids,
+                                   started_at=record.started_at, last_attempted_at=record.last_attempted_at,
+                                   finished_at=record.finished_at), exc))
+        logger.log(logging.WARNING if final else logging.INFO,
+                   "forq_worker: task %s (%s) attempt %d failed (%s: %s)%s", message.id,
+                   outcome.data.get("task") if outcome.data else "?", message.attempts, type(exc).__name__, exc,
+                   "; no attempt left" if final else "")
+        return FAIL if final else NACK
+
+
+# --- which queues -----------------------------------------------------------------------------
+
+
+def forq_backends() -> list[ForqBackend]:
+    """Every ``TASKS`` backend that is a :class:`ForqBackend`."""
+    out = []
+    for alias in task_backends.settings:
+        backend = task_backends[alias]
+        if isinstance(backend, ForqBackend):
+            out.append(backend)
+    return out
+
+
+def runners() -> dict[str, TaskRunner]:
+    """{forqapp queue: its runner} for every queue of every ``ForqBackend`` (what ``forq_worker``
+    runs beside the consumers). Two backends on one forqapp queue are refused."""
+    out: dict[str, TaskRunner] = {}
+    for backend in forq_backends():
+        for queue in backend.forq_queues():
+            if queue in out:
+                raise ImproperlyConfigured(
+                    f"TASKS: backends {out[queue].backend.alias!r} and {backend.alias!r} both use the forqapp queue "
+                    f"{queue!r} (give one a queue_prefix)")
+            out[queue] = TaskRunner(backend, queue)
+    return out
+
+
+def with_consumers(consumers: dict[str, Any]) -> dict[str, Any]:
+    """``consumers`` (queue → ``@forqapp.consumer``) and the task runners, refusing a queue that
+    has both."""
+    tasks = runners()
+    both = sorted(set(tasks) & set(consumers))
+    if both:
+        raise ImproperlyConfigured(f"queue(s) {', '.join(both)} have a @forqapp.consumer and are task queues too")
+    return {**consumers, **tasks}

@@ -1,0 +1,106 @@
+"""Tasks for the Django Tasks backend's tests (``tests/test_tasks*.py``). Each records what it
+saw in ``FORQ_TEST_LOG`` (a file, so worker subprocesses can report too) when that is set."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+from forqapp.tasks import retries
+from forqapp.tasks.compat import task
+
+CALLS: list = []  # in-process runs (threads of a Worker in the test process)
+
+
+def _log(event: str, **fields) -> None:
+    CALLS.append((event, fields))
+    path = os.environ.get("FORQ_TEST_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"event": event, "pid": os.getpid(), **fields}) + "\n")
+
+
+@task
+def add(a, b):
+    _log("add", a=a, b=b)
+    return a + b
+
+
+@task
+def echo(*args, **kwargs):
+    _log("echo", args=args, kwargs=kwargs)
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task(priority=10, queue_name="other")
+def urgent(n):
+    _log("urgent", n=n)
+    return n
+
+
+@task
+def noop():
+    return None
+
+
+@task
+async def async_double(n):
+    await asyncio.sleep(0.01)
+    _log("async_double", n=n)
+    return n * 2
+
+
+@task(takes_context=True)
+def with_context(context, label):
+    _log("with_context", label=label, attempt=context.attempt, id=context.task_result.id)
+    return {"attempt": context.attempt, "label": label}
+
+
+@task
+def unencodable():
+    return {1, 2}  # a set: no JSON
+
+
+@task
+@retries(max_attempts=3, backoff=0)
+def flaky(key, fail_times):
+    """Fails the first ``fail_times`` attempts (counted in a file named by ``key`` under the log's
+    folder, or in memory)."""
+    n = _bump(key)
+    _log("flaky", key=key, attempt=n)
+    if n <= fail_times:
+        raise ValueError(f"attempt {n} of {key} fails")
+    return n
+
+
+@task
+@retries(max_attempts=3, backoff=[0.2, 0.4])
+def always_fails(key):
+    n = _bump(key)
+    _log("always_fails", key=key, attempt=n)
+    raise RuntimeError(f"boom {n}")
+
+
+@task
+def slow(seconds, key="slow"):
+    _log("slow-start", key=key)
+    time.sleep(seconds)
+    _log("slow-end", key=key)
+    return key
+
+
+_counts: dict[str, int] = {}
+
+
+def _bump(key: str) -> int:
+    path = os.environ.get("FORQ_TEST_LOG")
+    if not path:
+        _counts[key] = _counts.get(key, 0) + 1
+        return _counts[key]
+    counter = os.path.join(os.path.dirname(path), f"count-{key}")
+    n = int(open(counter).read()) + 1 if os.path.exists(counter) else 1  # noqa: SIM115
+    with open(counter, "w") as f:
+        f.write(str(n))
+    return n
