@@ -25,8 +25,8 @@ var (
 	auth    = flag.String("auth", "", "FORQ_AUTH_SECRET")
 	cons    = flag.Int("c", 10, "consumers")
 	prods   = flag.Int("p", 10, "producers")
-	dur     = flag.Duration("duration", 20*time.Second, "measurement time")
-	size    = flag.Int("size", 1024, "message size in bytes")
+	dur     = flag.Duration("duration", 8*time.Second, "measurement time")
+	size    = flag.Int("size", 100, "message size in bytes (content; the issue's harness: 100)")
 	backlog = flag.Int("backlog", 1000, "messages produced before the run")
 	useH2   = flag.Bool("http2", false, "h2c (HTTP/2 cleartext, one connection) instead of HTTP/1.1")
 	queue   = "benchmark_queue"

@@ -1,28 +1,66 @@
 #!/usr/bin/env bash
-# Forq-style load against forq_serve: N consumers and N producers saturating one queue with 1 KiB
-# messages, as Forq's own load harness does, over HTTP/1.1 and over h2c (HTTP/2 cleartext, one
-# multiplexed connection). Prints throughput, errors, duplicate deliveries and latencies.
+# Forq-style load against forq_serve: N consumers and N producers saturating one queue with 100-byte
+# messages (as the issue's harness; -size to change), over HTTP/1.1 and over h2c (HTTP/2 cleartext,
+# one multiplexed connection). Prints throughput, errors, duplicate deliveries, latencies, and the
+# server's memory: PSS of its whole process tree idle and the most seen under load.
 #
-#   bench/forqload/run.sh [--duration 20s] [-c 10] [-p 10]       # serves forqapp on a temporary SQLite file
+#   bench/forqload/run.sh [--ref REV] [--pairs N] [--duration 8s] [-c 10] [-p 10] [-size 100]
 #
+# --ref REV: also serve the tree of git revision REV (e.g. the commit before an optimisation) with
+# the same venv, alternating REV and this checkout --pairs times (default 1): the machine's own
+# reference in the same run. Every server gets a fresh temporary SQLite file.
 # Needs Go and golang.org/x/net: Debian's golang-go and golang-golang-x-net-dev (installed when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+root=$PWD
+ref="" pairs=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ref) ref=$2; shift 2 ;;
+    --pairs) pairs=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
 scripts/bootstrap.sh
 if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/golang.org/x/net/http2 ]; then
   echo "==> installing golang-go golang-golang-x-net-dev (Debian packages)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go golang-golang-x-net-dev >/dev/null
 fi
 work=$(mktemp -d)
-trap 'kill -TERM "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$work"' EXIT
+server=""
+trap '[ -n "$server" ] && kill -TERM "$server" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 GOPATH=/usr/share/gocode GO111MODULE=off GOCACHE="$work/gocache" go build -o "$work/forqload" bench/forqload/main.go
-port=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-export DJANGO_SETTINGS_MODULE=project.settings FORQ_DB_PATH="$work/forq.sqlite3" FORQ_UI_ENABLED=false \
-       FORQ_API_ADDR="127.0.0.1:$port" FORQ_AUTH_SECRET=forq-load-secret-at-least-32-characters
-.venv/bin/python manage.py migrate -v0
-.venv/bin/python manage.py forq_serve > "$work/serve.log" 2>&1 &
-server=$!
-for _ in $(seq 1 100); do curl -fs -o /dev/null "http://127.0.0.1:$port/healthcheck" && break; sleep 0.2; done
-for proto in "" "-http2"; do
-  "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" $proto "$@"
+if [ -n "$ref" ]; then
+  mkdir "$work/ref" && git archive "$ref" | tar -x -C "$work/ref"
+fi
+export DJANGO_SETTINGS_MODULE=project.settings FORQ_UI_ENABLED=${FORQ_UI_ENABLED:-false} \
+       FORQ_AUTH_SECRET=forq-load-secret-at-least-32-characters
+py=$root/.venv/bin/python
+
+# serve DIR LABEL: one server from the tree DIR, both protocols, memory idle and under load.
+serve() {
+  local dir=$1 label=$2 port db
+  shift 2
+  port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  db=$(mktemp -p "$work" -u forq-XXXX.sqlite3)
+  (cd "$dir" && FORQ_DB_PATH=$db $py manage.py migrate -v0)
+  (cd "$dir" && exec env FORQ_DB_PATH=$db FORQ_API_ADDR="127.0.0.1:$port" FORQ_UI_ADDR="127.0.0.1:$((port + 1))" \
+     $py manage.py forq_serve > "$work/serve.log" 2>&1) &
+  server=$!
+  for _ in $(seq 1 150); do curl -fs -o /dev/null "http://127.0.0.1:$port/healthcheck" && break; sleep 0.2; done
+  sleep 1
+  echo "== $label ($dir)"
+  echo "  memory idle: $($py bench/forqload/pss.py "$server")"
+  for proto in "" "-http2"; do
+    $py bench/forqload/pss.py "$server" --watch 4 > "$work/pss" &
+    "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" $proto "$@"
+    wait $!
+    echo "  memory under load (max of 4 s of samples): $(cat "$work/pss")"
+  done
+  kill -TERM "$server"; wait "$server" || true; server=""
+}
+
+for _ in $(seq 1 "$pairs"); do
+  if [ -n "$ref" ]; then serve "$work/ref" "reference $ref" "$@"; fi
+  serve "$root" "this checkout" "$@"
 done
