@@ -69,6 +69,18 @@ def schedules(*, dry_run: bool = False, using: str | None = None) -> int:
     return schedules_module.run_due(dry_run=dry_run, using=using)
 
 
+def task_results(*, dry_run: bool = False, using: str | None = None) -> int:
+    """Delete the Django Tasks backend's results older than its ``result_retention``
+    (:mod:`forqapp.tasks`); 0 without such a backend. Returns how many."""
+    from .tasks.discovery import uses_forq_backend
+
+    if not uses_forq_backend():
+        return 0
+    from .tasks.results import prune
+
+    return prune(dry_run=dry_run, using=using)
+
+
 _depth_labels: set = set()
 _in_flight_labels: set = set()
 
@@ -119,6 +131,7 @@ JOBS: dict[str, Job] = {
         Job("db-optimize", db_optimize, 60 * 60),
         Job("queue-depth", queue_depth, 30),
         Job("schedules", schedules, 1),
+        Job("task-results", task_results, 60 * 60),
     )
 }
 

@@ -124,14 +124,25 @@ def validate(name: object, fields: dict[str, Any]) -> tuple[str, tuple[Any, ...]
                   validation.attributes(fields.get("attributes")), validation.paused(fields.get("paused", False)))
 
 
-def schedule(name: str, *, queue: str, content: str, cron: str | None = None, every: Any = None,
-             catch_up: str = "one", priority: int = 0, attributes: dict[str, str] | None = None,
-             paused: bool = False, using: str | None = None) -> ScheduleInfo:
+def schedule(name: str, *, queue: str | None = None, content: str | None = None, cron: str | None = None,
+             every: Any = None, catch_up: str = "one", priority: int | None = None,
+             attributes: dict[str, str] | None = None, paused: bool = False, using: str | None = None,
+             task: Any = None, args: Any = (), kwargs: dict[str, Any] | None = None) -> ScheduleInfo:
     """Create or update the schedule ``name``: every tick of ``cron`` (five fields, in ``TIME_ZONE``)
     or every ``every`` (seconds or timedelta) sends ``content`` to ``queue`` once. A schedule whose
-    timing is unchanged keeps its next tick."""
+    timing is unchanged keeps its next tick.
+
+    ``task=`` (a ``@task`` of a ``forqapp.tasks.ForqBackend``, with ``args`` and ``kwargs``) instead
+    of ``queue`` and ``content``: each tick enqueues the task (:mod:`forqapp.tasks.scheduling`)."""
+    if task is not None:
+        if queue is not None or content is not None:
+            raise _invalid("give a schedule a task, or a queue and a content, not both")
+        from .tasks.scheduling import task_message
+
+        queue, content = task_message(task, args, kwargs)
+        priority = task.priority if priority is None else priority
     name, fields = validate(name, {"queue": queue, "content": content, "cron": cron, "every": every,
-                                   "catch_up": catch_up, "priority": priority, "attributes": attributes,
+                                   "catch_up": catch_up, "priority": priority or 0, "attributes": attributes,
                                    "paused": paused})
     cron, every_ms = fields[2], fields[3]
     st = services._store(using)
@@ -190,8 +201,18 @@ def get(name: str, *, using: str | None = None) -> ScheduleInfo:
 def run_now(name: str, *, using: str | None = None) -> str:
     """Send the schedule's message now, outside its ticks (the admin's "run now"); returns its id."""
     info = get(name, using=using)
-    return services.send(info.queue, info.content, priority=info.priority, attributes=info.attributes or None,
+    sent = services.send(info.queue, info.content, priority=info.priority, attributes=info.attributes or None,
                          using=using)
+    _signal_tasks(info.content, [sent], info.priority)
+    return sent
+
+
+def _signal_tasks(content: str, ids: list[str], priority: int) -> None:
+    """A schedule of a task sends ``task_enqueued`` for each message it sent (forqapp.tasks)."""
+    if ids and content.startswith('{"task":'):
+        from .tasks.scheduling import ticks_sent
+
+        ticks_sent(content, ids, priority)
 
 
 def _ticks(row: ScheduleRow, now: int) -> tuple[list[int], int, int]:
@@ -248,14 +269,16 @@ def run_due(*, dry_run: bool = False, using: str | None = None) -> int:
 
 def _send_ticks(st: Any, row: ScheduleRow, ticks: list[int], next_run_at: int, now: int) -> bool:
     attributes = json.loads(row.attributes) if row.attributes else None
+    sent: list = []
     with transaction.atomic(using=st.alias):
         if not st.schedule_advance(row.name, row.next_run_at, next_run_at, max(ticks, default=None), now):
             return False
         if ticks:
-            services.send_entries(row.queue, [
+            sent = services.send_entries(row.queue, [
                 {"content": row.content, "priority": row.priority, "attributes": attributes,
                  "dedup_id": f"schedule:{row.name}:{tick}"} for tick in ticks
             ], dedup_window=DEDUP_WINDOW_S, using=st.alias)
+    _signal_tasks(row.content, [r.id for r in sent if not r.deduplicated], row.priority)
     return True
 
 

@@ -1,12 +1,30 @@
 """A Django Tasks backend on forqapp's queues (issue 14): ``TASKS = {"default": {"BACKEND":
 "forqapp.tasks.ForqBackend", ...}}``. See the README's "Django Tasks" section.
 
-Importing this package imports no model (``@task`` is often imported while apps load).
+Importing this package imports neither a model (``@task`` is often imported while apps load) nor
+the Tasks framework (``django-tasks`` is optional on Django 5.2: the admin and the jobs import
+``forqapp.tasks.models`` without it); ``ForqBackend``, ``retries`` and ``TaskArgumentsError`` load
+on first use.
 """
 
 from __future__ import annotations
 
-from .backend import ForqBackend, TaskArgumentsError
-from .retries import retries
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backend import ForqBackend, TaskArgumentsError
+    from .retrying import retries
 
 __all__ = ["ForqBackend", "TaskArgumentsError", "retries"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("ForqBackend", "TaskArgumentsError"):
+        from . import backend
+
+        return getattr(backend, name)
+    if name == "retries":
+        from .retrying import retries
+
+        return retries
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

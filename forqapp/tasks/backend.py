@@ -118,7 +118,7 @@ class ForqBackend(BaseTaskBackend):
         super().validate_task(task)
         if problem := self._queue_problem(task.queue_name):
             raise InvalidTaskError(problem)
-        from .retries import task_retries
+        from .retrying import task_retries
 
         task_retries(task, self)  # a wrong @retries option is refused here, not at the first failure
 
@@ -137,7 +137,7 @@ class ForqBackend(BaseTaskBackend):
             messages.append(checks.Error(
                 f"TASKS[{self.alias!r}]['OPTIONS']['result_retention'] must be a positive number of seconds "
                 f"(got {retention!r})", id="forqapp.E062"))
-        from .retries import RetryPolicyError, backend_retries
+        from .retrying import RetryPolicyError, backend_retries
 
         try:
             backend_retries(self)
@@ -152,7 +152,7 @@ class ForqBackend(BaseTaskBackend):
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
         text, args, kwargs = round_trip(args, kwargs)
-        now = utils.now_ms()
+        now = services.now_ms()
         content = encode(task.module_path, text, task.queue_name, self.alias, now)
         item: dict[str, Any] = {"content": content, "priority": task.priority}
         if task.run_after is not None:

@@ -79,7 +79,7 @@ def write(records: list[Record], using: str) -> None:
 
     if not records:
         return
-    now = utils.now_ms()
+    now = services.now_ms()
     rows = [TaskRecord(id=r.id, backend=r.backend, queue=r.queue, queue_name=r.queue_name, task_path=r.task_path,
                        priority=r.priority, status=r.status, content=r.content, return_value=r.return_value,
                        errors=json.dumps(r.errors), worker_ids=json.dumps(r.worker_ids), enqueued_at=r.enqueued_at,
@@ -132,7 +132,7 @@ def get_result(backend: ForqBackend, result_id: str) -> TaskResult:
     finished_at = row.finished_at if row is not None else None
     return_value = None
     if message is not None:
-        now = utils.now_ms()
+        now = services.now_ms()
         if message["is_dlq"] or message["status"] == Status.FAILED:
             status = TaskResultStatus.FAILED
             finished_at = finished_at or message["updated_at"]
@@ -188,7 +188,7 @@ def prune(*, dry_run: bool = False, using: str | None = None) -> int:
     from .models import TaskRecord
 
     using = using or services.alias()
-    now = utils.now_ms()
+    now = services.now_ms()
     total = 0
     backends = {alias: task_backends[alias] for alias in task_backends.settings}
     retention = {alias: b.result_retention_ms for alias, b in backends.items() if isinstance(b, ForqBackend)}

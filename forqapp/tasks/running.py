@@ -34,12 +34,12 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, transaction
 
-from .. import errors, services, utils
+from .. import errors, services
 from ..errors import ForqError
 from .backend import ForqBackend, TaskArgumentsError, decode, to_json
 from .compat import TaskContext, TaskResultStatus, task_backends, task_finished, task_started
 from .results import UNKNOWN_WORKER, Record, build, load_task, previous, write
-from .retries import RetryPolicy, RetryPolicyError, task_retries
+from .retrying import RetryPolicy, RetryPolicyError, backend_retries, task_retries
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class TaskRunner:
     # -- on a handler thread -------------------------------------------------------------------
 
     def __call__(self, message: services.ReceivedMessage) -> None:
-        started = utils.now_ms()
+        started = services.now_ms()
         outcome = self._run(message, started)
         self._outcomes[(message.id, message.receipt)] = outcome
 
@@ -122,11 +122,11 @@ class TaskRunner:
         try:
             data = decode(message.content)
         except ValueError as exc:
-            return Outcome(False, started, utils.now_ms(), None, exception=exc, error=_error_of(exc), final=True)
+            return Outcome(False, started, services.now_ms(), None, exception=exc, error=_error_of(exc), final=True)
         try:
             task = load_task(data["task"], data.get("queue_name", "default"), message.priority, self.backend.alias)
         except Exception as exc:  # noqa: BLE001 - an import error is a retryable failure
-            return Outcome(False, started, utils.now_ms(), data, exception=exc, error=_error_of(exc))
+            return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc))
         call = data["call"]
         args, kwargs = call.get("args", []), call.get("kwargs", {})
         result = build(task, message.id, TaskResultStatus.RUNNING, data, self.backend.alias, errors=[],
@@ -141,13 +141,13 @@ class TaskRunner:
             else:
                 value = task.func(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a task's failure is its result
-            return Outcome(False, started, utils.now_ms(), data, exception=exc, error=_error_of(exc), task=task)
+            return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc), task=task)
         try:
             return_json = to_json(value, f"the return value of {task.module_path}")
         except TaskArgumentsError as exc:
-            return Outcome(False, started, utils.now_ms(), data, exception=exc, error=_error_of(exc), final=True,
+            return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc), final=True,
                            task=task)
-        return Outcome(True, started, utils.now_ms(), data, return_json=return_json, task=task)
+        return Outcome(True, started, services.now_ms(), data, return_json=return_json, task=task)
 
     # -- on the dispatcher ----------------------------------------------------------------------
 
@@ -162,7 +162,7 @@ class TaskRunner:
             outcome = self._outcomes.pop((message.id, message.receipt), None)
             if outcome is None:  # the runner itself raised (a bug, or the thread was stopped)
                 exc = error or RuntimeError("the task runner returned no outcome")
-                now = utils.now_ms()
+                now = services.now_ms()
                 outcome = Outcome(False, now, now, None, exception=exc, error=_error_of(exc))
             (successes if outcome.ok and worker_outcome == ACK else failures).append((message, outcome))
         finished: list[Any] = []
@@ -233,19 +233,19 @@ class TaskRunner:
                                        return_value=json.loads(record.return_value or "null")), None))
         return len(current)
 
-    def _policy(self, outcome: Outcome) -> RetryPolicy:
-        if outcome.task is None:
-            return RetryPolicy()
+    def _policy(self, outcome: Outcome, message_id: str) -> RetryPolicy:
         try:
+            if outcome.task is None:  # not importable: the backend's defaults
+                return backend_retries(self.backend)
             return task_retries(outcome.task, self.backend)
         except RetryPolicyError:
-            logger.exception("forq_worker: the retry policy of %s is wrong; using the queue's", outcome.task.module_path)
+            logger.exception("forq_worker: the retry policy of task %s is wrong; using the queue's", message_id)
             return RetryPolicy()
 
     def _settle_failure(self, message: services.ReceivedMessage, outcome: Outcome, using: str,
                         finished: list[Any]) -> str:
         exc = outcome.exception or RuntimeError("task failed")
-        policy = self._policy(outcome)
+        policy = self._policy(outcome, message.id)
         queue_policy = services.policy(self.queue, using=using)
         limit = queue_policy.max_attempts
         if policy.max_attempts is not None:

@@ -1,0 +1,170 @@
+"""The admin of task results (``forq_task_results``): filter by status, task and queue, search by
+id, and two actions — "retry" (a failed task runs again: its dead letter goes back to its queue,
+or, once the DLQ let it go, it is enqueued anew) and "delete" (behind a confirmation page: the
+results and the dead letters of failed tasks). Rows are read-only; every write goes through
+:mod:`forqapp.services`; anything from a task is escaped (``format_html``)."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+from django.utils.html import format_html, format_html_join
+
+from .. import services, vocab
+from ..models import Message
+from ..utils import ms_to_datetime, pretty_json
+from .models import TaskRecord, TaskStatus
+
+CONFIRM_LIMIT = 1000  # results listed on the confirmation page
+
+
+def _dt(ms: int | None) -> str:
+    when = ms_to_datetime(ms)
+    return "—" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _confirm(modeladmin, request, queryset, *, action: str, verb: str, question: str):
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Are you sure?",
+        "opts": modeladmin.model._meta,
+        "queryset": list(queryset.only("id", "queue")[:CONFIRM_LIMIT]),
+        "skipped": 0,
+        "action": action,
+        "verb": verb,
+        "question": question,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        "select_across": request.POST.get("select_across", "0"),
+    }
+    return TemplateResponse(request, "forqapp/admin/confirm_action.html", context)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@admin.action(description="Retry selected failed tasks", permissions=["change"])
+def retry_tasks(modeladmin, request, queryset):
+    requeued = resent = skipped = 0
+    for record in queryset.order_by().iterator():
+        message = Message.objects.filter(id=record.id).values("queue", "is_dlq").first()
+        if message is not None and message["is_dlq"]:
+            requeued += services.requeue(message["queue"], record.id)
+        elif message is None and record.status == TaskStatus.FAILED:
+            content = json.loads(record.content)
+            content["enqueued_at"] = services.now_ms()
+            services.send(record.queue, json.dumps(content, separators=(",", ":"), ensure_ascii=False),
+                          priority=record.priority)
+            resent += 1
+        else:
+            skipped += 1
+            continue
+        TaskRecord.objects.filter(id=record.id).update(status=TaskStatus.READY, finished_at=None,
+                                                        updated_at=services.now_ms())
+    if requeued:
+        modeladmin.message_user(request, f"Requeued {_plural(requeued, 'task')} from the dead-letter queue.",
+                                messages.SUCCESS)
+    if resent:
+        modeladmin.message_user(request, f"Enqueued {_plural(resent, 'task')} again, with new ids (their dead "
+                                         "letters were gone).", messages.SUCCESS)
+    if skipped:
+        modeladmin.message_user(request, f"Skipped {_plural(skipped, 'task')} that did not fail (or are still "
+                                         "being retried).", messages.WARNING)
+
+
+@admin.action(description="Delete selected task results", permissions=["delete"])
+def delete_tasks(modeladmin, request, queryset):
+    if request.POST.get("post") != "yes":
+        return _confirm(modeladmin, request, queryset, action="delete_tasks", verb="Delete",
+                        question="These task results are deleted for good, with the dead letters of the failed "
+                                 "ones (a task still waiting or running is not stopped); this cannot be undone:")
+    ids = list(queryset.values_list("id", flat=True))
+    dead = 0
+    for message_id, queue in Message.objects.filter(id__in=ids, is_dlq=True).values_list("id", "queue"):
+        if vocab.is_dlq(queue):
+            dead += services.delete_dead(queue, message_id)
+    deleted, _ = TaskRecord.objects.filter(id__in=ids).delete()
+    also = f" and {_plural(dead, 'dead letter')}" if dead else ""
+    modeladmin.message_user(request, f"Deleted {_plural(deleted, 'task result')}{also}.", messages.SUCCESS)
+    return None
+
+
+@admin.register(TaskRecord)
+class TaskRecordAdmin(admin.ModelAdmin):
+    list_display = ("id", "task_path", "status_badge", "queue_name", "attempts", "updated", "finished")
+    list_filter = ("status", "task_path", "queue_name", "backend")
+    search_fields = ("=id",)
+    actions = [retry_tasks, delete_tasks]
+    list_per_page = 50
+    show_full_result_count = False
+    fields = ("id", "task_path", "status", "backend", "queue_name", "queue", "priority", "call", "returned",
+              "error_list", "workers", "enqueued", "started", "last_attempted", "finished", "updated")
+    readonly_fields = fields
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # ours confirms and deletes the dead letters too
+        return actions
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj: TaskRecord) -> str:
+        return format_html('<span class="forq-task-status forq-task-{}">{}</span>', obj.status.lower(),
+                           obj.get_status_display())
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: TaskRecord) -> int:
+        return len(obj.worker_ids_list())
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: TaskRecord) -> str:
+        return _dt(obj.updated_at)
+
+    @admin.display(description="finished", ordering="finished_at")
+    def finished(self, obj: TaskRecord) -> str:
+        return _dt(obj.finished_at)
+
+    @admin.display(description="enqueued")
+    def enqueued(self, obj: TaskRecord) -> str:
+        return _dt(obj.enqueued_at)
+
+    @admin.display(description="started")
+    def started(self, obj: TaskRecord) -> str:
+        return _dt(obj.started_at)
+
+    @admin.display(description="last attempted")
+    def last_attempted(self, obj: TaskRecord) -> str:
+        return _dt(obj.last_attempted_at)
+
+    @admin.display(description="arguments")
+    def call(self, obj: TaskRecord) -> str:
+        try:
+            call = json.dumps(obj.args_kwargs().get("call"), indent=2, ensure_ascii=False)
+        except ValueError:
+            call = obj.content
+        return format_html("<pre>{}</pre>", call)
+
+    @admin.display(description="return value")
+    def returned(self, obj: TaskRecord) -> str:
+        if obj.return_value is None:
+            return "—"
+        return format_html("<pre>{}</pre>", pretty_json(obj.return_value)[0])
+
+    @admin.display(description="errors")
+    def error_list(self, obj: TaskRecord) -> str:
+        errors = obj.errors_list()
+        if not errors:
+            return "—"
+        return format_html_join("", "<p><strong>attempt {}: {}</strong></p><pre>{}</pre>",
+                                ((i, e.get("exception_class_path", "?"), e.get("traceback", ""))
+                                 for i, e in enumerate(errors, 1)))
+
+    @admin.display(description="worker ids")
+    def workers(self, obj: TaskRecord) -> str:
+        return ", ".join(obj.worker_ids_list()) or "—"

@@ -1,0 +1,60 @@
+"""Periodic tasks: ``forqapp.schedule("nightly", task=reports.tasks.nightly, cron="0 3 * * *")``.
+
+A schedule of a task is a schedule like any other (:mod:`forqapp.schedules`) whose queue is the
+task's forqapp queue and whose content is the task's message (its path and arguments, checked as
+``enqueue`` checks them). Each tick is one message, so one task result with its own id, and sends
+``task_enqueued`` like an ``enqueue`` would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from .. import services, utils
+from ..errors import ForqError
+from .backend import ForqBackend, decode, encode, round_trip
+from .compat import InvalidTaskError, Task, TaskResult, TaskResultStatus, task_enqueued
+
+TASK_CONTENT_START = '{"task":'  # every task message starts so (backend.encode)
+
+
+def task_message(task: Any, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None) -> tuple[str, str]:
+    """(forqapp queue, content) of a schedule that runs ``task(*args, **kwargs)`` at each tick."""
+    if not isinstance(task, Task):
+        raise ForqError("bad_request.body.invalid", "task must be a @task (of a forqapp.tasks.ForqBackend)")
+    backend = task.get_backend()
+    if not isinstance(backend, ForqBackend):
+        raise ForqError("bad_request.body.invalid",
+                        f"task {task.module_path} uses backend {task.backend!r}, not a forqapp.tasks.ForqBackend")
+    if task.run_after is not None:
+        raise InvalidTaskError("a scheduled task runs at its ticks: it takes no run_after")
+    backend.validate_task(task)
+    text, _, _ = round_trip(args, kwargs or {})
+    return backend.forq_queue(task.queue_name), encode(task.module_path, text, task.queue_name, backend.alias, 0)
+
+
+def is_task_content(content: str) -> bool:
+    return content.startswith(TASK_CONTENT_START)
+
+
+def ticks_sent(content: str, ids: Iterable[str], priority: int = 0) -> None:
+    """Send ``task_enqueued`` for each message a schedule sent with task ``content`` (after the
+    transaction that sent them committed)."""
+    try:
+        data = decode(content)
+        from .results import load_task
+
+        backend_alias = data.get("backend", "default")
+        task = load_task(data["task"], data.get("queue_name", "default"), priority, backend_alias)
+    except (ValueError, ImportError, KeyError):
+        return  # not a task this process knows: nothing to signal
+    now = utils.ms_to_datetime(services.now_ms())
+    call = data["call"]
+    for message_id in ids:
+        result: TaskResult = TaskResult(
+            task=task, id=message_id, status=TaskResultStatus.READY, enqueued_at=now, started_at=None,
+            finished_at=None, last_attempted_at=None, args=json.loads(json.dumps(call.get("args", []))),
+            kwargs=call.get("kwargs", {}), backend=backend_alias, errors=[], worker_ids=[])
+        task_enqueued.send(type(task.get_backend()), task_result=result)

@@ -1,0 +1,526 @@
+"""The Django Tasks backend (issue 14), in this process: validation, enqueue (outbox, arguments,
+deferral), running through forq_worker's Worker (sync, async, context), results through every
+state, retries → DLQ → requeue, fencing, signals, schedules of tasks, pruning. Runs on Django 5.2
+(django-tasks) and on Django 6.0 (django.tasks: scripts/test-django6.sh)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+
+from forqapp import jobs, schedules, services
+from forqapp.models import Message
+from forqapp.tasks import ForqBackend, TaskArgumentsError
+from forqapp.tasks.compat import (
+    InvalidTaskError,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+from forqapp.tasks.discovery import with_consumers
+from forqapp.tasks.models import TaskRecord
+from forqapp.tasks.running import TaskRunner
+from forqapp.worker import Worker
+from tests.tasksapp import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def drain(**kwargs) -> dict[str, int]:
+    """Run every task queue's due tasks with forq_worker's Worker, until none is due."""
+    return Worker(with_consumers({}), concurrency=kwargs.pop("concurrency", 2), prefetch=kwargs.pop("prefetch", 50),
+                  burst=True, **kwargs).run()
+
+
+def backend() -> ForqBackend:
+    b = task_backends["default"]
+    assert isinstance(b, ForqBackend)
+    return b
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls():
+    tasks.CALLS.clear()
+    tasks._counts.clear()
+    yield
+    tasks.CALLS.clear()
+
+
+# --- 1. the backend: features and validation -------------------------------------------------
+
+
+def test_the_backend_supports_every_feature():
+    b = backend()
+    assert (b.supports_defer, b.supports_async_task, b.supports_get_result, b.supports_priority) == (True,) * 4
+    assert b.forq_queues() == ["tasks-default", "tasks-other"]
+
+
+def _func(x):
+    return x
+
+
+def _context_first(label, context):
+    return label
+
+
+def test_validate_task_applies_the_framework_and_forqapp_rules(settings):
+    with pytest.raises(InvalidTaskError, match="module level"):
+        task(lambda: 1)
+    with pytest.raises(InvalidTaskError, match="context"):
+        task(takes_context=True)(_context_first)
+    with pytest.raises(InvalidTaskError, match="priority"):
+        tasks.add.using(priority=101)
+    with pytest.raises(InvalidTaskError, match="not valid for backend"):
+        tasks.add.using(queue_name="elsewhere")
+    with pytest.raises(InvalidTaskError, match="aware"):
+        tasks.add.using(run_after=datetime(2030, 1, 1))  # noqa: DTZ001 - naive on purpose
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend",
+                                  "QUEUES": ["default", "mail-dlq", "bad name", "x" * 130]}}
+    with pytest.raises(InvalidTaskError, match="dead-letter"):
+        tasks.add.using(queue_name="mail-dlq")
+    with pytest.raises(InvalidTaskError, match="not a valid forqapp queue name"):
+        tasks.add.using(queue_name="bad name")
+    with pytest.raises(InvalidTaskError, match="not a valid forqapp queue name"):
+        tasks.add.using(queue_name="x" * 130)
+    problems = task_backends["default"].check()
+    assert {p.id for p in problems} == {"forqapp.E060"} and len(problems) == 3
+
+
+def test_a_queue_prefix_that_makes_a_dlq_name_is_refused(settings):
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default"],
+                                  "OPTIONS": {"queue_prefix": "x-dlq"}}}
+    assert task_backends["default"].check() == []
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["-dlq"]}}
+    assert [p.id for p in task_backends["default"].check()] == ["forqapp.E060"]
+
+
+def test_check_reports_unknown_options_bad_retention_and_bad_retries(settings):
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend",
+                                  "OPTIONS": {"prefix": "x", "result_retention": 0, "max_attempts": 0}}}
+    ids_ = sorted(p.id for p in task_backends["default"].check())
+    assert ids_ == ["forqapp.E061", "forqapp.E062", "forqapp.E063"]
+
+
+def test_the_system_checks_include_the_backend(settings):
+    from django.core.checks import run_checks
+
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["ok", "dlq-not-at-the-end"]}}
+    assert "forqapp.E060" not in {e.id for e in run_checks()}
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["ok", "mail-dlq"]}}
+    from forqapp.tasks.compat import FRAMEWORK
+
+    if FRAMEWORK == "django.tasks":  # Django 6 runs each backend's check(); the backport's app does too
+        assert "forqapp.E060" in {e.id for e in run_checks()}
+
+
+def test_importing_the_backend_and_tasks_touches_no_model():
+    """``@task`` is imported while apps load: the backend module must not import models."""
+    code = ("import os; os.environ['DJANGO_SETTINGS_MODULE'] = 'tests.settings'\n"
+            "from django.conf import settings; settings.INSTALLED_APPS\n"
+            "import tests.tasksapp.tasks as t\n"
+            "import forqapp.tasks.backend, forqapp.tasks.running, forqapp.tasks.results\n"
+            "import sys; assert 'forqapp.tasks.models' not in sys.modules, 'models imported'\n"
+            "print(t.add.module_path)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "tests.tasksapp.tasks.add"
+
+
+# --- enqueue: the outbox, the arguments, deferral ---------------------------------------------
+
+
+def test_enqueue_writes_one_message_on_the_task_queue():
+    result = tasks.urgent.enqueue(7)
+    m = Message.objects.get(id=result.id)
+    assert (m.queue, m.priority, m.status) == ("tasks-other", 10, 0)
+    content = json.loads(m.content)
+    assert content["task"] == "tests.tasksapp.tasks.urgent" and content["call"] == {"args": [7], "kwargs": {}}
+    assert result.status == TaskResultStatus.READY and result.enqueued_at is not None
+    assert result.backend == "default" and result.task.module_path == "tests.tasksapp.tasks.urgent"
+
+
+def test_enqueue_inside_atomic_commits_and_rolls_back_with_the_caller():
+    from django.contrib.auth.models import Group
+
+    with transaction.atomic():
+        Group.objects.create(name="kept")
+        kept = tasks.add.enqueue(1, 2)
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction.atomic():
+        Group.objects.create(name="gone")
+        gone = tasks.add.enqueue(3, 4)
+        assert Message.objects.filter(id=gone.id).exists()  # visible inside the transaction
+        raise Boom
+    assert Group.objects.filter(name="kept").exists() and not Group.objects.filter(name="gone").exists()
+    assert Message.objects.filter(id=kept.id).exists()
+    assert not Message.objects.filter(id=gone.id).exists()
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result(gone.id)
+    assert drain() == {"ack": 1}
+    assert [c for c in tasks.CALLS if c[0] == "add"] == [("add", {"a": 1, "b": 2})]
+
+
+def test_arguments_round_trip_strictly_through_json():
+    result = tasks.echo.enqueue((1, 2), {1: "a", "k": (3,)}, when=None, n=1.5)
+    expected_args = [[1, 2], {"1": "a", "k": [3]}]
+    assert result.args == expected_args and result.kwargs == {"when": None, "n": 1.5}
+    drain()
+    assert tasks.CALLS == [("echo", {"args": ([1, 2], {"1": "a", "k": [3]}), "kwargs": {"when": None, "n": 1.5}})]
+    done = tasks.echo.get_result(result.id)
+    assert done.args == expected_args and done.return_value == {"args": expected_args,
+                                                                "kwargs": {"when": None, "n": 1.5}}
+
+
+@pytest.mark.parametrize("bad", [datetime.now(UTC), {1, 2}, b"bytes", math.nan, math.inf, object()])
+def test_arguments_that_are_not_json_are_refused_with_a_clear_error(bad):
+    with pytest.raises(TaskArgumentsError, match="a task's arguments must be JSON") as exc:
+        tasks.echo.enqueue(bad)
+    assert isinstance(exc.value, TypeError) and isinstance(exc.value, InvalidTaskError)
+    assert not Message.objects.exists()
+
+
+def test_oversize_arguments_are_refused(settings):
+    settings.FORQ_MAX_CONTENT_BYTES = 1000
+    tasks.echo.enqueue("x" * 800)
+    with pytest.raises(TaskArgumentsError, match="too large"):
+        tasks.echo.enqueue("x" * 1000)
+    assert Message.objects.count() == 1
+
+
+def test_a_deferred_task_waits_and_does_not_expire_before_it_runs():
+    services.configure_queue("tasks-default", retention=60)  # shorter than the deferral: counted from the due time
+    due = datetime.now(UTC) + timedelta(minutes=5)
+    result = tasks.add.using(run_after=due).enqueue(1, 1)
+    m = Message.objects.get(id=result.id)
+    assert abs(m.process_after - due.timestamp() * 1000) < 2
+    assert m.expires_after == m.process_after + 60_000
+    assert drain() == {}  # not due
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.READY
+    assert jobs.expired() == 0
+    with pytest.raises(InvalidTaskError, match="run_after"):
+        tasks.add.using(run_after=datetime.now(UTC) + timedelta(days=400)).enqueue(1, 1)
+    past = tasks.add.using(run_after=datetime.now(UTC) - timedelta(hours=1)).enqueue(2, 2)  # runs at once
+    assert drain() == {"ack": 1}
+    assert tasks.add.get_result(past.id).return_value == 4
+
+
+# --- 2. running: sync, async, context; results through each state ------------------------------
+
+
+def test_sync_async_and_context_tasks_run_and_report_results():
+    a = tasks.add.enqueue(2, 3)
+    b = tasks.async_double.enqueue(21)
+    c = tasks.with_context.enqueue("ctx")
+    assert drain() == {"ack": 3}
+    ra, rb, rc = (x.task.get_result(x.id) for x in (a, b, c))
+    assert (ra.status, ra.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
+    assert (rb.status, rb.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+    assert rc.return_value == {"attempt": 1, "label": "ctx"}
+    assert ra.attempts == 1 and len(ra.worker_ids) == 1 and ra.errors == []
+    assert ra.started_at and ra.finished_at and ra.last_attempted_at and ra.enqueued_at
+    assert ra.enqueued_at <= ra.started_at <= ra.finished_at
+    context_call = [c for c in tasks.CALLS if c[0] == "with_context"]
+    assert context_call == [("with_context", {"label": "ctx", "attempt": 1, "id": c.id})]
+    assert not Message.objects.exists()  # acked
+
+
+def test_aenqueue_and_aget_result():
+    from asgiref.sync import async_to_sync
+
+    async def both():
+        result = await tasks.add.aenqueue(5, 6)
+        return result, await tasks.add.aget_result(result.id)
+
+    result, fetched = async_to_sync(both)()
+    assert fetched.id == result.id and fetched.status == TaskResultStatus.READY and fetched.args == [5, 6]
+
+
+def test_get_result_through_each_state():
+    result = tasks.add.enqueue(1, 2)
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.READY
+    claimed = services.claim("tasks-default")  # a worker holds it: RUNNING, its attempt counted
+    running = tasks.add.get_result(result.id)
+    assert running.status == TaskResultStatus.RUNNING and running.attempts == 1
+    assert running.worker_ids == ["unknown"]  # its worker has not reported yet
+    runner = TaskRunner(backend(), "tasks-default")
+    runner(claimed)
+    assert runner.settle([(claimed, "ack", None)], using=services.alias()) == {"ack": 1}
+    done = tasks.add.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == 3 and done.attempts == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
+
+
+def test_unknown_and_malformed_ids_do_not_exist():
+    import uuid
+
+    for bad in (str(uuid.uuid4()), "nope", ""):
+        with pytest.raises(TaskResultDoesNotExist):
+            backend().get_result(bad)
+    plain = services.send("tasks-default", "not a task")  # a message, but no task
+    with pytest.raises(TaskResultDoesNotExist):
+        backend().get_result(plain)
+
+
+def test_a_return_value_that_is_not_json_fails_the_task_for_good():
+    result = tasks.unencodable.enqueue()
+    assert drain() == {"fail": 1}
+    failed = tasks.unencodable.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[0].exception_class_path == "forqapp.tasks.backend.TaskArgumentsError"
+    assert "the return value of tests.tasksapp.tasks.unencodable must be JSON" in failed.errors[0].traceback
+    with pytest.raises(ValueError, match="failed"):
+        _ = failed.return_value
+
+
+def test_an_import_error_is_a_retryable_failure():
+    content = json.loads(Message.objects.get(id=tasks.add.enqueue(1, 1).id).content)
+    content["task"] = "tests.tasksapp.tasks.not_deployed_yet"
+    message_id = services.send("tasks-default", json.dumps(content))
+    assert drain() == {"ack": 1, "nack": 1}
+    m = Message.objects.get(id=message_id)
+    assert (m.status, m.attempts) == (0, 1)  # ready again, after the queue's backoff
+    record = TaskRecord.objects.get(id=message_id)
+    assert record.status == "READY"
+    assert record.errors_list()[0]["exception_class_path"].endswith("ImportError")
+
+
+# --- 3. retries, DLQ, requeue -----------------------------------------------------------------
+
+
+def test_retries_with_backoff_then_dlq_then_requeue_then_success(clock):
+    result = tasks.always_fails.enqueue("k1")  # max_attempts=3, backoff [0.2, 0.4]
+    assert drain() == {"nack": 1}
+    m = Message.objects.get(id=result.id)
+    assert m.status == 0 and m.attempts == 1
+    assert 190 <= m.process_after - services.now_ms() <= 210  # the task's own backoff: 0.2 s
+    assert tasks.always_fails.get_result(result.id).status == TaskResultStatus.READY
+    clock.advance(0.25)
+    assert drain() == {"nack": 1}
+    m.refresh_from_db()
+    assert 390 <= m.process_after - services.now_ms() <= 410  # 0.4 s
+    clock.advance(0.45)
+    assert drain() == {"fail": 1}
+    failed = tasks.always_fails.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED and failed.attempts == 3
+    assert [e.exception_class_path for e in failed.errors] == ["builtins.RuntimeError"] * 3
+    assert "boom 3" in failed.errors[2].traceback
+    assert jobs.failed() == 1
+    assert Message.objects.get(id=result.id).queue == "tasks-default-dlq"
+    assert tasks.always_fails.get_result(result.id).status == TaskResultStatus.FAILED
+    # Requeue from the DLQ → READY, runs again; with the failures gone it succeeds.
+    assert services.requeue("tasks-default-dlq", result.id) == 1
+    assert tasks.always_fails.get_result(result.id).status == TaskResultStatus.READY
+    assert drain() == {"nack": 1}  # it runs again (and fails again: always_fails)
+    again = tasks.always_fails.get_result(result.id)
+    assert again.attempts == 4 and len(again.errors) == 4
+
+
+def test_flaky_task_succeeds_on_its_third_attempt_with_every_error_kept():
+    result = tasks.flaky.enqueue("f1", 2)  # fails twice, backoff 0
+    assert drain() == {"nack": 2, "ack": 1}
+    done = tasks.flaky.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == 3
+    assert done.attempts == 3 and len(done.errors) == 2
+    assert [c[1]["attempt"] for c in tasks.CALLS if c[0] == "flaky"] == [1, 2, 3]
+
+
+def test_exhausted_then_requeued_task_runs_again_and_succeeds():
+    result = tasks.flaky.enqueue("f2", 3)  # fails 3 times: max_attempts=3 → FAILED
+    assert drain() == {"nack": 2, "fail": 1}
+    assert tasks.flaky.get_result(result.id).status == TaskResultStatus.FAILED
+    assert jobs.failed() == 1
+    assert services.requeue("tasks-default-dlq", result.id) == 1
+    assert tasks.flaky.get_result(result.id).status == TaskResultStatus.READY
+    assert drain() == {"ack": 1}  # its fourth run: succeeds
+    done = tasks.flaky.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == 4
+    assert done.attempts == 4 and len(done.errors) == 3
+
+
+def test_without_retry_options_the_queue_policy_applies():
+    services.configure_queue("tasks-default", max_attempts=2, backoff=[0])
+    result = tasks.echo.enqueue("x")
+    content = json.loads(Message.objects.get(id=result.id).content)
+    content["task"] = "tests.tasksapp.tasks.not_there"
+    Message.objects.filter(id=result.id).update(content=json.dumps(content))
+    assert drain() == {"nack": 1, "fail": 1}  # the second attempt was the queue's last
+    assert Message.objects.get(id=result.id).status == 2  # failed: the failed job moves it to the DLQ
+    with pytest.raises(TaskResultDoesNotExist, match="cannot be imported"):  # a result needs its task
+        backend().get_result(result.id)
+    assert TaskRecord.objects.get(id=result.id).status == "FAILED"
+
+
+def test_backend_options_set_the_retries_of_every_task(settings):
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default", "other"],
+                                  "OPTIONS": {"queue_prefix": "tasks-", "max_attempts": 1}}}
+    result = tasks.echo.enqueue("x")
+    content = json.loads(Message.objects.get(id=result.id).content)
+    content["task"] = "tests.tasksapp.tasks.gone"
+    Message.objects.filter(id=result.id).update(content=json.dumps(content))
+    assert drain() == {"fail": 1}
+
+
+# --- fencing ---------------------------------------------------------------------------------
+
+
+def test_a_late_finisher_cannot_overwrite_a_newer_attempt():
+    result = tasks.add.enqueue(2, 2)
+    first = services.claim("tasks-default", visibility_timeout=0)  # its lease is over at once
+    second = services.claim("tasks-default")  # another worker takes it over
+    assert first and second and first.id == second.id == result.id and second.attempts == 2
+    runner = TaskRunner(backend(), "tasks-default")
+    runner(first)
+    assert runner.settle([(first, "ack", None)], using=services.alias()) == {"ack": 0, "lost": 1}
+    assert not TaskRecord.objects.filter(id=result.id).exists()  # wrote nothing
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.RUNNING
+    runner(second)
+    assert runner.settle([(second, "ack", None)], using=services.alias()) == {"ack": 1}
+    done = tasks.add.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.attempts == 2
+    assert done.worker_ids[0] == "unknown"  # the first attempt's worker never reported
+
+
+# --- signals ---------------------------------------------------------------------------------
+
+
+def test_signals_enqueued_started_and_finished_once():
+    seen: list[tuple[str, str, str]] = []
+
+    def on(name):
+        def receiver(sender, task_result, **kwargs):
+            assert issubclass(sender, ForqBackend)
+            seen.append((name, task_result.id, task_result.status))
+        return receiver
+
+    receivers = {task_enqueued: on("enqueued"), task_started: on("started"), task_finished: on("finished")}
+    for signal, receiver in receivers.items():
+        signal.connect(receiver, weak=False)
+    try:
+        ok = tasks.add.enqueue(1, 1)
+        flaky = tasks.flaky.enqueue("s1", 1)  # one failure, then success
+        drain()
+    finally:
+        for signal, receiver in receivers.items():
+            signal.disconnect(receiver)
+    assert [s for s in seen if s[1] == ok.id] == [("enqueued", ok.id, "READY"), ("started", ok.id, "RUNNING"),
+                                                 ("finished", ok.id, "SUCCESSFUL")]
+    flaky_events = [(n, s) for n, i, s in seen if i == flaky.id]
+    assert flaky_events == [("enqueued", "READY"), ("started", "RUNNING"), ("started", "RUNNING"),
+                            ("finished", "SUCCESSFUL")]
+
+
+def test_a_final_failure_sends_task_finished_with_failed():
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append((task_result.status, len(task_result.errors)))
+
+    task_finished.connect(receiver)
+    try:
+        tasks.flaky.enqueue("s2", 5)
+        drain()
+    finally:
+        task_finished.disconnect(receiver)
+    assert seen == [(TaskResultStatus.FAILED, 3)]
+
+
+# --- 5. periodic tasks -----------------------------------------------------------------------
+
+
+def test_a_schedule_of_a_task_enqueues_it_at_each_tick_and_signals(clock):
+    enqueued = []
+
+    def receiver(sender, task_result, **kwargs):
+        enqueued.append((task_result.task.module_path, task_result.args, task_result.kwargs))
+
+    info = schedules.schedule("adder", task=tasks.add, args=(40,), kwargs={"b": 2}, every=60)
+    assert info.queue == "tasks-default"
+    task_enqueued.connect(receiver)
+    try:
+        clock.advance(61)
+        assert schedules.run_due() == 1
+        clock.advance(60)
+        assert schedules.run_due() == 1
+        schedules.run_now("adder")
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert enqueued == [("tests.tasksapp.tasks.add", [40], {"b": 2})] * 3
+    assert drain() == {"ack": 3}
+    assert [c for c in tasks.CALLS if c[0] == "add"] == [("add", {"a": 40, "b": 2})] * 3
+
+
+def test_a_schedule_refuses_a_task_of_another_backend_or_with_a_queue():
+    with pytest.raises(Exception, match="not both"):
+        schedules.schedule("x", task=tasks.add, queue="q", content="c", every=60)
+    with pytest.raises(TaskArgumentsError):
+        schedules.schedule("x", task=tasks.add, args=(datetime.now(UTC),), every=60)
+
+
+# --- 4. pruning -------------------------------------------------------------------------------
+
+
+def test_results_are_pruned_after_their_retention(settings, clock):
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default", "other"],
+                                  "OPTIONS": {"queue_prefix": "tasks-", "result_retention": 3600}}}
+    old = tasks.add.enqueue(1, 1)
+    drain()
+    TaskRecord.objects.filter(id=old.id).update(updated_at=services.now_ms() - 3_601_000)
+    waiting = tasks.flaky.enqueue("p1", 1)
+    drain(max_messages=1)  # a failed attempt: a READY row, its message still there
+    TaskRecord.objects.filter(id=waiting.id).update(updated_at=services.now_ms() - 3_601_000)
+    fresh = tasks.add.enqueue(2, 2)
+    drain()
+    assert jobs.run("task-results", dry_run=True) == 1
+    assert jobs.run("task-results") == 1  # the old result; not the task whose message waits
+    assert set(TaskRecord.objects.values_list("id", flat=True)) >= {waiting.id, fresh.id}
+    assert not TaskRecord.objects.filter(id=old.id).exists()
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result(old.id)
+
+
+# --- the worker command ------------------------------------------------------------------------
+
+
+def test_forq_worker_runs_the_task_queues_beside_consumers():
+    import forqapp
+    from forqapp import consumers
+
+    handled = []
+    forqapp.consumer("plain-q")(lambda m: handled.append(m.content))
+    try:
+        forqapp.send("plain-q", "hello")
+        result = tasks.add.enqueue(3, 4)
+        call_command("forq_worker", "--burst", verbosity=0)
+    finally:
+        consumers.unregister("plain-q")
+    assert handled == ["hello"]
+    assert tasks.add.get_result(result.id).return_value == 7
+
+
+def test_a_queue_with_a_consumer_and_tasks_is_refused():
+    from django.core.exceptions import ImproperlyConfigured
+
+    import forqapp
+    from forqapp import consumers
+
+    forqapp.consumer("tasks-default")(lambda m: None)
+    try:
+        with pytest.raises(ImproperlyConfigured, match="tasks-default"):
+            with_consumers(consumers.registry())
+    finally:
+        consumers.unregister("tasks-default")
