@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -22,7 +23,7 @@ import forqapp
 from forqapp import services
 from forqapp.models import Message, Queue
 
-from .conftest import ROOT, SECRET, free_port, start_server, stop_server
+from .conftest import METRICS_SECRET, ROOT, SECRET, free_port, start_server, stop_server, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,8 +74,12 @@ def server(django_db_blocker):
             break
         except httpx.TransportError:
             time.sleep(0.1)
+    LIVE["api"] = api.url
     yield url
     stop_server(api)
+
+
+LIVE: dict[str, str] = {}
 
 
 def client(url: str, key_id: str = "forq-root", secret: str = SECRET, **config):
@@ -651,3 +656,34 @@ def test_aws_cli(server):
     assert code == 0
     code, _, err = run("get-queue-url", "--queue-name", "cli-missing")
     assert code != 0 and "NonExistentQueue" in err or "QueueDoesNotExist" in err
+
+
+# --- serving --------------------------------------------------------------------------------------------
+
+
+def test_requests_are_counted_in_the_metrics(sqs):
+    sqs.list_queues()
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="counted-missing")
+    text = httpx.get(LIVE["api"] + "/metrics", headers={"X-API-Key": METRICS_SECRET}).text
+    assert 'forq_sqs_requests_total{action="ListQueues",status="200"}' in text
+    assert 'forq_sqs_requests_total{action="GetQueueUrl",status="400"}' in text
+
+
+def test_a_long_poll_whose_client_leaves_takes_nothing(sqs, server):
+    url = sqs.create_queue(QueueName="leaver")["QueueUrl"]
+    impatient = client(server, read_timeout=1)
+    with pytest.raises(botocore.exceptions.ReadTimeoutError):
+        impatient.receive_message(QueueUrl=url, WaitTimeSeconds=10)
+    time.sleep(0.3)
+    sqs.send_message(QueueUrl=url, MessageBody="for whoever stays")
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MessageSystemAttributeNames=["All"])["Messages"]
+    assert got[0]["Attributes"]["ApproximateReceiveCount"] == "1"
+
+
+def test_a_bad_sqs_address_stops_forq_serve_in_one_line():
+    result = subprocess.run([sys.executable, str(ROOT / "manage.py"), "forq_serve", "--no-ui"], cwd=ROOT,
+                            timeout=60, env=subprocess_env(FORQ_SQS_ADDR="nowhere"), capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "FORQ_SQS_ADDR: 'nowhere' is not host:port" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
