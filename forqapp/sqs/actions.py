@@ -37,9 +37,12 @@ class Context:
 
 
 def _queue(ctx: Context, body: dict[str, Any], action: str) -> tuple[str, queues.Known]:
+    """The queue ``QueueUrl`` names, if it exists and the key may do ``action`` on it. The queue
+    actions (manage, read) look now; the message actions trust what this process read within
+    :data:`forqapp.sqs.queues.CACHE_S`."""
     name = queues.name_from_url(body.get("QueueUrl"))
     ctx.need(name, action)
-    return name, queues.existing(name)
+    return name, queues.existing(name, fresh=action in (keys.MANAGE, keys.READ))
 
 
 def _integer(body: dict[str, Any], name: str, lo: int, hi: int, default: int | None = None) -> int | None:
@@ -96,8 +99,7 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         raise SqsError("UnsupportedOperation", "Queue tags are not supported by forqapp's SQS endpoint")
     attributes = queues.parse_attributes(name, body.get("Attributes"))
     base = base_of(name)
-    queues.forget(base)
-    info = queues.known(name)
+    info = queues.known(name, fresh=True)
     dlq = is_dlq(name)
     if (dlq and "dlq" in info.meta) or (not dlq and info.exists):
         have = queues.current(name, ctx.origin, set(attributes))
@@ -127,7 +129,7 @@ def get_queue_url(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     ctx.need(name, keys.READ)
     if owner not in (None, queues.ACCOUNT):
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-    queues.existing(name)
+    queues.existing(name, fresh=True)
     return {"QueueUrl": ctx.origin.url(name)}
 
 

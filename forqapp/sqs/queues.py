@@ -142,12 +142,14 @@ def _lookup(base: str) -> Known:
     return Known(regular, regular or has_row or bool(counts.get("dlq")), meta)
 
 
-def known(name: str) -> Known:
-    """What is known of ``name``'s queue (cached :data:`CACHE_S` per process). A queue exists when
-    it has a row or messages; ``<name>-dlq`` exists with ``<name>`` (every forqapp queue has one)."""
+def known(name: str, *, fresh: bool = False) -> Known:
+    """What is known of ``name``'s queue: read now with ``fresh`` (the queue actions), else cached
+    :data:`CACHE_S` per process (the message actions' hot path: as on SQS, a queue deleted by
+    another process may take a moment to disappear for them). A queue exists when it has a row or
+    messages; ``<name>-dlq`` exists with ``<name>`` (every forqapp queue has one)."""
     base = base_of(name)
     now = time.monotonic()
-    cached = _cache.get(base)
+    cached = None if fresh else _cache.get(base)
     if cached is not None and now - cached[0] < CACHE_S:
         return cached[1]
     info = _lookup(base)
@@ -156,8 +158,8 @@ def known(name: str) -> Known:
     return info
 
 
-def existing(name: str) -> Known:
-    info = known(name)
+def existing(name: str, *, fresh: bool = False) -> Known:
+    info = known(name, fresh=fresh)
     if not (info.dlq_exists if is_dlq(name) else info.exists):
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
     return info
