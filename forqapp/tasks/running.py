@@ -34,10 +34,18 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, transaction
 
-from .. import errors, services
+from .. import errors, services, utils
 from ..errors import ForqError
 from .backend import ForqBackend, TaskArgumentsError, decode, to_json
-from .compat import TaskContext, TaskResultStatus, task_backends, task_finished, task_started
+from .compat import (
+    TaskContext,
+    TaskError,
+    TaskResultStatus,
+    set_field,
+    task_backends,
+    task_finished,
+    task_started,
+)
 from .results import UNKNOWN_WORKER, Record, build, load_task, previous, write
 from .retrying import RetryPolicy, RetryPolicyError, backend_retries, task_retries
 
@@ -89,6 +97,7 @@ class Outcome:
     error: dict[str, str] | None = None  # {"exception_class_path", "traceback"}
     final: bool = False  # no retry whatever the policy (undecodable message, return value not JSON)
     task: Any = None
+    result: Any = None  # the TaskResult task_started was sent with; task_finished gets it updated
 
 
 def _error_of(exc: BaseException) -> dict[str, str]:
@@ -147,7 +156,7 @@ class TaskRunner:
         except TaskArgumentsError as exc:
             return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc), final=True,
                            task=task)
-        return Outcome(True, started, services.now_ms(), data, return_json=return_json, task=task)
+        return Outcome(True, started, services.now_ms(), data, return_json=return_json, task=task, result=result)
 
     # -- on the dispatcher ----------------------------------------------------------------------
 
@@ -224,13 +233,19 @@ class TaskRunner:
                 current = [s for s, ok in zip(successes, done, strict=True) if ok]
             records = [self._record(m, o, TaskResultStatus.SUCCESSFUL, before.get(m.id)) for m, o in current]
             write(records, using)
-        for (message, outcome), record in zip(current, records, strict=True):
-            if outcome.task is not None and outcome.data is not None:
-                finished.append((build(outcome.task, message.id, TaskResultStatus.SUCCESSFUL, outcome.data,
-                                       self.backend.alias, errors=record.errors, worker_ids=record.worker_ids,
-                                       started_at=record.started_at, last_attempted_at=record.last_attempted_at,
-                                       finished_at=record.finished_at,
-                                       return_value=json.loads(record.return_value or "null")), None))
+        for (_message, outcome), record in zip(current, records, strict=True):
+            result = outcome.result
+            if result is None:
+                continue
+            # The object task_started had, brought to its end (as Django's ImmediateBackend does).
+            set_field(result, "status", TaskResultStatus.SUCCESSFUL)
+            set_field(result, "finished_at", utils.ms_to_datetime(record.finished_at))
+            set_field(result, "_return_value", json.loads(record.return_value or "null"))
+            set_field(result, "worker_ids", record.worker_ids)
+            if record.errors:
+                set_field(result, "errors", [TaskError(exception_class_path=e["exception_class_path"],
+                                                       traceback=e["traceback"]) for e in record.errors])
+            finished.append((result, None))
         return len(current)
 
     def _policy(self, outcome: Outcome, message_id: str) -> RetryPolicy:

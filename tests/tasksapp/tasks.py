@@ -104,3 +104,12 @@ def _bump(key: str) -> int:
     with open(counter, "w") as f:
         f.write(str(n))
     return n
+
+
+@task(takes_context=True)
+def sleepy(context, seconds):
+    """Sleeps ``seconds`` on its first attempt only (the one a test kills), then returns the attempt."""
+    _log("sleepy-start", attempt=context.attempt, worker=context.task_result.worker_ids[-1])
+    if context.attempt == 1:
+        time.sleep(seconds)
+    return context.attempt

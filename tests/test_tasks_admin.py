@@ -1,0 +1,116 @@
+"""The task results' admin (issue 14 point 4): the list (filters, search by id), the detail page,
+"retry" (from the DLQ, or enqueued anew once the dead letter is gone) and "delete" (behind its
+confirmation page), staff only, task output escaped. One view test per action; the browser test is
+tests/test_tasks_browser.py."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import User
+
+from forqapp import jobs, services
+from forqapp.models import Message
+from forqapp.tasks.compat import TaskResultStatus
+from forqapp.tasks.models import TaskRecord
+from forqapp.worker import Worker
+from tests.tasksapp import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+URL = "/admin/forqapp/taskrecord/"
+
+
+def drain() -> dict[str, int]:
+    from forqapp.tasks.discovery import with_consumers
+
+    return Worker(with_consumers({}), concurrency=2, prefetch=50, burst=True).run()
+
+
+@pytest.fixture
+def staff(client):
+    user = User.objects.create_superuser("boss", "boss@example.com", "pw")
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def results():
+    """A successful task, a failed one in the DLQ, and one whose <script> error must stay text."""
+    tasks._counts.clear()
+    ok = tasks.add.enqueue(1, 2)
+    failed = tasks.flaky.enqueue("admin-f", 3)  # 3 failures: max_attempts=3
+    drain()
+    assert jobs.failed() == 1  # → tasks-default-dlq
+    return {"ok": ok.id, "failed": failed.id}
+
+
+def test_the_list_filters_by_status_task_and_queue_and_searches_by_id(staff, results):
+    page = staff.get(URL)
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert results["ok"] in body and results["failed"] in body
+    only_failed = staff.get(URL, {"status": "FAILED"}).content.decode()
+    assert results["failed"] in only_failed and results["ok"] not in only_failed
+    by_task = staff.get(URL, {"task_path": "tests.tasksapp.tasks.add"}).content.decode()
+    assert results["ok"] in by_task and results["failed"] not in by_task
+    by_queue = staff.get(URL, {"queue_name": "default"}).content.decode()
+    assert results["ok"] in by_queue
+    found = staff.get(URL, {"q": results["failed"]}).content.decode()
+    assert results["failed"] in found and results["ok"] not in found
+    detail = staff.get(f"{URL}{results['failed']}/change/").content.decode()
+    assert "attempt 3: builtins.ValueError" in detail and "attempt 3 of admin-f fails" in detail
+
+
+def test_task_output_is_escaped(staff):
+    result = tasks.echo.enqueue("<script>alert(1)</script>")
+    drain()
+    body = staff.get(f"{URL}{result.id}/change/").content.decode()
+    assert "<script>alert(1)</script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+
+def test_the_admin_is_staff_only(client, results):
+    assert client.get(URL).status_code == 302  # to the login page
+    User.objects.create_user("plain", password="pw", is_staff=False)
+    client.login(username="plain", password="pw")
+    assert client.get(URL).status_code == 302
+
+
+def test_retry_action_requeues_a_failed_task_from_the_dlq(staff, results):
+    response = staff.post(URL, {"action": "retry_tasks", ACTION_CHECKBOX_NAME: [results["failed"], results["ok"]]},
+                          follow=True)
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert "Requeued 1 task from the dead-letter queue." in text
+    assert "Skipped 1 task that did not fail" in text
+    message = Message.objects.get(id=results["failed"])
+    assert (message.queue, message.is_dlq, message.status, message.attempts) == ("tasks-default", False, 0, 0)
+    assert TaskRecord.objects.get(id=results["failed"]).status == "READY"
+    assert tasks.flaky.get_result(results["failed"]).status == TaskResultStatus.READY
+    assert drain() == {"ack": 1}  # its fourth run succeeds
+    assert tasks.flaky.get_result(results["failed"]).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_retry_of_a_failed_task_whose_dead_letter_is_gone_enqueues_it_anew(staff, results):
+    services.delete_dead("tasks-default-dlq", results["failed"])
+    response = staff.post(URL, {"action": "retry_tasks", ACTION_CHECKBOX_NAME: [results["failed"]]}, follow=True)
+    assert "Enqueued 1 task again, with new ids" in response.content.decode()
+    (fresh,) = Message.objects.filter(queue="tasks-default")
+    assert fresh.id != results["failed"] and '"task":"tests.tasksapp.tasks.flaky"' in fresh.content
+
+
+def test_delete_action_asks_first_then_deletes_results_and_dead_letters(staff, results):
+    ids = [results["failed"], results["ok"]]
+    confirm = staff.post(URL, {"action": "delete_tasks", ACTION_CHECKBOX_NAME: ids})
+    assert confirm.status_code == 200 and "Are you sure?" in confirm.content.decode()
+    assert "delete-confirmation" in confirm.content.decode()
+    assert TaskRecord.objects.count() == 2  # nothing deleted yet
+    done = staff.post(URL, {"action": "delete_tasks", ACTION_CHECKBOX_NAME: ids, "post": "yes"}, follow=True)
+    assert "Deleted 2 task results and 1 dead letter." in done.content.decode()
+    assert not TaskRecord.objects.exists()
+    assert not Message.objects.filter(id=results["failed"]).exists()
+
+
+def test_the_default_delete_selected_and_add_are_not_offered(staff, results):
+    body = staff.get(URL).content.decode()
+    assert 'value="delete_selected"' not in body and 'value="delete_tasks"' in body
+    assert staff.get(URL + "add/").status_code == 403
