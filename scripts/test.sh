@@ -16,6 +16,11 @@ echo "==> migrations match the models"
 FORQ_DB_PATH=:memory: DJANGO_SETTINGS_MODULE=tests.settings $PY manage.py makemigrations --check --dry-run
 echo "==> tests on SQLite"
 $PY -m pytest -p no:cacheprovider "$@"
+# The Django Tasks backend serves Django 6's django.tasks too (Python 3.12, a venv of its own): its
+# tests there, and a smoke of the queue, schedules, defer, Python API and admin tests (about a minute).
+echo "==> tests under Django 6 (scripts/test-django6.sh)"
+scripts/test-django6.sh $(ls tests/test_tasks*.py | grep -v _browser) tests/test_schedules.py tests/test_defer.py \
+  tests/test_python_api.py tests/test_admin.py -m "not browser"
 if scripts/ensure-postgres.sh; then
   echo "==> tests on PostgreSQL"
   DATABASE_URL=${FORQ_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/forq_test} \
