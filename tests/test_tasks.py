@@ -456,11 +456,14 @@ def test_a_schedule_of_a_task_enqueues_it_at_each_tick_and_signals(clock):
         assert schedules.run_due() == 1
         clock.advance(60)
         assert schedules.run_due() == 1
-        schedules.run_now("adder")
+        now_id = schedules.run_now("adder")
     finally:
         task_enqueued.disconnect(receiver)
     assert enqueued == [("tests.tasksapp.tasks.add", [40], {"b": 2})] * 3
+    assert tasks.add.get_result(now_id).enqueued_at.timestamp() * 1000 == services.now_ms()  # the tick's own
     assert drain() == {"ack": 3}
+    done = tasks.add.get_result(now_id)
+    assert done.return_value == 42 and done.enqueued_at.timestamp() * 1000 == services.now_ms()
     assert [c for c in tasks.CALLS if c[0] == "add"] == [("add", {"a": 40, "b": 2})] * 3
 
 

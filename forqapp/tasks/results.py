@@ -115,7 +115,7 @@ def get_result(backend: ForqBackend, result_id: str) -> TaskResult:
     using = services.alias()
     message = (Message.objects.using(using).filter(id=result_id)
                .values("queue", "is_dlq", "status", "attempts", "process_after", "processing_started_at",
-                       "first_received_at", "updated_at", "content", "priority").first())
+                       "first_received_at", "updated_at", "content", "priority", "received_at").first())
     row = TaskRecord.objects.using(using).filter(id=result_id).first()
     if message is None and row is None:
         raise TaskResultDoesNotExist(result_id)
@@ -126,6 +126,10 @@ def get_result(backend: ForqBackend, result_id: str) -> TaskResult:
         raise TaskResultDoesNotExist(f"{result_id} is a message, not a task") from None
     if data.get("backend") != backend.alias:
         raise TaskResultDoesNotExist(f"{result_id} is a task of backend {data.get('backend')!r}")
+    if message is not None:  # a schedule's task content is written once: each tick's message says when
+        data["enqueued_at"] = message["received_at"]
+    elif row.enqueued_at is not None:  # type: ignore[union-attr]
+        data["enqueued_at"] = row.enqueued_at  # type: ignore[union-attr]
     priority = message["priority"] if message is not None else row.priority  # type: ignore[union-attr]
     try:
         task = load_task(data["task"], data.get("queue_name", "default"), priority, backend.alias)

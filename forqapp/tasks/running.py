@@ -136,6 +136,7 @@ class TaskRunner:
             task = load_task(data["task"], data.get("queue_name", "default"), message.priority, self.backend.alias)
         except Exception as exc:  # noqa: BLE001 - an import error is a retryable failure
             return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc))
+        data["enqueued_at"] = message.received_at or data.get("enqueued_at")  # a schedule's tick: its own
         call = data["call"]
         args, kwargs = call.get("args", []), call.get("kwargs", {})
         result = build(task, message.id, TaskResultStatus.RUNNING, data, self.backend.alias, errors=[],
@@ -214,7 +215,7 @@ class TaskRunner:
             queue_name=str(data.get("queue_name", message.queue)), task_path=str(data.get("task", "?"))[:255],
             priority=message.priority, status=str(status), content=message.content,
             return_value=outcome.return_json if status == TaskResultStatus.SUCCESSFUL else None,
-            errors=errors_, worker_ids=workers, enqueued_at=data.get("enqueued_at"),
+            errors=errors_, worker_ids=workers, enqueued_at=message.received_at or data.get("enqueued_at"),
             started_at=started_at or message.first_received_at or outcome.started_at,
             last_attempted_at=outcome.started_at, finished_at=outcome.finished_at if terminal else None,
         )
