@@ -4,7 +4,7 @@
 # PATH, or pyenv's), with Django 6.0, the rest of requirements.txt and the test tools, then runs
 # pytest in it with the arguments given (default: the tasks tests but the browser's).
 #
-#     scripts/test-django6.sh                      # tests/test_tasks*.py
+#     scripts/test-django6.sh [-q]                 # tests/test_tasks*.py (not the browser's)
 #     scripts/test-django6.sh tests/test_api.py -q  # anything else
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +41,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$(echo "$want" | sha256sum | cut -d' ' -f
   echo "$want" | sha256sum | cut -d' ' -f1 > "$stamp"
 fi
 "$VENV/bin/python" -c 'import django, django.tasks; print("==> Django", django.get_version(), "(django.tasks)")'
-if [ $# -eq 0 ]; then  # the tasks tests, less the browser's (Chromium's tests run in the main venv)
-  set -- $(ls tests/test_tasks*.py | grep -v _browser)
+paths=0
+for arg in "$@"; do [ -e "${arg%%::*}" ] && paths=1; done
+if [ "$paths" = 0 ]; then  # no test named: the tasks tests, less the browser's (it runs in the main venv)
+  set -- $(ls tests/test_tasks*.py | grep -v _browser) "$@"
 fi
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
