@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 
 from forqapp import jobs, services
 from forqapp.models import Message
-from forqapp.tasks.compat import TaskResultStatus
+from forqapp.tasks.compat import TaskResultDoesNotExist, TaskResultStatus
 from forqapp.tasks.models import TaskRecord
 from forqapp.worker import Worker
 from tests.tasksapp import tasks
@@ -88,6 +88,29 @@ def test_retry_action_requeues_a_failed_task_from_the_dlq(staff, results):
     assert tasks.flaky.get_result(results["failed"]).status == TaskResultStatus.READY
     assert drain() == {"ack": 1}  # its fourth run succeeds
     assert tasks.flaky.get_result(results["failed"]).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_retry_and_delete_of_a_failed_task_the_failed_job_has_not_moved_yet(staff):
+    """Out of attempts, a task is FAILED at once, but its message waits in its queue for the failed
+    job (minutes): "retry" and "delete" act on it then too."""
+    tasks._counts.clear()
+    first = tasks.flaky.enqueue("admin-early-1", 3)
+    second = tasks.flaky.enqueue("admin-early-2", 3)
+    assert drain() == {"nack": 4, "fail": 2}
+    assert Message.objects.filter(queue="tasks-default", status=2, is_dlq=False).count() == 2  # not moved yet
+    assert tasks.flaky.get_result(first.id).status == TaskResultStatus.FAILED
+    response = staff.post(URL, {"action": "retry_tasks", ACTION_CHECKBOX_NAME: [first.id]}, follow=True)
+    assert "Requeued 1 task from the dead-letter queue." in response.content.decode()
+    message = Message.objects.get(id=first.id)
+    assert (message.queue, message.is_dlq, message.status) == ("tasks-default", False, 0)
+    assert tasks.flaky.get_result(first.id).status == TaskResultStatus.READY
+    done = staff.post(URL, {"action": "delete_tasks", ACTION_CHECKBOX_NAME: [second.id], "post": "yes"}, follow=True)
+    assert "Deleted 1 task result and 1 dead letter." in done.content.decode()
+    assert not Message.objects.filter(id=second.id).exists()
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.flaky.get_result(second.id)
+    assert drain() == {"ack": 1}  # the retried one's fourth run succeeds
+    assert tasks.flaky.get_result(first.id).status == TaskResultStatus.SUCCESSFUL
 
 
 def test_retry_of_a_failed_task_whose_dead_letter_is_gone_enqueues_it_anew(staff, results):

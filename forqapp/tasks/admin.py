@@ -47,9 +47,18 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _failed_to_dlq(ids: list[str]) -> None:
+    """A task out of attempts is a failed message in its queue until the ``failed`` job moves it
+    to ``<queue>-dlq`` (minutes later): if one of ``ids`` is, do that job's work now, so "retry" and
+    "delete" act on it as on a dead letter."""
+    if Message.objects.filter(id__in=ids, is_dlq=False, status=vocab.Status.FAILED).exists():
+        services.move_failed_to_dlq()
+
+
 @admin.action(description="Retry selected failed tasks", permissions=["change"])
 def retry_tasks(modeladmin, request, queryset):
     requeued = resent = skipped = 0
+    _failed_to_dlq(list(queryset.values_list("id", flat=True)))
     for record in queryset.order_by().iterator():
         message = Message.objects.filter(id=record.id).values("queue", "is_dlq").first()
         if message is not None and message["is_dlq"]:
@@ -83,6 +92,7 @@ def delete_tasks(modeladmin, request, queryset):
                         question="These task results are deleted for good, with the dead letters of the failed "
                                  "ones (a task still waiting or running is not stopped); this cannot be undone:")
     ids = list(queryset.values_list("id", flat=True))
+    _failed_to_dlq(ids)
     dead = 0
     for message_id, queue in Message.objects.filter(id__in=ids, is_dlq=True).values_list("id", "queue"):
         if vocab.is_dlq(queue):
