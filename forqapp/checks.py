@@ -101,6 +101,15 @@ def check_consumers(app_configs=None, **kwargs):
 
 
 @register()
+def check_task_backends(app_configs=None, **kwargs):
+    """TASKS: each forqapp.tasks.ForqBackend's check() (forqapp.E060–E063) where no one else runs it
+    (Django 5.2 without the django_tasks app; see forqapp/tasks/discovery.py)."""
+    from .tasks.discovery import backend_problems
+
+    return backend_problems()
+
+
+@register()
 def check_ui_requirements(app_configs=None, **kwargs):
     """The UI pages use django-htmx: its app (template tags, the htmx script) and middleware."""
     from django.conf import settings

@@ -112,16 +112,24 @@ def test_check_reports_unknown_options_bad_retention_and_bad_retries(settings):
     assert ids_ == ["forqapp.E061", "forqapp.E062", "forqapp.E063"]
 
 
-def test_the_system_checks_include_the_backend(settings):
+def test_the_system_checks_include_the_backend(settings, monkeypatch):
     from django.core.checks import run_checks
 
     settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["ok", "dlq-not-at-the-end"]}}
     assert "forqapp.E060" not in {e.id for e in run_checks()}
     settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["ok", "mail-dlq"]}}
-    from forqapp.tasks.compat import FRAMEWORK
+    # Django 6 runs each backend's check(), the backport's app too; without that app forqapp's checks do.
+    problems = [e for e in run_checks() if e.id == "forqapp.E060"]
+    assert len(problems) == 1 and "mail-dlq" in problems[0].msg  # once, whoever runs it
+    from django.apps import apps
 
-    if FRAMEWORK == "django.tasks":  # Django 6 runs each backend's check(); the backport's app does too
-        assert "forqapp.E060" in {e.id for e in run_checks()}
+    from forqapp.tasks.compat import FRAMEWORK
+    from forqapp.tasks.discovery import backend_problems
+
+    assert not apps.is_installed("django_tasks")
+    assert [p.id for p in backend_problems()] == (["forqapp.E060"] if FRAMEWORK == "django_tasks" else [])
+    monkeypatch.setattr(apps, "is_installed", lambda name: name == "django_tasks")  # its app runs them then
+    assert backend_problems() == []
 
 
 def test_importing_the_backend_and_tasks_touches_no_model():
@@ -216,6 +224,29 @@ def test_a_deferred_task_waits_and_does_not_expire_before_it_runs():
     past = tasks.add.using(run_after=datetime.now(UTC) - timedelta(hours=1)).enqueue(2, 2)  # runs at once
     assert drain() == {"ack": 1}
     assert tasks.add.get_result(past.id).return_value == 4
+
+
+def test_a_deferred_task_outlives_a_retention_shorter_than_its_deferral(clock):
+    """Past the queue's retention counted from the enqueue, but before its due time, the expired
+    job leaves a deferred task alone; it runs when due."""
+    services.configure_queue("tasks-default", retention=60)
+    enqueued = services.now_ms()
+    result = tasks.add.using(run_after=datetime.fromtimestamp(enqueued / 1000 + 300, UTC)).enqueue(20, 22)
+    clock.advance(240)  # enqueue + retention (60 s) is long past; the due time (300 s) is not
+    assert jobs.expired() == 0 and jobs.failed() == 0
+    m = Message.objects.get(id=result.id)
+    assert (m.queue, m.status) == ("tasks-default", 0)
+    assert drain() == {}  # still not due
+    clock.advance(61)  # due, and 1 s into its retention
+    assert jobs.expired() == 0
+    assert drain() == {"ack": 1}
+    done = tasks.add.get_result(result.id)
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+    # The same retention without the deferral does expire (the rule the task escaped is real).
+    plain = tasks.add.enqueue(1, 1)
+    clock.advance(61)
+    assert jobs.expired() == 1
+    assert Message.objects.get(id=plain.id).queue == "tasks-default-dlq"
 
 
 # --- 2. running: sync, async, context; results through each state ------------------------------
@@ -373,6 +404,36 @@ def test_backend_options_set_the_retries_of_every_task(settings):
     content["task"] = "tests.tasksapp.tasks.gone"
     Message.objects.filter(id=result.id).update(content=json.dumps(content))
     assert drain() == {"fail": 1}
+
+
+def test_retry_options_on_the_decorator_itself_as_proposed_upstream(clock):
+    """``forqapp.tasks.task(max_attempts=…, backoff=…)``: the framework's @task with the retry options
+    of django/new-features#142 (Django 6's own @task takes none)."""
+    from forqapp.tasks import task as forq_task
+    from forqapp.tasks.retrying import RetryPolicyError
+
+    t = tasks.upstream_shaped
+    assert (t.queue_name, t.priority, t.module_path) == ("other", 5, "tests.tasksapp.tasks.upstream_shaped")
+    tasks.BACKOFF_SEEN.clear()
+    result = t.enqueue("u1")
+    assert drain() == {"nack": 1}
+    m = Message.objects.get(id=result.id)
+    assert m.queue == "tasks-other" and m.process_after - services.now_ms() == 500  # backoff(…) = 0.5 × 1
+    assert tasks.BACKOFF_SEEN == [("KeyError", 1, 1)]  # the exception, and the result with this failure
+    clock.advance(0.5)
+    assert drain() == {"nack": 1}
+    assert Message.objects.get(id=result.id).process_after - services.now_ms() == 1000  # 0.5 × 2
+    assert tasks.BACKOFF_SEEN == [("KeyError", 1, 1), ("KeyError", 2, 2)]  # every error so far
+    clock.advance(1)
+    assert drain() == {"fail": 1}  # max_attempts=3: no backoff asked after the last one
+    assert len(tasks.BACKOFF_SEEN) == 2
+    failed = t.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED and failed.attempts == 3
+    assert [e.exception_class_path for e in failed.errors] == ["builtins.KeyError"] * 3
+    with pytest.raises(RetryPolicyError, match="max_attempts"):
+        forq_task(max_attempts=0)(_func)
+    plain = forq_task(_func)  # no options: the framework's @task as is
+    assert plain.module_path.endswith("._func") and not hasattr(plain.func, "forq_retries")
 
 
 # --- fencing ---------------------------------------------------------------------------------

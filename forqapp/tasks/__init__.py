@@ -3,8 +3,8 @@
 
 Importing this package imports neither a model (``@task`` is often imported while apps load) nor
 the Tasks framework (``django-tasks`` is optional on Django 5.2: the admin and the jobs import
-``forqapp.tasks.models`` without it); ``ForqBackend``, ``retries`` and ``TaskArgumentsError`` load
-on first use.
+``forqapp.tasks.models`` without it); ``ForqBackend``, ``retries``, ``task`` and
+``TaskArgumentsError`` load on first use.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import ForqBackend, TaskArgumentsError
-    from .retrying import retries
+    from .retrying import retries, task
 
-__all__ = ["ForqBackend", "TaskArgumentsError", "retries"]
+__all__ = ["ForqBackend", "TaskArgumentsError", "retries", "task"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,8 +23,8 @@ def __getattr__(name: str) -> Any:
         from . import backend
 
         return getattr(backend, name)
-    if name == "retries":
-        from .retrying import retries
+    if name in ("retries", "task"):
+        from . import retrying
 
-        return retries
+        return getattr(retrying, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,3 +28,18 @@ def with_consumers(consumers: dict[str, Any]) -> dict[str, Any]:
     from .running import with_consumers as add_runners
 
     return add_runners(consumers)
+
+
+def backend_problems() -> list[Any]:
+    """The ``check()`` of every ``ForqBackend``, for forqapp's system checks, when neither Django 6
+    (``django.tasks`` runs every backend's check) nor the backport's app (``"django_tasks"`` in
+    ``INSTALLED_APPS``) runs them: on Django 5.2 the backend's checks hold without that app."""
+    if not uses_forq_backend() or find_spec("django.tasks") is not None:
+        return []
+    from django.apps import apps
+
+    if apps.is_installed("django_tasks"):
+        return []
+    from .running import forq_backends
+
+    return [problem for backend in forq_backends() for problem in backend.check()]

@@ -94,6 +94,29 @@ def retries(*, max_attempts: int | None = None, backoff: Any = None) -> Callable
     return decorate
 
 
+def task(function: Callable[..., Any] | None = None, *, max_attempts: int | None = None, backoff: Any = None,
+         **task_options: Any) -> Any:
+    """The framework's ``@task`` (``priority``, ``queue_name``, ``backend``, ``takes_context``)
+    with the upstream proposal's two retry options on it, on Django 6 as on 5.2::
+
+        from forqapp.tasks import task
+
+        @task(queue_name="emails", max_attempts=10, backoff=lambda exc, result: 30)
+        def send_welcome(user_id): ...
+
+    The same as ``@task(...)`` over ``@retries(max_attempts=..., backoff=...)``."""
+    from .compat import task as framework_task
+
+    policy = retries(max_attempts=max_attempts, backoff=backoff) if (max_attempts, backoff) != (None, None) else None
+
+    def decorate(func: Callable[..., Any]) -> Any:
+        if policy is not None:
+            func = policy(func)
+        return framework_task(**task_options)(func)
+
+    return decorate(function) if function is not None else decorate
+
+
 def backend_retries(backend: Any) -> RetryPolicy:
     """The backend's defaults (``OPTIONS["max_attempts"]``, ``OPTIONS["backoff"]``)."""
     return _policy(backend.options.get("max_attempts"), backend.options.get("backoff"), "")

@@ -269,10 +269,15 @@ class TaskRunner:
         used_up = bool(limit) and message.attempts >= limit
         delay: float | None = None
         if not outcome.final and not used_up and policy.backoff is not None:
-            failed_so_far = build(outcome.task, message.id, TaskResultStatus.FAILED, outcome.data, self.backend.alias,
-                                  errors=[outcome.error] if outcome.error else [],
-                                  worker_ids=[UNKNOWN_WORKER] * message.attempts
-                                  ) if outcome.task is not None and outcome.data is not None else None
+            failed_so_far = None
+            if outcome.task is not None and outcome.data is not None:
+                # As proposed upstream: the result with this failure in it (every error so far).
+                so_far = self._record(message, outcome, TaskResultStatus.FAILED,
+                                      previous([message.id], using).get(message.id))
+                failed_so_far = build(outcome.task, message.id, TaskResultStatus.FAILED, outcome.data,
+                                      self.backend.alias, errors=so_far.errors, worker_ids=so_far.worker_ids,
+                                      started_at=so_far.started_at, last_attempted_at=so_far.last_attempted_at,
+                                      finished_at=so_far.finished_at)
             try:
                 delay = policy.delay_s(message.attempts, exc, failed_so_far)
             except Exception:  # noqa: BLE001 - a broken backoff function: fail, do not loop

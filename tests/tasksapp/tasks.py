@@ -9,6 +9,7 @@ import os
 import time
 
 from forqapp.tasks import retries
+from forqapp.tasks import task as forq_task
 from forqapp.tasks.compat import task
 
 CALLS: list = []  # in-process runs (threads of a Worker in the test process)
@@ -113,3 +114,20 @@ def sleepy(context, seconds):
     if context.attempt == 1:
         time.sleep(seconds)
     return context.attempt
+
+
+BACKOFF_SEEN: list = []
+
+
+def _upstream_backoff(exception, task_result):
+    """The upstream proposal's shape: (exception, task_result) -> seconds."""
+    BACKOFF_SEEN.append((type(exception).__name__, task_result.attempts, len(task_result.errors)))
+    return 0.5 * task_result.attempts
+
+
+@forq_task(queue_name="other", priority=5, max_attempts=3, backoff=_upstream_backoff)
+def upstream_shaped(key):
+    """Retry options on the decorator itself (forqapp.tasks.task), as proposed upstream."""
+    n = _bump(key)
+    _log("upstream_shaped", key=key, attempt=n)
+    raise KeyError(f"attempt {n}")
