@@ -38,6 +38,11 @@ def pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def width() -> int:
+    """How many database threads the pool has (``FORQ_DB_THREADS``, or the store's default)."""
+    return pool()._max_workers
+
+
 def _call(fn, args, kwargs):
     try:
         return fn(*args, **kwargs)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
-from . import db, services
+from . import db, groupcommit, services
 from .notify import notifier_for, notifiers
 
 T = TypeVar("T")
@@ -150,7 +150,7 @@ async def claim_async(take: Callable[..., T], queue: str, timeout: float, *args:
 
 
 async def _claim_for_caller(take: Callable[..., T], *args: Any) -> T:
-    future = db.submit(take, *args)
+    future = groupcommit.submit(take, *args)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:

@@ -24,7 +24,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import errors, schedules, services, validation, vocab, waiting
+from .. import errors, groupcommit, schedules, services, validation, vocab, waiting
 from ..conf import forq_settings
 from ..errors import ForqError
 from .plumbing import View, endpoint, json_body, key_of, require, secure
@@ -393,7 +393,7 @@ async def send(request: HttpRequest, queue: str) -> HttpResponse:
     (``Location``: the message); a deduplicated send creates nothing: 200, the original's id."""
     queue = validation.queue_name(queue, produce=True)
     entry = send_entry(_body(request, SEND_FIELDS))
-    (result,) = await services.run_async(services.send_entries, queue, [entry])
+    (result,) = await groupcommit.run(services.send_entries, queue, [entry])
     if result.deduplicated:
         return JsonResponse(_sent(result))
     response = JsonResponse(_sent(result), status=201)
@@ -474,7 +474,7 @@ async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse
     """``POST …/messages/{id}/ack`` ``{"receipt"}`` → 204: done, the message is deleted."""
     queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
     body = _body(request, ("receipt",))
-    await services.run_async(services.ack_delivery, queue, message_id, _receipt(body.get("receipt")))
+    await groupcommit.run(services.ack_delivery, queue, message_id, _receipt(body.get("receipt")))
     return HttpResponse(status=204)
 
 
@@ -485,7 +485,7 @@ async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpRespons
     queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
     body = _body(request, ("receipt", "error"))
     receipt, error = _receipt(body.get("receipt")), _error(body.get("error"))
-    await services.run_async(services.nack_delivery, queue, message_id, receipt, error=error)
+    await groupcommit.run(services.nack_delivery, queue, message_id, receipt, error=error)
     return HttpResponse(status=204)
 
 

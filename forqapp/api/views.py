@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from .. import services, validation, waiting
+from .. import groupcommit, services, validation, waiting
 from ..conf import forq_settings
 from .plumbing import RECEIPT_HEADER, endpoint, json_body, receipt
 
@@ -25,7 +25,7 @@ async def messages(request: HttpRequest, queue: str) -> HttpResponse:
 async def produce(request: HttpRequest, queue: str) -> HttpResponse:
     validation.queue_name(queue, produce=True)
     body = json_body(request)
-    await services.run_async(services.send, queue, body.get("content"), body.get("processAfter"))
+    await groupcommit.run(services.send, queue, body.get("content"), body.get("processAfter"))
     return HttpResponse(status=204)
 
 
@@ -43,13 +43,13 @@ async def consume(request: HttpRequest, queue: str) -> HttpResponse:
 
 @endpoint("POST", action="consume")
 async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
-    await services.run_async(services.ack_delivery, *_delivery(request, queue, message_id))
+    await groupcommit.run(services.ack_delivery, *_delivery(request, queue, message_id))
     return HttpResponse(status=204)
 
 
 @endpoint("POST", action="consume")
 async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
-    await services.run_async(services.nack_delivery, *_delivery(request, queue, message_id))
+    await groupcommit.run(services.nack_delivery, *_delivery(request, queue, message_id))
     return HttpResponse(status=204)
 
 

@@ -1,0 +1,109 @@
+"""forqapp.groupcommit: the API's hot writes of one process share transactions, and each caller
+still gets its own outcome, only once its transaction committed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from django.db import DatabaseError
+
+import forqapp
+from forqapp import errors, groupcommit, services
+from forqapp.errors import ForqError
+from forqapp.models import Message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _contents(queue: str) -> list[str]:
+    return list(Message.objects.filter(queue=queue).order_by("sequence").values_list("content", flat=True))
+
+
+def test_a_group_runs_every_call_in_order_and_a_refused_call_is_only_its_own():
+    delivered = forqapp.send("g", "first")
+    forqapp.receive("g")
+    outcomes = groupcommit.run_group([
+        (services.send, ("g", "a"), {}),
+        (services.ack_delivery, ("g", delivered, 12345), {}),  # a wrong receipt: not_found.message
+        (services.send, ("g", "b"), {}),
+        (services.claim, ("g",), {}),  # sees what the calls before it wrote
+    ])
+    assert [ok for ok, _ in outcomes] == [True, False, True, True]
+    assert isinstance(outcomes[1][1], ForqError) and outcomes[1][1].code == errors.NOT_FOUND_MESSAGE
+    assert outcomes[3][1].content == "a"
+    assert _contents("g") == ["first", "a", "b"]
+
+
+def test_a_refused_send_with_a_savepoint_leaves_the_others_committed():
+    forqapp.configure_queue("full", max_length=1)
+    forqapp.send("full", "kept")
+    outcomes = groupcommit.run_group([
+        (services.send, ("other", "x"), {}),
+        (services.send, ("full", "refused"), {}),  # queue.full, inside the services' own atomic()
+        (services.send, ("other", "y"), {}),
+    ])
+    assert [ok for ok, _ in outcomes] == [True, False, True]
+    assert outcomes[1][1].code == errors.QUEUE_FULL
+    assert _contents("other") == ["x", "y"] and _contents("full") == ["kept"]
+
+
+def test_any_other_error_rolls_the_group_back_and_every_call_runs_again_alone():
+    calls = []
+
+    def broken(queue):
+        calls.append(queue)
+        raise DatabaseError("disk I/O error")
+
+    outcomes = groupcommit.run_group([
+        (services.send, ("r", "a"), {}),
+        (broken, ("r",), {}),
+        (services.send, ("r", "b"), {}),
+    ])
+    assert [ok for ok, _ in outcomes] == [True, False, True]
+    assert isinstance(outcomes[1][1], DatabaseError)
+    assert calls == ["r", "r"]  # in the group, then alone
+    assert _contents("r") == ["a", "b"]  # each stored once: the group's writes were rolled back
+
+
+def test_concurrent_calls_share_groups_and_keep_their_order():
+    async def main():
+        group = groupcommit.group()
+        ids = await asyncio.gather(*(groupcommit.run(services.send, "many", f"m{i}") for i in range(60)))
+        return ids, group.groups, group.sizes
+
+    ids, groups, sizes = asyncio.run(main())
+    assert sizes == 60 and groups < 60  # the calls of one turn of the loop went together
+    assert len(set(ids)) == 60
+    assert _contents("many") == [f"m{i}" for i in range(60)]
+
+
+def test_a_callers_exception_is_raised_to_it_alone():
+    async def main():
+        return await asyncio.gather(
+            groupcommit.run(services.send, "e", "ok"),
+            groupcommit.run(services.send, "e-dlq", "to a dlq"),
+            return_exceptions=True)
+
+    first, second = asyncio.run(main())
+    assert isinstance(first, str)
+    assert isinstance(second, ForqError) and second.code == errors.PRODUCE_TO_DLQ
+    assert _contents("e") == ["ok"]
+
+
+def test_a_waiting_consumer_is_woken_by_a_grouped_send_after_its_commit():
+    async def main():
+        from forqapp import waiting
+
+        consumer = asyncio.ensure_future(waiting.claim_async(services.claim, "woken", 5))
+        await asyncio.sleep(0.2)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.gather(groupcommit.run(services.send, "woken", "x"),
+                             groupcommit.run(services.send, "woken", "y"))
+        message = await consumer
+        return message, loop.time() - started
+
+    message, waited = asyncio.run(main())
+    assert message is not None and message.content == "x"
+    assert waited < 2
