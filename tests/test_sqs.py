@@ -570,6 +570,9 @@ def test_unsigned_and_skewed_requests_are_refused(server):
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         unsigned.list_queues()
     assert code_of(exc)[2] == 403
+    with pytest.raises(botocore.exceptions.ClientError) as exc:  # authentication before UnsupportedOperation
+        unsigned.tag_queue(QueueUrl=f"{server}/{ACCOUNT}/any", Tags={"a": "b"})
+    assert code_of(exc)[0] == "MissingAuthenticationToken" and code_of(exc)[2] == 403
     # A request signed 16 minutes ago.
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
@@ -687,3 +690,143 @@ def test_a_bad_sqs_address_stops_forq_serve_in_one_line():
     assert result.returncode != 0
     assert "FORQ_SQS_ADDR: 'nowhere' is not host:port" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# --- hostile input: an SQS error, never a 500 or a hang ----------------------------------------------
+
+
+def signed_post(server: str, action: str, body: bytes, target: str | None = None) -> httpx.Response:
+    """A request botocore would sign, with any body (botocore validates what it sends; others may not)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest("POST", server + "/", data=body, headers={
+        "X-Amz-Target": target or f"AmazonSQS.{action}", "Content-Type": "application/x-amz-json-1.0"})
+    SigV4Auth(Credentials("forq-root", SECRET), "sqs", REGION).add_auth(request)
+    return httpx.post(server + "/", content=body, headers=dict(request.headers.items()), timeout=30)
+
+
+def test_hostile_bodies_are_sqs_errors(sqs, server):
+    url = sqs.create_queue(QueueName="hostile")["QueueUrl"]
+    cases = [
+        ("ListQueues", b"{not json", "SerializationException"),
+        ("ListQueues", b"[1, 2]", "SerializationException"),
+        ("ListQueues", b"\xff\xfe", "SerializationException"),
+        ("ListQueues", b"[" * 300_000, "SerializationException"),  # deeper than the parser goes
+        ("ListQueues", b'{"a":' * 100_000, "SerializationException"),
+        ("ListQueues", json.dumps({"MaxResults": "5"}).encode(), "InvalidParameterValue"),
+        ("CreateQueue", json.dumps({"QueueName": ["x"]}).encode(), "MissingParameter"),
+        ("CreateQueue", json.dumps({"QueueName": "h2", "Attributes": {"VisibilityTimeout": 5}}).encode(),
+         "InvalidAttributeValue"),
+        ("SendMessage", json.dumps({"QueueUrl": 5, "MessageBody": "x"}).encode(), "MissingParameter"),
+        ("SendMessage", json.dumps({"QueueUrl": url, "MessageBody": {"a": 1}}).encode(), "InvalidParameterValue"),
+        ("SendMessage", json.dumps({"QueueUrl": url, "MessageBody": "x",
+                                    "MessageAttributes": {"a": {"DataType": "Binary", "BinaryValue": 5}}}).encode(),
+         "InvalidParameterValue"),
+        ("SendMessage", json.dumps({"QueueUrl": url, "MessageBody": "x", "MessageSystemAttributes": {
+            "Colour": {"DataType": "String", "StringValue": "x"}}}).encode(), "InvalidParameterValue"),
+        ("SendMessage", json.dumps({"QueueUrl": url, "MessageBody": "x" * 3_000_000}).encode(),
+         "RequestEntityTooLarge"),
+        ("SendMessageBatch", json.dumps({"QueueUrl": url, "Entries": "abc"}).encode(), "InvalidParameterValue"),
+        ("ReceiveMessage", json.dumps({"QueueUrl": url, "WaitTimeSeconds": 1.5}).encode(), "InvalidParameterValue"),
+        ("ReceiveMessage", json.dumps({"QueueUrl": url, "MessageAttributeNames": "All"}).encode(),
+         "InvalidParameterValue"),
+        ("ChangeMessageVisibility", json.dumps({"QueueUrl": url, "ReceiptHandle": "abc",
+                                                "VisibilityTimeout": "1"}).encode(), "ReceiptHandleIsInvalid"),
+    ]
+    for action, body, shape in cases:
+        answer = signed_post(server, action, body)
+        assert 400 <= answer.status_code < 500, (action, body[:40], answer.text)
+        assert answer.json()["__type"] == f"com.amazonaws.sqs#{shape}", (action, body[:40], answer.text)
+        assert answer.headers["x-amzn-requestid"]
+    # Input echoed in a batch's Failed message, even a lone surrogate (no UTF-8 for it): 200, not 500.
+    for action, entry in (("DeleteMessageBatch", {"Id": "a", "ReceiptHandle": "\ud800"}),
+                          ("SendMessageBatch", {"Id": "a", "MessageBody": "x", "MessageAttributes": {
+                              "\ud800": {"DataType": "String", "StringValue": "v"}}})):
+        answer = signed_post(server, action, json.dumps({"QueueUrl": url, "Entries": [entry]}).encode())
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["Failed"][0]["Id"] == "a" and answer.json()["Successful"] == []
+    for target in ("AmazonSQS", "AmazonSQS.", "amazonsqs.ListQueues", "AmazonSQS.ListQueues.x"):
+        answer = signed_post(server, "", b"{}", target=target)
+        assert answer.status_code == 400 and answer.json()["__type"] == "com.amazonaws.sqs#InvalidAction"
+    assert not Message.objects.filter(queue="hostile").exists()
+
+
+def test_message_system_attributes_digest(sqs):
+    # SDKs that send AWSTraceHeader check MD5OfMessageSystemAttributes (same algorithm as the attributes').
+    url = sqs.create_queue(QueueName="traced")["QueueUrl"]
+    system = {"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes=system)
+    assert sent["MD5OfMessageSystemAttributes"] == aws_md5_of_attributes(system)
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "t", "MessageBody": "y",
+                                                          "MessageSystemAttributes": system}])
+    assert batch["Successful"][0]["MD5OfMessageSystemAttributes"] == aws_md5_of_attributes(system)
+    assert "MD5OfMessageSystemAttributes" not in sqs.send_message(QueueUrl=url, MessageBody="z")
+
+
+# --- every face sees a message sent with boto3 ----------------------------------------------------------
+
+
+def test_a_boto3_message_is_received_by_every_face(sqs, server, settings):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from forqapp import consumers
+    from forqapp.spark.client import ForqClient
+    from forqapp.worker import Worker
+
+    url = sqs.create_queue(QueueName="faces")["QueueUrl"]
+    attrs = {"origin": {"DataType": "String", "StringValue": "boto3"}}
+
+    def send(body: str) -> str:
+        return sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attrs)["MessageId"]
+
+    # Forq's v1 HTTP API (what the Forq SDKs speak).
+    sent = send("to the HTTP API")
+    got = httpx.get(LIVE["api"] + "/api/v1/queues/faces/messages", headers={"X-API-Key": SECRET}, timeout=10)
+    assert got.status_code == 200 and got.json()["id"] == sent and got.json()["content"] == "to the HTTP API"
+    assert httpx.post(LIVE["api"] + f"/api/v1/queues/faces/messages/{sent}/ack",
+                      headers={"X-API-Key": SECRET, "X-Forq-Receipt": str(got.json()["receipt"])}).status_code == 204
+    # The Spark connector's client (its claim/ack endpoints; the JVM side is tests/test_spark_integration.py).
+    sent = send("to Spark")
+    with ForqClient(LIVE["api"], SECRET) as spark:
+        (claimed,) = spark.claim("faces", 10)
+        assert (claimed["id"], claimed["content"], claimed["attributes"]) == (sent, "to Spark", {"origin": "boto3"})
+        assert spark.ack("faces", [(claimed["id"], claimed["receipt"])]) == 1
+    # A @forqapp.consumer, run by forq_worker's Worker.
+    seen = []
+    saved = dict(consumers._registry)
+    try:
+        consumers.register("faces", lambda m: seen.append((m.id, m.content, m.attributes)))
+        sent = send("to a consumer")
+        Worker({"faces": consumers.registry()["faces"]}, burst=True, start_jitter=0).run()
+    finally:
+        consumers._registry.clear()
+        consumers._registry.update(saved)
+    assert seen == [(sent, "to a consumer", {"origin": "boto3"})]
+    assert not Message.objects.filter(queue="faces").exists()  # the worker acked it
+    # The admin shows it.
+    sent = send("in the admin")
+    admin = Client()
+    admin.force_login(User.objects.create_user("sqs-admin", password="pw-sqs-123", is_staff=True, is_superuser=True))
+    page = admin.get(f"/admin/forqapp/message/?q={sent}")
+    assert page.status_code == 200 and sent in page.content.decode()
+    assert "in the admin" in admin.get(f"/admin/forqapp/message/{sent}/change/").content.decode()
+
+
+def test_a_django_task_queue_is_an_sqs_queue(sqs):
+    from forqapp.tasks.discovery import with_consumers
+    from forqapp.tasks.models import TaskRecord
+    from forqapp.worker import Worker
+    from tests.tasksapp import tasks
+
+    result = tasks.add.enqueue(2, 3)  # the backend's queue "tasks-default" (tests/settings.py)
+    url = sqs.get_queue_url(QueueName="tasks-default")["QueueUrl"]
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+    assert attrs == {"ApproximateNumberOfMessages": "1"}
+    peek = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]  # seen, left for the worker
+    assert peek["MessageId"] == result.id and "tests.tasksapp.tasks.add" in peek["Body"]
+    Worker(with_consumers({}), burst=True, start_jitter=0).run()
+    assert TaskRecord.objects.get(id=result.id).status == "SUCCESSFUL"
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)

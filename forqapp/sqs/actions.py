@@ -227,6 +227,7 @@ def _message(entry: dict[str, Any], meta: dict[str, Any], limit: int) -> tuple[d
         raise invalid("The request includes parameter MessageDeduplicationId, which is only valid for FIFO queues.")
     delay = _integer(entry, "DelaySeconds", 0, 900, int(meta.get("DelaySeconds", 0)))
     attributes = messages.check_attributes(entry.get("MessageAttributes"))
+    system = messages.check_system_attributes(entry.get("MessageSystemAttributes"))
     item: dict[str, Any] = {"content": body, "attributes": messages.to_forq(attributes)}
     if delay:
         item["delay"] = delay
@@ -234,6 +235,9 @@ def _message(entry: dict[str, Any], meta: dict[str, Any], limit: int) -> tuple[d
     md5 = digests.md5_of_attributes(attributes)
     if md5 is not None:
         answer["MD5OfMessageAttributes"] = md5
+    md5 = digests.md5_of_attributes(system)
+    if md5 is not None:
+        answer["MD5OfMessageSystemAttributes"] = md5
     return item, answer
 
 

@@ -77,10 +77,7 @@ class SQSApplication:
         if prefix != "AmazonSQS" or not action:
             raise protocol.SqsError("InvalidAction", "X-Amz-Target must be AmazonSQS.<Action> (JSON 1.0 protocol)")
         handler = self.actions.ACTIONS.get(action)
-        if handler is None and action != self.actions.RECEIVE:
-            if action in self.actions.UNSUPPORTED:
-                raise protocol.SqsError("UnsupportedOperation",
-                                        f"{action} is not supported by forqapp's SQS endpoint")
+        if handler is None and action != self.actions.RECEIVE and action not in self.actions.UNSUPPORTED:
             raise protocol.SqsError("InvalidAction", f"The action {action} is not valid for this endpoint.")
         # Authentication from the headers, before the body is received.
         auth = sigv4.parse(headers, dt.datetime.now(dt.UTC))
@@ -101,9 +98,11 @@ class SQSApplication:
             await self._failed(address)
             raise protocol.SqsError("SignatureDoesNotMatch", "The request signature we calculated does not match the "
                                     "signature you provided. Check your AWS Secret Access Key and signing method.", 403)
+        if handler is None and action != self.actions.RECEIVE:  # an SQS action forqapp does not do
+            raise protocol.SqsError("UnsupportedOperation", f"{action} is not supported by forqapp's SQS endpoint")
         try:
             payload = json.loads(body or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
             payload = None
         if not isinstance(payload, dict):
             raise protocol.SqsError("SerializationException", "The request body is not a JSON object")
@@ -167,8 +166,9 @@ class SQSApplication:
         await services.run_async(services.auth_failed, address)
 
     def _limit(self) -> int:
-        # A message of the largest size this server stores, JSON-escaped, in a batch of ten.
-        return max(int(self.settings.FORQ_MAX_BODY_BYTES), 2 * self.queues.content_cap() + 65_536)
+        # A batch of the largest size this server stores, JSON-escaped (botocore's ensure_ascii
+        # makes a 2- or 4-byte UTF-8 character 6 or 12 bytes: 3x), with ten entries' attributes.
+        return max(int(self.settings.FORQ_MAX_BODY_BYTES), 3 * self.queues.content_cap() + 524_288)
 
     async def _read_body(self, receive) -> bytes:
         limit = self._limit()

@@ -82,6 +82,29 @@ def check_attributes(attributes: object) -> dict[str, dict[str, Any]]:
     return out
 
 
+def check_system_attributes(attributes: object) -> dict[str, dict[str, Any]]:
+    """SendMessage's ``MessageSystemAttributes``: SQS takes only ``AWSTraceHeader`` (a String).
+    Accepted and not kept; its digest is answered (``MD5OfMessageSystemAttributes``), which SDKs
+    that send one check."""
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, dict):
+        raise invalid("MessageSystemAttributes must be a map")
+    out = {}
+    for name, value in attributes.items():
+        if name != "AWSTraceHeader":
+            raise invalid(f"Message system attribute name '{str(name)[:256]}' is invalid.")
+        if not isinstance(value, dict) or value.get("DataType") != "String" \
+                or not isinstance(value.get("StringValue"), str) or not value["StringValue"] \
+                or len(value["StringValue"]) > 1024:
+            raise invalid("The message system attribute AWSTraceHeader must be a non-empty String "
+                          "(at most 1,024 characters).")
+        if _INVALID_CHARS.search(value["StringValue"]):
+            raise SqsError("InvalidMessageContents", "Message system attribute AWSTraceHeader holds invalid characters")
+        out[name] = {"DataType": "String", "StringValue": value["StringValue"]}
+    return out
+
+
 def to_forq(attributes: dict[str, dict[str, Any]]) -> dict[str, str] | None:
     """SQS message attributes → forqapp's string attributes (see the module's docstring)."""
     if not attributes:

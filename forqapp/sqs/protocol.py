@@ -58,7 +58,12 @@ def request_id() -> str:
 
 
 def answer(payload: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    try:
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate the client sent, echoed in a batch's Failed message, has no UTF-8:
+        # JSON's \uXXXX escape carries it (not a 500).
+        body = json.dumps(payload, separators=(",", ":")).encode("ascii")
     return 200, _headers(body), body
 
 
