@@ -112,6 +112,42 @@ def test_check_reports_unknown_options_bad_retention_and_bad_retries(settings):
     assert ids_ == ["forqapp.E061", "forqapp.E062", "forqapp.E063"]
 
 
+@pytest.mark.parametrize(("options", "message"), [
+    ({"max_attempts": 0}, "max_attempts must be an integer >= 1"),
+    ({"max_attempts": True}, "max_attempts must be an integer >= 1"),
+    ({"max_attempts": 2.5}, "max_attempts must be an integer >= 1"),
+    ({"backoff": -1}, "backoff must be a function, seconds"),
+    ({"backoff": []}, "backoff must be a function, seconds"),
+    ({"backoff": [1, "2"]}, "backoff must be a function, seconds"),
+    ({"backoff": "no.such.function"}, "backoff: cannot import"),
+])
+def test_every_retry_option_rule(settings, options, message):
+    from forqapp.tasks import retries
+    from forqapp.tasks.retrying import RetryPolicyError
+
+    with pytest.raises(RetryPolicyError, match=message):  # on the task: at import time
+        retries(**options)
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "OPTIONS": options}}
+    problems = task_backends["default"].check()  # on the backend: a system check
+    assert [p.id for p in problems] == ["forqapp.E063"] and message in problems[0].msg
+
+
+def test_a_retry_policy_not_made_by_retries_is_refused_by_validate_task():
+    from forqapp.tasks.retrying import RetryPolicy, RetryPolicyError
+
+    _func.forq_retries = {"max_attempts": 3}  # set by hand, not by @retries
+    try:
+        with pytest.raises(RetryPolicyError, match="must come from forqapp.tasks.retries"):
+            task(_func)
+    finally:
+        del _func.forq_retries
+    _func.forq_retries = RetryPolicy(max_attempts=2)
+    try:
+        assert task(_func).func.forq_retries.max_attempts == 2
+    finally:
+        del _func.forq_retries
+
+
 def test_the_system_checks_include_the_backend(settings, monkeypatch):
     from django.core.checks import run_checks
 
@@ -138,7 +174,8 @@ def test_importing_the_backend_and_tasks_touches_no_model():
             "from django.conf import settings; settings.INSTALLED_APPS\n"
             "import tests.tasksapp.tasks as t\n"
             "import forqapp.tasks.backend, forqapp.tasks.running, forqapp.tasks.results\n"
-            "import sys; assert 'forqapp.tasks.models' not in sys.modules, 'models imported'\n"
+            "import sys; loaded = [m for m in sys.modules if m.endswith('.models') and not m.startswith('django.')]\n"
+            "assert not loaded, f'models imported: {loaded}'\n"
             "print(t.add.module_path)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent))
