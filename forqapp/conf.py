@@ -382,7 +382,11 @@ class ForqSettings:
     FORQ_UI_ENABLED: Setting[bool] = Setting(True, "`False` serves the API alone", check=boolean)
     FORQ_TRUST_PROXY_HEADERS: Setting[bool] = Setting(
         False, "client address from the rightmost `X-Forwarded-For`", check=boolean)
-    FORQ_API_WORKERS: Setting[int] = Setting(2, "API server processes", check=integer(1))
+    # API server processes. None: the store's; 1 on SQLite (one writer: group commit makes one
+    # process as fast as two, measured with bench/forqload, for half the memory), 2 on PostgreSQL.
+    FORQ_API_WORKERS: Setting[int | None] = Setting(
+        None, "API server processes (`None`: the store's, 1 on SQLite, 2 on PostgreSQL)",
+        check=optional_integer(1))
     FORQ_UI_WORKERS: Setting[int] = Setting(1, "UI server processes", check=integer(1))
     # Threads that run the async API's database calls, per server process. None: 1 on SQLite (one
     # writer at a time; more threads only trade the GIL back and forth: measured 2,400 vs 1,600

@@ -36,6 +36,14 @@ def env_bool(name: str, default: bool) -> bool:
     return default
 
 
+def env_optional_int(name: str) -> int | None:
+    """The integer in ``name``, or None when it is unset or empty (the setting's own default)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return env_int(name, 0)
+
+
 def env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

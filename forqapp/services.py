@@ -967,6 +967,11 @@ def wake_poll_interval(*, using: str | None = None) -> float:
     return _store(using).poll_interval(forq_settings.FORQ_WAKE_POLL_MS / 1000)
 
 
+def default_api_workers(*, using: str | None = None) -> int:
+    """``forq_serve``'s API processes when ``FORQ_API_WORKERS`` is unset."""
+    return _store(using).default_api_workers
+
+
 def default_db_threads(*, using: str | None = None) -> int:
     """The async API's database threads when ``FORQ_DB_THREADS`` is unset."""
     return _store(using).default_db_threads

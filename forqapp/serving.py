@@ -34,7 +34,7 @@ from django.apps import apps
 from django.conf import settings
 from django.urls import NoReverseMatch, reverse
 
-from . import process
+from . import process, services
 from .conf import forq_settings, parse_addr
 
 
@@ -155,7 +155,7 @@ class Server:
                  ui_workers: int | None = None, jobs: bool = True, verbosity: int = 1,
                  stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr):
         self.listeners = listeners
-        self.api_workers = api_workers or forq_settings.FORQ_API_WORKERS
+        self.api_workers = api_workers or forq_settings.FORQ_API_WORKERS or services.default_api_workers()
         self.ui_workers = ui_workers or forq_settings.FORQ_UI_WORKERS
         self.jobs = jobs
         self.verbosity = verbosity

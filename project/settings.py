@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from forqapp.envconfig import env_bool, env_int, env_str, sqlite_database, url_database
+from forqapp.envconfig import env_bool, env_int, env_optional_int, env_str, sqlite_database, url_database
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -133,7 +133,7 @@ FORQ_API_ADDR = env_str("FORQ_API_ADDR", "localhost:8080")
 FORQ_UI_ADDR = env_str("FORQ_UI_ADDR", "localhost:8081")
 FORQ_UI_ENABLED = env_bool("FORQ_UI_ENABLED", True)
 FORQ_TRUST_PROXY_HEADERS = env_bool("FORQ_TRUST_PROXY_HEADERS", False)
-FORQ_API_WORKERS = env_int("FORQ_API_WORKERS", 2)
+FORQ_API_WORKERS = env_optional_int("FORQ_API_WORKERS")  # None: 1 on SQLite, 2 on PostgreSQL
 FORQ_DB_THREADS = env_int("FORQ_DB_THREADS", 0) or None  # None: 1 on SQLite, 4 on PostgreSQL
 FORQ_LONG_POLL_SECONDS = env_int("FORQ_LONG_POLL_SECONDS", 30)
 FORQ_WORKER_START_JITTER_MS = env_int("FORQ_WORKER_START_JITTER_MS", 500)

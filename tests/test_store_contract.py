@@ -73,6 +73,7 @@ def test_every_store_declares_its_capabilities(cls):
     assert isinstance(cls.text_holds_nul, bool)
     assert cls.wakeups in ("data_version", "listen")
     assert isinstance(cls.default_db_threads, int) and cls.default_db_threads >= 1
+    assert isinstance(cls.default_api_workers, int) and cls.default_api_workers >= 1
     checks = cls("default").check()
     assert isinstance(checks, Iterator)
     assert all(isinstance(c, CheckMessage) for c in checks)

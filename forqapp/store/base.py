@@ -214,6 +214,7 @@ class Store(abc.ABC):
     wakeups: ClassVar[Literal["data_version", "listen"]]
     #: Database threads of the async API when ``FORQ_DB_THREADS`` is unset (SQLite has one writer).
     default_db_threads: ClassVar[int]
+    default_api_workers: ClassVar[int]  # forq_serve's API processes when FORQ_API_WORKERS is unset
 
     def __init__(self, alias: str, dbapi_connection: Any = None) -> None:
         self.alias = alias

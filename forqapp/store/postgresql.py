@@ -571,6 +571,7 @@ class PostgreSQLStore(Store):
     text_holds_nul: ClassVar[bool] = False  # PostgreSQL text cannot contain U+0000
     wakeups: ClassVar[Literal["data_version", "listen"]] = "listen"
     default_db_threads: ClassVar[int] = 4
+    default_api_workers: ClassVar[int] = 2
 
     def _execute(self, sql: str, params: Params = None) -> psycopg.Cursor[Any]:
         cur = psycopg.Cursor(self._conn())

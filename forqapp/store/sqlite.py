@@ -483,6 +483,7 @@ class SQLiteStore(Store):
     text_holds_nul: ClassVar[bool] = True
     wakeups: ClassVar[Literal["data_version", "listen"]] = "data_version"
     default_db_threads: ClassVar[int] = 1
+    default_api_workers: ClassVar[int] = 1  # one writer: group commit in one process beats two
 
     if TYPE_CHECKING:  # the base returns the DB-API connection untyped
 

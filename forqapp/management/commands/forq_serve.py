@@ -56,7 +56,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--api-workers", type=_positive, default=None,
-                            help="API worker processes (default FORQ_API_WORKERS, 2).")
+                            help="API worker processes (default FORQ_API_WORKERS, else 1 on SQLite, 2 on PostgreSQL).")
         parser.add_argument("--ui-workers", type=_positive, default=None,
                             help="UI worker processes (default FORQ_UI_WORKERS, 1).")
         parser.add_argument("--no-ui", action="store_true", help="Serve the API only.")
