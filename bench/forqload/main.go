@@ -29,6 +29,8 @@ var (
 	size    = flag.Int("size", 100, "message size in bytes (content; the issue's harness: 100)")
 	backlog = flag.Int("backlog", 1000, "messages produced before the run")
 	useH2   = flag.Bool("http2", false, "h2c (HTTP/2 cleartext, one connection) instead of HTTP/1.1")
+	idle    = flag.Int("idle", 0, "long polls held open on an empty queue meanwhile (idle consumers)")
+	wake    = flag.Bool("wake", false, "also measure wake-ups: a poll waits on an empty queue, a produce wakes it")
 	queue   = "benchmark_queue"
 	client  *http.Client
 
@@ -83,7 +85,9 @@ func expect204(what string, req *http.Request) error {
 	return nil
 }
 
-func produce(sent int64) error {
+func produce(sent int64) error { return produceTo(queue, sent) }
+
+func produceTo(queue string, sent int64) error {
 	body, _ := json.Marshal(map[string]string{"content": content(sent)})
 	req, _ := http.NewRequest("POST", *api+"/api/v1/queues/"+queue+"/messages", strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
@@ -92,7 +96,9 @@ func produce(sent int64) error {
 
 type msg struct{ ID, Content, Receipt string }
 
-func consume(ctx context.Context) (*msg, error) {
+func consume(ctx context.Context) (*msg, error) { return consumeFrom(ctx, queue) }
+
+func consumeFrom(ctx context.Context, queue string) (*msg, error) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", *api+"/api/v1/queues/"+queue+"/messages", nil)
 	req.Header.Set("X-API-Key", *auth)
 	resp, err := client.Do(req)
@@ -154,6 +160,52 @@ func main() {
 	wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), *dur)
 	defer cancel()
+	var idleWg sync.WaitGroup
+	idleCtx, idleCancel := context.WithCancel(context.Background())
+	var idleGot atomic.Int64
+	for i := 0; i < *idle; i++ { // each on its own connection (HTTP/1.1), waiting on a queue nobody feeds
+		idleWg.Add(1)
+		go func() {
+			defer idleWg.Done()
+			for idleCtx.Err() == nil {
+				if m, err := consumeFrom(idleCtx, "idle_queue"); err == nil && m != nil {
+					idleGot.Add(1)
+				} else if err != nil && idleCtx.Err() == nil {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	if *idle > 0 {
+		time.Sleep(time.Second) // every poll is waiting before the measurement starts
+	}
+	if *wake {
+		wg.Add(1)
+		go func() { // one poll at a time on an empty queue; 50 ms after it started, one produce wakes it
+			defer wg.Done()
+			wakeQueue := fmt.Sprintf("wake_%d", time.Now().UnixNano()) // empty: no earlier run's leftovers
+			for ctx.Err() == nil {
+				got := make(chan time.Time, 1)
+				go func() {
+					if m, err := consumeFrom(ctx, wakeQueue); err == nil && m != nil {
+						got <- time.Now()
+						req, _ := http.NewRequest("POST", *api+"/api/v1/queues/"+wakeQueue+"/messages/"+m.ID+"/ack", nil)
+						req.Header.Set("X-Forq-Receipt", m.Receipt)
+						expect204("ack", req)
+					}
+					close(got)
+				}()
+				time.Sleep(50 * time.Millisecond)
+				t := time.Now()
+				if err := produceTo(wakeQueue, 0); err != nil {
+					continue
+				}
+				if at, ok := <-got; ok {
+					rec("wake", at.Sub(t))
+				}
+			}
+		}()
+	}
 	start := time.Now()
 	for i := 0; i < *cons; i++ {
 		wg.Add(1)
@@ -209,13 +261,21 @@ func main() {
 	}
 	wg.Wait()
 	w := time.Since(start).Seconds()
+	idleCancel()
+	idleWg.Wait()
 	proto := "HTTP/1.1"
 	if *useH2 {
 		proto = "h2c"
 	}
 	fmt.Printf("%s %dc%dp %.0fs: produced %.0f/s consumed %.0f/s | errors produce %d consume %d ack %d | duplicates %d | empty polls %d\n",
 		proto, *cons, *prods, w, float64(produced.Load())/w, float64(consumed.Load())/w, perr.Load(), cerr.Load(), aerr.Load(), dups.Load(), empty.Load())
-	for _, k := range []string{"produce", "consume", "ack", "e2e"} {
+	if *idle > 0 {
+		fmt.Printf("  %d idle long polls held open meanwhile (%d got a message)\n", *idle, idleGot.Load())
+	}
+	for _, k := range []string{"produce", "consume", "ack", "e2e", "wake"} {
+		if len(lat[k]) == 0 && (k == "wake" || k == "e2e") {
+			continue
+		}
 		fmt.Printf("  %-8s p50 %7.2f ms  p99 %7.2f ms  (n=%d)\n", k, pct(k, .5), pct(k, .99), len(lat[k]))
 	}
 	for _, e := range errs {

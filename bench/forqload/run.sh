@@ -4,7 +4,11 @@
 # one multiplexed connection). Prints throughput, errors, duplicate deliveries, latencies, and the
 # server's memory: PSS of its whole process tree idle and the most seen under load.
 #
-#   bench/forqload/run.sh [--ref REV] [--pairs N] [--duration 8s] [-c 10] [-p 10] [-size 100]
+#   bench/forqload/run.sh [--ref REV] [--pairs N] [--idle N] [--duration 8s] [-c 10] [-p 10] [-size 100]
+#
+# Then, over HTTP/1.1, the idle long polls' cost (issue 15): the producers alone (-c 0), without and
+# with --idle N (default 200; 0 skips it) long polls held open on an empty queue, and the wake-up of
+# a poll waiting on an empty queue by a produce (send to delivery, p50/p99), measured meanwhile.
 #
 # --ref REV: also serve the tree of git revision REV (e.g. the commit before an optimisation) with
 # the same venv, alternating REV and this checkout --pairs times (default 1): the machine's own
@@ -13,11 +17,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-ref="" pairs=1
+ref="" pairs=1 idle=200
 while [ $# -gt 0 ]; do
   case "$1" in
     --ref) ref=$2; shift 2 ;;
     --pairs) pairs=$2; shift 2 ;;
+    --idle) idle=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -57,6 +62,16 @@ serve() {
     wait $!
     echo "  memory under load (max of 4 s of samples): $(cat "$work/pss")"
   done
+  if [ "$idle" -gt 0 ]; then
+    local alone with
+    "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" -backlog 0 -wake "$@" -c 0 \
+      | tee "$work/alone" | grep -E "10p|wake"
+    "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" -backlog 0 -wake -idle "$idle" "$@" -c 0 \
+      | tee "$work/with" | grep -E "10p|wake|idle"
+    alone=$(sed -n 's/.*produced \([0-9]*\)\/s.*/\1/p' "$work/alone")
+    with=$(sed -n 's/.*produced \([0-9]*\)\/s.*/\1/p' "$work/with")
+    echo "  producers keep $(awk "BEGIN { printf \"%.0f\", 100 * $with / $alone }")% of their rate with $idle idle long polls open"
+  fi
   kill -TERM "$server"; wait "$server" || true; server=""
 }
 
