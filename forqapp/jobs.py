@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -374,3 +375,40 @@ class Scheduler:
             return
         level = logging.INFO if n and job.name != "queue-depth" else logging.DEBUG
         logger.log(level, "forqapp job %s: %d in %.3fs", job.name, n, time.monotonic() - started)
+
+
+class ServerJobs:
+    """The jobs of a ``forq_serve`` API worker (:mod:`forqapp.api.asgi`): a :class:`Scheduler`
+    thread, whose lease changes are said on stdout as the ``forq_jobs`` command says them, and its
+    jobs logged at ``verbosity``. Each worker of each server runs one; the lease picks the one that
+    runs the jobs. :meth:`stop` gives the lease up (at the worker's lifespan shutdown)."""
+
+    RUNNING = "forq_jobs: running the jobs (this process holds the database's jobs lease)"
+    STANDING_BY = "forq_jobs: standing by: another process holds the database's jobs lease and runs the jobs"
+
+    def __init__(self, verbosity: int = 1):
+        self.verbosity = verbosity
+        self.ran = False  # whether this worker ran the jobs at some point
+        logging.getLogger(__name__).setLevel(process.VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
+        self.scheduler = Scheduler(on_lease=self._on_lease)
+
+    def _say(self, line: str) -> None:
+        if self.verbosity >= 1:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    def _on_lease(self, running: bool) -> None:
+        self.ran = self.ran or running
+        self._say(self.RUNNING if running else self.STANDING_BY)
+
+    def start(self) -> None:
+        self.scheduler.start_thread()
+
+    def stop(self) -> None:
+        """Stop the scheduler and wait for it: its job in progress ends, and the lease is given up
+        (another server's scheduler takes over at once). Blocks: call it off the event loop."""
+        self.scheduler.stop()
+        self.scheduler.join()
+        if self.ran:
+            process.mark_dead()  # this worker's live gauges, as forq_jobs did
+            self._say("forq_jobs: stopped")

@@ -9,7 +9,9 @@ supervising child processes, and Prometheus's bookkeeping for processes that exi
 * :class:`Supervisor`: child processes, each a management command whose options go to it as data
   (JSON in argv, run by ``python -m forqapp.process``): a new option of a command reaches its
   children without anyone remembering to pass it on. The supervisor passes the first signal on as
-  SIGTERM, a second as SIGKILL, and marks exited children dead for Prometheus.
+  SIGTERM, a second as SIGKILL, and marks exited children dead for Prometheus. ``forq_serve``'s
+  supervisor (:mod:`forqapp.supervise`) runs one without Django: keep this module's imports free of
+  it (Django is imported inside the functions that need it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger("forqapp")
+
+# Set by forq_serve, to its verbosity, in its API workers' environment when they run the jobs
+# (forqapp.api.asgi): an API application served by anything else never runs them.
+SERVE_JOBS_ENV = "FORQ_SERVE_JOBS_VERBOSITY"
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -59,9 +65,9 @@ def install_signal_handlers(name: str, *, doing: str = "stopping", last_words: s
     :func:`on_stop` callback; a second exits at once with code 1 (writing ``last_words`` to stderr).
 
     Installed once per process (later calls only add nothing). A SIGINT ignored from the start
-    stays ignored: ``forq_serve`` starts its jobs child so and stops it with one SIGTERM (a Ctrl-C
-    reaches the whole process group, and two signals would make the child exit at once, without
-    giving its lease up)."""
+    stays ignored: a child started so (``Supervisor.start(ignore_sigint=True)``) stops on the one
+    SIGTERM its supervisor sends (a Ctrl-C reaches the whole process group, and two signals would
+    make the child exit at once, without finishing its stop)."""
     if _installed:
         return
     _installed.update(name=name, doing=doing, last_words=last_words)

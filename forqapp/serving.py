@@ -1,14 +1,18 @@
-"""``forq_serve``'s server: the listeners' granian process trees and the jobs child, started,
-announced and supervised (:class:`Server`); and what the UI listener serves, decided once for the
-supervisor and the UI processes: where the static files come from, and the URLs that work.
+"""``forq_serve``'s server: the listeners' granian process trees, computed with Django and then
+supervised by a Django-free process (:class:`Server`); and what the UI listener serves, decided
+once for the supervisor and the UI processes: where the static files come from, and the URLs that
+work.
 
 Both listeners run on granian (Rust HTTP server, ASGI): the API through forqapp's own ASGI
 application (long polls are coroutines, so hundreds of idle consumers cost no threads), the UI
-through Django's ASGI handler. Each is a granian process tree of its own; the server passes
-SIGTERM/SIGINT on (granian stops accepting, lets in-flight requests finish, and waiting long polls
-answer 204 at once), and exits when they have. The jobs run as a ``forq_jobs`` child process (its
-own metrics, in the same multiprocess directory as the API's; a slow job never holds up the
-supervisor); it runs them only while it holds the database's jobs lease.
+through Django's ASGI handler. Each is a granian process tree of its own. Once the checks have
+passed, ``forq_serve`` replaces itself (``os.execve``, same pid) with :mod:`forqapp.supervise`,
+which starts them, passes SIGTERM/SIGINT on (granian stops accepting, lets in-flight requests
+finish, and waiting long polls answer 204 at once), and exits when they have: the supervisor holds
+no Django. The jobs run in the API workers, a scheduler thread each (:mod:`forqapp.api.asgi`,
+started at lifespan startup, its lease given up at shutdown; metrics in the same multiprocess
+directory as the API's): only the worker holding the database's jobs lease runs them, so there is
+no jobs process.
 
 Static files: when ``collectstatic`` has filled ``STATIC_ROOT``, granian serves them from disk. In
 a project that never collected them (a fresh ``startproject`` has no ``STATIC_ROOT``), the UI
@@ -20,21 +24,21 @@ for staff on the UI listener, answered with ``Last-Modified`` (browsers revalida
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 from urllib.parse import urlparse
 
 from django.apps import apps
 from django.conf import settings
+from django.db import connections
 from django.urls import NoReverseMatch, reverse
 
-from . import process, services
+from . import process, services, supervise
 from .conf import forq_settings, parse_addr
 
 
@@ -92,15 +96,6 @@ def unbindable(host: str, port: int) -> str | None:
     return None
 
 
-def _accepts(host: str, port: int) -> bool:
-    target = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host  # noqa: S104
-    try:
-        socket.create_connection((target, port), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
-
-
 def listeners(*, ui: bool = True) -> dict[str, tuple[str, tuple[str, int]]]:
     """{"API": (setting name, (host, port)), "UI": …} (the UI unless disabled). The addresses must
     have passed their checks (:func:`forqapp.checks.serve_problems`)."""
@@ -139,6 +134,7 @@ def server_environment() -> dict[str, str]:
     """The children's environment; with metrics on, a fresh ``PROMETHEUS_MULTIPROC_DIR`` unless
     one is given (several processes serve: prometheus_client adds their values up from it)."""
     env = process.child_environment()
+    env.pop(process.SERVE_JOBS_ENV, None)  # only this server's API workers get it, and only with jobs
     if forq_settings.FORQ_METRICS_ENABLED and not env.get("PROMETHEUS_MULTIPROC_DIR"):
         directory = Path(getattr(settings, "BASE_DIR", ".")) / "var" / "prometheus"
         shutil.rmtree(directory, ignore_errors=True)
@@ -148,8 +144,11 @@ def server_environment() -> dict[str, str]:
 
 
 class Server:
-    """``forq_serve``: the API (and UI) listeners and, with ``jobs``, a ``forq_jobs`` child,
-    until SIGTERM/SIGINT (a second one kills them) or until one of them exits."""
+    """``forq_serve``: the API (and UI, SQS) listeners, their workers running the jobs unless
+    ``jobs`` is false, until SIGTERM/SIGINT (a second one kills them) or until one of them exits.
+
+    :meth:`run` computes everything with Django (:meth:`spec`), then replaces this process by the
+    Django-free supervisor :mod:`forqapp.supervise` (same pid)."""
 
     def __init__(self, listeners: dict[str, tuple[str, tuple[str, int]]], *, api_workers: int | None = None,
                  ui_workers: int | None = None, jobs: bool = True, verbosity: int = 1,
@@ -160,73 +159,59 @@ class Server:
         self.jobs = jobs
         self.verbosity = verbosity
         self.stdout, self.stderr = stdout, stderr
-        self.supervisor = process.Supervisor()
 
-    def run(self) -> int:
-        """Serve until stopped; the exit code (0 after a signal, 1 when a child exited by itself)."""
-        drain_file = Path(tempfile.mkdtemp(prefix="forq-serve-")) / "draining"
-        try:
-            self._start(drain_file)
-            return self._supervise(drain_file)
-        finally:
-            shutil.rmtree(drain_file.parent, ignore_errors=True)
-
-    def _start(self, drain_file: Path) -> None:
+    def spec(self, drain_file: Path) -> tuple[dict[str, Any], dict[str, str]]:
+        """(:func:`forqapp.supervise.run`'s spec, the supervisor's environment: the children's)."""
         env = server_environment()
         # The API processes watch this file: once it exists, waiting long polls answer 204 at once
         # (forqapp.waiting.watch_drain_file), so the server's drain never waits for them.
         env["FORQ_DRAIN_FILE"] = str(drain_file)
+        children = []
         host, port = self.listeners["API"][1]
-        self.supervisor.start("API", granian_command("forqapp.api.asgi:api_application", host, port,
-                                                     self.api_workers), env)
+        children.append({
+            "name": "API",
+            "argv": granian_command("forqapp.api.asgi:api_application", host, port, self.api_workers),
+            # Each API worker runs a jobs scheduler (forqapp.api.asgi; the lease picks the one that
+            # runs them), told so by this variable: never when served otherwise.
+            "env": {process.SERVE_JOBS_ENV: str(self.verbosity)} if self.jobs else {},
+        })
         if "UI" in self.listeners:
             host, port = self.listeners["UI"][1]
-            self.supervisor.start("UI", granian_command("forqapp.ui.asgi:ui_application", host, port,
-                                                        self.ui_workers, static=True, lifespan=False), env)
+            children.append({"name": "UI", "argv": granian_command(
+                "forqapp.ui.asgi:ui_application", host, port, self.ui_workers, static=True, lifespan=False)})
         if "SQS" in self.listeners:
             host, port = self.listeners["SQS"][1]
-            self.supervisor.start("SQS", granian_command("forqapp.sqs.asgi:sqs_application", host, port,
-                                                         self.api_workers), env)
-        if self.jobs:
-            # SIGINT ignored: a Ctrl-C reaches the whole process group, and the child must stop on
-            # the one SIGTERM the supervisor sends it (it then gives the lease up at once).
-            self.supervisor.start("jobs", process.command_argv("forq_jobs", {"verbosity": self.verbosity}),
-                                  env, ignore_sigint=True)
+            children.append({"name": "SQS", "argv": granian_command(
+                "forqapp.sqs.asgi:sqs_application", host, port, self.api_workers)})
+        announced = [{"name": name, "host": host, "port": port, "line": listening(name, f"http://{host}:{port}")}
+                     for name, (_, (host, port)) in self.listeners.items()]
+        spec = {"children": children, "listeners": announced, "drain_file": str(drain_file),
+                "cleanup": str(drain_file.parent)}
+        return spec, env
 
-    def _supervise(self, drain_file: Path) -> int:
-        supervisor = self.supervisor
-        supervisor.on_first_signal(drain_file.touch)
-        supervisor.install_signal_handlers()
-        self._announce(lambda: supervisor.signals > 0)  # after the handlers: a stop is never lost
-        while not supervisor.any_exited():
-            time.sleep(0.2)
-        if not supervisor.signals:
-            for name, proc in supervisor.children.items():
-                if proc.returncode is not None:
-                    what = "jobs process" if name == "jobs" else "server"
-                    self.stderr.write(f"forqapp {name} {what} exited ({proc.returncode}); stopping\n")
-            drain_file.touch()
-            supervisor.stop()
-            supervisor.wait()
-            return 1
-        supervisor.wait()
-        self.stdout.write("forqapp stopped\n")
-        return 0
+    def run(self) -> int:
+        """Serve until stopped. On POSIX this process becomes the supervisor and never returns;
+        elsewhere it supervises in-process and returns the exit code (0 after a signal, 1 when a
+        child exited by itself)."""
+        drain_file = Path(tempfile.mkdtemp(prefix="forq-serve-")) / "draining"
+        try:
+            spec, env = self.spec(drain_file)
+            if self.jobs and self.verbosity >= 1:
+                from .jobs import enabled_jobs
 
-    def _announce(self, stopping: Callable[[], bool]) -> None:
-        """Say where each listener serves once it accepts connections (not before: a server that
-        fails to start must not have been announced). Gives up when a stop is asked for."""
-        pending = dict(self.listeners)
-        deadline = time.monotonic() + 60
-        while pending and time.monotonic() < deadline and not stopping():
-            for name, (_, (host, port)) in list(pending.items()):
-                if self.supervisor.children[name].poll() is not None:
-                    return  # the supervisor reports it and stops the rest
-                if _accepts(host, port):
-                    self.stdout.write(listening(name, f"http://{host}:{port}") + "\n")
-                    self.stdout.flush()
-                    del pending[name]
-            time.sleep(0.05)
+                self.stdout.write("forq_jobs: " + ", ".join(f"{j.name} every {j.every():g}s" for j in enabled_jobs()) + "\n")
+            self.stdout.flush()
+            self.stderr.flush()
+            if os.name != "posix":
+                os.environ.update(env)
+                return supervise.run(spec, stdout=self.stdout, stderr=self.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            connections.close_all()
+            os.execve(sys.executable, supervise.command(spec), env)  # noqa: S606 - our own interpreter; does not return
+        except BaseException:
+            shutil.rmtree(drain_file.parent, ignore_errors=True)
+            raise
 
 
 def listening(name: str, origin: str) -> str:

@@ -13,13 +13,15 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from django.db import connection
 
 import forqapp
-from forqapp import jobs, services
+from forqapp import jobs, process, services
+from forqapp.api import asgi
 from forqapp.models import Message
 
 from .conftest import ROOT, SECRET, free_port, start_server, stop_server, subprocess_env
@@ -141,6 +143,25 @@ class Served:
                 self.proc.wait(10)
 
 
+def process_children(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
+            found += [int(child) for child in f.read().split()]
+    return found
+
+
+def process_tree(pid: int) -> dict[int, str]:
+    """{pid: command line} of ``pid`` and all its descendants."""
+    tree, todo = {}, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):
+            tree[current] = Path(f"/proc/{current}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            todo += process_children(current)
+    return tree
+
+
 def wait_for(predicate, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -177,6 +198,12 @@ def test_an_unacked_message_comes_back_under_forq_serve_alone(tmp_path):
         failed = failed_message("unacked")
         wait_for(lambda: in_dlq(failed), "the failed job")
         assert "forq_jobs: running the jobs" in server.output()
+        # No jobs process: the jobs run in the API worker, which holds the lease.
+        tree = process_tree(server.proc.pid)
+        assert all("forq_jobs" not in command and "run_child" not in command for command in tree.values()), tree
+        holder_pid = int(services.lease_holder(jobs.LEASE)[0].rsplit(":", 2)[1])
+        assert holder_pid in tree and "forqapp.api.asgi:api_application" in tree[holder_pid], tree
+        assert holder_pid not in process_children(server.proc.pid)  # a worker of granian, not a child
     finally:
         server.stop()
     assert services.lease_holder(jobs.LEASE) is None  # given up on SIGTERM
@@ -186,6 +213,9 @@ def test_an_unacked_message_comes_back_under_forq_serve_alone(tmp_path):
 @pytest.mark.parametrize(("args", "env"), [(("--no-jobs",), {}), ((), {"FORQ_SERVE_JOBS": "false"})])
 @pytest.mark.django_db(transaction=True)
 def test_no_jobs_runs_none(tmp_path, args, env):
+    # The variable by which forq_serve tells its API workers to run the jobs, inherited from
+    # outside: it must not make them run any.
+    env = {**env, process.SERVE_JOBS_ENV: "1"}
     server = Served(tmp_path, "serve", "--no-ui", *args, overrides={
         "FORQ_VISIBILITY_TIMEOUT_MS": 500, "FORQ_JOB_INTERVALS": {"failed": 0.1}}, **env)
     try:
@@ -274,3 +304,60 @@ def test_in_a_plain_project_the_ui_has_its_static_files_and_the_announced_url_wo
             assert httpx.get(url, follow_redirects=True, timeout=10).status_code == 200
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_supervisor_holds_no_django(tmp_path):
+    """forq_serve checks with Django, then becomes the lean supervisor: same pid, no Django loaded
+    (Django's C modules, _decimal and _zoneinfo, are not mapped), and still serves and stops."""
+    server = Served(tmp_path, "lean", "--no-ui", FORQ_SERVE_JOBS="false")
+    try:
+        pid = server.proc.pid
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert command[1:3] == [b"-m", b"forqapp.supervise"], command
+        mapped = Path(f"/proc/{pid}/maps").read_text()
+        assert "/_decimal." not in mapped and "/_zoneinfo." not in mapped and "/_sqlite3." not in mapped
+        # The API workers, started by it, hold Django.
+        worker = next(p for p, c in process_tree(pid).items() if p != pid and "granian" in c and
+                      "/_zoneinfo." in Path(f"/proc/{p}/maps").read_text())
+        assert worker
+        assert server.client.get("/healthcheck").status_code == 204
+    finally:
+        server.stop()
+    assert server.output().rstrip().endswith("forqapp stopped")
+
+
+def test_the_supervisor_imports_no_django_and_stops_when_a_child_exits(tmp_path):
+    """forqapp.supervise in a fresh interpreter: a child that exits by itself is reported, the
+    others stopped, exit code 1; Django never imported (prometheus_client is, to mark the dead)."""
+    spec = {
+        "children": [
+            {"name": "API", "argv": [sys.executable, "-c", "import time; time.sleep(60)"]},
+            {"name": "UI", "argv": [sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"]},
+        ],
+        "listeners": [],
+        "drain_file": str(tmp_path / "draining"),
+        "cleanup": None,
+    }
+    code = (
+        "import json, sys\n"
+        "from forqapp import supervise\n"
+        "code = supervise.run(json.loads(sys.argv[1]))\n"
+        "print('modules:', sorted({m.split('.')[0] for m in sys.modules} & {'django', 'prometheus_client'}))\n"
+        "sys.exit(code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT, timeout=30,
+                            capture_output=True, text=True,
+                            env=subprocess_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path)))
+    assert result.returncode == 1, result
+    assert result.stderr == "forqapp UI server exited (3); stopping\n"
+    assert "modules: ['prometheus_client']" in result.stdout
+    assert (tmp_path / "draining").exists()  # the API child's long polls were told to end
+
+
+def test_the_api_runs_no_jobs_unless_forq_serve_says_so(monkeypatch):
+    monkeypatch.delenv(process.SERVE_JOBS_ENV, raising=False)
+    assert asgi._server_jobs() is None
+    monkeypatch.setenv(process.SERVE_JOBS_ENV, "")
+    assert asgi._server_jobs() is None

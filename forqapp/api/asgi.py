@@ -20,6 +20,9 @@ It also does what a queue needs from its server against clients that are slow, h
 
 Every answer is JSON (``{"code": …}`` for errors), unknown paths included. At start-up it watches
 for ``forq_serve``'s drain request, and at shutdown it drains (:func:`forqapp.waiting.drain`).
+Under ``forq_serve`` with its jobs on (and only then: it says so in the environment), each worker
+runs a jobs scheduler thread from lifespan startup to shutdown (:class:`forqapp.jobs.ServerJobs`):
+the one holding the database's jobs lease runs the jobs, and gives the lease up at shutdown.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -196,17 +200,37 @@ class APIApplication:
 
     async def _lifespan(self, receive, send) -> None:
         watcher = None
+        jobs = None
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 watcher = asyncio.ensure_future(self._waiting.watch_drain_file())  # forq_serve's request
+                jobs = _server_jobs()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self._waiting.drain()
                 if watcher is not None:
                     watcher.cancel()
+                if jobs is not None:
+                    await asyncio.to_thread(jobs.stop)  # the lease given up; requests still finish meanwhile
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _server_jobs():
+    """The jobs scheduler of this worker, started, when ``forq_serve`` runs the jobs (it says so,
+    with its verbosity, in :data:`forqapp.process.SERVE_JOBS_ENV`); else None: served by anything
+    else (or ``forq_serve --no-jobs``), the API runs no jobs."""
+    from .. import process
+
+    verbosity = os.environ.get(process.SERVE_JOBS_ENV)
+    if not verbosity:
+        return None
+    from ..jobs import ServerJobs
+
+    jobs = ServerJobs(int(verbosity))
+    jobs.start()
+    return jobs
 
 
 def _route_path(scope) -> str:

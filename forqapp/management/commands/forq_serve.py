@@ -2,9 +2,10 @@
 background jobs (:class:`forqapp.serving.Server`).
 
 It refuses to start, in one line, on a bad setting, a database that is not ready or a port that
-cannot be listened on. The jobs run only while their process holds the database's jobs lease, so
-any number of ``forq_serve`` (and ``forq_jobs``) on one database run them once; ``--no-jobs`` or
-``FORQ_SERVE_JOBS=false`` leaves them to ``forq_jobs`` or cron.
+cannot be listened on. Then it replaces itself (same pid) with the Django-free supervisor
+:mod:`forqapp.supervise`. The jobs run in the API workers, only while one holds the database's jobs
+lease, so any number of ``forq_serve`` (and ``forq_jobs``) on one database run them once;
+``--no-jobs`` or ``FORQ_SERVE_JOBS=false`` leaves them to ``forq_jobs`` or cron.
 """
 
 from __future__ import annotations
