@@ -11,6 +11,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 
 import pytest
 from django.core.management import call_command
@@ -316,15 +317,21 @@ def test_the_secret_is_not_in_the_database(settings):
     row = ApiKey.objects.get(pk=k.key.pk)
     assert k.secret not in json.dumps([row.secret_sealed, row.grants, row.name, row.access_key_id])
     if connection.vendor == "sqlite":  # the whole file, as a copy of the database gives it
-        connection.cursor().execute("PRAGMA wal_checkpoint(FULL)")
-        with open(connection.settings_dict["NAME"], "rb") as f:
-            data = f.read()
+        # Copied through this connection (SQLite's backup API): opening and closing another handle on
+        # the live file in this process drops its POSIX locks, and SQLite may then unlink the WAL
+        # under the open connections (a server started later would not see their writes).
+        connection.ensure_connection()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "copy.sqlite3")
+            copy = sqlite3.connect(path)
+            try:
+                connection.connection.backup(copy)
+                dump = "\n".join(copy.iterdump())
+            finally:
+                copy.close()
+            with open(path, "rb") as f:
+                data = f.read()
         assert k.key.access_key_id.encode() in data and k.secret.encode() not in data
-        copy = sqlite3.connect(connection.settings_dict["NAME"])
-        try:
-            dump = "\n".join(copy.iterdump())
-        finally:
-            copy.close()
         assert k.key.access_key_id in dump and k.secret not in dump
     elif connection.vendor == "postgresql" and shutil.which("pg_dump"):
         db = connection.settings_dict

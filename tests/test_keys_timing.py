@@ -51,3 +51,27 @@ def test_uncached_wrong_secret_and_wrong_id_cost_one_read_each(settings, django_
         assert for_token(tokens.token(issued.key.access_key_id, tokens.new_secret())) is None
     with django_assert_num_queries(1):
         assert for_token(tokens.token(tokens.new_access_key_id(), issued.secret)) is None
+
+
+def test_uncached_wrong_secret_and_wrong_id_take_the_same_time(settings):
+    """Before the cache knows them (a guesser can wait out FORQ_KEYS_CACHE_SECONDS): an unknown id
+    opens a dummy sealed secret and parses dummy grants, as a known id's load does. Medians printed."""
+    for i in range(50):  # a table with some keys in it
+        service.create(f"cold-{i}", ["orders:produce"], actor="test", via="cli")
+    issued = service.create("timed-cold-medians", ["orders:produce"], actor="test", via="cli")
+    wrong_secret = tokens.token(issued.key.access_key_id, tokens.new_secret())
+    samples: dict[str, list[float]] = {"wrong secret": [], "wrong id": []}
+    for _ in range(21):
+        for name in samples:
+            batch = [wrong_secret if name == "wrong secret" else tokens.token(tokens.new_access_key_id(), issued.secret)
+                     for _ in range(60)]
+            start = time.perf_counter_ns()
+            for token in batch:
+                cache.forget(token.partition(".")[0])
+                assert for_token(token) is None
+            samples[name].append((time.perf_counter_ns() - start) / len(batch))
+    m = {name: statistics.median(values) for name, values in samples.items()}
+    ratio = m["wrong id"] / m["wrong secret"]
+    print(f"\nuncached for_token medians: wrong secret {m['wrong secret'] / 1000:.1f} µs, "
+          f"wrong id {m['wrong id'] / 1000:.1f} µs; wrong id / wrong secret = {ratio:.3f}")
+    assert 0.8 < ratio < 1.25, m
