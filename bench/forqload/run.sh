@@ -13,6 +13,8 @@
 # --ref REV: also serve the tree of git revision REV (e.g. the commit before an optimisation) with
 # the same venv, alternating REV and this checkout --pairs times (default 1): the machine's own
 # reference in the same run. Every server gets a fresh temporary SQLite file.
+# With DATABASE_URL=postgres://user@host:port/anything set, every server gets a fresh PostgreSQL
+# database forq_load_bench on that server (dropped and made anew) instead of an SQLite file.
 # Needs Go and golang.org/x/net: Debian's golang-go and golang-golang-x-net-dev (installed when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,6 +43,7 @@ fi
 export DJANGO_SETTINGS_MODULE=project.settings FORQ_UI_ENABLED=${FORQ_UI_ENABLED:-false} \
        FORQ_AUTH_SECRET=forq-load-secret-at-least-32-characters
 py=$root/.venv/bin/python
+pg_admin=${DATABASE_URL:-}  # the database to connect to while making forq_load_bench
 
 # serve DIR LABEL: one server from the tree DIR, both protocols, memory idle and under load.
 serve() {
@@ -48,6 +51,16 @@ serve() {
   shift 2
   port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   db=$(mktemp -p "$work" -u forq-XXXX.sqlite3)
+  if [ -n "$pg_admin" ]; then
+    $py - "$pg_admin" <<'PY'
+import sys
+import psycopg
+with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+    conn.execute("DROP DATABASE IF EXISTS forq_load_bench WITH (FORCE)")
+    conn.execute("CREATE DATABASE forq_load_bench")
+PY
+    export DATABASE_URL="${pg_admin%/*}/forq_load_bench"
+  fi
   (cd "$dir" && FORQ_DB_PATH=$db $py manage.py migrate -v0)
   (cd "$dir" && exec env FORQ_DB_PATH=$db FORQ_API_ADDR="127.0.0.1:$port" FORQ_UI_ADDR="127.0.0.1:$((port + 1))" \
      $py manage.py forq_serve > "$work/serve.log" 2>&1) &
