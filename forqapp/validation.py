@@ -11,7 +11,7 @@ from datetime import timedelta
 from . import errors, vocab
 from .conf import forq_settings
 from .errors import ForqError
-from .vocab import QUEUE_NAME, is_dlq
+from .vocab import QUEUE_NAME, V1_QUEUE_NAME, is_dlq
 
 
 def queue_name(queue: object, *, produce: bool = False) -> str:
@@ -20,6 +20,14 @@ def queue_name(queue: object, *, produce: bool = False) -> str:
     if produce and is_dlq(queue):
         raise ForqError(errors.PRODUCE_TO_DLQ, f"cannot produce to dead-letter queue {queue!r}")
     return queue
+
+
+def v1_queue_name(queue: object, *, produce: bool = False) -> str:
+    """:func:`queue_name` under Forq's v1 contract: at most 64 characters, a DLQ's name included
+    (400 ``bad_request.queue.invalid_name`` otherwise), where forqapp's other faces take 80."""
+    if not isinstance(queue, str) or not V1_QUEUE_NAME.fullmatch(queue):
+        raise ForqError(errors.QUEUE_INVALID_NAME, f"invalid queue name {queue!r}")
+    return queue_name(queue, produce=produce)
 
 
 def dlq_name(queue: object) -> str:

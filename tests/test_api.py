@@ -196,6 +196,29 @@ def test_longest_valid_queue_name(live_api):
     assert live_api.produce("a._-Z9" + "b" * 58, "x").status_code == 204
 
 
+def test_v1_keeps_forqs_64_characters_where_forqapp_takes_80(live_api):
+    """Forq's v1 contract (SPEC: ``^[a-zA-Z0-9._-]{1,64}$``) does not change with forqapp's 80:
+    its produce, consume, ack and nack refuse a longer name, one that v2 and the bulk endpoints
+    (the Spark connector's) take; a 64-character name's DLQ (68) is out of v1's reach too."""
+    for name in ("a" * 65, "q" * 80, "b" * 64 + "-dlq"):
+        for response in (live_api.produce(name, "x"), live_api.consume(name),
+                         live_api.settle("ack", name, str(uuid.uuid4()), 1),
+                         live_api.settle("nack", name, str(uuid.uuid4()), 1)):
+            assert (response.status_code, code(response)) == (400, "bad_request.queue.invalid_name"), name
+    longest = "q" * 80
+    sent = live_api.client.post(f"/api/v2/queues/{longest}/messages", json={"content": "v2"})
+    assert sent.status_code == 201, sent.text
+    batch = live_api.client.post(f"/api/v1/queues/{longest}/messages/batch", json={"messages": [{"content": "bulk"}]})
+    assert batch.status_code == 200, batch.text
+    claimed = live_api.client.post(f"/api/v1/queues/{longest}/messages/claim", json={"max": 5}).json()["messages"]
+    assert sorted(m["content"] for m in claimed) == ["bulk", "v2"]
+    for bad in ("q" * 81, "q" * 85 + "-dlq"):
+        refused_v2 = live_api.client.post(f"/api/v2/queues/{bad}/messages", json={"content": "x"})
+        refused_bulk = live_api.client.post(f"/api/v1/queues/{bad}/messages/batch", json={"messages": [{"content": "x"}]})
+        for response in (refused_v2, refused_bulk):
+            assert (response.status_code, code(response)) == (400, "bad_request.queue.invalid_name"), bad
+
+
 def test_produce_to_dlq_is_refused(live_api):
     response = live_api.produce("emails-dlq", "x")
     assert (response.status_code, code(response)) == (400, "bad_request.queue.produce_to_dlq")

@@ -514,6 +514,8 @@ MID = "0190f5c6-4b7a-7c3e-9d2f-1a2b3c4d5e6f"
     ("POST", "/queues/q/messages", {"content": "x" * 262_145}, 400, errors.CONTENT_EXCEEDS_LIMIT),
     ("POST", "/queues/bad%20name/messages", {"content": "x"}, 400, errors.QUEUE_INVALID_NAME),
     ("POST", "/queues//messages", {"content": "x"}, 400, errors.QUEUE_INVALID_NAME),
+    ("POST", f"/queues/{'a' * 81}/messages", {"content": "x"}, 400, errors.QUEUE_INVALID_NAME),  # 80 at most
+    ("POST", f"/queues/{'a' * 81}-dlq/receive", {}, 400, errors.QUEUE_INVALID_NAME),  # a DLQ: its queue's + 4
     ("POST", "/queues/q-dlq/messages", {"content": "x"}, 400, errors.PRODUCE_TO_DLQ),
     ("POST", "/queues/q/receive", {"max_messages": 11}, 400, errors.BODY_INVALID),
     ("POST", "/queues/q/receive", {"max_messages": 0}, 400, errors.BODY_INVALID),
@@ -607,7 +609,7 @@ def test_under_django_the_v2_api_answers_the_same(client):
 # --- no request gets a 500 (the ASGI app, in this process) ---------------------------------------------
 
 
-segments = st.sampled_from(["q", "q", "", "q-dlq", "a" * 65, "a/b", ".", "%", MID, "ünï"]) | st.text(max_size=12)
+segments = st.sampled_from(["q", "q", "", "q-dlq", "a" * 65, "a" * 81, "a/b", ".", "%", MID, "ünï"]) | st.text(max_size=12)
 nasty = st.sampled_from([10**400, 10**30, 2**63, -(2**63) - 1, -1, 0, 1, 0.0005, 1e300, 43_201, "", "1", True,
                          None, [], {}])
 values = nasty | st.integers() | st.floats() | st.text(max_size=6) | json_values  # floats: NaN, Infinity too

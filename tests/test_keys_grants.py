@@ -32,6 +32,10 @@ from forqapp.keys.grants import GrantError, parse
     ("*", "anything", True),
     ("*", "anything-dlq", False),
     ("*+dlq", "anything-dlq", True),
+    ("L" * 80, "L" * 80, True),  # forqapp's longest name (SQS's 80)
+    ("L" * 80 + "+dlq", "L" * 80 + "-dlq", True),  # and its DLQ, 84 characters
+    ("L" * 80 + "-dlq", "L" * 80 + "-dlq", True),
+    ("L" * 78 + ".*", "L" * 78 + ".x", True),  # the longest prefix: 79 characters, one more in the name
     ("*", "*", True),
     ("orders.*", "*", False),  # "every queue" is asked as "*": only a * grant gives it
 ])
@@ -41,7 +45,7 @@ def test_pattern_matching(grant, queue, matches):
 
 @pytest.mark.parametrize("bad", [
     "orders", "orders:", ":read", "orders:write", "orders:read,", "orders*:read", "ord ers:read", "a/b:read",
-    "orders.**:read", "*.orders:read", "or*ders:read", "x" * 65 + ":read", "orders+dlq+dlq:read", "", "+dlq:read",
+    "orders.**:read", "*.orders:read", "or*ders:read", "x" * 81 + ":read", "x" * 80 + ".*:read", "orders+dlq+dlq:read", "", "+dlq:read",
 ])
 def test_bad_grants_are_refused(bad):
     if bad == "orders:read,":  # a trailing comma is tolerated: the actions are still valid

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
     ("queue", "content", "process_after", "code"),
     [
         ("bad name", "x", None, "bad_request.queue.invalid_name"),
+        ("x" * 81, "x", None, "bad_request.queue.invalid_name"),  # 80 characters at most (SQS's limit)
         ("jobs-dlq", "x", None, "bad_request.queue.produce_to_dlq"),
         ("jobs", 5, None, "bad_request.body.invalid"),
         ("jobs", None, None, "bad_request.body.invalid"),
@@ -164,6 +165,27 @@ def test_requeue_and_delete_are_dlq_only():
     assert caught.value.code == "bad_request.dlq_only_operation"
     with pytest.raises(ForqError):
         services.delete_dead("jobs")
+
+
+def test_queue_names_of_80_characters_and_their_84_character_dlq():
+    """forqapp's names go to 80 characters (Forq's v1 API alone keeps 64); the DLQ of one is 84."""
+    name = "n" * 80
+    forqapp.configure_queue(name, max_attempts=1)
+    message_id = forqapp.send(name, "long")
+    message = forqapp.receive(name)
+    assert (message.id, message.queue) == (message_id, name)
+    forqapp.fail(message, "boom")
+    assert services.move_failed_to_dlq() == 1
+    row = Message.objects.get(id=message_id)
+    assert (row.queue, row.is_dlq) == (name + "-dlq", True)
+    dead = forqapp.receive(name + "-dlq")  # consuming from a DLQ is allowed
+    assert dead.id == message_id and services.release(dead)
+    assert services.requeue(name + "-dlq", message_id) == 1
+    assert forqapp.receive(name).content == "long"
+    for bad in ("n" * 81, "n" * 81 + "-dlq"):
+        with pytest.raises(ForqError) as caught:
+            forqapp.receive(bad)
+        assert caught.value.code == "bad_request.queue.invalid_name"
 
 
 def test_requeue_keeps_the_fifo_place():

@@ -92,6 +92,7 @@ def test_schedule_fields_are_validated(fields, fragment):
     ("bad name", "q", "x", "bad_request.body.invalid"),
     ("x" * 101, "q", "x", "bad_request.body.invalid"),
     ("ok", "bad queue", "x", "bad_request.queue.invalid_name"),
+    ("ok", "q" * 81, "x", "bad_request.queue.invalid_name"),  # 80 at most
     ("ok", "q-dlq", "x", "bad_request.queue.produce_to_dlq"),
     ("ok", "q", 5, "bad_request.body.invalid"),
     ("ok", "q", "x" * 262_145, "bad_request.body.content.exceeds_limit"),
@@ -99,6 +100,13 @@ def test_schedule_fields_are_validated(fields, fragment):
 def test_name_queue_and_content_are_validated(name, queue, content, code):
     refused(code, forqapp.schedule, name, queue=queue, content=content, every=60)
     assert not Schedule.objects.exists()
+
+
+def test_a_schedule_sends_to_an_80_character_queue():
+    info = forqapp.schedule("long-queue", queue="q" * 80, content="tick", every=60)
+    assert info.queue == "q" * 80 and Schedule.objects.get(name="long-queue").queue == "q" * 80
+    sent = schedules.run_now("long-queue")
+    assert forqapp.receive("q" * 80).id == sent
 
 
 def test_schedule_list_get_and_unschedule(clock):

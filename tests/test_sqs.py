@@ -233,7 +233,32 @@ def test_queue_names(sqs):
         assert code_of(exc)[0] == "InvalidParameterValue", bad
     with pytest.raises(sqs.exceptions.UnsupportedOperation):
         sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})
-    assert sqs.create_queue(QueueName="A_b-9" * 12 + "abcd")["QueueUrl"].endswith("/" + "A_b-9" * 12 + "abcd")
+    assert sqs.create_queue(QueueName="A_b-9" * 16)["QueueUrl"].endswith("/" + "A_b-9" * 16)  # SQS's 80
+
+
+def test_an_80_character_queue_and_its_84_character_dlq(sqs):
+    """SQS's longest name is forqapp's too; its dead-letter queue ``<name>-dlq`` (84 characters, a
+    name no SQS client makes) is redriven to, reached by its URL and requeued from."""
+    name = "L" * 80
+    policy = json.dumps({"deadLetterTargetArn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}-dlq", "maxReceiveCount": 1})
+    url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "0", "RedrivePolicy": policy})["QueueUrl"]
+    assert url.endswith("/" + name) and sqs.get_queue_url(QueueName=name)["QueueUrl"] == url
+    sent = sqs.send_message(QueueUrl=url, MessageBody="eighty")["MessageId"]
+    assert sqs.receive_message(QueueUrl=url)["Messages"][0]["MessageId"] == sent
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)  # the second receive redrives it
+    row = Message.objects.get(id=sent)
+    assert (row.queue, row.is_dlq) == (name + "-dlq", True)
+    dlq_url = url + "-dlq"
+    assert sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"])[
+        "Attributes"] == {"ApproximateNumberOfMessages": "1"}
+    assert [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix="LLL")["QueueUrls"]] == [name, name + "-dlq"]
+    assert services.requeue(name + "-dlq") == 1  # the admin's requeue
+    back = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    assert (back["MessageId"], back["Body"]) == (sent, "eighty")
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=back["ReceiptHandle"])
+    assert not Message.objects.filter(id=sent).exists()
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):  # 81 characters: no queue's URL
+        sqs.get_queue_attributes(QueueUrl=url + "L", AttributeNames=["All"])
 
 
 def test_purge_queue(sqs):

@@ -105,6 +105,22 @@ def test_a_queue_prefix_that_makes_a_dlq_name_is_refused(settings):
     assert [p.id for p in task_backends["default"].check()] == ["forqapp.E060"]
 
 
+def test_a_task_queue_of_80_characters_runs(settings):
+    """``queue_prefix + queue_name`` may be 80 characters, forqapp's limit; 81 is refused."""
+    longest, over = "t" * 74, "u" * 75  # "tasks-" + 74 = 80
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": [longest, over],
+                                  "OPTIONS": {"queue_prefix": "tasks-"}}}
+    problems = task_backends["default"].check()
+    assert [p.id for p in problems] == ["forqapp.E060"] and over in problems[0].msg and longest not in problems[0].msg
+    with pytest.raises(InvalidTaskError, match="not a valid forqapp queue name"):
+        tasks.add.using(queue_name=over)
+    result = tasks.add.using(queue_name=longest).enqueue(2, 3)
+    assert Message.objects.get(id=result.id).queue == "tasks-" + longest
+    settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": [longest]}}  # the worker's queues
+    Worker(with_consumers({}), burst=True, start_jitter=0).run()
+    assert TaskRecord.objects.get(id=result.id).status == "SUCCESSFUL"
+
+
 def test_check_reports_unknown_options_bad_retention_and_bad_retries(settings):
     settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend",
                                   "OPTIONS": {"prefix": "x", "result_retention": 0, "max_attempts": 0}}}

@@ -1,7 +1,8 @@
 """Forq's HTTP API (the messages of one queue) as async Django views.
 
-Each view validates the request (:mod:`forqapp.validation`), calls one service function and maps
-the outcome to Forq's status codes; what every view shares (method, key, errors, headers) is
+Each view validates the request (:mod:`forqapp.validation`; queue names by Forq's v1 rule, at most
+64 characters, where forqapp's other faces take 80), calls one service function and maps the
+outcome to Forq's status codes; what every view shares (method, key, errors, headers) is
 :mod:`forqapp.api.plumbing`'s. ``forq_serve`` routes these paths straight to the views
 (:mod:`forqapp.api.asgi`); mounted with ``include("forqapp.urls")`` they run under any Django server.
 """
@@ -23,7 +24,7 @@ async def messages(request: HttpRequest, queue: str) -> HttpResponse:
 
 
 async def produce(request: HttpRequest, queue: str) -> HttpResponse:
-    validation.queue_name(queue, produce=True)
+    validation.v1_queue_name(queue, produce=True)  # Forq's contract: 64 characters
     body = json_body(request)
     await groupcommit.run(services.send, queue, body.get("content"), body.get("processAfter"))
     return HttpResponse(status=204)
@@ -32,7 +33,7 @@ async def produce(request: HttpRequest, queue: str) -> HttpResponse:
 async def consume(request: HttpRequest, queue: str) -> HttpResponse:
     """A long poll: the oldest due message, waiting up to ``FORQ_LONG_POLL_SECONDS`` for one (204
     when none came, or when the server drains)."""
-    validation.queue_name(queue)
+    validation.v1_queue_name(queue)
     message = await waiting.claim_async(services.claim, queue, forq_settings.FORQ_LONG_POLL_SECONDS)
     if message is None:
         return HttpResponse(status=204)
@@ -54,4 +55,4 @@ async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpRespons
 
 
 def _delivery(request: HttpRequest, queue: str, message_id: str) -> tuple[str, str, int]:
-    return validation.queue_name(queue), validation.message_id(message_id), receipt(request)
+    return validation.v1_queue_name(queue), validation.message_id(message_id), receipt(request)

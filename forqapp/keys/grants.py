@@ -23,7 +23,7 @@ from . import ACTIONS
 
 DLQ_FLAG = "+dlq"
 PREFIX_SEPARATORS = (".", "-", "_")
-_PREFIX = re.compile(r"[a-zA-Z0-9._-]{1,63}")
+_PREFIX = re.compile(r"[a-zA-Z0-9._-]{1,79}")  # a name has at least one character more
 
 
 class GrantError(ValueError):

@@ -161,7 +161,7 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             names.add(name + DLQ_SUFFIX)
     for depth in services.queue_depths():
         names.add(depth.queue)
-    shown = sorted(n for n in names if n.startswith(prefix) and n > after and queues.NAME.fullmatch(n)
+    shown = sorted(n for n in names if n.startswith(prefix) and n > after and queues.URL_NAME.fullmatch(n)
                    and ctx.key.allows(n, keys.READ))
     out: dict[str, Any] = {}
     page = shown[:limit] if limit else shown[:1000]

@@ -27,8 +27,10 @@ from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from .protocol import SqsError, invalid
 
 ACCOUNT = "000000000000"  # forqapp has no accounts: one fixed id in URLs and ARNs
-NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
-FORQ_NAME_MAX = 64  # forqapp's queue names are shorter than SQS's 80
+NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")  # SQS's queue names (forqapp's too, without the dot)
+#: A name a queue URL may carry: an SQS name, or the dead-letter queue ``<name>-dlq`` of one (up to
+#: 84 characters: forqapp names it, a client reaches it by the URL or the ARN it was given).
+URL_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(?:-dlq)?")
 MAX_MESSAGE_SIZE = 1_048_576  # SQS's limit (1 MiB)
 CACHE_S = 1.0  # how long a process trusts what it read about a queue (as forqapp.policy does)
 
@@ -52,15 +54,13 @@ ALL = (*SETTABLE, *READ_ONLY)
 
 
 def check_name(name: object) -> str:
-    """An SQS queue name forqapp can hold (``[A-Za-z0-9_-]``, at most 64 characters here)."""
+    """An SQS queue name (``[A-Za-z0-9_-]``, 1 to 80 characters, as forqapp's own names)."""
     if not isinstance(name, str) or not name:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueName.")
     if name.endswith(".fifo"):
         raise SqsError("UnsupportedOperation", "FIFO queues are not supported by forqapp's SQS endpoint")
     if not NAME.fullmatch(name):
         raise invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
-    if len(name) > FORQ_NAME_MAX:
-        raise invalid(f"forqapp's queue names are at most {FORQ_NAME_MAX} characters")
     if name.endswith(DLQ_SUFFIX + DLQ_SUFFIX):
         raise invalid(f"{name!r}: a dead-letter queue has no dead-letter queue of its own")
     return name
@@ -94,7 +94,7 @@ def name_from_url(url: object) -> str:
         name = parts[0]
     else:
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-    if not NAME.fullmatch(name) or len(name) > FORQ_NAME_MAX:
+    if not URL_NAME.fullmatch(name):
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
     return name
 
