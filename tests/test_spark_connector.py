@@ -87,15 +87,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_live_forq(directory: Path):
-    """Migrate a file database and serve the API on a free port; returns (LiveForq, process)."""
+def start_live_forq(directory: Path, extra_env: dict[str, str] | None = None):
+    """Migrate a file database and serve the API on a free port (``extra_env``: more settings of
+    the server, e.g. ``FORQ_SQS_ADDR``); returns (LiveForq, process, log)."""
     db_path = directory / "forq.sqlite3"
     port = _free_port()
     # Its own SQLite file, read directly below, even in the PostgreSQL run of the suite.
     base = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env = dict(base, FORQ_AUTH_SECRET=SECRET, FORQ_DB_PATH=str(db_path),
                DJANGO_SETTINGS_MODULE="project.settings", FORQ_API_ADDR=f"127.0.0.1:{port}",
-               FORQ_UI_ENABLED="false", PYTHONPATH=str(ROOT))
+               FORQ_UI_ENABLED="false", PYTHONPATH=str(ROOT), **(extra_env or {}))
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     if (ROOT / "forqapp/management/commands/forq_serve.py").exists():
         command = [sys.executable, "manage.py", "forq_serve", "--no-ui"]
@@ -166,6 +167,7 @@ def test_options_parse_case_insensitively():
     ({"url": "http://h", "queue": "q"}, "'apiKey' is required"),
     ({"url": "http://h", "apiKey": "k"}, "'queue' is required"),
     ({"url": "http://h", "apiKey": "k", "queue": "no spaces"}, "'queue' must match"),
+    ({"url": "http://h", "apiKey": "k", "queue": "q" * 81}, "'queue' must match"),  # 80 at most
     ({"url": "http://h", "apiKey": "k", "queue": "q", "batchSize": "many"}, "'batchSize' must be an integer"),
     ({"url": "http://h", "apiKey": "k", "queue": "q", "batchSize": "0"}, "'batchSize' must be from 1"),
     ({"url": "http://h", "apiKey": "k", "queue": "q", "numPartitions": "-1"}, "'numPartitions'"),

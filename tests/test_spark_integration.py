@@ -17,12 +17,15 @@ pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'fo
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Java is not installed (apt-get install default-jre-headless)", allow_module_level=True)
 
-from tests.test_spark_connector import ROOT, start_live_forq, stop_live_forq  # noqa: E402
+from tests.test_spark_connector import ROOT, _free_port, start_live_forq, stop_live_forq  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def live_forq(tmp_path_factory):
-    forq, proc, log = start_live_forq(tmp_path_factory.mktemp("forq-spark-it"))
+    sqs_port = _free_port()  # the same server also speaks SQS (issue 17): one server for every face
+    forq, proc, log = start_live_forq(tmp_path_factory.mktemp("forq-spark-it"),
+                                      {"FORQ_SQS_ADDR": f"127.0.0.1:{sqs_port}"})
+    forq.sqs_url = f"http://127.0.0.1:{sqs_port}"
     yield forq
     stop_live_forq(proc, log)
 
@@ -150,6 +153,31 @@ def test_snapshot_counts_for_a_queue_and_its_dlq(spark, live_forq):
     by_reason = {r.failure_reason: r["count"] for r in dlq.groupBy("failure_reason").count().collect()}
     assert by_reason == {"max_attempts_reached": 37, "message_expired": 3}
     assert live_forq.count("orders") == 1234  # still there: a snapshot takes nothing
+
+
+def test_a_boto3_message_is_read_by_a_spark_snapshot(spark, live_forq):
+    """Issue 17: a message sent with boto3 through the SQS listener is a row of ``spark.read``
+    (on a queue of 80 characters, SQS's and forqapp's longest name)."""
+    boto3 = pytest.importorskip("boto3")
+    from botocore.config import Config
+
+    sqs = boto3.client("sqs", endpoint_url=live_forq.sqs_url, region_name="eu-west-3",
+                       aws_access_key_id="forq-root", aws_secret_access_key=live_forq.api_key,
+                       config=Config(retries={"max_attempts": 5, "mode": "standard"}))  # while the listener starts
+    name = "from-boto3-" + "s" * 69
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    attributes = {"origin": {"DataType": "String", "StringValue": "boto3"}}
+    sent = [sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attributes)["MessageId"]
+            for body in ("hello from boto3", "é and 😀 too")]
+    rows = spark.read.format("forq").options(**live_forq.options(name)).load() \
+        .select("id", "content", "attributes", "status", "attempts").orderBy("id").collect()
+    assert [(r.id, r.content, r.attributes, r.status, r.attempts) for r in rows] == [
+        (sent[0], "hello from boto3", {"origin": "boto3"}, "ready", 0),
+        (sent[1], "é and 😀 too", {"origin": "boto3"}, "ready", 0),
+    ]
+    # A snapshot takes nothing: both are still there for an SQS consumer.
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["MessageId"] for m in got) == sent
 
 
 def _drain(spark, live_forq, queue, sink, checkpoint, per_batch=20, fail=None):
