@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from django.db import connections, transaction
 
 from . import db
-from .conf import forq_settings
+from .conf import hot
 from .errors import ForqError
 
 T = TypeVar("T")
@@ -59,7 +59,7 @@ def run_group(calls: list[Call]) -> list[Outcome]:
     module's docstring). Never raises."""
     if len(calls) == 1:
         return [_alone(calls[0])]
-    alias = forq_settings.FORQ_DATABASE
+    alias = hot("FORQ_DATABASE")
     outcomes: list[Outcome] = []
     try:
         with transaction.atomic(using=alias):

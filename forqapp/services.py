@@ -15,10 +15,9 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from django.core.signals import setting_changed
 from django.db import connections, transaction
 
-from . import db, errors, ids, metrics, store, utils, validation, vocab
+from . import conf, db, errors, ids, metrics, store, utils, validation, vocab
 from . import policy as policy_module
 from .conf import forq_settings
 from .errors import ForqError
@@ -32,25 +31,7 @@ T = TypeVar("T")
 now_ms = utils.now_ms  # Forq's clock (Unix ms), here for the callers that always took it from services
 
 
-# Settings every send, claim and ack reads, resolved once (a settings read costs ~3 µs; a send
-# ~100 µs in all) and forgotten when a setting changes (``override_settings`` and pytest-django's
-# ``settings`` send ``setting_changed``).
-_hot_settings: dict[str, Any] = {}
-
-
-def _hot_setting(name: str) -> Any:
-    try:
-        return _hot_settings[name]
-    except KeyError:
-        value = _hot_settings[name] = getattr(forq_settings, name)
-        return value
-
-
-def _forget_hot_settings(**kwargs: Any) -> None:
-    _hot_settings.clear()
-
-
-setting_changed.connect(_forget_hot_settings, dispatch_uid="forqapp.services.hot_settings")
+_hot_setting = conf.hot  # settings every send, claim and ack reads, resolved once
 
 
 def alias() -> str:

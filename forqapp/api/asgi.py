@@ -80,13 +80,13 @@ class APIApplication:
     def __init__(self):
         django.setup(set_prefix=False)
         from .. import errors, waiting
-        from ..conf import forq_settings
+        from ..conf import hot
         from . import plumbing
 
         self._plumbing = plumbing
         self._waiting = waiting
         self._errors = errors
-        self._settings = forq_settings
+        self._hot = hot
         self._resolver = get_resolver(self.urlconf)
 
     async def __call__(self, scope, receive, send):
@@ -139,8 +139,8 @@ class APIApplication:
         Too slow: not complete within ``FORQ_BODY_TIMEOUT_S``, or, after ``FORQ_BODY_GRACE_S``,
         less than ``FORQ_BODY_MIN_RATE_BYTES_S`` received on average. Each chunk moves the
         deadline on by the time it buys at that rate; a client that holds, sends nothing."""
-        settings = self._settings
-        limit = settings.FORQ_MAX_BODY_BYTES
+        hot = self._hot
+        limit = hot("FORQ_MAX_BODY_BYTES")
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
@@ -150,8 +150,8 @@ class APIApplication:
                     pass
         loop = asyncio.get_running_loop()
         start = loop.time()
-        last = start + float(settings.FORQ_BODY_TIMEOUT_S)
-        grace, rate = float(settings.FORQ_BODY_GRACE_S), float(settings.FORQ_BODY_MIN_RATE_BYTES_S or 0)
+        last = start + float(hot("FORQ_BODY_TIMEOUT_S"))
+        grace, rate = float(hot("FORQ_BODY_GRACE_S")), float(hot("FORQ_BODY_MIN_RATE_BYTES_S") or 0)
         chunks, size = [], 0
         try:
             async with asyncio.timeout_at(min(last, start + grace) if rate else last) as deadline:

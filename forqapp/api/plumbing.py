@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from .. import errors, metrics, services, validation
-from ..conf import forq_settings
+from ..conf import forq_settings, hot
 from ..errors import ForqError
 from ..keys import ACTIONS
 from ..keys import cache as key_cache
@@ -66,7 +66,7 @@ def secure(response: HttpResponse) -> HttpResponse:
     response["X-Content-Type-Options"] = "nosniff"
     response["X-Frame-Options"] = "DENY"
     response["Referrer-Policy"] = "no-referrer"
-    if forq_settings.FORQ_ENV == "pro":
+    if hot("FORQ_ENV") == "pro":
         response["Strict-Transport-Security"] = "max-age=31536000; includeSubDomains"
     if response.status_code == 204:
         del response["Content-Type"]  # no body, no type (Django sets text/html on every response)

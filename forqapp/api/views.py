@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .. import groupcommit, services, validation, waiting
-from ..conf import forq_settings
+from ..conf import hot
 from .plumbing import RECEIPT_HEADER, endpoint, json_body, receipt
 
 
@@ -34,7 +34,7 @@ async def consume(request: HttpRequest, queue: str) -> HttpResponse:
     """A long poll: the oldest due message, waiting up to ``FORQ_LONG_POLL_SECONDS`` for one (204
     when none came, or when the server drains)."""
     validation.v1_queue_name(queue)
-    message = await waiting.claim_async(services.claim, queue, forq_settings.FORQ_LONG_POLL_SECONDS)
+    message = await waiting.claim_async(services.claim, queue, hot("FORQ_LONG_POLL_SECONDS"))
     if message is None:
         return HttpResponse(status=204)
     response = JsonResponse({"id": message.id, "content": message.content, "receipt": str(message.receipt)})
