@@ -311,18 +311,25 @@ def test_in_a_plain_project_the_ui_has_its_static_files_and_the_announced_url_wo
 def test_the_supervisor_holds_no_django(tmp_path):
     """forq_serve checks with Django, then becomes the lean supervisor: same pid, no Django loaded
     (Django's C modules, _decimal and _zoneinfo, are not mapped), and still serves and stops."""
-    server = Served(tmp_path, "lean", "--no-ui", FORQ_SERVE_JOBS="false")
+    server = Served(tmp_path, "lean", "--no-ui", "--api-workers", "2", FORQ_SERVE_JOBS="false")
     try:
         pid = server.proc.pid
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         assert command[1:3] == [b"-m", b"forqapp.supervise"], command
         mapped = Path(f"/proc/{pid}/maps").read_text()
         assert "/_decimal." not in mapped and "/_zoneinfo." not in mapped and "/_sqlite3." not in mapped
-        # The API workers, started by it, hold Django.
-        worker = next(p for p, c in process_tree(pid).items() if p != pid and "granian" in c and
-                      "/_zoneinfo." in Path(f"/proc/{p}/maps").read_text())
-        assert worker
+
+        def workers_with_django() -> list[int]:  # the API workers, started by it, hold Django
+            with_django = []
+            for worker in set(process_tree(pid)) - {pid, *process_children(pid)}:
+                with contextlib.suppress(OSError):
+                    if "/_zoneinfo." in Path(f"/proc/{worker}/maps").read_text():
+                        with_django.append(worker)
+            return with_django
+
+        wait_for(lambda: len(workers_with_django()) == 2, "both API workers")
         assert server.client.get("/healthcheck").status_code == 204
+        time.sleep(1)  # a SIGTERM while granian still starts a worker waits for its kill timeout (35 s)
     finally:
         server.stop()
     assert server.output().rstrip().endswith("forqapp stopped")
