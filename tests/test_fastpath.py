@@ -1,0 +1,159 @@
+"""forqapp.api.fastpath: Forq's produce, consume and ack answered without Django's request and
+response objects — byte for byte what the general path (the views through plumbing) answers, and
+only for the requests it may take."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from django.test import override_settings
+
+import forqapp
+from forqapp.api.asgi import APIApplication
+from forqapp.keys import service
+from forqapp.models import Message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = b"test-secret-0123456789abcdef-0123456789"  # tests/settings.py: this process's key
+
+
+@pytest.fixture(scope="module")
+def apps():
+    fast = APIApplication()
+    general = APIApplication()
+    general._fast = None
+    return fast, general
+
+
+def _scope(method: str, path: str, headers: list[tuple[bytes, bytes]], raw_path: bytes | None = None) -> dict:
+    return {"type": "http", "http_version": "1.1", "method": method, "scheme": "http", "path": path,
+            "raw_path": raw_path if raw_path is not None else path.encode(), "query_string": b"", "root_path": "",
+            "client": ("127.0.0.1", 40000), "server": ("testserver", 80), "headers": headers}
+
+
+def _run(app, scope: dict, body: bytes = b"") -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """One request through ``app``: status, the headers as sent (in order), the body."""
+
+    async def main():
+        sent = []
+        given = False
+
+        async def receive():
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(3600)  # the client stays
+
+        async def send(message):
+            sent.append(message)
+
+        await app(scope, receive, send)
+        start, end = sent
+        return start["status"], start["headers"], end["body"]
+
+    with override_settings(FORQ_LONG_POLL_SECONDS=0):
+        return asyncio.run(main())
+
+
+def _delivery(queue: str) -> tuple[str, str]:
+    forqapp.send(queue, "x")
+    message = forqapp.receive(queue)
+    return message.id, str(message.receipt)
+
+
+def _scoped(*grants: str) -> bytes:
+    _scoped.made += 1  # type: ignore[attr-defined]
+    return service.create(f"fp-{_scoped.made}", list(grants), actor="test", via="cli").token.encode()  # type: ignore[attr-defined]
+
+
+_scoped.made = 0  # type: ignore[attr-defined]
+
+
+# (name, a function of nothing that makes the request: method, path, headers, body, raw_path)
+CASES = {
+    "produce": lambda: ("POST", "/api/v1/queues/fp/messages", [(b"x-api-key", KEY)], b'{"content": "hi"}', None),
+    "produce later": lambda: ("POST", "/api/v1/queues/fp/messages", [(b"x-api-key", KEY)],
+                              b'{"content": "hi", "processAfter": 99999999999999}', None),
+    "produce not json": lambda: ("POST", "/api/v1/queues/fp/messages", [(b"x-api-key", KEY)], b"{", None),
+    "produce a list": lambda: ("POST", "/api/v1/queues/fp/messages", [(b"x-api-key", KEY)], b"[1]", None),
+    "produce no content": lambda: ("POST", "/api/v1/queues/fp/messages", [(b"x-api-key", KEY)], b"{}", None),
+    "produce in the past": lambda: ("POST", "/api/v1/queues/fp/messages", [(b"x-api-key", KEY)],
+                                    b'{"content": "x", "processAfter": 1}', None),
+    "produce to a dlq": lambda: ("POST", "/api/v1/queues/fp-dlq/messages", [(b"x-api-key", KEY)],
+                                 b'{"content": "x"}', None),
+    "produce 65 characters": lambda: ("POST", f"/api/v1/queues/{'a' * 65}/messages", [(b"x-api-key", KEY)],
+                                      b'{"content": "x"}', None),
+    "produce a bad name": lambda: ("POST", "/api/v1/queues/a b/messages", [(b"x-api-key", KEY)],
+                                   b'{"content": "x"}', None),
+    "produce too big": lambda: ("POST", "/api/v1/queues/fp/messages", [(b"x-api-key", KEY)],
+                                json.dumps({"content": "x" * 300_000}).encode(), None),
+    "consume nothing": lambda: ("GET", "/api/v1/queues/fp-empty/messages", [(b"x-api-key", KEY)], b"", None),
+    "consume a bad name": lambda: ("GET", "/api/v1/queues/a*b/messages", [(b"x-api-key", KEY)], b"", None),
+    "ack": lambda: (lambda d: ("POST", f"/api/v1/queues/fp/messages/{d[0]}/ack",
+                               [(b"x-api-key", KEY), (b"x-forq-receipt", d[1].encode())], b"", None))(_delivery("fp")),
+    "ack a wrong receipt": lambda: (lambda d: ("POST", f"/api/v1/queues/fp/messages/{d[0]}/ack",
+                                               [(b"x-api-key", KEY), (b"x-forq-receipt", b"12")], b"", None))(
+        _delivery("fp")),
+    "ack no receipt": lambda: ("POST", f"/api/v1/queues/fp/messages/{'0' * 8}-0000-7000-8000-{'0' * 12}/ack",
+                               [(b"x-api-key", KEY)], b"", None),
+    "ack a bad receipt": lambda: ("POST", f"/api/v1/queues/fp/messages/{'0' * 8}-0000-7000-8000-{'0' * 12}/ack",
+                                  [(b"x-api-key", KEY), (b"x-forq-receipt", b"--5")], b"", None),
+    "ack a bad id": lambda: ("POST", "/api/v1/queues/fp/messages/nope/ack",
+                             [(b"x-api-key", KEY), (b"x-forq-receipt", b"5")], b"", None),
+    # the general path's: the fast path does not take them
+    "wrong key": lambda: ("POST", "/api/v1/queues/fp/messages", [(b"x-api-key", b"wrong")], b'{"content": "x"}', None),
+    "no key": lambda: ("GET", "/api/v1/queues/fp/messages", [], b"", None),
+    "two keys": lambda: ("GET", "/api/v1/queues/fp/messages", [(b"x-api-key", KEY), (b"x-api-key", KEY)], b"", None),
+    "wrong method": lambda: ("PUT", "/api/v1/queues/fp/messages", [(b"x-api-key", KEY)], b"{}", None),
+    "escaped slash": lambda: ("GET", "/api/v1/queues/a/b/messages", [(b"x-api-key", KEY)], b"",
+                              b"/api/v1/queues/a%2Fb/messages"),
+    "scoped, without the grant": lambda: ("POST", "/api/v1/queues/fp/messages",
+                                          [(b"x-api-key", _scoped("other:produce"))], b'{"content": "x"}', None),
+}
+GENERAL_ONLY = {"wrong key", "no key", "two keys", "wrong method", "escaped slash", "scoped, without the grant"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_fast_path_answers_exactly_as_the_general_path(apps, case):
+    fast, general = apps
+    answers = []
+    for app in (fast, general):
+        method, path, headers, body, raw_path = CASES[case]()
+        scope = _scope(method, path, headers, raw_path)
+        if app is fast:
+            assert (fast._fast.take(scope) is None) == (case in GENERAL_ONLY)
+        answers.append(_run(app, scope, body))
+    assert answers[0] == answers[1]
+
+
+def test_consume_answers_as_the_general_path_and_the_message_is_delivered_once(apps):
+    fast, general = apps
+    answers = []
+    for app in (fast, general):
+        message_id = forqapp.send("fp-one", "hello \u00e9")
+        status, headers, body = _run(app, _scope("GET", "/api/v1/queues/fp-one/messages", [(b"x-api-key", KEY)]))
+        got = json.loads(body)
+        assert status == 200 and got["id"] == message_id and got["content"] == "hello \u00e9"
+        assert (b"X-Forq-Receipt", got["receipt"].encode()) in headers
+        row = Message.objects.get(id=message_id)
+        assert row.status == 1 and str(row.processing_started_at) == got["receipt"]
+        answers.append((status, [h for h in headers if h[0] != b"X-Forq-Receipt"],
+                        body.replace(got["id"].encode(), b"ID").replace(got["receipt"].encode(), b"R")))
+    assert answers[0] == answers[1]
+
+
+def test_a_scoped_key_with_the_grant_takes_the_fast_path(apps):
+    fast, _ = apps
+    token = _scoped("fp-scoped:produce,consume")
+    forqapp.send("fp-scoped", "warm")  # the key's first use loads it; cached from then on
+    _run(fast, _scope("GET", "/api/v1/queues/fp-scoped/messages", [(b"x-api-key", token)]))
+    scope = _scope("POST", "/api/v1/queues/fp-scoped/messages", [(b"x-api-key", token)])
+    assert fast._fast.take(scope) is not None
+    assert _run(fast, scope, b'{"content": "y"}')[0] == 204
+    other = _scope("POST", "/api/v1/queues/fp-other/messages", [(b"x-api-key", token)])
+    assert fast._fast.take(other) is None  # no grant there: the general path answers 403
+    assert json.loads(_run(fast, other, b'{"content": "y"}')[2])["code"] == "forbidden.key_scope"
