@@ -479,6 +479,135 @@ def test_the_dlq_gets_a_message_out_of_attempts_at_receive(live_api):
     assert call(live_api, "GET", f"/queues/{q}").json()["counts"]["dlq"] == 1
 
 
+# --- a DLQ's requeue and delete (manage on the DLQ) ------------------------------------------------------
+
+
+def dead(live_api, q: str, n: int) -> list[str]:
+    """``n`` messages sent to ``q`` that ran out of attempts: now in ``q-dlq`` (the ids, in order)."""
+    forqapp.configure_queue(q, max_attempts=1)  # before the server first reads this queue's policy
+    ids = [send(live_api, q, f"dead-{i}").json()["id"] for i in range(n)]
+    assert len(receive(live_api, q, max_messages=10, visibility_timeout=0)) == n  # leases end at once
+    assert receive(live_api, q, max_messages=10) == []  # this receive moves them to the DLQ
+    assert sorted(Message.objects.filter(queue=f"{q}-dlq", is_dlq=True).values_list("id", flat=True)) == sorted(ids)
+    return ids
+
+
+def in_dlq(q: str) -> set[str]:
+    return {str(i) for i in Message.objects.filter(queue=f"{q}-dlq", is_dlq=True).values_list("id", flat=True)}
+
+
+def test_requeue_one_message_of_a_dlq(live_api):
+    q = "v2-requeue-one"
+    first, second = dead(live_api, q, 2)
+    response = call(live_api, "POST", f"/queues/{q}-dlq/requeue", {"id": first})
+    assert (response.status_code, response.json()) == (200, {"requeued": 1})
+    assert in_dlq(q) == {second}
+    row = Message.objects.get(id=first)
+    assert (row.queue, row.is_dlq, row.status, row.attempts) == (q, False, Status.READY, 0)
+    (got,) = receive(live_api, q, max_messages=10)  # receivable again, a first attempt
+    assert (got["id"], got["content"], got["attempts"]) == (first, "dead-0", 1)
+    refused(call(live_api, "POST", f"/queues/{q}-dlq/requeue", {"id": first}), 404, errors.NOT_FOUND_MESSAGE)
+
+
+def test_requeue_every_message_of_a_dlq(live_api):
+    q = "v2-requeue-all"
+    ids = dead(live_api, q, 3)
+    response = call(live_api, "POST", f"/queues/{q}-dlq/requeue")  # no body: all of them
+    assert (response.status_code, response.json()) == (200, {"requeued": 3})
+    assert in_dlq(q) == set()
+    assert [m["id"] for m in receive(live_api, q, max_messages=10)] == ids  # their FIFO place kept
+    again = call(live_api, "POST", f"/queues/{q}-dlq/requeue", {"id": None})  # null: all, none left
+    assert (again.status_code, again.json()) == (200, {"requeued": 0})
+
+
+def test_delete_one_message_of_a_dlq(live_api):
+    q = "v2-dead-delete-one"
+    first, second = dead(live_api, q, 2)
+    response = call(live_api, "DELETE", f"/queues/{q}-dlq/messages/{first}")
+    assert (response.status_code, response.content) == (204, b"")
+    assert in_dlq(q) == {second} and not Message.objects.filter(id=first).exists()
+    refused(call(live_api, "DELETE", f"/queues/{q}-dlq/messages/{first}"), 404, errors.NOT_FOUND_MESSAGE)
+    refused(call(live_api, "GET", f"/queues/{q}-dlq/messages/{first}"), 404, errors.NOT_FOUND_MESSAGE)
+
+
+def test_purge_of_a_dlq_deletes_every_dead_message_and_nothing_else(live_api):
+    q = "v2-dead-delete-all"
+    dead(live_api, q, 2)
+    send(live_api, q, "alive")  # the queue's own message stays
+    response = call(live_api, "POST", f"/queues/{q}-dlq/purge")
+    assert (response.status_code, response.json()) == (200, {"purged": 2})
+    assert in_dlq(q) == set()
+    assert list(Message.objects.filter(queue=q).values_list("content", flat=True)) == ["alive"]
+    assert call(live_api, "GET", f"/queues/{q}").json()["counts"]["dlq"] == 0
+
+
+def test_requeue_and_delete_refuse_a_name_that_is_not_a_dlq(live_api):
+    q = "v2-regular-queue"
+    message_id = send(live_api, q, "stays").json()["id"]
+    refused(call(live_api, "POST", f"/queues/{q}/requeue"), 400, errors.DLQ_ONLY_OPERATION)
+    refused(call(live_api, "POST", f"/queues/{q}/requeue", {"id": message_id}), 400, errors.DLQ_ONLY_OPERATION)
+    refused(call(live_api, "DELETE", f"/queues/{q}/messages/{message_id}"), 400, errors.DLQ_ONLY_OPERATION)
+    row = Message.objects.get(id=message_id)
+    assert (row.queue, row.is_dlq, row.content) == (q, False, "stays")
+
+
+def test_requeue_and_delete_of_an_unknown_message_are_404(live_api):
+    q = "v2-dead-unknown"
+    (kept,) = dead(live_api, q, 1)
+    other = send(live_api, "v2-dead-unknown-other", "not in this dlq").json()["id"]
+    for missing in (MID, other):  # no such id; a message, but not this DLQ's
+        refused(call(live_api, "POST", f"/queues/{q}-dlq/requeue", {"id": missing}), 404, errors.NOT_FOUND_MESSAGE)
+        refused(call(live_api, "DELETE", f"/queues/{q}-dlq/messages/{missing}"), 404, errors.NOT_FOUND_MESSAGE)
+    assert in_dlq(q) == {kept} and Message.objects.filter(id=other, is_dlq=False).exists()
+    refused(call(live_api, "POST", f"/queues/{q}-dlq/requeue", {"id": "nope"}), 400, errors.MESSAGE_ID_INVALID)
+    refused(call(live_api, "POST", f"/queues/{q}-dlq/requeue", {"ids": [kept]}), 400, errors.BODY_INVALID)
+    refused(call(live_api, "DELETE", f"/queues/{q}-dlq/messages/nope"), 400, errors.MESSAGE_ID_INVALID)
+    assert in_dlq(q) == {kept}
+
+
+def test_requeue_and_delete_need_a_right_key(live_api):
+    q = "v2-dead-no-key"
+    (kept,) = dead(live_api, q, 1)
+    wrong = {"X-API-Key": "not-the-key", "X-Forwarded-For": "198.51.100.16"}  # a throttle count of its own
+    for method, path, body in [("POST", f"/queues/{q}-dlq/requeue", {}), ("POST", f"/queues/{q}-dlq/purge", None),
+                               ("DELETE", f"/queues/{q}-dlq/messages/{kept}", None)]:
+        response = call(live_api, method, path, body, headers=wrong)
+        assert (response.status_code, response.json()["code"]) == (401, errors.UNAUTHORIZED), (method, path)
+    assert in_dlq(q) == {kept}
+
+
+def test_requeue_and_delete_need_manage_on_the_dlq(live_api, client):
+    """Scoped keys, under Django's handler (the server seals keys with its own server key)."""
+    from forqapp.keys import service
+
+    q = "v2-dead-scope"
+    first, second = dead(live_api, q, 2)
+
+    def as_key(name: str, *grants: str):
+        token = service.create(name, list(grants), actor="test", via="cli").token
+        return lambda method, path, body=None: client.generic(
+            method, V2 + path, b"" if body is None else json.dumps(body), content_type="application/json",
+            HTTP_X_API_KEY=token)
+
+    # manage on the queue alone (a grant covers a DLQ only when it says so), or other actions on the DLQ: 403
+    for key in (as_key("dead-queue-manager", f"{q}:manage", f"{q}-*:manage", "*:manage"),
+                as_key("dead-reader", f"{q}+dlq:read,consume,produce")):
+        for method, path, body in [("POST", f"/queues/{q}-dlq/requeue", {}), ("POST", f"/queues/{q}-dlq/purge", None),
+                                   ("DELETE", f"/queues/{q}-dlq/messages/{first}", None)]:
+            response = key(method, path, body)
+            assert (response.status_code, response.json()["code"]) == (403, errors.FORBIDDEN), (method, path)
+            assert response.json()["message"]
+    assert in_dlq(q) == {first, second}
+    requeuer = as_key("dead-manager", f"{q}+dlq:manage")
+    response = requeuer("POST", f"/queues/{q}-dlq/requeue", {"id": first})
+    assert (response.status_code, response.json()) == (200, {"requeued": 1})
+    deleter = as_key("dlq-only-manager", f"{q}-dlq:manage")  # the DLQ named by itself
+    assert deleter("DELETE", f"/queues/{q}-dlq/messages/{second}").status_code == 204
+    assert in_dlq(q) == set() and Message.objects.filter(id=first, queue=q, is_dlq=False).exists()
+    assert deleter("POST", f"/queues/{q}/purge").status_code == 403  # not the queue itself
+    assert Message.objects.filter(id=first).exists()
+
+
 # --- hostile input: always a 4xx with a code ----------------------------------------------------------
 
 
@@ -655,6 +784,7 @@ ENDPOINTS = {
     "/api/v2/queues": {},
     "/api/v2/queues/{queue}": POLICY,
     "/api/v2/queues/{queue}/purge": {},
+    "/api/v2/queues/{queue}/requeue": {"id": mostly(st.just(MID))},
     "/api/v2/queues/{queue}/peek": {},
     "/api/v2/queues/{queue}/receive": {"max_messages": mostly(st.integers(1, 10)),
                                        "wait": st.sampled_from([0, -1, 1e300, 2**63, "1"]),

@@ -78,6 +78,9 @@ ROUTES = [  # (method, path, body) on queue Q, or on no queue for "all"-scoped o
     ("PUT", "/api/v2/queues/{q}", {}),
     ("DELETE", "/api/v2/queues/{q}", None),
     ("POST", "/api/v2/queues/{q}/purge", None),
+    ("POST", "/api/v2/queues/{q}-dlq/purge", None),  # a DLQ's: manage on the DLQ
+    ("POST", "/api/v2/queues/{q}-dlq/requeue", {}),
+    ("DELETE", f"/api/v2/queues/{{q}}-dlq/messages/{MID}", None),
     ("POST", "/api/v2/queues/{q}/messages", {"content": "x"}),
     ("POST", "/api/v2/queues/{q}/messages/batch", {"entries": [{"content": "x"}]}),
     ("POST", "/api/v2/queues/{q}/receive", {}),
@@ -125,11 +128,18 @@ def test_each_endpoint_allows_its_action_and_denies_the_others(app, method, path
     action, scope = _declared(method, path)
     target = "*" if scope == "all" else Q
     others = [a for a in ACTIONS if a != action]
-    deletes_dlq = method == "DELETE" and path.startswith("/api/v2/queues/")  # the queue and its DLQ
-    allowed = new_key("allowed", f"{target}{'+dlq' if deletes_dlq else ''}:{action}")
-    # Every other action on the queue and the DLQ, and the action itself on other queues only.
-    denied = new_key("denied", f"{target}+dlq:{','.join(others)}", f"{Q}.*:{action}", f"{Q}-dlq:{action}",
-                     f"{Q}2:{action}")
+    if "{q}-dlq" in path:  # a DLQ's endpoint: only a grant that names the DLQ covers it
+        allowed = new_key("allowed", f"{Q}-dlq:{action}")
+        # Every other action on the DLQ; the action on the queue, on every queue and on the other
+        # queues' DLQs, with no grant that covers this DLQ.
+        denied = new_key("denied", f"{Q}+dlq:{','.join(others)}", f"{Q}:{action}", f"{Q}-*:{action}",
+                         f"*:{action}", f"{Q}2+dlq:{action}", f"{Q}.*+dlq:{action}")
+    else:
+        deletes_dlq = method == "DELETE" and path.startswith("/api/v2/queues/")  # the queue and its DLQ
+        allowed = new_key("allowed", f"{target}{'+dlq' if deletes_dlq else ''}:{action}")
+        # Every other action on the queue and the DLQ, and the action itself on other queues only.
+        denied = new_key("denied", f"{target}+dlq:{','.join(others)}", f"{Q}.*:{action}", f"{Q}-dlq:{action}",
+                         f"{Q}2:{action}")
     raw = b"" if body is None else json.dumps(body).replace("{q}", Q).encode()
     url = path.format(q=Q)
 

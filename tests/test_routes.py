@@ -92,6 +92,8 @@ def test_the_unknown_path_route_is_the_last_one():
     ("/api/v2/queues/q/receive", "forq-v2-receive"),
     ("/api/v2/queues/q/peek", "forq-v2-peek"),
     ("/api/v2/queues/q/purge", "forq-v2-purge"),
+    ("/api/v2/queues/q-dlq/requeue", "forq-v2-requeue"),
+    ("/api/v2/queues/q-dlq/messages/requeue", "forq-v2-message"),  # "requeue" as an id: a 400
     ("/api/v2/queues/q/messages/batch/ack", "forq-v2-ack"),  # "batch" as an id: the id route, a 400
     ("/api/v2/queues/q/messages/m", "forq-v2-message"),
     ("/api/v2/queues/q/messages/m/change-visibility", "forq-v2-change-visibility"),

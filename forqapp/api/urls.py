@@ -64,6 +64,7 @@ urlpatterns = [
     path(f"{Q2}/receive", v2.receive, name="forq-v2-receive"),
     path(f"{Q2}/peek", v2.peek, name="forq-v2-peek"),
     path(f"{Q2}/purge", v2.purge, name="forq-v2-purge"),
+    path(f"{Q2}/requeue", v2.requeue, name="forq-v2-requeue"),
     path(Q2, v2.queue, name="forq-v2-queue"),
     path(f"{Q2}/messages", v2.send, name="forq-v2-send"),
     path(M2, v2.message, name="forq-v2-message"),

@@ -5,7 +5,8 @@ message or a batch of up to 10 (priority, attributes, deduplication, delay, rete
 results, one transaction); receive up to 10 with a long poll and a visibility override; ack, nack
 and change the visibility of deliveries by receipt, one or a batch; defer one with saved state;
 peek; each queue's policy (get, put, patch, delete; flow control: ``max_in_flight``, ``rate``),
-the queue list with counts, purge; schedules (list, get, put, delete, run now).
+the queue list with counts, purge; a DLQ's requeue and delete (one or all); schedules (list, get,
+put, delete, run now).
 
 Same API key, throttle and security headers as v1 (:func:`forqapp.api.plumbing.endpoint`), but
 errors are ``{"code", "message"}``. Fields are snake_case, durations are seconds (numbers), times
@@ -379,9 +380,29 @@ async def queue(request: HttpRequest, queue: str) -> HttpResponse:
 @v2_endpoint("POST", action="manage")
 async def purge(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v2/queues/{queue}/purge`` → ``{"purged": n}``: every message of the queue (not its
-    DLQ's) deleted, whatever its state."""
-    queue = _regular(queue)
-    return JsonResponse({"purged": await services.run_async(services.purge, queue)})
+    DLQ's) deleted, whatever its state; of a DLQ (``orders-dlq``, which needs manage on the DLQ),
+    every dead message (:func:`forqapp.services.delete_dead`)."""
+    queue = validation.queue_name(queue)
+    clear = services.delete_dead if vocab.is_dlq(queue) else services.purge
+    return JsonResponse({"purged": await services.run_async(clear, queue)})
+
+
+# --- dead-letter queues: requeue, delete ------------------------------------------------------------
+
+
+@v2_endpoint("POST", action="manage")
+async def requeue(request: HttpRequest, queue: str) -> HttpResponse:
+    """``POST /api/v2/queues/{dlq}/requeue`` ``{"id"?}`` (an empty body is fine) → ``{"requeued": n}``:
+    the DLQ's message ``id`` (404 when it is not there), or every one, back to its queue, ready,
+    keeping its place (:func:`forqapp.services.requeue`). 400 ``bad_request.dlq_only_operation``
+    unless the name is a DLQ's."""
+    queue = validation.dlq_name(queue)
+    body = _body(request, ("id",), empty_ok=True)
+    message_id = None if body.get("id") is None else validation.message_id(body["id"])
+    n = await services.run_async(services.requeue, queue, message_id)
+    if message_id is not None and not n:
+        raise ForqError(errors.NOT_FOUND_MESSAGE, f"no message {message_id} in {queue!r}")
+    return JsonResponse({"requeued": n})
 
 
 # --- send -----------------------------------------------------------------------------------------
@@ -455,10 +476,16 @@ async def peek(request: HttpRequest, queue: str) -> HttpResponse:
     return JsonResponse({"message": None if found is None else message_json(found)})
 
 
-@v2_endpoint("GET", action="read")
+@v2_endpoint("GET", "DELETE", action={"GET": "read", "DELETE": "manage"})
 async def message(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     """``GET /api/v2/queues/{queue}/messages/{id}`` → the message, in whatever state (404 when it
-    is gone); no receipt, nothing changes."""
+    is gone); no receipt, nothing changes. ``DELETE`` → 204: a DLQ's message deleted (400
+    ``bad_request.dlq_only_operation`` on another queue, whose messages an ack deletes)."""
+    if request.method == "DELETE":
+        queue, message_id = validation.dlq_name(queue), validation.message_id(message_id)
+        if not await services.run_async(services.delete_dead, queue, message_id):
+            raise ForqError(errors.NOT_FOUND_MESSAGE, f"no message {message_id} in {queue!r}")
+        return HttpResponse(status=204)
     queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
     found = await services.run_async(services.peek, queue, message_id)
     if found is None:
