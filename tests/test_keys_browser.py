@@ -128,3 +128,42 @@ def test_admin_add_and_revoke_a_key_in_a_browser(live, browser_page, staff_user)
     page.wait_for_selector("ul.messagelist")
     assert "Revoked 1 key" in page.inner_text("ul.messagelist")
     eventually(lambda: api(api_url, token, "GET"), 401)
+
+
+def test_keys_page_without_javascript_asks_on_a_confirmation_page(live, browser_page, staff_user):
+    """JavaScript off: the forms post as plain forms (no hx-confirm dialog), so the server answers a
+    confirmation page; Cancel changes nothing, Confirm revokes."""
+    ui, api_url = live
+    context = browser_page.context.browser.new_context(java_script_enabled=False, viewport={"width": 1280, "height": 860})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        page.goto(ui + "/keys/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "pw-admin-123")
+        page.click("button[type=submit]")
+        page.wait_for_selector("[data-testid=no-keys]")
+        page.fill("[data-testid=key-name]", "no-script")
+        page.fill("[data-testid=key-grants]", "orders:produce")
+        page.click("[data-testid=create-key]")  # a plain form post: the whole page, the token shown once
+        token = page.inner_text("[data-testid=token]")
+        assert api(api_url, token) == 204
+
+        page.click("[data-testid=revoke]")
+        page.wait_for_selector("[data-testid=confirm-page]")
+        assert page.inner_text("[data-testid=confirm-question]") == (
+            "Revoke no-script for good? Its clients are refused within seconds.")
+        shot(page, "keys-confirm-no-js")
+        page.click("[data-testid=confirm-cancel]")
+        page.wait_for_selector("[data-testid=key-state]:has-text('active')")
+        assert ApiKey.objects.get().revoked_at is None and api(api_url, token) == 204
+
+        page.click("[data-testid=revoke]")
+        page.click("[data-testid=confirm-submit]")
+        page.wait_for_selector("[data-testid=keys-flash]:has-text('Revoked no-script')")
+        assert page.inner_text("[data-testid=key-state]") == "revoked"
+        eventually(lambda: api(api_url, token), 401)
+        assert list(KeyEvent.objects.order_by("at", "id").values_list("action", "via")) == [
+            ("created", "ui"), ("revoked", "ui")]
+    finally:
+        context.close()

@@ -10,6 +10,7 @@ import re
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils.html import escape
 
 from forqapp.keys import cache, for_token, service
 from forqapp.keys.models import ApiKey, KeyEvent
@@ -115,6 +116,68 @@ def test_ui_page_create_rotate_revoke(staff_client):
     r = staff_client.post(f"/ui/keys/{key.access_key_id}/revoke/", HTTP_HX_REQUEST="true", HTTP_X_CSRFTOKEN=token)
     assert "Revoked p" in r.content.decode() and for_token(rotated) is None
     assert [e.via for e in KeyEvent.objects.all()] == ["ui", "ui", "ui"]
+
+
+def confirmation(response, action: str, question: str) -> str:
+    """A server-rendered confirmation page: the whole page, ``question`` escaped, one form posting
+    to ``action`` with ``confirmed=yes`` and a CSRF token (returned)."""
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+    html = response.content.decode()
+    assert "<html" in html and 'data-testid="confirm-page"' in html
+    assert escape(question) in html
+    (form,) = re.findall(r'<form method="post" action="([^"]*)">(.*?)</form>', html, re.S)
+    assert form[0] == action
+    assert '<input type="hidden" name="confirmed" value="yes">' in form[1] and 'data-testid="confirm-submit"' in form[1]
+    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form[1]).group(1)
+
+
+def test_ui_rotate_and_revoke_without_htmx_ask_first(staff_client):
+    """JavaScript off (a plain form submit, no HX-Request): no hx-confirm dialog ran, so the server
+    asks on a page of its own; only its Confirm (``confirmed=yes``, with the CSRF token) acts."""
+    issued = service.create("<i>ops</i> & co", ["orders:consume"], actor="t", via="cli")
+    key_id = issued.key.access_key_id
+    listing = staff_client.get("/ui/keys/").content.decode()
+    for action in ("rotate", "revoke"):  # the no-JavaScript fallback: plain forms to these URLs
+        assert f'method="post" action="/ui/keys/{key_id}/{action}/"' in listing
+    token = csrf(staff_client, "/ui/keys/")
+    questions = {"rotate": "Rotate <i>ops</i> & co? It gets a new secret; the current one stops working.",
+                 "revoke": "Revoke <i>ops</i> & co for good? Its clients are refused within seconds."}
+    for action, question in questions.items():
+        url = f"/ui/keys/{key_id}/{action}/"
+        for posted in ({"csrfmiddlewaretoken": token}, {"csrfmiddlewaretoken": token, "confirmed": "1"}):
+            asked = staff_client.post(url, posted)
+            confirmation(asked, url, question)
+            assert "<i>ops</i>" not in asked.content.decode()
+    key = ApiKey.objects.get()
+    assert key.revoked_at is None and key.rotated_at is None  # nothing happened
+    assert for_token(issued.token) is not None
+    assert list(KeyEvent.objects.values_list("action", flat=True)) == ["created"]
+    # Confirm without the CSRF token: refused, nothing happens.
+    assert staff_client.post(f"/ui/keys/{key_id}/rotate/", {"confirmed": "yes"}).status_code == 403
+    assert ApiKey.objects.get().rotated_at is None
+
+    asked = staff_client.post(f"/ui/keys/{key_id}/rotate/", {"csrfmiddlewaretoken": token})
+    form_token = confirmation(asked, f"/ui/keys/{key_id}/rotate/", questions["rotate"])
+    done = staff_client.post(f"/ui/keys/{key_id}/rotate/", {"csrfmiddlewaretoken": form_token, "confirmed": "yes"})
+    assert done.status_code == 200 and "no-store" in done["Cache-Control"] and "<html" in done.content.decode()
+    rotated = re.search(r'data-testid="token">([^<]+)<', done.content.decode()).group(1)
+    assert for_token(issued.token) is None and for_token(rotated) is not None
+    done = staff_client.post(f"/ui/keys/{key_id}/revoke/", {"csrfmiddlewaretoken": form_token, "confirmed": "yes"})
+    assert "Revoked &lt;i&gt;ops&lt;/i&gt; &amp; co" in done.content.decode() and for_token(rotated) is None
+    assert [(e.action, e.via) for e in KeyEvent.objects.order_by("at", "id")] == [
+        ("created", "cli"), ("rotated", "ui"), ("revoked", "ui")]
+
+
+def test_ui_htmx_rotate_and_revoke_act_at_once(staff_client):
+    """htmx asked with hx-confirm already: its POST acts, with no confirmed field."""
+    issued = service.create("worker", ["orders:consume"], actor="t", via="cli")
+    token = csrf(staff_client, "/ui/keys/")
+    url = f"/ui/keys/{issued.key.access_key_id}"
+    rotated = staff_client.post(f"{url}/rotate/", HTTP_HX_REQUEST="true", HTTP_X_CSRFTOKEN=token)
+    assert 'data-testid="confirm-page"' not in rotated.content.decode() and "<html" not in rotated.content.decode()
+    assert ApiKey.objects.get().rotated_at is not None and for_token(issued.token) is None
+    revoked = staff_client.post(f"{url}/revoke/", HTTP_HX_REQUEST="true", HTTP_X_CSRFTOKEN=token)
+    assert "Revoked worker" in revoked.content.decode() and ApiKey.objects.get().revoked_at is not None
 
 
 def test_ui_refuses_bad_input_and_escapes(staff_client):

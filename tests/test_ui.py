@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -10,6 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
+from django.utils.html import escape
 
 import forqapp
 from forqapp import history, services, store
@@ -389,11 +391,65 @@ def test_delete_all(staff_client):
     assert list(Message.objects.values_list("content", flat=True)) == ["keep me"]
 
 
+CONFIRMED = {"confirmed": "yes"}
+
+
+def asks(response, action: str, question: str, label: str) -> None:
+    """A server-rendered confirmation page (a POST without htmx, whose hx-confirm never ran): the
+    question escaped, one form posting ``confirmed=yes`` with a CSRF token back to ``action``."""
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+    html = response.content.decode()
+    assert "<html" in html and 'data-testid="confirm-page"' in html and escape(question) in html
+    (form,) = re.findall(r'<form method="post" action="([^"]*)">(.*?)</form>', html, re.S)
+    assert form[0] == action
+    assert '<input type="hidden" name="confirmed" value="yes">' in form[1]
+    assert re.search(r'name="csrfmiddlewaretoken" value="[^"]+"', form[1])
+    assert re.search(rf'data-testid="confirm-submit">{re.escape(label)}</button>', form[1])
+
+
 def test_actions_without_htmx_redirect_with_a_message(staff_client):
     dead_letters("emails", ["a", "b"])
-    response = staff_client.post("/ui/queues/emails-dlq/messages/requeue/", follow=True)
+    response = staff_client.post("/ui/queues/emails-dlq/messages/requeue/", CONFIRMED, follow=True)
     assert response.redirect_chain[-1][0] == "/ui/queues/emails-dlq/"
     assert b"Requeued 2 messages to emails." in response.content
+
+
+def test_dlq_actions_without_htmx_ask_first_then_act_once_confirmed(staff_client):
+    ids = dead_letters("emails", ["a", "b", "c", "d"])
+    one, two = f"/ui/queues/emails-dlq/messages/{ids[0]}/requeue/", f"/ui/queues/emails-dlq/messages/{ids[1]}/"
+    every, delete_all = "/ui/queues/emails-dlq/messages/requeue/", "/ui/queues/emails-dlq/messages/"
+    for url, method, question, label in [
+        (one, "post", f"Requeue message {ids[0]} back to emails?", "Requeue"),
+        (two, "post", f"Permanently delete message {ids[1]}? This cannot be undone.", "Delete"),
+        (two, "delete", f"Permanently delete message {ids[1]}? This cannot be undone.", "Delete"),
+        (every, "post", "Requeue every message of emails-dlq back to emails? They keep their place in the queue "
+                        "(FIFO by receive time).", "Requeue all"),
+        (delete_all, "post", "Permanently delete all messages of emails-dlq? This cannot be undone.", "Delete all"),
+        (delete_all, "delete", "Permanently delete all messages of emails-dlq? This cannot be undone.", "Delete all"),
+    ]:
+        asks(getattr(staff_client, method)(url), url, question, label)
+        asks(staff_client.post(url, {"confirmed": "no"}), url, question, label)
+    assert Message.objects.filter(queue="emails-dlq", is_dlq=True).count() == 4  # nothing happened
+
+    response = staff_client.post(one, CONFIRMED, follow=True)
+    assert response.redirect_chain[-1][0] == "/ui/queues/emails-dlq/" and b"Requeued 1 message to emails." in response.content
+    response = staff_client.post(two, CONFIRMED, follow=True)
+    assert b"Deleted 1 message from emails-dlq." in response.content and not Message.objects.filter(id=ids[1]).exists()
+    assert Message.objects.get(id=ids[0]).queue == "emails"
+    response = staff_client.post(every, CONFIRMED, follow=True)
+    assert b"Requeued 2 messages to emails." in response.content
+    dead_letters("emails", ["e"])
+    response = staff_client.post(delete_all, CONFIRMED, follow=True)
+    assert b"Deleted 1 message from emails-dlq." in response.content
+    assert not Message.objects.filter(queue="emails-dlq").exists()
+    assert Message.objects.filter(queue="emails", is_dlq=False).count() == 3
+
+
+def test_a_dlq_action_on_a_regular_queue_refuses_without_asking(staff_client):
+    message_id = forqapp.send("emails", "a")
+    response = staff_client.post(f"/ui/queues/emails/messages/{message_id}/requeue/", follow=True)
+    assert b"dead-letter queues only" in response.content and b"confirm-page" not in response.content
+    assert Message.objects.filter(id=message_id, queue="emails").exists()
 
 
 def test_actions_are_dlq_only(staff_client):
@@ -557,10 +613,15 @@ def test_pause_and_resume_from_the_queue_page(staff_client):
     response = staff_client.post("/ui/queues/emails/resume/", **HX)
     assert "Resumed emails" in response.content.decode() and 'data-testid="pause"' in response.content.decode()
     assert not services.queue_info("emails").paused
-    # Without htmx: a redirect to the page, with the message.
-    response = staff_client.post("/ui/queues/emails/pause/", follow=True)
+    # Without htmx: a confirmation page first (nothing changes), then a redirect with the message.
+    asks(staff_client.post("/ui/queues/emails/pause/"), "/ui/queues/emails/pause/",
+         "Pause emails? Receives get nothing until it is resumed; produces are still accepted.", "Pause")
+    assert not services.queue_info("emails").paused
+    response = staff_client.post("/ui/queues/emails/pause/", CONFIRMED, follow=True)
     assert response.redirect_chain[-1][0] == "/ui/queues/emails/"
     assert b"Paused emails" in response.content and services.queue_info("emails").paused
+    response = staff_client.post("/ui/queues/emails/resume/", follow=True)  # no hx-confirm: no question
+    assert b"Resumed emails" in response.content and not services.queue_info("emails").paused
 
 
 def test_pause_is_post_staff_csrf_and_regular_queues_only(client, staff):
@@ -799,10 +860,19 @@ def test_pause_resume_and_run_now_from_the_schedules_page(staff_client):
     assert (m.content, m.priority, m.attributes_dict) == ('{"r": 1}', 2, {"kind": "report"})
     assert schedules.get("nightly").next_run_at == before.next_run_at
     assert forqapp.receive("reports").id == m.id
-    # Without htmx: a redirect to the page, with the message.
-    response = staff_client.post("/ui/schedules/nightly/pause/", follow=True)
+    # Without htmx: a confirmation page first (nothing changes), then a redirect with the message.
+    asks(staff_client.post("/ui/schedules/nightly/pause/"), "/ui/schedules/nightly/pause/",
+         "Pause nightly? It sends nothing until it is resumed; then the ticks it missed follow its catch-up "
+         "rule (one).", "Pause")
+    asks(staff_client.post("/ui/schedules/nightly/run/"), "/ui/schedules/nightly/run/",
+         "Send nightly's message to reports now? Its ticks are not changed.", "Run now")
+    assert not schedules.get("nightly").paused and Message.objects.filter(queue="reports").count() == 1
+    response = staff_client.post("/ui/schedules/nightly/pause/", CONFIRMED, follow=True)
     assert response.redirect_chain[-1][0] == "/ui/schedules/"
     assert b"Paused nightly" in response.content and schedules.get("nightly").paused
+    response = staff_client.post("/ui/schedules/nightly/run/", CONFIRMED, follow=True)
+    assert b"Sent nightly&#x27;s message to reports now" in response.content
+    assert Message.objects.filter(queue="reports").count() == 2
 
 
 def test_a_schedule_deleted_meanwhile_leaves_the_page(staff_client):

@@ -1,6 +1,7 @@
 """The HTMX page of scoped API keys (staff only): the keys with their grants, state and last use;
 create (the secret shown once, in the answer, with ``Cache-Control: no-store``), revoke and rotate
-(each behind a confirmation). Every change goes through :mod:`forqapp.keys.service` (its audit
+(each behind a confirmation: htmx's ``hx-confirm``, or, posted without htmx, a confirmation page:
+:mod:`forqapp.ui.confirm`). Every change goes through :mod:`forqapp.keys.service` (its audit
 event). Every action answers with the page's partial (htmx) or the whole page, never a redirect:
 the secret must not travel through the session's messages."""
 
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 
 from ..keys import cli, service
 from ..keys.models import ApiKey
 from ..utils import ms_to_datetime, now_ms
+from . import confirm
 from .views import HtmxHttpRequest, _partial, ui_view
 
 
@@ -62,6 +65,9 @@ def revoke_key(request: HtmxHttpRequest, access_key_id: str) -> HttpResponse:
     key = _key(access_key_id)
     if key is None:
         return _answer(request, flash=("error", "No such key."))
+    if confirm.needed(request):
+        return confirm.page(request, title=f"Revoke {key.name}", label="Revoke", back=reverse("forqapp-ui:keys"),
+                            question=f"Revoke {key.name} for good? Its clients are refused within seconds.")
     done = service.revoke(key, actor=_actor(request), via="ui")
     return _answer(request, flash=("success", f"Revoked {key.name}: it stops working within seconds."
                                    if done else f"{key.name} was revoked already."))
@@ -72,6 +78,9 @@ def rotate_key(request: HtmxHttpRequest, access_key_id: str) -> HttpResponse:
     key = _key(access_key_id)
     if key is None:
         return _answer(request, flash=("error", "No such key."))
+    if confirm.needed(request):
+        return confirm.page(request, title=f"Rotate {key.name}", label="Rotate", back=reverse("forqapp-ui:keys"),
+                            question=f"Rotate {key.name}? It gets a new secret; the current one stops working.")
     try:
         issued = service.rotate(key, actor=_actor(request), via="ui")
     except service.KeyError_ as exc:

@@ -3,7 +3,9 @@
 changes anything.
 
 An htmx request (that is not a history restore) gets the page's ``_partial`` template; anything
-else gets the full page, so every URL also works as a plain link or after a reload.
+else gets the full page, so every URL also works as a plain link or after a reload. An action the
+page confirms with ``hx-confirm`` asks on a page of its own when posted without htmx
+(:mod:`.confirm`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ..utils import now_ms as _now_ms
 from ..utils import pretty_json as _pretty
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
-from . import charts, display, flow, freshness, queries, scheduling
+from . import charts, confirm, display, flow, freshness, queries, scheduling
 
 REFRESH_SECONDS = 5
 
@@ -308,7 +310,12 @@ def requeue_message(request: HtmxHttpRequest, queue: str, message_id: str) -> Ht
 
 @ui_view("POST")
 def pause_queue(request: HtmxHttpRequest, queue: str) -> HttpResponse:
-    return _set_paused(request, _queue(queue), True)
+    queue = _queue(queue)
+    if not vocab.is_dlq(queue) and confirm.needed(request):
+        return confirm.page(request, title=f"Pause {queue}", label="Pause", danger=False,
+                            question=f"Pause {queue}? Receives get nothing until it is resumed; produces are "
+                                     "still accepted.", back=reverse("forqapp-ui:queue", args=[queue]))
+    return _set_paused(request, queue, True)
 
 
 @ui_view("POST")
@@ -361,7 +368,24 @@ def _run(queue: str, message_id: str | None, action: str) -> tuple[int, str, str
     return n, "success", text
 
 
+def _ask(request: HtmxHttpRequest, queue: str, message_id: str | None, action: str) -> HttpResponse:
+    """The confirmation page of a DLQ action posted without htmx (the page's ``hx-confirm`` texts)."""
+    if action == "requeue":
+        what = f"message {message_id}" if message_id else f"every message of {queue}"
+        question = f"Requeue {what} back to {vocab.base_of(queue)}?" + (
+            "" if message_id else " They keep their place in the queue (FIFO by receive time).")
+        title, label = f"Requeue {what}", "Requeue" if message_id else "Requeue all"
+    else:
+        what = f"message {message_id}" if message_id else f"all messages of {queue}"
+        question = f"Permanently delete {what}? This cannot be undone."
+        title, label = f"Delete {what}", "Delete" if message_id else "Delete all"
+    return confirm.page(request, title=title, question=question, label=label, danger=action == "delete",
+                        back=reverse("forqapp-ui:queue", args=[queue]))
+
+
 def _single(request: HtmxHttpRequest, queue: str, message_id: str, action: str) -> HttpResponse:
+    if vocab.is_dlq(queue) and confirm.needed(request):
+        return _ask(request, queue, message_id, action)
     n, level, text = _run(queue, message_id, action)
     if not request.htmx:
         getattr(flash, level)(request, text)
@@ -383,6 +407,8 @@ def _single(request: HtmxHttpRequest, queue: str, message_id: str, action: str) 
 
 
 def _bulk(request: HtmxHttpRequest, queue: str, action: str) -> HttpResponse:
+    if vocab.is_dlq(queue) and confirm.needed(request):
+        return _ask(request, queue, None, action)
     n, level, text = _run(queue, None, action)
     if not request.htmx:
         getattr(flash, level)(request, text)
@@ -419,7 +445,14 @@ def schedules_page(request: HtmxHttpRequest) -> HttpResponse:
 
 @ui_view("POST")
 def pause_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    return _schedule_action(request, _schedule_name(name), "pause")
+    name = _schedule_name(name)
+    if confirm.needed(request):
+        info = _schedule_or_none(name)
+        catch_up = f" ({info.catch_up})" if info is not None else ""
+        return confirm.page(request, title=f"Pause {name}", label="Pause", danger=False,
+                            question=f"Pause {name}? It sends nothing until it is resumed; then the ticks it "
+                                     f"missed follow its catch-up rule{catch_up}.", back=reverse("forqapp-ui:schedules"))
+    return _schedule_action(request, name, "pause")
 
 
 @ui_view("POST")
@@ -429,7 +462,14 @@ def resume_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
 
 @ui_view("POST")
 def run_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    return _schedule_action(request, _schedule_name(name), "run")
+    name = _schedule_name(name)
+    if confirm.needed(request):
+        info = _schedule_or_none(name)
+        where = f" to {info.queue}" if info is not None else ""
+        return confirm.page(request, title=f"Run {name} now", label="Run now", danger=False,
+                            question=f"Send {name}'s message{where} now? Its ticks are not changed.",
+                            back=reverse("forqapp-ui:schedules"))
+    return _schedule_action(request, name, "run")
 
 
 def _schedule_action(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse:
