@@ -70,6 +70,13 @@ VALUES (:queue, {COUNTER_FLOOR} + :n, 0, :now, :now)
 ON CONFLICT (name) DO UPDATE SET last_sequence = last_sequence + :n
 RETURNING last_sequence"""
 
+# The counter of a queue that has its row: an UPDATE, then a SELECT of the number, in the same
+# transaction. SQLite (3.40) spends ~10 µs more on ``UPDATE … RETURNING`` of a NOT NULL column
+# (last_sequence) than on both statements (measured: 12 µs against 1.6 + ~1.5 µs); NEXT_SEQUENCE
+# makes the row at a queue's first send.
+BUMP_SEQUENCE = "UPDATE forq_queues SET last_sequence = last_sequence + ? WHERE name = ?"
+LAST_SEQUENCE = "SELECT last_sequence FROM forq_queues WHERE name = ?"
+
 INSERT = f"""
 INSERT INTO messages ({COLUMNS})
 VALUES (?, ?, ?, ?, {READY}, 0, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?)"""
@@ -470,6 +477,14 @@ def _schedule_row(row: Sequence[Any]) -> ScheduleRow:
     return ScheduleRow._make((*row[:8], bool(row[8]), *row[9:]))
 
 
+def _take_sequence(conn: sqlite3.Connection, queue: str, n: int, now: int) -> int:
+    """Take ``n`` numbers of ``queue``'s counter inside the caller's transaction; returns the last."""
+    if conn.execute(BUMP_SEQUENCE, (n, queue)).rowcount:
+        return int(conn.execute(LAST_SEQUENCE, (queue,)).fetchone()[0])
+    ((last,),) = conn.execute(NEXT_SEQUENCE, {"queue": queue, "n": n, "now": now}).fetchall()
+    return int(last)
+
+
 def _holds_nul(rows: Sequence[Sequence[Any]], index: int) -> bool:
     """Whether a string at ``index`` of any row has a NUL: SQLite's JSON text ends there, so such
     batches are bound row by row instead."""
@@ -534,8 +549,7 @@ class SQLiteStore(Store):
 
     def _next_sequence(self, conn: sqlite3.Connection, queue: str, n: int, now: int) -> int:
         """Take ``n`` numbers of ``queue``'s counter; returns the first."""
-        ((last,),) = conn.execute(NEXT_SEQUENCE, {"queue": queue, "n": n, "now": now}).fetchall()
-        return int(last) - n + 1
+        return _take_sequence(conn, queue, n, now) - n + 1
 
     def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> list[int]:
         if not rows:
@@ -587,15 +601,14 @@ class SQLiteStore(Store):
         ``set_autocommit(False)``, it is a transaction mode and the row joins the caller's)."""
         conn = self._conn()
         message_id, queue, content, due, now, expires, priority, attributes, dedup_id = row
-        counter = {"queue": queue, "n": 1, "now": now}
         if self._fixed is not None or conn.isolation_level is not None or conn.in_transaction:
-            ((seq,),) = conn.execute(NEXT_SEQUENCE, counter).fetchall()
+            seq = _take_sequence(conn, queue, 1, now)
             conn.execute(INSERT, (message_id, queue, 0, content, due, now, now, expires, priority, attributes,
                                   dedup_id, seq))
             return int(seq)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            ((seq,),) = conn.execute(NEXT_SEQUENCE, counter).fetchall()
+            seq = _take_sequence(conn, queue, 1, now)
             conn.execute(INSERT, (message_id, queue, 0, content, due, now, now, expires, priority, attributes,
                                   dedup_id, seq))
         except BaseException:
