@@ -229,7 +229,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--preload", type=int, default=0, help="messages to put in 20 other queues first")
-    parser.add_argument("--workers", type=int, default=2, help="API worker processes (forq_serve default: 2)")
+    parser.add_argument("--workers", type=int, default=1, help="API worker processes (forq_serve on SQLite: 1)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="forq-bench-"))
