@@ -289,7 +289,8 @@ def _dedup_window(item: Any, default: Any, pol: Policy) -> int:
 # --- consume --------------------------------------------------------------------------------
 
 
-def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using: str | None) -> list[ReceivedMessage]:
+def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using: str | None,
+           redriven: list[ReceivedMessage] | None = None) -> list[ReceivedMessage]:
     st = _store(using)
     pol = policy(queue, using=st.alias)
     if pol.paused:
@@ -302,6 +303,8 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
     if claimed.throttled:
         metrics.throttled(queue, claimed.throttled)
     metrics.redriven(queue, claimed.redriven)
+    if redriven is not None:
+        redriven += [ReceivedMessage.from_row(d) for d in claimed.redriven_messages]
     if claimed.deliveries:
         metrics.consumed(queue, len(claimed.deliveries))
     return [ReceivedMessage.from_row(d) for d in claimed.deliveries]
@@ -316,9 +319,13 @@ def claim(queue: str, *, visibility_timeout: Any = None, random: bool = False,
 
 
 def claim_many(queue: str, limit: int, *, visibility_timeout: Any = None, random: bool = False,
-               using: str | None = None) -> list[ReceivedMessage]:
+               using: str | None = None, redriven: list[ReceivedMessage] | None = None) -> list[ReceivedMessage]:
+    """Take up to ``limit`` due messages of ``queue`` now (no waiting). Used-up messages the claim
+    moves to the DLQ instead are appended to ``redriven`` when given (as they are now: in the DLQ,
+    attempts 0, no receipt; only this claim sees them): how forq_worker's task runners learn of a
+    task whose worker died during its last attempt."""
     queue = validation.queue_name(queue)
-    return _claim(queue, limit, visibility_timeout, random, using)
+    return _claim(queue, limit, visibility_timeout, random, using, redriven)
 
 
 def receive(queue: str, wait: float = 0, *, visibility_timeout: Any = None, random: bool = False,

@@ -183,13 +183,20 @@ class Worker:
                 break
             queue = self.queues[self._next_queue]
             self._next_queue = (self._next_queue + 1) % len(self.queues)
+            consumer = self.consumers[queue]
+            # A consumer that reports the used-up messages its claims redrive to the DLQ (the task
+            # runners: task_finished for a task whose worker died during its last attempt).
+            on_redriven = getattr(consumer, "on_redriven", None)
+            redriven: list[services.ReceivedMessage] | None = [] if on_redriven is not None else None
             try:
-                messages = services.claim_many(queue, int(capacity - got), using=self.using)
+                messages = services.claim_many(queue, int(capacity - got), using=self.using, redriven=redriven)
             except DatabaseError:
                 self._database_trouble("claiming")
                 return got
+            if redriven:
+                on_redriven(redriven, using=self.using)  # type: ignore[misc]
             for message in messages:
-                held = _Held(message, self.consumers[queue])
+                held = _Held(message, consumer)
                 self._held[message.id] = held
                 metrics.in_flight(queue, 1)
                 self._work.put(held)

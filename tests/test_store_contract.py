@@ -315,6 +315,10 @@ def test_a_used_up_message_is_moved_to_its_dlq_by_the_claim_that_finds_it(st):
     sequence = row(poison).sequence
     got = claim(st, "redrive", NOW + 2_000, vis=1_000, max_attempts=2, dlq_ttl=5_000)
     assert got.redriven == 1 and [d.id for d in got.deliveries] == [fine]  # the next one instead
+    (moved,) = got.redriven_messages  # the moved message, as it is now
+    assert (moved.id, moved.queue, moved.attempts, moved.receipt, moved.lease_expires_at) == (
+        poison, "redrive-dlq", 0, None, None)
+    assert (moved.content, moved.sequence, moved.first_received_at) == ("m0", sequence, NOW)
     r = row(poison)
     assert (r.queue, r.is_dlq, r.status, r.attempts, r.failure_reason, r.processing_started_at) == (
         "redrive-dlq", True, READY, 0, vocab.FailureReason.MAX_ATTEMPTS_REACHED, None)
@@ -330,11 +334,15 @@ def test_redrive_counts_every_used_up_message_a_claim_passes(st):
     live = put(st, "many-up", 2)
     got = claim(st, "many-up", NOW, 2, max_attempts=3)
     assert got.redriven == 3 and [d.id for d in got.deliveries] == live
+    assert sorted(d.id for d in got.redriven_messages) == sorted(used)
+    assert {d.queue for d in got.redriven_messages} == {"many-up-dlq"}
     assert Message.objects.filter(queue="many-up-dlq").count() == 3
     assert claim(st, "many-up", NOW, 2, max_attempts=3) == Claim([], 0)
     only = put(st, "all-up", 2)
     Message.objects.filter(id__in=only).update(attempts=1)
-    assert claim(st, "all-up", NOW, 5, max_attempts=1) == Claim([], 2)
+    got = claim(st, "all-up", NOW, 5, max_attempts=1)
+    assert (got.deliveries, got.redriven, sorted(d.id for d in got.redriven_messages)) == ([], 2, sorted(only))
+    assert claim(st, "all-up", NOW, 5, max_attempts=1) == Claim([], 0)  # nothing left to move
 
 
 def test_unlimited_attempts_never_redrive(st):

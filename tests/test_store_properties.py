@@ -145,6 +145,8 @@ class QueueMachine(RuleBasedStateMachine):
         key = (lambda m: (-m.priority, -m.sequence)) if order == "lifo" else (lambda m: (-m.priority, m.sequence))
         assert [d.id for d in got.deliveries] == [m.id for m in sorted(delivered, key=key)], order
         assert got.redriven == len(redriven)
+        assert sorted(d.id for d in got.redriven_messages) == sorted(m.id for m in redriven)
+        assert all(d.queue == QUEUE + "-dlq" and d.receipt is None for d in got.redriven_messages)
         for d in got.deliveries:
             m = self.messages[d.id]
             if m.receipt is not None:

@@ -105,12 +105,18 @@ class QueueCounts(NamedTuple):
 class Claim(NamedTuple):
     """What a claim did: the deliveries, and how many used-up messages it moved to the DLQ instead;
     when a limit of the queue held it back, which (``"concurrency"`` or ``"rate"``) and, for the
-    rate, when the next claim may happen (Unix ms)."""
+    rate, when the next claim may happen (Unix ms).
+
+    ``redriven_messages`` are those moved messages (``len(redriven_messages) == redriven``), as
+    they are now: in ``<queue>-dlq``, attempts 0, ``receipt`` and ``lease_expires_at`` None. Only
+    the claim that moved a message returns it (a dead letter is never redriven again), so a caller
+    that reports them (forq_worker's task runners: ``task_finished``) reports each once."""
 
     deliveries: list[Delivery]
     redriven: int
     throttled: str | None = None
     retry_at: int | None = None
+    redriven_messages: tuple[Delivery, ...] = ()
 
 
 class ThrottleState(NamedTuple):
@@ -294,7 +300,8 @@ class Store(abc.ABC):
         ``"random"``: at random among the next :data:`RANDOM_AMONG`). Each becomes processing, one
         attempt more, a new receipt, leased until ``now + visibility_ms``. A message whose attempts
         are used up (``max_attempts`` > 0) is moved to its DLQ (reason ``max_attempts_reached``,
-        expiring after ``dlq_ttl_ms``) instead, and counted in :attr:`Claim.redriven`. Concurrent
+        expiring after ``dlq_ttl_ms``) instead, counted in :attr:`Claim.redriven` and returned in
+        :attr:`Claim.redriven_messages` (committed with the claim). Concurrent
         claims never take the same row. Deliveries come sorted in the claim's order.
 
         With ``max_in_flight`` and/or ``rate_interval_us`` (the queue's limits), the claim runs in one

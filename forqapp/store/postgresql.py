@@ -703,11 +703,12 @@ class PostgreSQLStore(Store):
                   "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG}
         sql = CLAIM[order]
         deliveries: list[Delivery] = []
-        redriven = 0
+        redriven: list[Delivery] = []
         for _ in range(MAX_REDRIVE_ROUNDS):
             rows = self._fetchall(sql, params)
             live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
-            redriven += len(rows) - len(live)
+            redriven += [Delivery._make(r[:13])._replace(receipt=None, lease_expires_at=None)
+                         for r in rows if r[13] != PROCESSING]
             deliveries += [Delivery._make(r[:13]) for r in live]
             if len(deliveries) >= limit or not rows:
                 break
@@ -719,7 +720,7 @@ class PostgreSQLStore(Store):
         if len(deliveries) > 1 and order != "random":  # RETURNING order is unspecified
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
-        return Claim(deliveries, redriven)
+        return Claim(deliveries, len(redriven), redriven_messages=tuple(redriven))
 
     def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
         if message_id is not None:

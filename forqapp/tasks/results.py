@@ -107,12 +107,12 @@ def _uuid(result_id: object) -> str:
         raise TaskResultDoesNotExist(result_id) from None
 
 
-def get_result(backend: ForqBackend, result_id: str) -> TaskResult:
+def get_result(backend: ForqBackend, result_id: str, *, using: str | None = None) -> TaskResult:
     from ..models import Message
     from .models import TaskRecord
 
     result_id = _uuid(result_id)
-    using = services.alias()
+    using = using or services.alias()
     message = (Message.objects.using(using).filter(id=result_id)
                .values("queue", "is_dlq", "status", "attempts", "process_after", "processing_started_at",
                        "first_received_at", "updated_at", "content", "priority", "received_at").first())

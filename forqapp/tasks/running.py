@@ -15,6 +15,16 @@ An import error is a failed attempt like any other (retried: during a rolling de
 may see a task only the new code has); a return value that is not JSON fails the task for good.
 Signals: ``task_started`` on the handler thread before the task runs, ``task_finished`` once, after
 the transaction that recorded its terminal outcome (SUCCESSFUL, or FAILED with no attempt left).
+
+A task whose worker died (kill -9, OOM) during its last attempt reaches its end in the next claim of
+its queue, which moves it to ``<queue>-dlq`` instead of delivering it (the redrive). When a task
+worker's claim does that, the worker hands the moved messages to :meth:`TaskRunner.on_redriven`,
+which sends ``task_finished`` for each, after the claim committed, with the FAILED result
+``get_result`` builds (no signal for a task whose path no longer imports: it has no result). Only
+the claim that moves a message sees it, and a dead letter is never redriven again, so that is once.
+A redrive elsewhere (a receive through the API, the SQS face, another consumer of the queue) or the
+stale job's recovery of a used-up delivery (failed, then moved by the failed job) sends nothing:
+those processes run no tasks; ``get_result`` says FAILED all the same.
 """
 
 from __future__ import annotations
@@ -40,13 +50,14 @@ from .backend import ForqBackend, TaskArgumentsError, decode, to_json
 from .compat import (
     TaskContext,
     TaskError,
+    TaskResultDoesNotExist,
     TaskResultStatus,
     set_field,
     task_backends,
     task_finished,
     task_started,
 )
-from .results import UNKNOWN_WORKER, Record, build, load_task, previous, write
+from .results import UNKNOWN_WORKER, Record, build, get_result, load_task, previous, write
 from .retrying import RetryPolicy, RetryPolicyError, backend_retries, task_retries
 
 logger = logging.getLogger(__name__)
@@ -160,6 +171,34 @@ class TaskRunner:
         return Outcome(True, started, services.now_ms(), data, return_json=return_json, task=task, result=result)
 
     # -- on the dispatcher ----------------------------------------------------------------------
+
+    def on_redriven(self, messages: list[services.ReceivedMessage], *, using: str) -> None:
+        """The worker's claim moved these used-up messages to the DLQ instead of delivering them
+        (their last attempt's worker died): once the claim has committed, send ``task_finished``
+        for each with its FAILED result as ``get_result`` builds it. Never raises."""
+        ids = [m.id for m in messages]
+        transaction.on_commit(lambda: self._finish_redriven(ids, using), using=using)
+
+    def _finish_redriven(self, ids: list[str], using: str) -> None:
+        for message_id in ids:
+            try:
+                result = get_result(self.backend, message_id, using=using)
+            except TaskResultDoesNotExist as exc:  # not a task of ours, or its path no longer imports
+                logger.warning("forq_worker: task %s on %s ran out of attempts (its worker died); no task_finished: %s",
+                               message_id, self.queue, exc)
+                continue
+            except Exception:  # noqa: BLE001 - a database error, a task module that raises at import
+                logger.exception("forq_worker: reading the result of redriven task %s on %s failed",
+                                 message_id, self.queue)
+                continue
+            if result.status != TaskResultStatus.FAILED:  # requeued from the DLQ meanwhile: not its end
+                continue
+            logger.warning("forq_worker: task %s (%s) ran out of attempts (its worker died); moved to %s-dlq",
+                           message_id, result.task.module_path, self.queue)
+            try:
+                task_finished.send(type(self.backend), task_result=result)
+            except Exception:  # noqa: BLE001 - a receiver's error must not stop the worker's claims
+                logger.exception("forq_worker: a task_finished receiver raised for task %s", message_id)
 
     def settle(self, items: list[tuple[services.ReceivedMessage, str, BaseException | None]], *,
                using: str) -> dict[str, int]:
