@@ -605,6 +605,25 @@ def test_a_task_killed_on_its_last_attempt_sends_task_finished_failed_once(clock
         task_finished.disconnect(receiver)
 
 
+def test_a_task_past_its_own_max_attempts_is_failed_not_run(clock):
+    """A task's own max_attempts (3, lower than its queue's 5): after three workers died during it,
+    the fourth delivery is not run (it would succeed) but failed, with task_finished once."""
+    seen, receiver = _finished_events()
+    try:
+        result = tasks.flaky.enqueue("past-its-limit", 0)  # succeeds whenever it runs
+        for attempt in (1, 2, 3):
+            d = services.claim("tasks-default", visibility_timeout=1)
+            assert d is not None and d.attempts == attempt
+            clock.advance(1.5)  # its worker was killed
+        assert drain() == {"fail": 1}
+        failed = tasks.flaky.get_result(result.id)
+        assert failed.status == TaskResultStatus.FAILED
+        assert "past the task's max_attempts of 3" in failed.errors[-1].traceback
+        assert seen == [(result.id, TaskResultStatus.FAILED, len(failed.worker_ids))]
+    finally:
+        task_finished.disconnect(receiver)
+
+
 def test_a_killed_task_whose_path_no_longer_imports_gets_no_task_finished(clock):
     seen, receiver = _finished_events()
     try:

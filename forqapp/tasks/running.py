@@ -148,6 +148,10 @@ class TaskRunner:
         except Exception as exc:  # noqa: BLE001 - an import error is a retryable failure
             return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc))
         data["enqueued_at"] = message.received_at or data.get("enqueued_at")  # a schedule's tick: its own
+        over = self._over_its_limit(task, message)
+        if over is not None:  # its own max_attempts is used up (earlier workers died): failed, not run
+            return Outcome(False, started, services.now_ms(), data, exception=over, error=_error_of(over),
+                           final=True, task=task)
         call = data["call"]
         args, kwargs = call.get("args", []), call.get("kwargs", {})
         result = build(task, message.id, TaskResultStatus.RUNNING, data, self.backend.alias, errors=[],
@@ -169,6 +173,19 @@ class TaskRunner:
             return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc), final=True,
                            task=task)
         return Outcome(True, started, services.now_ms(), data, return_json=return_json, task=task, result=result)
+
+    def _over_its_limit(self, task: Any, message: services.ReceivedMessage) -> BaseException | None:
+        """An error when this delivery is past the task's own ``max_attempts`` (lower than its
+        queue's, whose limit the claim enforces by moving the message to the DLQ): the workers of
+        the earlier attempts died before they could settle them."""
+        try:
+            limit = task_retries(task, self.backend).max_attempts
+        except RetryPolicyError:
+            return None
+        if limit is None or message.attempts <= limit:
+            return None
+        return RuntimeError(f"delivered {message.attempts} times, past the task's max_attempts of {limit}: "
+                            f"the workers of earlier attempts stopped before they finished")
 
     # -- on the dispatcher ----------------------------------------------------------------------
 
