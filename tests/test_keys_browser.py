@@ -63,14 +63,18 @@ def eventually(fn, expected, seconds: float = CACHE_S + 3):
         time.sleep(0.1)
 
 
-def test_keys_page_create_rotate_revoke_in_a_browser(live, browser_page, staff_user):
-    ui, api_url = live
-    page = browser_page
+def _log_in_to_the_keys_page(page, ui: str) -> None:
     page.goto(ui + "/keys/")
     page.fill("#id_username", "admin")
     page.fill("#id_password", "pw-admin-123")
     page.click("button[type=submit]")
     page.wait_for_selector("[data-testid=no-keys]")
+
+
+def test_keys_page_create_rotate_revoke_in_a_browser(live, browser_page, staff_user):
+    ui, api_url = live
+    page = browser_page
+    _log_in_to_the_keys_page(page, ui)
     page.fill("[data-testid=key-name]", "orders-producer")
     page.fill("[data-testid=key-grants]", "orders:produce")
     page.click("[data-testid=create-key]")
@@ -138,11 +142,7 @@ def test_keys_page_without_javascript_asks_on_a_confirmation_page(live, browser_
     try:
         page = context.new_page()
         page.set_default_timeout(10_000)
-        page.goto(ui + "/keys/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", "pw-admin-123")
-        page.click("button[type=submit]")
-        page.wait_for_selector("[data-testid=no-keys]")
+        _log_in_to_the_keys_page(page, ui)
         page.fill("[data-testid=key-name]", "no-script")
         page.fill("[data-testid=key-grants]", "orders:produce")
         page.click("[data-testid=create-key]")  # a plain form post: the whole page, the token shown once
