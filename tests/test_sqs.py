@@ -855,3 +855,24 @@ def test_a_django_task_queue_is_an_sqs_queue(sqs):
     Worker(with_consumers({}), burst=True, start_jitter=0).run()
     assert TaskRecord.objects.get(id=result.id).status == "SUCCESSFUL"
     assert "Messages" not in sqs.receive_message(QueueUrl=url)
+
+
+def test_a_task_sent_with_boto3_is_run_by_the_worker(sqs):
+    """The other way: a body in the task format, sent with boto3 to a task queue, is a task the
+    worker runs; its result is the SQS message id's."""
+    from forqapp.models import Message
+    from forqapp.tasks.discovery import with_consumers
+    from forqapp.tasks.models import TaskRecord
+    from forqapp.worker import Worker
+    from tests.tasksapp import tasks
+
+    template = tasks.add.enqueue(0, 0)  # the body the backend writes for add(…)
+    body = json.loads(Message.objects.get(id=template.id).content)
+    Message.objects.filter(id=template.id).delete()
+    body["call"] = {"args": [20, 22], "kwargs": {}}
+    url = sqs.get_queue_url(QueueName="tasks-default")["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))
+    Worker(with_consumers({}), burst=True, start_jitter=0).run()
+    record = TaskRecord.objects.get(id=sent["MessageId"])
+    assert record.status == "SUCCESSFUL" and json.loads(record.return_value) == 42
+    assert tasks.add.get_result(sent["MessageId"]).return_value == 42
