@@ -10,7 +10,8 @@ scoped key in this process's cache) and allows the call on the queue. Anything e
 unknown key (401, the throttle), a scope refusal (403), a wrong method (405), an odd path — goes
 the general way (:mod:`forqapp.api.views` through :mod:`forqapp.api.plumbing`), which answers it.
 
-What it does is the views' own: the same validation and service calls through
+What it does is the views' own (it calls :func:`forqapp.api.views.send_body`, ``take`` and
+``ack_receipt``, as the views do): the same validation and service calls through
 :mod:`forqapp.groupcommit`, the same error codes, and byte for byte the same answers, security
 headers included (``tests/test_fastpath.py`` compares both ways on every case it makes).
 """
@@ -23,11 +24,11 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .. import errors, groupcommit, services, validation, waiting
+from .. import errors
 from ..conf import hot
 from ..errors import ForqError
 from ..keys import cache as key_cache
-from . import plumbing
+from . import plumbing, views
 
 logger = logging.getLogger("forqapp.api")
 
@@ -123,30 +124,19 @@ class FastPath:
             return _error(exc.code, exc.status)
         if body is None:
             return None
-        validation.v1_queue_name(queue, produce=True)  # as views.produce
-        try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise ForqError(errors.BODY_INVALID, "body is not JSON") from None
-        if not isinstance(data, dict):
-            raise ForqError(errors.BODY_INVALID, "body is not a JSON object")
-        await groupcommit.run(services.send, queue, data.get("content"), data.get("processAfter"))
+        await views.send_body(queue, body)
         return 204, _headers(), b""
 
     async def _consume(self, queue: str) -> Answer:
-        validation.v1_queue_name(queue)  # as views.consume
-        message = await waiting.claim_async(services.claim, queue, hot("FORQ_LONG_POLL_SECONDS"))
+        message = await views.take(queue)
         if message is None:
             return 204, _headers(), b""
+        body = json.dumps(views.delivered(message))  # as JsonResponse writes it
         receipt = str(message.receipt).encode()
-        body = json.dumps({"id": message.id, "content": message.content, "receipt": str(message.receipt)})
         return 200, _headers((b"Content-Type", b"application/json"), (b"X-Forq-Receipt", receipt)), body.encode()
 
     async def _ack(self, queue: str, message_id: str, receipt: bytes | None) -> Answer:
-        # as views.ack (views._delivery, plumbing.receipt)
-        queue, message_id = validation.v1_queue_name(queue), validation.message_id(message_id)
-        value = validation.receipt(None if receipt is None else receipt.decode("latin-1"))
-        await groupcommit.run(services.ack_delivery, queue, message_id, value)
+        await views.ack_receipt(queue, message_id, None if receipt is None else receipt.decode("latin-1"))
         return 204, _headers(), b""
 
 

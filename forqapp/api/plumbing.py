@@ -209,8 +209,22 @@ async def early_refusal(request: HttpRequest, view: object) -> HttpResponse | No
 
 def json_body(request: HttpRequest) -> dict[str, Any]:
     """The request's body, which must be a JSON object (400 ``bad_request.body.invalid`` if not)."""
+    return json_object(body_of(request))
+
+
+def body_of(request: HttpRequest) -> bytes:
+    """The request's body (400 ``bad_request.body.invalid`` when Django cannot read it: a
+    ``Content-Length`` of "abc" raises ValueError there)."""
     try:
-        body = json.loads(request.body)
+        return request.body
+    except ValueError:
+        raise ForqError(errors.BODY_INVALID, "body is not JSON") from None
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """``raw`` parsed, which must be a JSON object (400 ``bad_request.body.invalid`` if not)."""
+    try:
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested ~1,000 deep
         raise ForqError(errors.BODY_INVALID, "body is not JSON") from None
     if not isinstance(body, dict):

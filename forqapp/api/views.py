@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .. import groupcommit, services, validation, waiting
 from ..conf import hot
-from .plumbing import RECEIPT_HEADER, endpoint, json_body, receipt
+from .plumbing import RECEIPT_HEADER, body_of, endpoint, json_object, receipt
 
 
 @endpoint("GET", "POST", waits=("GET",), action={"GET": "consume", "POST": "produce"})
@@ -24,28 +24,50 @@ async def messages(request: HttpRequest, queue: str) -> HttpResponse:
 
 
 async def produce(request: HttpRequest, queue: str) -> HttpResponse:
-    validation.v1_queue_name(queue, produce=True)  # Forq's contract: 64 characters
-    body = json_body(request)
-    await groupcommit.run(services.send, queue, body.get("content"), body.get("processAfter"))
+    await send_body(queue, body_of(request))
     return HttpResponse(status=204)
 
 
 async def consume(request: HttpRequest, queue: str) -> HttpResponse:
-    """A long poll: the oldest due message, waiting up to ``FORQ_LONG_POLL_SECONDS`` for one (204
-    when none came, or when the server drains)."""
-    validation.v1_queue_name(queue)
-    message = await waiting.claim_async(services.claim, queue, hot("FORQ_LONG_POLL_SECONDS"))
+    message = await take(queue)
     if message is None:
         return HttpResponse(status=204)
-    response = JsonResponse({"id": message.id, "content": message.content, "receipt": str(message.receipt)})
+    response = JsonResponse(delivered(message))
     response[RECEIPT_HEADER] = str(message.receipt)
     return response
 
 
 @endpoint("POST", action="consume")
 async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
-    await groupcommit.run(services.ack_delivery, *_delivery(request, queue, message_id))
+    await ack_receipt(queue, message_id, request.headers.get(RECEIPT_HEADER))
     return HttpResponse(status=204)
+
+
+# What Forq's produce, consume and ack do, shared with the fast path (forqapp.api.fastpath), which
+# answers them without Django's request and response.
+
+
+async def send_body(queue: str, body: bytes) -> None:
+    """Produce: ``body`` is Forq's ``{"content", "processAfter"?}``."""
+    validation.v1_queue_name(queue, produce=True)  # Forq's contract: 64 characters
+    data = json_object(body)
+    await groupcommit.run(services.send, queue, data.get("content"), data.get("processAfter"))
+
+
+async def take(queue: str) -> services.ReceivedMessage | None:
+    """Consume: a long poll for the oldest due message, waiting up to ``FORQ_LONG_POLL_SECONDS``
+    (None when none came, or when the server drains)."""
+    validation.v1_queue_name(queue)
+    return await waiting.claim_async(services.claim, queue, hot("FORQ_LONG_POLL_SECONDS"))
+
+
+def delivered(message: services.ReceivedMessage) -> dict[str, str]:
+    return {"id": message.id, "content": message.content, "receipt": str(message.receipt)}
+
+
+async def ack_receipt(queue: str, message_id: str, receipt_header: str | None) -> None:
+    queue, message_id = validation.v1_queue_name(queue), validation.message_id(message_id)
+    await groupcommit.run(services.ack_delivery, queue, message_id, validation.receipt(receipt_header))
 
 
 @endpoint("POST", action="consume")
