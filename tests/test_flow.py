@@ -174,7 +174,7 @@ def test_max_in_flight_is_never_exceeded_by_4_worker_processes_of_8_threads(tmp_
         deadline = time.monotonic() + 90
         while Message.objects.filter(queue="flow-cap").exists():
             assert time.monotonic() < deadline, f"not done: {len(events(w, 'end'))} of {count}"
-            assert all(p.poll() is None for p in w.procs), [p.communicate() for p in w.procs]
+            assert all(p.poll() is None for p in w.procs), [w.output(p) for p in w.procs]
             time.sleep(0.05)
     finally:
         watching.set()
@@ -195,8 +195,9 @@ def start_workers(w: WorkerProc, n: int, *args: str) -> None:
     line), so that none has the queue to itself while the others are still starting."""
     procs = [w.start(*args) for _ in range(n)]
     for proc in procs:
-        while "thread(s) on" not in (line := proc.stderr.readline()):
-            assert line, f"forq_worker exited: {proc.communicate()}"
+        w.wait_for(lambda: "thread(s) on" in w.output(proc) or proc.poll() is not None,  # noqa: B023
+                   what="the worker's first log line")
+        assert proc.poll() is None, f"forq_worker exited: {w.output(proc)}"
 
 
 def events(w: WorkerProc, event: str) -> list[dict]:

@@ -197,7 +197,7 @@ def test_forq_jobs_process_runs_jobs_and_stops_on_sigterm(tmp_path):
     from .workerproc import WorkerProc
 
     w = WorkerProc(tmp_path, {"FORQ_JOB_INTERVALS": {"failed": 0.1}})
-    proc = w.start(command="forq_jobs")
+    proc = w.start(command="forq_jobs", pipes=True)
     try:
         failed = craft("proc", status=2, attempts=5)
         w.wait_for(lambda: get(failed).queue == "proc-dlq", what="the failed job")

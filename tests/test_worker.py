@@ -4,6 +4,7 @@ paths, graceful and immediate shutdown, crash recovery, heartbeats, poison messa
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 
 import pytest
@@ -98,7 +99,11 @@ def test_second_signal_exits_at_once_and_nothing_is_lost(worker):
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=5) == 1
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the worker did not exit on the second signal: {w.output(proc)}") from None
+    assert code == 1, w.output(proc)
     assert (row(slow).status, row(slow).attempts) == (1, 1)  # back after the visibility timeout
 
 

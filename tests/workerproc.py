@@ -28,14 +28,30 @@ class WorkerProc:
             **(env or {}),
         }
         self.procs: list[subprocess.Popen] = []
+        self.tmp_path = tmp_path
 
-    def start(self, *args: str, command: str = "forq_worker") -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), command, *args],
-            cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
+    def start(self, *args: str, command: str = "forq_worker", pipes: bool = False) -> subprocess.Popen:
+        """A worker process. Its output goes to files (:meth:`output`), never to a pipe nobody reads
+        while the test runs (a full pipe would block the worker mid-write, its signal handlers
+        too); ``pipes=True`` for a test that reads ``proc.stdout``/``proc.stderr`` as it goes."""
+        n = len(self.procs)
+        argv = [sys.executable, str(ROOT / "manage.py"), command, *args]
+        if pipes:
+            proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+        else:
+            with open(self.tmp_path / f"worker-{n}.out", "w") as out, \
+                    open(self.tmp_path / f"worker-{n}.err", "w") as err:
+                proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=err, text=True)
         self.procs.append(proc)
         return proc
+
+    def output(self, proc: subprocess.Popen) -> str:
+        """What ``proc`` (started by :meth:`start`) wrote so far, stdout then stderr."""
+        n = self.procs.index(proc)
+        if proc.stdout is not None:  # started with pipes
+            return "(output in its pipes)"
+        return "".join((self.tmp_path / f"worker-{n}.{kind}").read_text() for kind in ("out", "err"))
 
     def run(self, *args: str, command: str = "forq_worker", timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(
