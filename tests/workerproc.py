@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,10 @@ from pathlib import Path
 from tests.conftest import database_env
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class WorkerProc:
@@ -36,13 +41,17 @@ class WorkerProc:
         too); ``pipes=True`` for a test that reads ``proc.stdout``/``proc.stderr`` as it goes."""
         n = len(self.procs)
         argv = [sys.executable, str(ROOT / "manage.py"), command, *args]
+        # SIGINT as a terminal gives it: a test run started in the background (nohup, `&` in a
+        # script: SIGINT ignored, and a process that starts with it ignored keeps it so, as forqapp's
+        # commands do on purpose) must not change what a worker does with a Ctrl-C.
+        sigint = {"preexec_fn": _default_sigint}
         if pipes:
             proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+                                    text=True, **sigint)
         else:
             with open(self.tmp_path / f"worker-{n}.out", "w") as out, \
                     open(self.tmp_path / f"worker-{n}.err", "w") as err:
-                proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=err, text=True)
+                proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=err, text=True, **sigint)
         self.procs.append(proc)
         return proc
 
