@@ -553,7 +553,9 @@ def test_a_final_failure_sends_task_finished_with_failed():
     assert seen == [(TaskResultStatus.FAILED, 3)]
 
 
-def _finished_events():
+@pytest.fixture
+def finished():
+    """The task_finished signals sent meanwhile: (id, status, number of worker ids) each."""
     seen: list[tuple[str, object, int]] = []
 
     def receiver(sender, task_result, **kwargs):
@@ -561,7 +563,8 @@ def _finished_events():
         seen.append((task_result.id, task_result.status, len(task_result.worker_ids)))
 
     task_finished.connect(receiver, weak=False)
-    return seen, receiver
+    yield seen
+    task_finished.disconnect(receiver)
 
 
 def _killed_on_its_last_attempt(clock, t, *args):
@@ -577,95 +580,75 @@ def _killed_on_its_last_attempt(clock, t, *args):
     return result, deliveries
 
 
-def test_a_task_killed_on_its_last_attempt_sends_task_finished_failed_once(clock):
+def test_a_task_killed_on_its_last_attempt_sends_task_finished_failed_once(clock, finished):
     """The next task worker's claim finds the attempts used up and moves the task to the DLQ
     (redrive): that worker sends task_finished once, FAILED, as get_result builds it; nothing sends
     it again (the late finisher, the jobs, later claims)."""
-    seen, receiver = _finished_events()
-    try:
-        result, (_first, last) = _killed_on_its_last_attempt(clock, tasks.add, 1, 2)
-        other = tasks.add.enqueue(2, 3)
-        assert drain() == {"ack": 1}  # the next worker: redrives the killed task, runs the other one
-        assert Message.objects.get(id=result.id).queue == "tasks-default-dlq"
-        failed = tasks.add.get_result(result.id)
-        assert failed.status == TaskResultStatus.FAILED
-        assert seen == [(result.id, TaskResultStatus.FAILED, len(failed.worker_ids)),
+    result, (_first, last) = _killed_on_its_last_attempt(clock, tasks.add, 1, 2)
+    other = tasks.add.enqueue(2, 3)
+    assert drain() == {"ack": 1}  # the next worker: redrives the killed task, runs the other one
+    assert Message.objects.get(id=result.id).queue == "tasks-default-dlq"
+    failed = tasks.add.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert finished == [(result.id, TaskResultStatus.FAILED, len(failed.worker_ids)),
                         (other.id, TaskResultStatus.SUCCESSFUL, 1)]
-        # The killed worker's late settle is fenced (lost), the jobs and later claims send nothing.
-        runner = TaskRunner(backend(), "tasks-default")
-        runner(last)
-        assert runner.settle([(last, "ack", None)], using=services.alias()) == {"ack": 0, "lost": 1}
-        jobs.stale()
-        jobs.failed()
-        clock.advance(5)
-        assert drain() == {}
-        assert [s for s in seen if s[0] == result.id] == [(result.id, TaskResultStatus.FAILED, len(failed.worker_ids))]
-        assert tasks.add.get_result(result.id).status == TaskResultStatus.FAILED
-    finally:
-        task_finished.disconnect(receiver)
+    # The killed worker's late settle is fenced (lost), the jobs and later claims send nothing.
+    runner = TaskRunner(backend(), "tasks-default")
+    runner(last)
+    assert runner.settle([(last, "ack", None)], using=services.alias()) == {"ack": 0, "lost": 1}
+    jobs.stale()
+    jobs.failed()
+    clock.advance(5)
+    assert drain() == {}
+    assert [s for s in finished if s[0] == result.id] == [(result.id, TaskResultStatus.FAILED, len(failed.worker_ids))]
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.FAILED
 
 
-def test_a_task_past_its_own_max_attempts_is_failed_not_run(clock):
+def test_a_task_past_its_own_max_attempts_is_failed_not_run(clock, finished):
     """A task's own max_attempts (3, lower than its queue's 5): after three workers died during it,
     the fourth delivery is not run (it would succeed) but failed, with task_finished once."""
-    seen, receiver = _finished_events()
-    try:
-        result = tasks.flaky.enqueue("past-its-limit", 0)  # succeeds whenever it runs
-        for attempt in (1, 2, 3):
-            d = services.claim("tasks-default", visibility_timeout=1)
-            assert d is not None and d.attempts == attempt
-            clock.advance(1.5)  # its worker was killed
-        assert drain() == {"fail": 1}
-        failed = tasks.flaky.get_result(result.id)
-        assert failed.status == TaskResultStatus.FAILED
-        assert "past the task's max_attempts of 3" in failed.errors[-1].traceback
-        assert seen == [(result.id, TaskResultStatus.FAILED, len(failed.worker_ids))]
-    finally:
-        task_finished.disconnect(receiver)
+    result = tasks.flaky.enqueue("past-its-limit", 0)  # succeeds whenever it runs
+    for attempt in (1, 2, 3):
+        d = services.claim("tasks-default", visibility_timeout=1)
+        assert d is not None and d.attempts == attempt
+        clock.advance(1.5)  # its worker was killed
+    assert drain() == {"fail": 1}
+    failed = tasks.flaky.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert "past the task's max_attempts of 3" in failed.errors[-1].traceback
+    assert finished == [(result.id, TaskResultStatus.FAILED, len(failed.worker_ids))]
 
 
-def test_a_killed_task_whose_path_no_longer_imports_gets_no_task_finished(clock):
-    seen, receiver = _finished_events()
-    try:
-        result, _ = _killed_on_its_last_attempt(clock, tasks.add, 1, 2)
-        content = json.loads(Message.objects.get(id=result.id).content)
-        content["task"] = "tests.tasksapp.tasks.not_there"
-        Message.objects.filter(id=result.id).update(content=json.dumps(content))
-        assert drain() == {}
-        assert Message.objects.get(id=result.id).queue == "tasks-default-dlq"  # redriven all the same
-        assert seen == []  # no TaskResult without its task
-    finally:
-        task_finished.disconnect(receiver)
+def test_a_killed_task_whose_path_no_longer_imports_gets_no_task_finished(clock, finished):
+    result, _ = _killed_on_its_last_attempt(clock, tasks.add, 1, 2)
+    content = json.loads(Message.objects.get(id=result.id).content)
+    content["task"] = "tests.tasksapp.tasks.not_there"
+    Message.objects.filter(id=result.id).update(content=json.dumps(content))
+    assert drain() == {}
+    assert Message.objects.get(id=result.id).queue == "tasks-default-dlq"  # redriven all the same
+    assert finished == []  # no TaskResult without its task
 
 
-def test_a_killed_task_redriven_outside_a_task_worker_gets_no_task_finished(clock):
+def test_a_killed_task_redriven_outside_a_task_worker_gets_no_task_finished(clock, finished):
     """A receive that is not a task worker's claim (the API, the SQS face, services.receive) moves
     it to the DLQ too, and sends nothing: get_result says FAILED."""
-    seen, receiver = _finished_events()
-    try:
-        result, _ = _killed_on_its_last_attempt(clock, tasks.add, 1, 2)
-        assert services.receive("tasks-default") is None  # redriven by this receive
-        assert drain() == {}
-        assert seen == []
-        assert tasks.add.get_result(result.id).status == TaskResultStatus.FAILED
-    finally:
-        task_finished.disconnect(receiver)
+    result, _ = _killed_on_its_last_attempt(clock, tasks.add, 1, 2)
+    assert services.receive("tasks-default") is None  # redriven by this receive
+    assert drain() == {}
+    assert finished == []
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.FAILED
 
 
-def test_a_task_redriven_inside_an_atomic_block_is_reported_after_commit(clock):
-    seen, receiver = _finished_events()
-    try:
-        result, _ = _killed_on_its_last_attempt(clock, tasks.add, 1, 2)
-        runner = TaskRunner(backend(), "tasks-default")
-        with transaction.atomic():
-            redriven: list = []
-            assert services.claim_many("tasks-default", 5, redriven=redriven) == []
-            assert [m.id for m in redriven] == [result.id] and redriven[0].queue == "tasks-default-dlq"
-            runner.on_redriven(redriven, using=services.alias())
-            assert seen == []  # not before the claim commits
-        assert seen == [(result.id, TaskResultStatus.FAILED, len(tasks.add.get_result(result.id).worker_ids))]
-    finally:
-        task_finished.disconnect(receiver)
+def test_a_task_redriven_inside_an_atomic_block_is_reported_after_commit(clock, finished):
+    result, _ = _killed_on_its_last_attempt(clock, tasks.add, 1, 2)
+    runner = TaskRunner(backend(), "tasks-default")
+    with transaction.atomic():
+        redriven: list = []
+        assert services.claim_many("tasks-default", 5, redriven=redriven) == []
+        assert [m.id for m in redriven] == [result.id] and redriven[0].queue == "tasks-default-dlq"
+        runner.on_redriven(redriven, using=services.alias())
+        assert finished == []  # not before the claim commits
+    assert finished == [(result.id, TaskResultStatus.FAILED, len(tasks.add.get_result(result.id).worker_ids))]
 
 
 # --- 5. periodic tasks -----------------------------------------------------------------------
