@@ -84,7 +84,7 @@ class Group:
         self.queued: list[tuple[Call, asyncio.Future[Any]]] = []
         self.running = 0
         self.scheduled = False
-        self.sizes = 0  # calls sent, and groups sent: for the benchmark's average group size
+        self.sizes = 0  # calls sent, and groups sent (their ratio: the average group size)
         self.groups = 0
 
     def add(self, call: Call) -> asyncio.Future[Any]:

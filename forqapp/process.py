@@ -65,9 +65,8 @@ def install_signal_handlers(name: str, *, doing: str = "stopping", last_words: s
     :func:`on_stop` callback; a second exits at once with code 1 (writing ``last_words`` to stderr).
 
     Installed once per process (later calls only add nothing). A SIGINT ignored from the start
-    stays ignored: a child started so (``Supervisor.start(ignore_sigint=True)``) stops on the one
-    SIGTERM its supervisor sends (a Ctrl-C reaches the whole process group, and two signals would
-    make the child exit at once, without finishing its stop)."""
+    stays ignored, as Unix expects of a process started so (``nohup``, a background job of a
+    script): only SIGTERM stops it then."""
     if _installed:
         return
     _installed.update(name=name, doing=doing, last_words=last_words)
@@ -128,16 +127,9 @@ class Supervisor:
         self.signals = 0
         self._on_first: list[Callable[[], None]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, *,
-              ignore_sigint: bool = False) -> subprocess.Popen:
-        """Start a child. ``ignore_sigint``: it starts with SIGINT ignored (inherited through
-        exec), so a Ctrl-C that reaches the whole process group does not stop it twice."""
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignore_sigint else None
-        try:
-            proc = subprocess.Popen(argv, env=env)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start a child."""
+        proc = subprocess.Popen(argv, env=env)
         self.children[name] = proc
         return proc
 

@@ -157,3 +157,14 @@ def test_a_scoped_key_with_the_grant_takes_the_fast_path(apps):
     other = _scope("POST", "/api/v1/queues/fp-other/messages", [(b"x-api-key", token)])
     assert fast._fast.take(other) is None  # no grant there: the general path answers 403
     assert json.loads(_run(fast, other, b'{"content": "y"}')[2])["code"] == "forbidden.key_scope"
+
+
+def test_in_pro_both_paths_send_hsts(apps):
+    fast, general = apps
+    answers = []
+    with override_settings(FORQ_ENV="pro"):
+        for app in (fast, general):
+            answers.append(_run(app, _scope("POST", "/api/v1/queues/fp-pro/messages", [(b"x-api-key", KEY)]),
+                                b'{"content": "x"}'))
+    assert answers[0] == answers[1]
+    assert (b"Strict-Transport-Security", b"max-age=31536000; includeSubDomains") in answers[0][1]

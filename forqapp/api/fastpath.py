@@ -18,6 +18,7 @@ headers included (``tests/test_fastpath.py`` compares both ways on every case it
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -25,7 +26,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import errors
-from ..conf import hot
 from ..errors import ForqError
 from ..keys import cache as key_cache
 from . import plumbing, views
@@ -40,12 +40,13 @@ Answer = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, body
 
 
 def _headers(*extra: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:
-    """The security headers :func:`forqapp.api.plumbing.secure` adds, after ``extra``."""
-    found = [*extra, (b"X-Content-Type-Options", b"nosniff"), (b"X-Frame-Options", b"DENY"),
-             (b"Referrer-Policy", b"no-referrer")]
-    if hot("FORQ_ENV") == "pro":
-        found.append((b"Strict-Transport-Security", b"max-age=31536000; includeSubDomains"))
-    return found
+    """``extra``, then the headers :func:`forqapp.api.plumbing.secure` adds."""
+    return [*extra, *_encoded(plumbing.security_headers())]
+
+
+@functools.cache
+def _encoded(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes, bytes], ...]:
+    return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers)
 
 
 class FastPath:
