@@ -289,7 +289,44 @@ def test_contract_for_access_key_and_for_token(settings, monkeypatch):
     assert for_access_key("forq-root") is None and for_token("") is None
 
 
-def test_a_cached_key_costs_no_query(django_assert_num_queries):
+def test_a_key_rotated_elsewhere_works_here_within_the_recheck_not_the_cache_period(settings, monkeypatch):
+    """Another process rotates the key (its forget() does not reach this process's cache): the new
+    secret is refused only until the cached answer is RECHECK_SECONDS old, then the database is asked."""
+    import time
+
+    from forqapp.keys import crypto, tokens
+
+    settings.FORQ_KEYS_CACHE_SECONDS = 60
+    k = new_key("rotated-elsewhere", "orders:read")
+    assert for_token(k.token) is not None  # cached for a minute
+    secret = tokens.new_secret()
+    ApiKey.objects.filter(pk=k.key.pk).update(secret_sealed=crypto.seal(secret, k.key.access_key_id))
+    new_token = k.key.access_key_id + "." + secret
+    monkeypatch.setattr(cache, "RECHECK_SECONDS", 3600)
+    assert for_token(new_token) is None  # the cached answer is fresh: refused without a query
+    monkeypatch.setattr(cache, "RECHECK_SECONDS", 0.05)
+    time.sleep(0.06)
+    assert cache.for_token_cached(new_token) is cache.MISS  # the fast path hands it to the general one
+    assert for_token(new_token) is not None  # asked again: the new secret works
+    assert for_token(k.token) is None  # and the old one is refused here at once
+
+
+def test_a_key_created_after_its_id_was_refused_works_within_the_recheck(settings, monkeypatch):
+    import time
+
+    settings.FORQ_KEYS_CACHE_SECONDS = 60
+    monkeypatch.setattr(cache, "RECHECK_SECONDS", 0.05)
+    k = new_key("late", "orders:read")
+    ApiKey.objects.filter(pk=k.key.pk).update(enabled=False)
+    cache.forget()
+    assert for_token(k.token) is None  # remembered as unusable for a minute
+    ApiKey.objects.filter(pk=k.key.pk).update(enabled=True)  # enabled by another process
+    time.sleep(0.06)
+    assert for_token(k.token) is not None
+
+
+def test_a_cached_key_costs_no_query(django_assert_num_queries, monkeypatch):
+    monkeypatch.setattr(cache, "RECHECK_SECONDS", 3600)  # a refusal is not rechecked within this test
     k = new_key("hot", "orders:read")
     for_token(k.token)  # fills the cache
     with django_assert_num_queries(0):

@@ -7,6 +7,11 @@ unknown id is remembered too, so a client guessing ids costs one read per id and
 wrong id takes the same path as a wrong secret (a compare against a dummy secret): their timings
 match (``tests/test_keys_timing.py``).
 
+A refusal is never older than :data:`RECHECK_SECONDS`: when a cached answer refuses a token and was
+read more than that ago, the database is asked again. So a key rotated (or created) through another
+process works here within a quarter of a second, not a cache period, while a client sending wrong
+secrets costs at most one read per id, process and quarter second (and the auth throttle stops it).
+
 Last use: a use that loads the key (a miss) writes it at once (one ``UPDATE``); a use answered
 from the cache is noted in memory, and the next load writes it. So at most one write per key,
 process and period, never one per request; ``last_used_at`` is right to within the period.
@@ -26,12 +31,13 @@ from .tokens import ID, SEPARATOR
 
 logger = logging.getLogger("forqapp.keys")
 
+RECHECK_SECONDS = 0.25  # a refusal from a cached answer older than this asks the database again
 MAX_ENTRIES = 10_000  # ids remembered per process (guessed ids must not grow it without bound)
 _DUMMY = "x" * 40  # compared against when the id is unknown: a wrong id costs what a wrong secret costs
 
 _NOBODY = Key("", _DUMMY)  # an unknown id's entry: it goes through the same steps as a known key
 
-_entries: dict[str, tuple[float, Key]] = {}
+_entries: dict[str, tuple[float, float, Key]] = {}  # id -> (trusted until, read at, key): monotonic
 _used: dict[str, int] = {}  # access key id -> last use (Unix ms) not yet written
 _lock = threading.Lock()
 MISS: Any = object()
@@ -62,7 +68,7 @@ def _entry(access_key_id: str) -> Key:
     entry = _entries.get(access_key_id)
     if entry is None or entry[0] < time.monotonic():
         return MISS
-    key = entry[1]
+    key = entry[2]
     if key.expires_at is not None and key.expires_at <= _now_ms():
         return _NOBODY
     return key
@@ -108,8 +114,17 @@ def check_token(token: str | None, *, query: bool = True) -> Key | None:
             return MISS
         key = load(access_key_id) or _NOBODY
     # An unknown id is compared against a dummy secret: a wrong id costs what a wrong secret costs.
-    if not hmac.compare_digest(secret.encode("utf-8", "surrogatepass"), key.secret.encode("utf-8")):
-        return None
+    given_secret = secret.encode("utf-8", "surrogatepass")
+    if not hmac.compare_digest(given_secret, key.secret.encode("utf-8")):
+        if loaded or not _recheck_due(access_key_id):
+            return None
+        # Refused by an answer read a while ago: the key may have been rotated or created elsewhere.
+        if not query:
+            return MISS
+        key = load(access_key_id) or _NOBODY
+        loaded = True
+        if not hmac.compare_digest(given_secret, key.secret.encode("utf-8")):
+            return None
     if key is _NOBODY:
         return None
     if loaded:
@@ -117,6 +132,11 @@ def check_token(token: str | None, *, query: bool = True) -> Key | None:
     else:
         _used[access_key_id] = _now_ms()  # written on the next load
     return key
+
+
+def _recheck_due(access_key_id: str) -> bool:
+    entry = _entries.get(access_key_id)
+    return entry is None or time.monotonic() - entry[1] >= RECHECK_SECONDS
 
 
 def for_token(token: str | None) -> Key | None:
@@ -165,7 +185,8 @@ def load(access_key_id: str) -> Key | None:
     with _lock:
         if len(_entries) >= MAX_ENTRIES:
             _entries.clear()
-        _entries[access_key_id] = (time.monotonic() + forq_settings.FORQ_KEYS_CACHE_SECONDS, key or _NOBODY)
+        now_s = time.monotonic()
+        _entries[access_key_id] = (now_s + forq_settings.FORQ_KEYS_CACHE_SECONDS, now_s, key or _NOBODY)
     return key
 
 
