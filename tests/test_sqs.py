@@ -659,6 +659,18 @@ def test_scoped_keys(server, settings):
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         client(server, issued.key.access_key_id, "wrong").list_queues()
     assert code_of(exc)[0] == "SignatureDoesNotMatch"
+    # Rotated here (another process than the server, which has the key cached for 5 s): the new
+    # secret works there within a quarter second of its cached answer's age, not after 5 s.
+    rotated = key_service.rotate(issued.key, actor="test", via="test")
+    started = time.monotonic()
+    while True:
+        try:
+            client(server, issued.key.access_key_id, rotated.secret).list_queues()
+            break
+        except botocore.exceptions.ClientError as refused:
+            assert refused.response["Error"]["Code"] == "SignatureDoesNotMatch"
+            assert time.monotonic() - started < 2, "the new secret was refused for 2 s (the cache period is 5 s)"
+            time.sleep(0.05)
 
 
 # --- the AWS CLI --------------------------------------------------------------------------------------

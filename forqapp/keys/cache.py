@@ -139,6 +139,12 @@ def _recheck_due(access_key_id: str) -> bool:
     return entry is None or time.monotonic() - entry[1] >= RECHECK_SECONDS
 
 
+def recheck_due(access_key_id: str) -> bool:
+    """Whether a refusal of ``access_key_id`` (a scoped key's: the root key is never cached) should
+    ask the database again (:func:`load`): its cached answer is older than :data:`RECHECK_SECONDS`."""
+    return access_key_id != ROOT_ACCESS_KEY_ID and _recheck_due(access_key_id)
+
+
 def for_token(token: str | None) -> Key | None:
     return check_token(token)
 

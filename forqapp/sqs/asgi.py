@@ -86,6 +86,8 @@ class SQSApplication:
             else self.keys.cache.root_key()
         if key is self.keys.cache.MISS:
             key = await services.run_async(self.keys.for_access_key, auth.access_key_id)
+        if (key is None or key.expired(services.now_ms())) and self.keys.cache.recheck_due(auth.access_key_id):
+            key = await services.run_async(self.keys.cache.load, auth.access_key_id)  # created or enabled elsewhere?
         if key is None or key.expired(services.now_ms()):
             await self._failed(address)
             raise protocol.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.",
@@ -94,7 +96,9 @@ class SQSApplication:
         request = sigv4.canonical_request("POST", scope.get("raw_path", b"/").decode("latin-1") or "/",
                                           scope.get("query_string", b"").decode("latin-1"), headers,
                                           auth.signed_headers, body)
-        if not sigv4.verify(key.secret, auth, request):
+        if not sigv4.verify(key.secret, auth, request) and self.keys.cache.recheck_due(auth.access_key_id):
+            key = await services.run_async(self.keys.cache.load, auth.access_key_id)  # rotated elsewhere?
+        if key is None or not sigv4.verify(key.secret, auth, request):
             await self._failed(address)
             raise protocol.SqsError("SignatureDoesNotMatch", "The request signature we calculated does not match the "
                                     "signature you provided. Check your AWS Secret Access Key and signing method.", 403)
