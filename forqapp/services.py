@@ -151,13 +151,20 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
     if not item.keys() <= _ITEM_KEYS:
         unknown = set(item) - _ITEM_KEYS
         raise ForqError(errors.BODY_INVALID, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
-    due = _due(item.get("process_after", item.get("processAfter")), item.get("delay"), now)
-    retention = validation.optional_duration_ms(item.get("retention"), "retention", 1, validation.YEAR_S)
+    # (Each option checked only when given: send_many's rows are mostly content and one or two.)
+    get = item.get
+    process_after, delay, retention = get("process_after"), get("delay"), get("retention")
+    if process_after is None:
+        process_after = get("processAfter")
+    due = now if process_after is None and delay is None else _due(process_after, delay, now)
+    priority, attributes, dedup_id = get("priority"), get("attributes"), get("dedup_id")
     return _new_message((
-        message_id, queue, validation.content(item.get("content"), limit), due, now,
-        due + (pol.retention_ms if retention is None else retention),
-        validation.priority(item.get("priority")), validation.attributes(item.get("attributes")),
-        validation.dedup_id(item.get("dedup_id")),
+        message_id, queue, validation.content(get("content"), limit), due, now,
+        due + (pol.retention_ms if retention is None
+               else validation.duration_ms(retention, "retention", 1, validation.YEAR_S)),
+        0 if priority is None else validation.priority(priority),
+        None if attributes is None else validation.attributes(attributes),
+        None if dedup_id is None else validation.dedup_id(dedup_id),
     ))
 
 

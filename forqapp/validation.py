@@ -6,6 +6,7 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from . import errors, vocab
@@ -229,6 +230,22 @@ def attributes(value: object) -> str | None:
     """Up to 10 string key/values, as the JSON text stored (None when there are none)."""
     if value is None:
         return None
+    # The usual case in one pass that checks and encodes (2.1 -> ~0.9 µs for three pairs, which
+    # shows on send_many's 100,000 rows a second): plain ASCII str pairs within bounds; anything
+    # else goes the checked way below (its exact error, or text that is not ASCII).
+    if type(value) is dict and len(value) <= vocab.MAX_ATTRIBUTES:
+        parts = []
+        for key, item in value.items():
+            if not (type(key) is str and type(item) is str and 0 < len(key) <= vocab.ATTRIBUTE_KEY_MAX
+                    and len(item) <= vocab.ATTRIBUTE_VALUE_MAX and key.isascii() and item.isascii()):
+                break
+            parts.append(_JSON_STRING(key) + ":" + _JSON_STRING(item))
+        else:
+            return "{" + ",".join(parts) + "}" if parts else None
+    return _attributes_checked(value)
+
+
+def _attributes_checked(value: object) -> str | None:
     if not isinstance(value, dict):
         raise _invalid("attributes must be an object of strings")
     if len(value) > vocab.MAX_ATTRIBUTES:
@@ -248,6 +265,7 @@ def attributes(value: object) -> str | None:
 # One encoder for every message's attributes: json.dumps with options builds a new JSONEncoder on
 # each call, which costs more than encoding three short pairs.
 _ATTRIBUTES_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_JSON_STRING: Callable[[str], str] = json.encoder.encode_basestring  # (C) what that encoder writes for a str
 
 
 def _text_ok(text: str) -> bool:

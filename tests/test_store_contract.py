@@ -168,6 +168,27 @@ def test_insert_every_batch_shape(st):
         assert row(nul).content == "a\x00b"
 
 
+@pytest.mark.parametrize("count", [1_300, 517])  # SQLite: 512 + 512 + 256 + 16 + 4 rows a statement; 512 + 4 + 1
+def test_a_large_batch_keeps_every_row_and_its_order(st, count):
+    rows = [NewMessage(mid, "big", f"m-{i}" + ("\x00" if st.text_holds_nul and i % 97 == 0 else ""),
+                       NOW + i, NOW, NOW + HOUR + i, i % 21 - 10, json.dumps({"i": str(i)}) if i % 3 else None,
+                       f"d-{i}" if i % 5 == 0 else None)
+            for i, mid in enumerate(ids.new_ids(count))]
+    sequences = st.insert(rows)
+    assert sequences == list(range(sequences[0], sequences[0] + count))
+    got = {m.id: m for m in Message.objects.filter(queue="big")}
+    assert len(got) == count
+    for r, seq in zip(rows, sequences, strict=True):
+        m = got[r.id]
+        assert (m.content, m.process_after, m.received_at, m.updated_at, m.expires_after, m.priority, m.attributes,
+                m.dedup_id, m.sequence, m.status, m.attempts, m.is_dlq) == (
+            r.content, r.process_after, r.received_at, r.received_at, r.expires_after, r.priority, r.attributes,
+            r.dedup_id, seq, READY, 0, False)
+    dead = [NewMessage(mid, "big-dlq", "x", NOW, NOW, NOW + HOUR) for mid in ids.new_ids(600)]
+    assert st.insert(dead, is_dlq=True)[0] == sequences[-1] + 1
+    assert Message.objects.filter(queue="big-dlq", is_dlq=True).count() == 600
+
+
 def test_insert_numbers_each_queue_strictly_increasing_and_a_dlq_with_its_queue(st):
     def new(queue: str, **kw) -> NewMessage:
         return NewMessage(ids.new_id(), queue, "x", NOW, NOW, NOW + HOUR, **kw)

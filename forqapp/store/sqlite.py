@@ -13,6 +13,7 @@ once, at import, from :mod:`forqapp.vocab`.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -81,21 +82,40 @@ INSERT = f"""
 INSERT INTO messages ({COLUMNS})
 VALUES (?, ?, ?, ?, {READY}, 0, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?)"""
 
-# Many rows in one statement: the rows travel as one JSON array that SQLite unpacks in C, binding a
-# parameter once instead of a dozen times a row; ``key`` (the row's index) numbers them. A batch of
-# one queue and one due time with no priority, attributes nor dedup id (the usual ``send_many``)
-# sends just [id, content] pairs; ~1.5x faster than ``executemany`` in all.
-INSERT_JSON = f"""
-INSERT INTO messages ({COLUMNS})
-SELECT value->>0, value->>1, :is_dlq, value->>2, {READY}, 0, value->>3, NULL, NULL, value->>4, value->>4,
-       value->>5, value->>6, value->>7, value->>8, :first + key
-FROM json_each(:rows)"""
+# Many rows: multi-row ``INSERT … VALUES`` statements of up to INSERT_CHUNK rows, the rest in
+# power-of-two pieces (a remainder of 37 is 32 + 4 + 1), so a bounded set of statement texts stays
+# prepared in the sqlite3 module's cache. Binding parameters is C work: measured on the messages
+# table, 1.6x faster than a json_each INSERT … SELECT (whose ``value->>n`` parses each row's JSON
+# again per column) for rows with priorities and attributes, and as fast as its lean [id, content]
+# form for plain ones; a NUL in a text needs no special case. Columns in the order of a NewMessage,
+# then updated_at (= received_at) and the sequence; the constant ones written out.
+INSERT_CHUNK = 512  # rows (11 parameters each: 5,632, under SQLite's 32,766 since 3.32)
+_VALUES_COLUMNS = """id, queue, content, process_after, received_at, expires_after, priority, attributes,
+                     dedup_id, updated_at, sequence, is_dlq, status, attempts"""
 
-INSERT_JSON_SHARED = f"""
-INSERT INTO messages ({COLUMNS})
-SELECT value->>0, :queue, :is_dlq, value->>1, {READY}, 0, :process_after, NULL, NULL, :received_at,
-       :received_at, :expires_after, 0, NULL, NULL, :first + key
-FROM json_each(:rows)"""
+
+@functools.cache
+def insert_values(rows: int, is_dlq: int) -> str:
+    row = f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {is_dlq}, {READY}, 0)"
+    return f"INSERT INTO messages ({_VALUES_COLUMNS}) VALUES " + ", ".join([row] * rows)
+
+
+def _insert_rows(conn: sqlite3.Connection, rows: Sequence[NewMessage], sequences: Sequence[int],
+                 is_dlq: int) -> None:
+    params: list[Any] = []
+    add, extend = params.append, params.extend
+    for r, seq in zip(rows, sequences, strict=True):
+        extend(r)
+        add(r[4])
+        add(seq)
+    width = len(params) // len(rows)
+    done, left = 0, len(rows)
+    while left:
+        size = INSERT_CHUNK if left >= INSERT_CHUNK else 1 << (left.bit_length() - 1)
+        conn.execute(insert_values(size, is_dlq), params[done * width:(done + size) * width])
+        done += size
+        left -= size
+
 
 # A deduplication id: recorded for this message unless a live one exists (whose message id comes
 # back from DEDUP_ORIGINAL). An expired entry is taken over.
@@ -568,30 +588,10 @@ class SQLiteStore(Store):
                 for r in rows:
                     sequences.append(nxt[r[1]])
                     nxt[r[1]] += 1
-                conn.executemany(INSERT, [(*r[:2], flag, r[2], r[3], r[4], r[4], *r[5:], seq)
-                                          for r, seq in zip(rows, sequences, strict=True)])
-                return sequences
-            first = self._next_sequence(conn, base_of(queue) if is_dlq else queue, len(rows), now)
-            sequences = list(range(first, first + len(rows)))
-            if len(rows) == 1 or _holds_nul(rows, 2):  # row by row: one row, or text JSON can't carry
-                params = [(*r[:2], flag, r[2], r[3], r[4], r[4], *r[5:], seq)
-                          for r, seq in zip(rows, sequences, strict=True)]
-                if len(params) == 1:
-                    conn.execute(INSERT, params[0])
-                else:
-                    conn.executemany(INSERT, params)
-                return sequences
-            _, _, _, due, received, expires, *_ = rows[0]
-            if all(r[3] == due and r[4] == received and r[5] == expires and r[6] == 0 and r[7] is None
-                   and r[8] is None for r in rows):
-                conn.execute(INSERT_JSON_SHARED, {
-                    "queue": queue, "is_dlq": flag, "process_after": due, "received_at": received,
-                    "expires_after": expires, "first": first,
-                    "rows": json.dumps([(r[0], r[2]) for r in rows], ensure_ascii=False),
-                })
             else:
-                conn.execute(INSERT_JSON, {"is_dlq": flag, "first": first,
-                                           "rows": json.dumps(rows, ensure_ascii=False)})
+                first = self._next_sequence(conn, base_of(queue) if is_dlq else queue, len(rows), now)
+                sequences = list(range(first, first + len(rows)))
+            _insert_rows(conn, rows, sequences, flag)
             return sequences
 
     def insert_one(self, row: NewMessage) -> int:
