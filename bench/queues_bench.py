@@ -19,7 +19,11 @@ one message at a time, ``services.claim`` + ``ack`` of those until the queue is 
 * ``after, priority+attributes``: ``send(queue, content, priority=<random -10..10>,
   attributes=<3 keys>)`` (and the same dicts for ``send_many``), then the same claim+ack.
 
-Rounds alternate the order of the three (machine drift falls on all of them); the table shows
+* ``raw sqlite3, plain`` and ``raw sqlite3, priority+attributes``: the same workloads as the
+  statements this checkout's SQLite store runs (its SQL text), on ``sqlite3`` directly with the rows
+  prepared beforehand: SQLite's own share, the floor under forqapp's Python.
+
+Rounds alternate the order of the runs (machine drift falls on all of them); the table shows
 each figure's median over the rounds and its ratio to ``before`` (the target: within 10%).
 
 **Part 2, depth (this checkout).** A queue of 1,000 messages and one of ``--deep`` (filled with
@@ -109,6 +113,81 @@ def timed(name, count, fn, *args):
 timed("send", n, send, "single")
 assert timed("claim+ack", n, drain, "single") == n
 timed("send_many", 5 * n, send_many, "bulk", 5 * n)  # (not drained: the database is thrown away)
+print(json.dumps({"wall": out, "cpu": cpu}))
+"""
+
+# argv: mode ("raw-plain" | "raw-rich"), messages. The same three workloads, as the statements this
+# checkout's SQLite store runs (its SQL text: the counter, INSERT, the claim, ACK, the multi-row
+# VALUES) on sqlite3 directly, rows prepared beforehand: SQLite's own share, no Python around it.
+RAW = r"""
+import json, random, sqlite3, sys, time
+import django
+django.setup()
+from django.conf import settings
+from forqapp import ids
+from forqapp.store import sqlite as S
+
+mode, n = sys.argv[1], int(sys.argv[2])
+conn = sqlite3.connect(settings.DATABASES["default"]["NAME"], isolation_level=None)
+conn.execute("PRAGMA journal_mode=WAL"); conn.execute("PRAGMA synchronous=NORMAL")
+rng = random.Random(12)
+now = int(time.time() * 1000)
+def rows(queue, count):
+    out = []
+    for message_id in ids.new_ids(count):  # time-ordered, as the store's rows (random ids cost 3x more)
+        rich = mode == "raw-rich"
+        attrs = json.dumps({"tenant": f"t-{rng.randrange(1000)}", "kind": rng.choice(("email", "sms", "push")),
+                            "trace": f"{rng.getrandbits(64):016x}"}, separators=(",", ":")) if rich else None
+        out.append((message_id, queue, "x" * 100, now, now, now + 86_400_000,
+                    rng.randint(-10, 10) if rich else 0, attrs, None))
+    return out
+
+def counter(queue, k):
+    if not conn.execute(S.BUMP_SEQUENCE, (k, queue)).rowcount:
+        return conn.execute(S.NEXT_SEQUENCE, {"queue": queue, "n": k, "now": now}).fetchall()[0][0]
+    return conn.execute(S.LAST_SEQUENCE, (queue,)).fetchone()[0]
+
+def send(batch):
+    for r in batch:
+        conn.execute("BEGIN IMMEDIATE")
+        seq = counter(r[1], 1)
+        conn.execute(S.INSERT, (r[0], r[1], 0, r[2], r[3], r[4], r[4], *r[5:], seq))
+        conn.execute("COMMIT")
+
+def drain(queue):
+    k = 0
+    params = {"queue": queue, "now": now + 1, "limit": 1, "visibility": 30_000, "max": 5, "dlq_ttl": 86_400_000}
+    while rows_ := conn.execute(S.CLAIM_ONE, params).fetchall():
+        conn.execute(S.ACK, (rows_[0][0], queue, rows_[0][4]))
+        k += 1
+    return k
+
+def send_many(batches):
+    for batch in batches:
+        conn.execute("BEGIN IMMEDIATE")
+        last = counter(batch[0][1], len(batch))
+        params = [v for seq, r in enumerate(batch, last - len(batch) + 1) for v in (*r, r[4], seq)]
+        width, done = 11, 0
+        while done < len(batch):
+            left = len(batch) - done
+            size = S.INSERT_CHUNK if left >= S.INSERT_CHUNK else 1 << (left.bit_length() - 1)
+            conn.execute(S.insert_values(size, 0), params[done * width:(done + size) * width])
+            done += size
+        conn.execute("COMMIT")
+
+out, cpu = {}, {}
+def timed(name, count, fn, *args):
+    t, c = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    out[name] = count / (time.perf_counter() - t)
+    cpu[name] = count / (time.process_time() - c)
+    return result
+
+send(rows("warm", 200)); drain("warm")
+single, bulk = rows("single", n), rows("bulk", 5 * n)
+timed("send", n, send, single)
+assert timed("claim+ack", n, drain, "single") == n
+timed("send_many", 5 * n, send_many, [bulk[i:i + 10_000] for i in range(0, 5 * n, 10_000)])
 print(json.dumps({"wall": out, "cpu": cpu}))
 """
 
@@ -271,7 +350,9 @@ def part1(args, tmp: Path) -> None:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=before, capture_output=True,
                                 text=True, check=True).stdout.strip()
         runs = {"before": (before, "plain"), "after, plain": (ROOT, "plain"),
-                "after, priority+attributes": (ROOT, "rich")}
+                "after, priority+attributes": (ROOT, "rich"),
+                "raw sqlite3, plain (this store's SQL)": (ROOT, "raw-plain"),
+                "raw sqlite3, priority+attributes": (ROOT, "raw-rich")}
         results: dict[str, list[dict]] = {name: [] for name in runs}
         started = time.perf_counter()
         for r in range(args.rounds):
@@ -279,7 +360,7 @@ def part1(args, tmp: Path) -> None:
             for name in names:
                 root, mode = runs[name]
                 db = fresh_db(root, tmp, "round")
-                results[name].append(run(root, db, ROUND, mode, args.messages))
+                results[name].append(run(root, db, RAW if mode.startswith("raw") else ROUND, mode, args.messages))
             print(f"  round {r + 1}/{args.rounds} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     finally:
         if created and not args.keep_worktree:
