@@ -29,7 +29,7 @@ from cronsim import CronSim, CronSimError
 from django.db import transaction
 from django.utils import timezone
 
-from . import errors, metrics, services, validation
+from . import errors, metrics, services, validation, vocab
 from .errors import ForqError
 from .store import ScheduleRow
 
@@ -84,7 +84,7 @@ def next_tick(cron: str | None, every_ms: int | None, after: int) -> int:
 
 
 def _check_cron(cron: object) -> str:
-    if not isinstance(cron, str) or len(cron) > 200:
+    if not isinstance(cron, str) or len(cron) > 200 or len(cron.split()) != 5:  # (cronsim reads a 6th as seconds)
         raise _invalid("cron must be a cron expression (five fields)")
     try:
         next(iter(CronSim(cron, timezone.now())))
@@ -93,7 +93,7 @@ def _check_cron(cron: object) -> str:
     return cron
 
 
-_NAME = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+_NAME = re.compile(vocab.NOT_DOT_SEGMENT + r"[A-Za-z0-9._:-]{1,100}")  # ("." and "..": no URL could name them)
 
 
 FIELDS = ("queue", "content", "cron", "every", "catch_up", "priority", "attributes", "paused")
@@ -104,7 +104,7 @@ def validate(name: object, fields: dict[str, Any]) -> tuple[str, tuple[Any, ...]
     values from ``queue`` to ``paused``). Raises ``ForqError``; touches no database (the
     ``FORQ_SCHEDULES`` check uses it)."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise _invalid("a schedule's name is 1 to 100 of A-Z a-z 0-9 . _ : -")
+        raise _invalid("a schedule's name is 1 to 100 of A-Z a-z 0-9 . _ : - (not . nor ..)")
     unknown = set(fields) - set(FIELDS)
     if unknown:
         raise _invalid(f"unknown schedule field(s): {', '.join(sorted(map(str, unknown)))}")

@@ -40,12 +40,14 @@ class FailureReason(StrEnum):
 # --- queue names ----------------------------------------------------------------------------
 
 #: forqapp's queue names: 1 to 80 characters (SQS's limit), and the dead-letter queue of any of
-#: them (``<name>-dlq``: up to 84).
-QUEUE_NAME_PATTERN = r"[a-zA-Z0-9._-]{1,80}(?:-dlq)?"
+#: them (``<name>-dlq``: up to 84). Not ``.`` nor ``..``: in a URL those are dot segments, which
+#: browsers and most HTTP clients resolve away (``/queues/../`` is ``/``), so no page could name them.
+NOT_DOT_SEGMENT = r"(?!\.\.?$)"
+QUEUE_NAME_PATTERN = NOT_DOT_SEGMENT + r"[a-zA-Z0-9._-]{1,80}(?:-dlq)?"
 QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)  # use with fullmatch
 #: Forq's v1 contract (SPEC: ``^[a-zA-Z0-9._-]{1,64}$``, DLQs included): the v1 API's four
 #: endpoints keep it (:func:`forqapp.validation.v1_queue_name`).
-V1_QUEUE_NAME_PATTERN = r"[a-zA-Z0-9._-]{1,64}"
+V1_QUEUE_NAME_PATTERN = NOT_DOT_SEGMENT + r"[a-zA-Z0-9._-]{1,64}"
 V1_QUEUE_NAME = re.compile(V1_QUEUE_NAME_PATTERN)
 
 DLQ_SUFFIX = "-dlq"

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
     [
         ("bad name", "x", None, "bad_request.queue.invalid_name"),
         ("x" * 81, "x", None, "bad_request.queue.invalid_name"),  # 80 characters at most (SQS's limit)
+        (".", "x", None, "bad_request.queue.invalid_name"),  # dot segments: no URL could name them
+        ("..", "x", None, "bad_request.queue.invalid_name"),
         ("jobs-dlq", "x", None, "bad_request.queue.produce_to_dlq"),
         ("jobs", 5, None, "bad_request.body.invalid"),
         ("jobs", None, None, "bad_request.body.invalid"),

@@ -81,6 +81,9 @@ def test_a_bad_cron_is_refused_with_cronsims_reason(cron):
     ({"every": 60, "priority": "high"}, "priority"),
     ({"every": 60, "attributes": {"k": 1}}, ""),
     ({"every": 60, "paused": "yes"}, "paused"),
+    ({"cron": "* * * * * *"}, "five fields"),  # cronsim would read a sixth field as seconds
+    ({"cron": "0 0 1 1 * 2099"}, "five fields"),
+    ({"cron": "* * * *"}, "five fields"),
 ])
 def test_schedule_fields_are_validated(fields, fragment):
     error = refused("bad_request.body.invalid", forqapp.schedule, "bad", queue="q", content="x", **fields)
@@ -91,6 +94,9 @@ def test_schedule_fields_are_validated(fields, fragment):
 @pytest.mark.parametrize(("name", "queue", "content", "code"), [
     ("bad name", "q", "x", "bad_request.body.invalid"),
     ("x" * 101, "q", "x", "bad_request.body.invalid"),
+    (".", "q", "x", "bad_request.body.invalid"),
+    ("..", "q", "x", "bad_request.body.invalid"),
+    ("ok", "..", "x", "bad_request.queue.invalid_name"),
     ("ok", "bad queue", "x", "bad_request.queue.invalid_name"),
     ("ok", "q" * 81, "x", "bad_request.queue.invalid_name"),  # 80 at most
     ("ok", "q-dlq", "x", "bad_request.queue.produce_to_dlq"),
