@@ -24,7 +24,7 @@ from forqapp import errors
 from forqapp.api.asgi import APIApplication
 from forqapp.models import Message
 
-from .conftest import SECRET
+from .conftest import SECRET, free_port, start_server, stop_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,6 +92,60 @@ def test_a_body_that_stops_arriving_is_cut_off(live_api):
     status, _, body = _send_raw(live_api, request, timeout=20)
     assert (status, json.loads(body)) == (408, {"code": "request_timeout"})
     assert not Message.objects.filter(queue="slow").exists()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/queues/chunked/messages", "/api/v2/queues/chunked/messages"])
+def test_a_malformed_chunked_body_is_400_json(live_api, path):
+    """Granian reports a malformed chunk size as a disconnect; the app answers 400 (it sent nothing
+    before, and granian filled in a plain-text 500)."""
+    request = (f"POST {path} HTTP/1.1\r\nHost: forq\r\nX-API-Key: {SECRET}\r\n"
+               "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+               'zz\r\n{"content":"x"}\r\n0\r\n\r\n').encode()
+    status, headers, body = _send_raw(live_api, request, timeout=10)
+    assert (status, json.loads(body)) == (400, {"code": "bad_request.body.invalid"})
+    assert headers["content-type"] == "application/json"
+    assert not Message.objects.filter(queue="chunked").exists()
+
+
+def test_the_ui_listener_answers_a_malformed_chunked_body_with_400(django_db_blocker):
+    import time
+
+    import httpx
+
+    ui_port = free_port()
+    with django_db_blocker.unblock():
+        server = start_server({"FORQ_UI_ADDR": f"127.0.0.1:{ui_port}"}, args=())
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{ui_port}/login/", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "the UI listener did not answer within 30 s"
+                time.sleep(0.1)
+        request = (b"POST /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded"
+                   b"\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nusername=a\r\n0\r\n\r\n")
+        with socket.create_connection(("127.0.0.1", ui_port), timeout=10) as sock:
+            sock.sendall(request)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = sock.recv(65536)
+                assert chunk, data
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 400"), data
+        assert httpx.get(f"http://127.0.0.1:{ui_port}/login/", timeout=5).status_code == 200  # and on it goes
+    finally:
+        stop_server(server)
+
+
+def test_a_client_gone_mid_body_stores_nothing_and_the_server_goes_on(live_api):
+    host, port = live_api.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(_post_head("gone", SECRET, "192.0.2.205", 1000) + b'{"content": "par')
+    body = json.dumps({"content": "after"}).encode()
+    assert _send_raw(live_api, _post_head("gone", SECRET, "192.0.2.205", len(body)) + body, timeout=10)[0] == 204
+    assert [m.content for m in Message.objects.filter(queue="gone")] == ["after"]
 
 
 # --- the ASGI app in this process: what it receives, and when it gives up ---------------------

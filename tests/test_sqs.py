@@ -628,6 +628,33 @@ def test_unsigned_and_skewed_requests_are_refused(server):
                       headers=dict(request.headers.items())).status_code == 403
 
 
+def test_a_malformed_chunked_body_is_an_sqs_error(server):
+    """Granian reports a malformed chunk size as a disconnect: a 400 SQS error, not a plain 500."""
+    import socket
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest("POST", server + "/", data=b"{}", headers={
+        "X-Amz-Target": "AmazonSQS.ListQueues", "Content-Type": "application/x-amz-json-1.0"})
+    SigV4Auth(Credentials("forq-root", SECRET), "sqs", REGION).add_auth(request)
+    head = "".join(f"{k}: {v}\r\n" for k, v in request.headers.items() if k.lower() != "content-length")
+    raw = (f"POST / HTTP/1.1\r\nHost: {server.removeprefix('http://')}\r\n{head}"
+           "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n").encode()
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        data = b""
+        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    body = json.loads(data.partition(b"\r\n\r\n")[2])
+    assert status == 400 and body["__type"] == "com.amazonaws.sqs#SerializationException"
+
+
 def test_protocol_errors_are_sqs_errors(server):
     for method, headers in (("GET", {}), ("POST", {"X-Amz-Target": "AmazonSQS.NoSuchThing"}),
                             ("POST", {"X-Amz-Target": "Other.ListQueues"})):

@@ -131,8 +131,6 @@ class APIApplication:
                 response = plumbing.error_response(exc.code, exc.status)
                 await self._respond(send, plumbing.secure(response))
                 return
-            if body is None:
-                return  # the client went away: nobody to answer
             body_file.write(body)
             body_file.seek(0)
         view = match.func(request, *match.args, **match.kwargs)
@@ -144,9 +142,9 @@ class APIApplication:
             response = await view
         await self._respond(send, response)
 
-    async def _read_body(self, scope, receive) -> bytes | None:
-        """The whole body, or None if the client went away. Raises :class:`BodyRefused` as soon as
-        the body is known to exceed the cap (413), or when it arrives too slowly (408).
+    async def _read_body(self, scope, receive) -> bytes:
+        """The whole body. Raises :class:`BodyRefused` as soon as the body is known to exceed the cap
+        (413), when it arrives too slowly (408), or when it ends before it is complete (400).
 
         Too slow: not complete within ``FORQ_BODY_TIMEOUT_S``, or, after ``FORQ_BODY_GRACE_S``,
         less than ``FORQ_BODY_MIN_RATE_BYTES_S`` received on average. Each chunk moves the
@@ -170,7 +168,10 @@ class APIApplication:
                 while True:
                     message = await receive()
                     if message["type"] == "http.disconnect":
-                        return None
+                        # The body ended before it was complete: the client went away, or its
+                        # chunked framing was malformed (granian reports both so). Answered 400:
+                        # a client gone gets it nowhere, a malformed one learns why.
+                        raise BodyRefused(self._errors.BODY_INVALID, 400)
                     chunk = message.get("body", b"")
                     size += len(chunk)
                     if size > limit:

@@ -52,7 +52,7 @@ def _encoded(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes, bytes],
 class FastPath:
     """Routes and answers the hot calls for :class:`forqapp.api.asgi.APIApplication`."""
 
-    def __init__(self, read_body: Callable[..., Awaitable[bytes | None]],
+    def __init__(self, read_body: Callable[..., Awaitable[bytes]],
                  unless_disconnected: Callable[..., Awaitable[Any]]):
         self._read_body = read_body
         self._unless_disconnected = unless_disconnected
@@ -123,8 +123,6 @@ class FastPath:
             body = await self._read_body(scope, receive)
         except BodyRefused as exc:
             return _error(exc.code, exc.status)
-        if body is None:
-            return None
         await views.send_body(queue, body)
         return 204, _headers(), b""
 

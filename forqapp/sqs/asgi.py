@@ -181,8 +181,9 @@ class SQSApplication:
             async with asyncio.timeout(BODY_TIMEOUT_S):
                 while True:
                     message = await receive()
-                    if message["type"] == "http.disconnect":
-                        raise _Gone()
+                    if message["type"] == "http.disconnect":  # gone, or malformed chunked framing
+                        raise self.protocol.SqsError("SerializationException",
+                                                     "The request body ended before it was complete")
                     chunk = message.get("body", b"")
                     size += len(chunk)
                     if size > limit:

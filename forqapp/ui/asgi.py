@@ -26,4 +26,37 @@ def ui_application():
         from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
         application = ASGIStaticFilesHandler(application)
-    return application
+    return _answered(application)
+
+
+_BAD_REQUEST = b"Bad Request: the request body ended before it was complete"
+
+
+def _answered(application):
+    """``application``, but a request it leaves unanswered gets a 400. Django's handler answers
+    nothing when the body ends early (``RequestAborted``): the client went away, or its chunked
+    framing was malformed, which granian reports the same way; granian then filled in a
+    plain-text 500. A client gone gets the 400 nowhere."""
+
+    async def app(scope, receive, send):
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        if scope["type"] != "http":
+            return await application(scope, receive, send)
+        await application(scope, receive, tracking_send)
+        if not started:
+            try:
+                await send({"type": "http.response.start", "status": 400, "headers": [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-length", str(len(_BAD_REQUEST)).encode())]})
+                await send({"type": "http.response.body", "body": _BAD_REQUEST})
+            except Exception:  # noqa: BLE001, S110 - the client is gone: nobody to tell
+                pass
+
+    return app
