@@ -127,9 +127,11 @@ class Supervisor:
         self.signals = 0
         self._on_first: list[Callable[[], None]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        """Start a child."""
-        proc = subprocess.Popen(argv, env=env)
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, *,
+              own_group: bool = False) -> subprocess.Popen:
+        """Start a child (with ``own_group``, in a process group of its own: a terminal's Ctrl-C
+        reaches only this supervisor, which passes it on)."""
+        proc = subprocess.Popen(argv, env=env, process_group=0 if own_group else None)
         self.children[name] = proc
         return proc
 

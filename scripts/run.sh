@@ -32,13 +32,20 @@ export DJANGO_SETTINGS_MODULE=project.settings
 PY=.venv/bin/python
 $PY manage.py migrate --noinput -v0
 $PY manage.py collectstatic --noinput -v0
-$PY manage.py shell -v 0 -c "
+# The staff user: made on the first run; a FORQ_ADMIN_PASSWORD given in the environment also sets it.
+FORQ_ADMIN_PASSWORD_GIVEN=${given_FORQ_ADMIN_PASSWORD:+1} $PY manage.py shell -v 0 -c "
 import os
 from django.contrib.auth import get_user_model
 User = get_user_model()
-if not User.objects.filter(username='admin').exists():
-    User.objects.create_superuser('admin', '', os.environ['FORQ_ADMIN_PASSWORD'])
+password = os.environ['FORQ_ADMIN_PASSWORD']
+user = User.objects.filter(username='admin').first()
+if user is None:
+    User.objects.create_superuser('admin', '', password)
     print('==> created staff user admin')
+elif os.environ.get('FORQ_ADMIN_PASSWORD_GIVEN') and not user.check_password(password):
+    user.set_password(password)
+    user.save(update_fields=['password'])
+    print('==> set the password of staff user admin (FORQ_ADMIN_PASSWORD)')
 "
 # A URL to reach a listener from this machine: "localhost", an empty host (":8080") or 0.0.0.0 → 127.0.0.1.
 url() {

@@ -368,3 +368,60 @@ def test_the_api_runs_no_jobs_unless_forq_serve_says_so(monkeypatch):
     assert asgi._server_jobs() is None
     monkeypatch.setenv(process.SERVE_JOBS_ENV, "")
     assert asgi._server_jobs() is None
+
+
+def test_ctrl_c_at_a_terminal_stops_granian_from_the_supervisor_alone(tmp_path):
+    """At a terminal, Ctrl-C signals the whole foreground process group. Each granian then has a
+    group of its own, so only the supervisor gets the SIGINT and stops them in order: before, its
+    workers got it too and exited under granian ("Unexpected exit from worker-1", "Killing
+    worker-1 after it refused to gracefully stop"), now and then."""
+    import pty
+    import select
+
+    api, ui = free_port(), free_port()
+    env = subprocess_env(FORQ_DB_PATH=str(tmp_path / "tty.sqlite3"), FORQ_API_ADDR=f"127.0.0.1:{api}",
+                         FORQ_UI_ADDR=f"127.0.0.1:{ui}", FORQ_SERVE_JOBS="false")
+    env.pop("DATABASE_URL", None)
+    env.pop("FORQ_DB_URL", None)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=120)
+    pid, fd = pty.fork()  # the child: a session of its own, the pty its controlling terminal
+    if pid == 0:  # pragma: no cover - the child
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "manage.py", "forq_serve"], env)  # noqa: S606 - the test's own server
+    out = bytearray()
+
+    def read(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    out.extend(os.read(fd, 65536))
+                except OSError:  # the terminal's last process closed it
+                    return
+
+    try:
+        from forqapp.supervise import accepts
+
+        deadline = time.monotonic() + 60
+        while not (accepts("127.0.0.1", api) and accepts("127.0.0.1", ui)):
+            assert time.monotonic() < deadline, out.decode(errors="replace")
+            read(0.2)
+        children = process_children(pid)
+        assert children, out.decode(errors="replace")
+        for child in children:  # each granian leads a process group of its own
+            assert os.getpgid(child) == child != os.getpgid(pid)
+        read(1)
+        os.write(fd, b"\x03")  # Ctrl-C
+        read(10)
+    finally:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+        if not reaped:  # still running: the test failed; leave nothing behind
+            for child in process_tree(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "forqapp stopped" in text and "Unexpected exit" not in text and "refused to gracefully" not in text, text
+    assert not any(Path(f"/proc/{child}").exists() for child in children)

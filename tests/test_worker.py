@@ -120,6 +120,7 @@ def test_kill_9_mid_handler_is_redelivered_and_nothing_is_lost(worker):
     w.wait_for(lambda: not Message.objects.filter(queue="work").exists(), what="the queue to empty")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
+    assert "forq_jobs: running the jobs" in w.output(proc)  # --with-jobs says so, as forq_jobs does
     events = w.events()
     assert [(e[0], e[3]) for e in events if e[2] == slow] == [("start", 1), ("start", 2), ("done", 2)]
     for message_id in oks:

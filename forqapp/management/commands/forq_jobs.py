@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
@@ -34,7 +36,7 @@ class Command(BaseCommand):
         action = options.get("action")
         if action == "list":
             for job in JOBS.values():
-                summary = (job.func.__doc__ or "").strip().splitlines()[0].replace("``", "")
+                summary = _first_sentence(job.func.__doc__ or "")
                 self.stdout.write(f"{job.name:12} every {f'{job.every():g}s':7} {summary}")
             return
         if problem := database_problem():  # before migrate: one line, not a traceback
@@ -67,3 +69,11 @@ class Command(BaseCommand):
         if verbosity >= 1:
             self.stdout.write("forq_jobs: stopped")
         sys.stdout.flush()
+
+
+def _first_sentence(doc: str) -> str:
+    """A job's docstring's first sentence, on one line (its first paragraph may wrap)."""
+    paragraph = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split()).replace("``", "")
+    paragraph = re.sub(r":\w+:`~?([^`]*)`", r"\1", paragraph)  # :mod:`forqapp.tasks` → forqapp.tasks
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[:end + 1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -136,9 +137,14 @@ def _start_scheduler(options):
     """``--with-jobs``: the background jobs run on a thread of this process."""
     if not options["with_jobs"]:
         return None
-    from ...jobs import Scheduler
+    from ...jobs import Scheduler, ServerJobs
 
-    scheduler = Scheduler()
+    def on_lease(running: bool) -> None:  # said as forq_jobs and forq_serve say it
+        if options["verbosity"] >= 1:
+            sys.stdout.write((ServerJobs.RUNNING if running else ServerJobs.STANDING_BY) + "\n")
+            sys.stdout.flush()
+
+    scheduler = Scheduler(on_lease=on_lease)
     scheduler.install_signal_handlers()  # beside the worker's: the first signal stops both
     scheduler.start_thread()
     return scheduler
