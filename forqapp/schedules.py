@@ -84,8 +84,10 @@ def next_tick(cron: str | None, every_ms: int | None, after: int) -> int:
 
 
 def _check_cron(cron: object) -> str:
-    if not isinstance(cron, str) or len(cron) > 200 or len(cron.split()) != 5:  # (cronsim reads a 6th as seconds)
+    if not isinstance(cron, str) or len(cron) > 200:
         raise _invalid("cron must be a cron expression (five fields)")
+    if len(cron.split()) != 5:  # (cronsim would read a sixth as seconds)
+        raise _invalid(f"cron {cron!r}: five fields are needed (minute hour day-of-month month day-of-week)")
     try:
         next(iter(CronSim(cron, timezone.now())))
     except (CronSimError, StopIteration) as exc:

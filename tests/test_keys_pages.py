@@ -59,6 +59,27 @@ def test_admin_add_shows_the_secret_once(staff_client):
     assert list(KeyEvent.objects.values_list("action", "actor", "via")) == [("created", "staff", "admin")]
 
 
+def test_admin_expires_takes_a_duration_or_a_date_as_the_keys_page_does(staff_client):
+    import time
+
+    token = csrf(staff_client, "/admin/forqapp/apikey/add/")
+    r = staff_client.post("/admin/forqapp/apikey/add/", {"name": "thirty", "grants_text": "orders:read",
+                                                         "expires": "30d", "csrfmiddlewaretoken": token})
+    assert r.status_code == 200 and 'data-testid="token"' in r.content.decode(), r.content.decode()[:2000]
+    expires = ApiKey.objects.get(name="thirty").expires_at
+    assert abs(expires - (time.time() * 1000 + 30 * 86_400_000)) < 60_000
+    r = staff_client.post("/admin/forqapp/apikey/add/", {"name": "dated", "grants_text": "orders:read",
+                                                         "expires": "2099-01-02 03:04", "csrfmiddlewaretoken": token})
+    assert r.status_code == 200 and ApiKey.objects.get(name="dated").expires_at == 4_071_006_240_000  # UTC
+    for bad, says in (("soon", "neither a duration"), ("99999999d", "100 years"), ("2001-01-01", "in the past")):
+        r = staff_client.post("/admin/forqapp/apikey/add/", {"name": "bad", "grants_text": "orders:read",
+                                                             "expires": bad, "csrfmiddlewaretoken": token})
+        assert r.status_code == 200 and says in r.content.decode(), bad
+    assert not ApiKey.objects.filter(name="bad").exists()
+    change = staff_client.get(f"/admin/forqapp/apikey/{ApiKey.objects.get(name='dated').pk}/change/")
+    assert 'value="2099-01-02 03:04:00"' in change.content.decode()
+
+
 def test_admin_refuses_a_bad_grant(staff_client):
     token = csrf(staff_client, "/admin/forqapp/apikey/add/")
     r = staff_client.post("/admin/forqapp/apikey/add/", {"name": "x", "grants_text": "orders*:produce",

@@ -811,6 +811,10 @@ def test_hostile_bodies_are_sqs_errors(sqs, server):
         answer = signed_post(server, action, json.dumps({"QueueUrl": url, "Entries": [entry]}).encode())
         assert answer.status_code == 200, answer.text
         assert answer.json()["Failed"][0]["Id"] == "a" and answer.json()["Successful"] == []
+    # An integer parameter of the wrong type says so (not "Must be between 1 and 1000").
+    answer = signed_post(server, "ListQueues", json.dumps({"MaxResults": "5"}).encode())
+    assert answer.status_code == 400 and answer.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue"
+    assert "Must be an integer" in answer.json()["message"], answer.text
     for target in ("AmazonSQS", "AmazonSQS.", "amazonsqs.ListQueues", "AmazonSQS.ListQueues.x"):
         answer = signed_post(server, "", b"{}", target=target)
         assert answer.status_code == 400 and answer.json()["__type"] == "com.amazonaws.sqs#InvalidAction"

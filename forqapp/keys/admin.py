@@ -6,8 +6,6 @@ deleted (the audit log stays)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -17,6 +15,7 @@ from django.utils.safestring import mark_safe
 
 from ..utils import ms_to_datetime, now_ms
 from . import grants, service
+from .cli import parse_expires
 from .models import ApiKey
 
 GRANTS_HELP = ("One grant per line, PATTERN:ACTION[,ACTION]. Patterns: a queue name, PREFIX.* (PREFIX- * and "
@@ -29,18 +28,11 @@ def _dt(ms: int | None) -> str:
     return "—" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _ms(value: datetime | None) -> int | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return int(value.timestamp() * 1000)
-
-
 class KeyForm(forms.ModelForm):
     grants_text = forms.CharField(label="Grants", widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
                                   help_text=GRANTS_HELP)
-    expires = forms.DateTimeField(required=False, help_text="UTC; empty: never (YYYY-MM-DD HH:MM)")
+    expires = forms.CharField(required=False, help_text="a duration from now (90d, 12h, 30m) or a date and "
+                              "time, UTC unless it says (YYYY-MM-DD HH:MM); empty: never")
 
     class Meta:
         model = ApiKey
@@ -50,7 +42,8 @@ class KeyForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.fields["grants_text"].initial = "\n".join(self.instance.grants)
-            self.fields["expires"].initial = ms_to_datetime(self.instance.expires_at)
+            when = ms_to_datetime(self.instance.expires_at)
+            self.fields["expires"].initial = "" if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
 
     def clean_grants_text(self) -> list[str]:
         lines = [line.strip() for line in self.cleaned_data["grants_text"].splitlines() if line.strip()]
@@ -60,8 +53,15 @@ class KeyForm(forms.ModelForm):
             raise forms.ValidationError(str(exc)) from None
 
     def clean_expires(self) -> int | None:
-        ms = _ms(self.cleaned_data.get("expires"))
-        if ms is not None and ms <= now_ms() and "expires" in self.changed_data:
+        """As the keys page and ``forq_keys --expires`` take it (:func:`forqapp.keys.cli.parse_expires`)."""
+        value = (self.cleaned_data.get("expires") or "").strip()
+        if not value:
+            return None
+        try:
+            ms = parse_expires(value)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        if ms <= now_ms() and "expires" in self.changed_data:
             raise forms.ValidationError("the expiry is in the past")
         return ms
 

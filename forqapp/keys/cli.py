@@ -20,10 +20,10 @@ def parse_expires(value: str, now: int | None = None) -> int:
     it says) → Unix ms. ``ValueError`` otherwise (argparse reports it)."""
     value = value.strip()
     if m := _DURATION.fullmatch(value):
-        amount = int(m.group(1))
-        if amount <= 0 or amount > 100 * 365:
-            raise ValueError(f"{value!r}: give a positive duration")
-        return (now_ms() if now is None else now) + amount * _UNIT_MS[m.group(2)]
+        duration = int(m.group(1)) * _UNIT_MS[m.group(2)]
+        if not 0 < duration <= 100 * 365 * _UNIT_MS["d"]:
+            raise ValueError(f"{value!r}: give a duration from 1s to 100 years (36500d)")
+        return (now_ms() if now is None else now) + duration
     try:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:

@@ -49,7 +49,9 @@ def _integer(body: dict[str, Any], name: str, lo: int, hi: int, default: int | N
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(f"Value {json.dumps(value)[:100]} for parameter {name} is invalid. Reason: Must be an integer.")
+    if not lo <= value <= hi:
         raise invalid(f"Value {value} for parameter {name} is invalid. Reason: Must be between {lo} and {hi}.")
     return value
 
