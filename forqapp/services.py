@@ -236,7 +236,7 @@ def send_many(queue: str, items: Iterable[Any], process_after: int | None = None
     ``items`` holds strings, or dicts of ``content`` and :func:`send`'s keywords."""
     if process_after is not None:
         items = [{"content": i, "process_after": process_after} if not isinstance(i, dict) else i for i in items]
-    return [r.id for r in send_entries(queue, items, using=using)]
+    return _send_entries(queue, items, None, using, ids_only=True)
 
 
 def send_entries(queue: str, items: Iterable[Any], *, dedup_window: Any = None,
@@ -245,6 +245,13 @@ def send_entries(queue: str, items: Iterable[Any], *, dedup_window: Any = None,
     carry its own ``dedup_window``) to ``queue`` in one transaction; one :class:`SendResult` each.
     Raises ``ForqError`` (and sends nothing) if any item is invalid, or ``queue.full`` when the
     queue's ``max_length`` would be passed."""
+    return _send_entries(queue, items, dedup_window, using, ids_only=False)
+
+
+def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: str | None, *,
+                  ids_only: bool) -> list[Any]:
+    """:func:`send_entries`; with ``ids_only``, the ids alone (:func:`send_many`: no result object
+    a message on the usual path, which shows at 100,000 messages a second)."""
     queue = validation.queue_name(queue, produce=True)
     now = now_ms()
     items = list(items)
@@ -260,6 +267,8 @@ def send_entries(queue: str, items: Iterable[Any], *, dedup_window: Any = None,
     if windows is None and pol.max_length is None:
         sequences = st.insert(rows)  # atomic on its own, or part of the caller's transaction
         _after_produce(st.alias, queue, len(rows))
+        if ids_only:
+            return [r[0] for r in rows]
         return [SendResult(r.id, seq) for r, seq in zip(rows, sequences, strict=True)]
     results: list[SendResult | None] = [None] * len(rows)
     with transaction.atomic(using=st.alias):
@@ -283,7 +292,7 @@ def send_entries(queue: str, items: Iterable[Any], *, dedup_window: Any = None,
     metrics.deduplicated(queue, len(rows) - len(fresh))
     if fresh:
         _after_produce(st.alias, queue, len(fresh))
-    return [r for r in results if r is not None]
+    return [r.id if ids_only else r for r in results if r is not None]
 
 
 def _dedup_window(item: Any, default: Any, pol: Policy) -> int:
