@@ -55,6 +55,18 @@ BEFORE_REF = "08c7627"  # the last commit before issue 12's work
 
 # --- the workloads, run in a subprocess under each checkout -------------------------------------
 
+# Both workloads' clock: each measure's rate in wall time (out) and per CPU second (cpu).
+TIMED = r"""
+out, cpu = {}, {}
+
+def timed(name, count, fn, *args):
+    t, c = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    out[name] = count / (time.perf_counter() - t)
+    cpu[name] = count / (time.process_time() - c)
+    return result
+"""
+
 # argv: mode ("plain" | "rich"), messages. Prints {"send": per s, "send_many": ..., "claim+ack": ...}.
 ROUND = r"""
 import json, random, sys, time
@@ -101,15 +113,7 @@ for _ in range(200):
     forqapp.send("warm", content)
 drain("warm")
 
-out, cpu = {}, {}
-
-def timed(name, count, fn, *args):
-    t, c = time.perf_counter(), time.process_time()
-    result = fn(*args)
-    out[name] = count / (time.perf_counter() - t)
-    cpu[name] = count / (time.process_time() - c)
-    return result
-
+""" + TIMED + r"""
 timed("send", n, send, "single")
 assert timed("claim+ack", n, drain, "single") == n
 timed("send_many", 5 * n, send_many, "bulk", 5 * n)  # (not drained: the database is thrown away)
@@ -175,14 +179,7 @@ def send_many(batches):
             done += size
         conn.execute("COMMIT")
 
-out, cpu = {}, {}
-def timed(name, count, fn, *args):
-    t, c = time.perf_counter(), time.process_time()
-    result = fn(*args)
-    out[name] = count / (time.perf_counter() - t)
-    cpu[name] = count / (time.process_time() - c)
-    return result
-
+""" + TIMED + r"""
 send(rows("warm", 200)); drain("warm")
 single, bulk = rows("single", n), rows("bulk", 5 * n)
 timed("send", n, send, single)
