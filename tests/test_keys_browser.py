@@ -116,10 +116,18 @@ def test_admin_add_and_revoke_a_key_in_a_browser(live, browser_page, staff_user)
     admin_login(page)
     page.fill("#id_name", "worker")
     page.fill("#id_grants_text", "orders:consume\norders:read")
+    page.fill("#id_expires", "soon")  # refused on its field, nothing made
     with page.expect_navigation() as navigation:
         page.click("input[name=_save]")
     assert navigation.value.status == 200, page.inner_text("body")[:300]  # a 403 CSRF would show here
+    assert "neither a duration" in page.inner_text(".form-row.field-expires .errorlist")
+    assert not ApiKey.objects.exists()
+    page.fill("#id_expires", "30d")  # a duration, as the keys page and forq_keys take it
+    with page.expect_navigation() as navigation:
+        page.click("input[name=_save]")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]
     token = page.inner_text("[data-testid=token]")
+    assert abs(ApiKey.objects.get(name="worker").expires_at - (time.time() * 1000 + 30 * 86_400_000)) < 120_000
     shot(page, "admin-key-created")
     assert api(api_url, token, "GET") == 200 and api(api_url, token) == 403
     page.goto(ui + "/admin/forqapp/apikey/")
