@@ -250,7 +250,7 @@ def test_queue_length_counts_every_state_but_the_dlq_up_to_a_limit(st):
 
 
 def test_claim_takes_by_priority_then_sequence_with_a_fresh_receipt_and_lease(st):
-    assert claim(st, "fifo", NOW) == Claim([], 0)
+    assert claim(st, "fifo", NOW) == Claim([])
     later = put(st, "fifo", received=NOW - 5)  # sequence, not received_at, orders a priority
     first = put(st, "fifo", received=NOW - 50)
     put(st, "fifo", due=NOW + 60_000, priority=9)  # delayed: not due, whatever its priority
@@ -345,7 +345,7 @@ def test_a_used_up_message_is_moved_to_its_dlq_by_the_claim_that_finds_it(st):
         "redrive-dlq", True, READY, 0, vocab.FailureReason.MAX_ATTEMPTS_REACHED, None)
     assert (r.expires_after, r.sequence, r.first_received_at) == (NOW + 2_000 + 5_000, sequence, NOW)
     assert not st.ack("redrive", poison, second.receipt)
-    assert claim(st, "redrive", NOW + 2_999, max_attempts=2) == Claim([], 0)  # fine is leased
+    assert claim(st, "redrive", NOW + 2_999, max_attempts=2) == Claim([])  # fine is leased
 
 
 def test_redrive_counts_every_used_up_message_a_claim_passes(st):
@@ -358,12 +358,12 @@ def test_redrive_counts_every_used_up_message_a_claim_passes(st):
     assert sorted(d.id for d in got.redriven_messages) == sorted(used)
     assert {d.queue for d in got.redriven_messages} == {"many-up-dlq"}
     assert Message.objects.filter(queue="many-up-dlq").count() == 3
-    assert claim(st, "many-up", NOW, 2, max_attempts=3) == Claim([], 0)
+    assert claim(st, "many-up", NOW, 2, max_attempts=3) == Claim([])
     only = put(st, "all-up", 2)
     Message.objects.filter(id__in=only).update(attempts=1)
     got = claim(st, "all-up", NOW, 5, max_attempts=1)
     assert (got.deliveries, got.redriven, sorted(d.id for d in got.redriven_messages)) == ([], 2, sorted(only))
-    assert claim(st, "all-up", NOW, 5, max_attempts=1) == Claim([], 0)  # nothing left to move
+    assert claim(st, "all-up", NOW, 5, max_attempts=1) == Claim([])  # nothing left to move
 
 
 def test_unlimited_attempts_never_redrive(st):

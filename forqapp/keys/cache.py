@@ -116,7 +116,7 @@ def check_token(token: str | None, *, query: bool = True) -> Key | None:
     # An unknown id is compared against a dummy secret: a wrong id costs what a wrong secret costs.
     given_secret = secret.encode("utf-8", "surrogatepass")
     if not hmac.compare_digest(given_secret, key.secret.encode("utf-8")):
-        if loaded or not _recheck_due(access_key_id):
+        if loaded or not recheck_due(access_key_id):
             return None
         # Refused by an answer read a while ago: the key may have been rotated or created elsewhere.
         if not query:
@@ -134,15 +134,13 @@ def check_token(token: str | None, *, query: bool = True) -> Key | None:
     return key
 
 
-def _recheck_due(access_key_id: str) -> bool:
-    entry = _entries.get(access_key_id)
-    return entry is None or time.monotonic() - entry[1] >= RECHECK_SECONDS
-
-
 def recheck_due(access_key_id: str) -> bool:
     """Whether a refusal of ``access_key_id`` (a scoped key's: the root key is never cached) should
     ask the database again (:func:`load`): its cached answer is older than :data:`RECHECK_SECONDS`."""
-    return access_key_id != ROOT_ACCESS_KEY_ID and _recheck_due(access_key_id)
+    if access_key_id == ROOT_ACCESS_KEY_ID:
+        return False
+    entry = _entries.get(access_key_id)
+    return entry is None or time.monotonic() - entry[1] >= RECHECK_SECONDS
 
 
 def for_token(token: str | None) -> Key | None:

@@ -107,16 +107,20 @@ class Claim(NamedTuple):
     when a limit of the queue held it back, which (``"concurrency"`` or ``"rate"``) and, for the
     rate, when the next claim may happen (Unix ms).
 
-    ``redriven_messages`` are those moved messages (``len(redriven_messages) == redriven``), as
-    they are now: in ``<queue>-dlq``, attempts 0, ``receipt`` and ``lease_expires_at`` None. Only
-    the claim that moved a message returns it (a dead letter is never redriven again), so a caller
-    that reports them (forq_worker's task runners: ``task_finished``) reports each once."""
+    ``redriven_messages`` are the moved messages as they are now: in ``<queue>-dlq``, attempts 0,
+    ``receipt`` and ``lease_expires_at`` None. Only the claim that moved a message returns it (a
+    dead letter is never redriven again), so a caller that reports them (forq_worker's task
+    runners: ``task_finished``) reports each once."""
 
     deliveries: list[Delivery]
-    redriven: int
+    redriven_messages: tuple[Delivery, ...] = ()
     throttled: str | None = None
     retry_at: int | None = None
-    redriven_messages: tuple[Delivery, ...] = ()
+
+    @property
+    def redriven(self) -> int:
+        """How many used-up messages the claim moved to the DLQ."""
+        return len(self.redriven_messages)
 
 
 class ThrottleState(NamedTuple):

@@ -671,11 +671,11 @@ class PostgreSQLStore(Store):
                 in_flight = int(self._fetchall(IN_FLIGHT, (queue, now))[0][0])
                 limit = min(limit, max_in_flight - in_flight)
                 if limit <= 0:
-                    return Claim([], 0, "concurrency")
+                    return Claim([], throttled="concurrency")
             if rate_interval_us is not None:
                 next_us = int(rows[0][0]) if rows else 0
                 if next_us > now * 1000:
-                    return Claim([], 0, "rate", -(-next_us // 1000))
+                    return Claim([], throttled="rate", retry_at=-(-next_us // 1000))
                 limit = 1  # claims are spaced evenly: one per slot
             claimed = self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
             if rate_interval_us is not None and claimed.deliveries:
@@ -720,7 +720,7 @@ class PostgreSQLStore(Store):
         if len(deliveries) > 1 and order != "random":  # RETURNING order is unspecified
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
-        return Claim(deliveries, len(redriven), redriven_messages=tuple(redriven))
+        return Claim(deliveries, tuple(redriven))
 
     def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
         if message_id is not None:

@@ -646,12 +646,12 @@ class SQLiteStore(Store):
                 ((in_flight,),) = conn.execute(IN_FLIGHT, (queue, now)).fetchall()
                 limit = min(limit, max_in_flight - in_flight)
                 if limit <= 0:
-                    return Claim([], 0, "concurrency")
+                    return Claim([], throttled="concurrency")
             if rate_interval_us is not None:
                 row = conn.execute(RATE_NEXT, (queue,)).fetchone()
                 next_us = int(row[0]) if row else 0
                 if next_us > now * 1000:
-                    return Claim([], 0, "rate", -(-next_us // 1000))
+                    return Claim([], throttled="rate", retry_at=-(-next_us // 1000))
                 limit = 1  # claims are spaced evenly: one per slot
             claimed = self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
             if rate_interval_us is not None and claimed.deliveries:
@@ -663,9 +663,9 @@ class SQLiteStore(Store):
                    ) -> Claim | None:
         state = self.throttle_state(queue, now)
         if max_in_flight is not None and state.in_flight >= max_in_flight:
-            return Claim([], 0, "concurrency")
+            return Claim([], throttled="concurrency")
         if rate_interval_us is not None and state.rate_next_at_us > now * 1000:
-            return Claim([], 0, "rate", -(-state.rate_next_at_us // 1000))
+            return Claim([], throttled="rate", retry_at=-(-state.rate_next_at_us // 1000))
         return None
 
     def throttle_state(self, queue: str, now: int) -> ThrottleState:
@@ -691,7 +691,7 @@ class SQLiteStore(Store):
                   "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG}
         rows = conn.execute(sql, params).fetchall()
         if len(rows) == 1 and limit == 1 and rows[0][13] == PROCESSING:  # the usual receive: one delivery
-            return Claim([Delivery._make(rows[0][:13])], 0)
+            return Claim([Delivery._make(rows[0][:13])])
         deliveries: list[Delivery] = []
         redriven: list[Delivery] = []
         for round_ in range(MAX_REDRIVE_ROUNDS):
@@ -711,7 +711,7 @@ class SQLiteStore(Store):
         if len(deliveries) > 1 and order != "random":  # RETURNING order is unspecified
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
-        return Claim(deliveries, len(redriven), redriven_messages=tuple(redriven))
+        return Claim(deliveries, tuple(redriven))
 
     def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
         if message_id is not None:
