@@ -52,17 +52,15 @@ _SERVICES = {
 
 
 def __getattr__(name: str):
-    # Lazy, so importing forqapp (e.g. from settings or INSTALLED_APPS) never loads models early.
+    # Lazy, so importing forqapp (e.g. from settings or INSTALLED_APPS) never loads models early;
+    # then kept here, so that the next ``forqapp.send`` is a plain attribute (no call of this).
     if name in _SERVICES:
-        from . import services
-
-        return getattr(services, name)
-    if name in ("schedule", "unschedule", "list_schedules"):
-        from . import schedules
-
-        return getattr(schedules, name)
-    if name == "consumer":
-        from .consumers import consumer
-
-        return consumer
-    raise AttributeError(f"module 'forqapp' has no attribute {name!r}")
+        from . import services as module
+    elif name in ("schedule", "unschedule", "list_schedules"):
+        from . import schedules as module  # type: ignore[no-redef]
+    elif name == "consumer":
+        from . import consumers as module  # type: ignore[no-redef]
+    else:
+        raise AttributeError(f"module 'forqapp' has no attribute {name!r}")
+    value = globals()[name] = getattr(module, name)
+    return value

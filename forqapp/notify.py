@@ -194,6 +194,12 @@ def notifier_for(alias: str) -> Notifier:
             return _notifiers.setdefault(alias, Notifier(alias))
 
 
+def waited_on(alias: str) -> Notifier | None:
+    """This process's notifier for ``alias`` when somebody waits on it now, else None."""
+    notifier = _notifiers.get(alias)
+    return notifier if notifier is not None and notifier._waiters else None
+
+
 def notifiers() -> list[Notifier]:
     """Every notifier of this process (one per database that had a waiter or a write)."""
     with _notifiers_lock:

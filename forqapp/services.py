@@ -122,10 +122,12 @@ def _refuse_nul(st: Store, contents: Iterable[str]) -> None:
 
 def _kick(using: str) -> None:
     """Messages became ready: wake this process's waiters now rather than at the next poll, once
-    the write is visible (on commit when inside the caller's ``atomic()``; never on rollback)."""
-    from .notify import notifier_for
-
-    notifier = notifier_for(using)
+    the write is visible (on commit when inside the caller's ``atomic()``; never on rollback).
+    Nobody waiting in this process (the usual send): nothing to do, at the cost of a dict lookup —
+    a waiter that comes meanwhile looks at the database itself when it starts."""
+    notifier = notify.waited_on(using)
+    if notifier is None:
+        return
     if connections[using].in_atomic_block:
         transaction.on_commit(notifier.kick, using=using)
     else:
@@ -223,7 +225,7 @@ def _send_one(queue: str, content: str, process_after: int | datetime | None, de
     priority = validation.priority(priority)
     attributes_json = None if attributes is None else validation.attributes(attributes)
     _refuse_nul(st, (content,))
-    (message_id,) = ids.new_ids(1)
+    message_id = ids.new_id()
     st.insert_one(_new_message((message_id, queue, content, due, now, expires, priority, attributes_json, None)))
     _after_produce(using, queue, 1)
     return message_id
@@ -1009,3 +1011,7 @@ def lease_holder(name: str, *, using: str | None = None) -> store.LeaseHolder | 
 def release_lease(name: str, holder: str, *, using: str | None = None) -> bool:
     """Give the named lease up if ``holder`` has it."""
     return _store(using).lease_release(name, holder)
+
+
+# (Last: forqapp.notify imports this module.)
+from . import notify  # noqa: E402

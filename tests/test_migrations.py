@@ -236,3 +236,58 @@ def test_0006_keeps_the_lease_of_a_message_in_flight(tmp_path, django_db_blocker
         assert [(d.id, d.attempts) for d in again.deliveries] == [(leased["id"], 2)]
         assert not st.ack("emails", leased["id"], receipt)
         assert st.ack("emails", leased["id"], again.deliveries[0].receipt)
+
+
+LEAN = ("forqapp", "0011_sqlite_lean_claim")
+BEFORE_LEAN = ("forqapp", "0010_sqs_queue_attributes")
+
+
+def sqlite_schema(conn: BaseDatabaseWrapper) -> dict[str, str]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'messages' AND sql IS NOT NULL")
+        return dict(cur.fetchall())
+
+
+def test_0011_redrives_through_its_trigger_and_without_it(tmp_path, django_db_blocker):
+    """0011 (SQLite): the claim marks a used-up message REDRIVING and the trigger makes it a dead
+    letter in the same statement; idx_expired leaves leased rows out. Every message is kept both
+    ways. Without the trigger (the database at 0010, code of 0011) the store finishes the move
+    itself: no message is left REDRIVING. PostgreSQL: 0011 changes nothing."""
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, BEFORE_LEAN)
+        before_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+        now = NOW
+        ids_ = ids.new_ids(4)
+        st.insert([NewMessage(i, "jobs", f"m{n}", now, now, now + 3_600_000) for n, i in enumerate(ids_)])
+        migrate(conn, LEAN)
+        if conn.vendor == "sqlite":
+            schema = sqlite_schema(conn)
+            assert "forq_redrive" in schema and "WHERE status != 1" in schema["idx_expired"]
+        else:
+            assert index_names(conn, "messages") >= {"idx_expired", "idx_queue_claim"}
+
+        def used_up_claim(at: int) -> list:
+            got = st.claim("jobs", at, 1, visibility_ms=0, max_attempts=1, dlq_ttl_ms=3_600_000)
+            return [(d.id, d.queue, d.attempts, d.receipt) for d in got.redriven_messages]
+
+        first = st.claim("jobs", now, 1, visibility_ms=0, max_attempts=1, dlq_ttl_ms=3_600_000).deliveries[0]
+        # Its lease (0 s) ended: the next claim finds its one attempt used, moves it and delivers the next.
+        assert used_up_claim(now + 1) == [(first.id, "jobs-dlq", 0, None)]
+        with conn.cursor() as cur:
+            cur.execute("SELECT queue, is_dlq, status, attempts, failure_reason FROM messages WHERE id = %s",
+                        [first.id])
+            assert cur.fetchone() == ("jobs-dlq", True if conn.vendor == "postgresql" else 1, 0, 0,
+                                      "max_attempts_reached")
+
+        migrate(conn, BEFORE_LEAN)  # back: the store finishes a redrive the trigger no longer does
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) == before_schema
+        second = ids_[1]
+        assert used_up_claim(now + 2) == [(second, "jobs-dlq", 0, None)]
+        with conn.cursor() as cur:
+            cur.execute("SELECT queue, status FROM messages ORDER BY id")
+            rows = cur.fetchall()
+        assert len(rows) == 4 and ("jobs-dlq", 0) in rows and all(status in (0, 1) for _, status in rows)
+        migrate(conn)

@@ -682,6 +682,20 @@ def test_jobs_move_recover_and_delete_in_batches(st):
     st.optimize()
 
 
+def test_leases_are_found_in_every_queue_and_dlq(st):
+    """The stale-lease safety net and the in-flight counts find every leased row, whichever queue
+    (a DLQ consumed from included) and however many ready rows lie between them."""
+    for q, n in (("a", 1), ("b", 1), ("c", 2), ("z", 1)):
+        put(st, q, n + 50)
+    put(st, "d-dlq", 3, is_dlq=True)
+    leased = {q: [d.id for d in take(st, q, NOW, n, vis=100)] for q, n in (("a", 1), ("c", 2), ("d-dlq", 1), ("z", 1))}
+    assert st.in_flight_by_queue(NOW + 50) == {"a": 1, "c": 2, "d-dlq": 1, "z": 1}
+    assert st.count_stale(NOW + 100) == 0 and st.count_stale(NOW + 101) == 5
+    assert st.recover_stale(NOW + 101, 5, batch=2) == 5
+    assert all(row(m).status == READY for ids_ in leased.values() for m in ids_)
+    assert st.in_flight_by_queue(NOW + 50) == {} and st.count_stale(NOW + 101) == 0
+
+
 def test_recover_stale_follows_the_queues_own_max_attempts(st):
     st.queue_put("own", {"max_attempts": 2}, NOW)
     st.queue_put("unlimited", {"max_attempts": 0}, NOW)
@@ -830,3 +844,26 @@ def test_leases_one_holder_renewal_expiry_takeover_and_release(st):
     assert st.lease_holder("jobs") is None
     assert st.lease_acquire("jobs", "a", NOW, 1_000)
     Lease.objects.all().delete()
+
+
+SQLITE_JOB_STATEMENTS = ("MOVE_EXPIRED_TO_DLQ", "MOVE_FAILED_TO_DLQ", "RECOVER_STALE", "DELETE_EXPIRED_DLQ",
+                         "DELETE_FAILED_DLQ", "COUNT_EXPIRED", "COUNT_FAILED", "COUNT_STALE", "IN_FLIGHT_BY_QUEUE")
+
+
+@pytest.mark.parametrize("name", SQLITE_JOB_STATEMENTS)
+def test_sqlite_jobs_read_an_index_not_the_table(name, db):
+    """SQLite's idx_expired leaves leased rows out (migration 0011): each job's statement still
+    finds its rows through an index (the partial one, or queue by queue), never by reading the
+    whole table."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's statements (PostgreSQL's planner picks its own plans)")
+    from forqapp.store import sqlite as sql
+
+    statement = getattr(sql, name)
+    params: dict | list = {k: 1 for k in ("now", "batch", "ttl", "max", "cutoff")} if ":" in statement else [1, 1]
+    if "?" in statement:
+        params = [1] * statement.count("?")
+    connection.ensure_connection()
+    plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
+    assert not [step for step in plan if step.startswith("SCAN messages")], plan  # (a table or an index, whole)
+    assert any("idx_expired" in step or "idx_for_requeueing (queue=? AND status=?)" in step for step in plan), plan

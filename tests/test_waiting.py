@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import deque
 
 import pytest
 from django.db import connections, transaction
@@ -13,7 +14,7 @@ from django.db import connections, transaction
 import forqapp
 from forqapp import services, waiting
 from forqapp.models import Message
-from forqapp.notify import Notifier
+from forqapp.notify import Notifier, notifier_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -115,6 +116,7 @@ def test_wake_up_kicks_wait_for_the_commit(monkeypatch, operation):
         Message.objects.filter(id=message.id).update(queue="kick-dlq", is_dlq=True, status=0)
     kicks = []
     monkeypatch.setattr(Notifier, "kick", lambda self: kicks.append(self.alias))
+    monkeypatch.setitem(notifier_for("default")._waiters, "kick", deque(["a waiter"]))
     with transaction.atomic():
         if operation == "send":
             forqapp.send("kick", "y")
@@ -126,3 +128,15 @@ def test_wake_up_kicks_wait_for_the_commit(monkeypatch, operation):
             assert services.requeue("kick-dlq") == 1
         assert kicks == []  # not yet: a waiter woken now would find nothing
     assert kicks == ["default"]
+
+
+def test_nobody_waiting_nothing_is_kicked(monkeypatch):
+    """A write with no waiter in this process kicks nothing (the usual send: a dict lookup), in
+    or out of a transaction; a waiter that comes later looks at the database when it starts."""
+    kicks = []
+    monkeypatch.setattr(Notifier, "kick", lambda self: kicks.append(self.alias))
+    forqapp.send("quiet", "x")
+    with transaction.atomic():
+        forqapp.send("quiet", "y")
+    assert kicks == []
+    assert forqapp.receive("quiet", wait=1).content == "x"  # and a waiter still finds what is there

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -47,6 +48,8 @@ from .base import (
 )
 
 READY, PROCESSING, FAILED = int(Status.READY), int(Status.PROCESSING), int(Status.FAILED)
+logger = logging.getLogger(__name__)
+
 EXPIRED = FailureReason.MESSAGE_EXPIRED.value
 MAX_ATTEMPTS = FailureReason.MAX_ATTEMPTS_REACHED.value
 FATAL = FailureReason.FATAL_ERROR.value
@@ -140,10 +143,15 @@ SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_for_queue_depth
 
 USED_UP = "(:max > 0 AND attempts >= :max AND NOT is_dlq)"  # a dead letter is never redriven again
 
+# A used-up row gets the status REDRIVING, which it never keeps: the trigger ``forq_redrive`` (migration
+# 0011) renames its queue to its DLQ's and makes it ready, in the same statement. The claim itself names
+# neither ``queue`` nor ``is_dlq``: SQLite rewrites an index entry whenever an UPDATE names one of its
+# columns, and idx_for_queue_depth's would cost every claim a page. RETURNING shows the row as the
+# claim left it (status REDRIVING, the regular queue's name); the store reports it as the trigger did.
+REDRIVING = 9
+
 CLAIM_SET = f"""
-SET queue = CASE WHEN {USED_UP} THEN queue || '{DLQ_SUFFIX}' ELSE queue END,
-    is_dlq = CASE WHEN {USED_UP} THEN 1 ELSE is_dlq END,
-    status = CASE WHEN {USED_UP} THEN {READY} ELSE {PROCESSING} END,
+SET status = CASE WHEN {USED_UP} THEN {REDRIVING} ELSE {PROCESSING} END,
     attempts = CASE WHEN {USED_UP} THEN 0 ELSE attempts + 1 END,
     failure_reason = CASE WHEN {USED_UP} THEN '{MAX_ATTEMPTS}' ELSE failure_reason END,
     expires_after = CASE WHEN {USED_UP} THEN :now + :dlq_ttl ELSE expires_after END,
@@ -184,6 +192,11 @@ CLAIM = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURN
 CLAIM_AGAIN = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURNING}"
                for order, pick in _picks(DUE_EXCEPT).items()}
 CLAIM_ONE = f"UPDATE messages {CLAIM_SET} WHERE id = ({PICK['fifo']}) {CLAIM_RETURNING}"
+
+# What the trigger forq_redrive does, for a database without it (see SQLiteStore._redriven).
+REDRIVE_LEFT = f"""
+UPDATE messages SET queue = queue || '{DLQ_SUFFIX}', is_dlq = 1, status = {READY}
+WHERE id IN (SELECT value FROM json_each(?)) AND status = {REDRIVING}"""
 
 PEEK_COLUMNS = """id, queue, content, attempts, NULL, priority, attributes, dedup_id, sequence, received_at,
                   first_received_at, CASE WHEN status = 1 THEN process_after END, state"""
@@ -275,6 +288,10 @@ DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = ? AND queue = ? AND is_dlq = 1
 
 # --- background jobs (each skips messages in processing) --------------------------------------
 
+# idx_expired holds no leased rows (partial since migration 0011): each query on it states the
+# index's condition word for word, which is how SQLite knows the index may answer it.
+NOT_LEASED = f"status != {PROCESSING}"
+
 # A queue's own DLQ retention, or the global one.
 DLQ_TTL = "COALESCE((SELECT dlq_retention_ms FROM forq_queues WHERE name = messages.queue), :ttl)"
 
@@ -284,7 +301,7 @@ SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = 1,
     processing_started_at = NULL, failure_reason = '{EXPIRED}',
     updated_at = MAX(:now, updated_at), expires_after = :now + {DLQ_TTL}
 WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
-             WHERE status IN ({READY}, {FAILED}) AND is_dlq = 0 AND expires_after < :now LIMIT :batch)"""
+             WHERE {NOT_LEASED} AND status IN ({READY}, {FAILED}) AND is_dlq = 0 AND expires_after < :now LIMIT :batch)"""
 
 MOVE_FAILED_TO_DLQ = f"""
 UPDATE messages
@@ -292,34 +309,47 @@ SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = 1,
     processing_started_at = NULL, failure_reason = COALESCE(failure_reason, '{MAX_ATTEMPTS}'),
     updated_at = MAX(:now, updated_at), expires_after = :now + {DLQ_TTL}
 WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
-             WHERE status = {FAILED} AND is_dlq = 0 LIMIT :batch)"""
+             WHERE {NOT_LEASED} AND status = {FAILED} AND is_dlq = 0 LIMIT :batch)"""
 
 # The safety net behind precise leases (a claim takes an expired delivery at once): deliveries whose
 # lease ended before :cutoff → ready, or failed when their attempts are used up (the queue's own
 # max_attempts, or :max; 0 is unlimited).
 MAX_ATTEMPTS_OF_QUEUE = "COALESCE((SELECT max_attempts FROM forq_queues WHERE name = messages.queue), :max)"
 
+# Leased rows are not in idx_expired (it is partial: migration 0011). They are found queue by queue in
+# idx_for_requeueing (queue, status): the queues with messages, each found with one index seek from
+# the last (a loose index scan), then each queue's leased rows. Costs the number of queues plus the
+# number of leases, whatever the queues hold.
+QUEUES_WITH_MESSAGES = """
+WITH RECURSIVE queues(name) AS (
+    SELECT MIN(queue) FROM messages
+    UNION ALL
+    SELECT (SELECT MIN(queue) FROM messages WHERE queue > queues.name) FROM queues WHERE name IS NOT NULL)"""
+LEASED = f"""messages INDEXED BY idx_for_requeueing
+WHERE queue IN (SELECT name FROM queues) AND status = {PROCESSING}"""
+
 RECOVER_STALE = f"""
 UPDATE messages
 SET status = CASE WHEN {MAX_ATTEMPTS_OF_QUEUE} BETWEEN 1 AND attempts THEN {FAILED} ELSE {READY} END,
     process_after = :now, processing_started_at = NULL, updated_at = MAX(:now, updated_at)
-WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
-             WHERE status = {PROCESSING} AND process_after < :cutoff LIMIT :batch)"""
+WHERE id IN ({QUEUES_WITH_MESSAGES} SELECT id FROM {LEASED} AND process_after < :cutoff LIMIT :batch)"""
 
 DELETE_EXPIRED_DLQ = f"""
 DELETE FROM messages WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
-    WHERE status IN ({READY}, {FAILED}) AND is_dlq = 1 AND expires_after < :now LIMIT :batch)"""
+    WHERE {NOT_LEASED} AND status IN ({READY}, {FAILED}) AND is_dlq = 1 AND expires_after < :now LIMIT :batch)"""
 
 DELETE_FAILED_DLQ = f"""
 DELETE FROM messages WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
-    WHERE status = {FAILED} AND is_dlq = 1 LIMIT :batch)"""
+    WHERE {NOT_LEASED} AND status = {FAILED} AND is_dlq = 1 LIMIT :batch)"""
 
 COUNT_EXPIRED = f"""
-SELECT COUNT(*) FROM messages WHERE status IN ({READY}, {FAILED}) AND is_dlq = ? AND expires_after < ?"""
+SELECT COUNT(*) FROM messages INDEXED BY idx_expired
+WHERE {NOT_LEASED} AND status IN ({READY}, {FAILED}) AND is_dlq = ? AND expires_after < ?"""
 
-COUNT_FAILED = f"SELECT COUNT(*) FROM messages WHERE status = {FAILED} AND is_dlq = ?"
+COUNT_FAILED = f"""
+SELECT COUNT(*) FROM messages INDEXED BY idx_expired WHERE {NOT_LEASED} AND status = {FAILED} AND is_dlq = ?"""
 
-COUNT_STALE = f"SELECT COUNT(*) FROM messages WHERE status = {PROCESSING} AND process_after < ?"
+COUNT_STALE = f"{QUEUES_WITH_MESSAGES} SELECT COUNT(*) FROM {LEASED} AND process_after < ?"
 
 DELETE_EXPIRED_DEDUP = """
 DELETE FROM forq_dedup WHERE (queue, dedup_id) IN (
@@ -330,7 +360,7 @@ OPTIMIZE = "PRAGMA optimize"
 QUEUE_DEPTHS = "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_dlq ORDER BY queue"
 
 IN_FLIGHT_BY_QUEUE = f"""
-SELECT queue, COUNT(*) FROM messages WHERE status = {PROCESSING} AND process_after > ? GROUP BY queue"""
+{QUEUES_WITH_MESSAGES} SELECT queue, COUNT(*) FROM {LEASED} AND process_after > ? GROUP BY queue"""
 
 # --- bulk: staged writes (exactly-once Spark jobs) and snapshot reads -------------------------
 #
@@ -698,8 +728,9 @@ class SQLiteStore(Store):
             if round_:
                 rows = conn.execute(sql, params).fetchall()
             live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
-            redriven += [Delivery._make(r[:13])._replace(receipt=None, lease_expires_at=None)
-                         for r in rows if r[13] != PROCESSING]
+            moved = [r for r in rows if r[13] != PROCESSING]
+            if moved:
+                redriven += self._redriven(conn, moved)
             deliveries += [Delivery._make(r[:13]) for r in live]
             if len(deliveries) >= limit or not rows:
                 break
@@ -712,6 +743,17 @@ class SQLiteStore(Store):
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
         return Claim(deliveries, tuple(redriven))
+
+    @staticmethod
+    def _redriven(conn: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> list[Delivery]:
+        """The dead letters ``forq_redrive`` made of the claim's REDRIVING ``rows`` (RETURNING showed
+        them before it ran). Should the trigger be missing (migration 0011 not applied yet), the
+        move is finished here, so that no row stays REDRIVING."""
+        ids = json.dumps([r[0] for r in rows])
+        if conn.execute(REDRIVE_LEFT, (ids,)).rowcount:
+            logger.warning("forqapp: the forq_redrive trigger is missing: run manage.py migrate")
+        return [Delivery._make(r[:13])._replace(queue=r[1] + DLQ_SUFFIX, receipt=None, lease_expires_at=None)
+                for r in rows]
 
     def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
         if message_id is not None:
