@@ -64,7 +64,7 @@ class ReceivedMessage:
     @classmethod
     def from_row(cls, row: Delivery) -> ReceivedMessage:
         return cls(row.id, row.queue, row.content, row.attempts, row.receipt, row.priority,
-                   json.loads(row.attributes) if row.attributes else {}, row.dedup_id, row.sequence,
+                   validation.decode_attributes(row.attributes), row.dedup_id, row.sequence,
                    row.received_at, row.first_received_at, row.lease_expires_at, row.state)
 
     def json(self) -> Any:

@@ -42,6 +42,29 @@ def test_send_validates_like_the_http_api(queue, content, process_after, code):
     assert not Message.objects.exists()
 
 
+def test_a_queue_name_seen_valid_stays_checked_as_it_was(monkeypatch):
+    """validation.queue_name keeps the names it found valid (a bounded dict): a DLQ's name, once
+    seen by a receive, is still refused to a send; an invalid name is never kept; a full dict is
+    emptied, not grown."""
+    from forqapp import validation
+
+    assert forqapp.receive("seen-dlq") is None
+    for _ in range(2):
+        with pytest.raises(ForqError) as refused:
+            forqapp.send("seen-dlq", "x")
+        assert refused.value.code == "bad_request.queue.produce_to_dlq"
+    for _ in range(2):
+        with pytest.raises(ForqError) as refused:
+            forqapp.send("bad name", "x")
+        assert refused.value.code == "bad_request.queue.invalid_name"
+    assert "bad name" not in validation._valid_names
+    monkeypatch.setattr(validation, "_VALID_NAMES_MAX", 3)
+    monkeypatch.setattr(validation, "_valid_names", {})
+    for name in ("a", "b", "c", "d"):
+        validation.queue_name(name)
+    assert validation._valid_names == {"d": False}
+
+
 def test_send_takes_empty_content_and_process_after_0_as_forq_does():
     forqapp.send("jobs", "", 0)  # 0 is Go's zero value: absent, due now
     message = forqapp.receive("jobs")

@@ -258,6 +258,29 @@ def test_attributes_travel_with_the_message(clock):
         refused(errors.BODY_INVALID, forqapp.send, "attrs", "x", attributes=bad)
 
 
+def test_stored_attributes_read_back_as_json_reads_them():
+    """validation.decode_attributes (the scanner, on every received message) gives what json.loads
+    gives for any text the encoder writes — escapes, non-ASCII, astral characters, empty values —
+    and json.loads' own answer (or error) for anything else."""
+    import json
+    import random
+
+    from forqapp import validation
+
+    rng = random.Random(7)
+    alphabet = ['"', "\\", "\n", "\x00", "\x1f", "é", "\u2028", "😀", "a", "Z", "/", " "]
+    for _ in range(3000):
+        attrs = {"".join(rng.choices(alphabet, k=rng.randint(1, 6))): "".join(rng.choices(alphabet, k=rng.randint(0, 6)))
+                 for _ in range(rng.randint(0, 10))}
+        text = validation.attributes(attrs)
+        assert validation.decode_attributes(text) == attrs == (json.loads(text) if text else {})
+    assert validation.decode_attributes(None) == validation.decode_attributes("") == {}
+    assert validation.decode_attributes("[1]") == [1]  # as json.loads reads it
+    for bad in ('{"a":"b"} trailing', "{", "nope"):
+        with pytest.raises(json.JSONDecodeError):
+            validation.decode_attributes(bad)
+
+
 # --- dedup ----------------------------------------------------------------------------------------
 
 
