@@ -8,6 +8,7 @@ import re
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from . import errors, vocab
 from .conf import forq_settings
@@ -21,9 +22,11 @@ _VALID_NAMES_MAX = 10_000
 
 
 def queue_name(queue: object, *, produce: bool = False) -> str:
-    dlq = _valid_names.get(queue) if type(queue) is str else None
+    if not isinstance(queue, str):
+        raise ForqError(errors.QUEUE_INVALID_NAME, f"invalid queue name {queue!r}")
+    dlq = _valid_names.get(queue)
     if dlq is None:
-        if not isinstance(queue, str) or not QUEUE_NAME.fullmatch(queue):
+        if not QUEUE_NAME.fullmatch(queue):
             raise ForqError(errors.QUEUE_INVALID_NAME, f"invalid queue name {queue!r}")
         if len(_valid_names) >= _VALID_NAMES_MAX:
             _valid_names.clear()
@@ -255,7 +258,9 @@ def attributes(value: object) -> str | None:
     return _attributes_checked(value)
 
 
-_scan_json = json.JSONDecoder().scan_once  # (the C scanner: it keeps no state between calls)
+# The decoder's own scanner (C): it keeps no state between calls. (Set by JSONDecoder.__init__, not
+# in its type stubs.)
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def decode_attributes(text: str | None) -> dict[str, str]:
