@@ -288,9 +288,9 @@ DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = ? AND queue = ? AND is_dlq = 1
 
 # --- background jobs (each skips messages in processing) --------------------------------------
 
-# idx_expired holds no leased rows (partial since migration 0011): each query on it states the
-# index's condition word for word, which is how SQLite knows the index may answer it.
-NOT_LEASED = f"status != {PROCESSING}"
+# idx_expired holds no leased rows (partial since migration 0011: ready and failed ones): each query on
+# it states the index's condition word for word, which is how SQLite knows the index may answer it.
+NOT_LEASED = f"(status = {READY} OR status = {FAILED})"
 
 # A queue's own DLQ retention, or the global one.
 DLQ_TTL = "COALESCE((SELECT dlq_retention_ms FROM forq_queues WHERE name = messages.queue), :ttl)"
