@@ -59,9 +59,8 @@ def run(spec: dict[str, Any], *, stdout: TextIO | None = None, stderr: TextIO | 
         supervisor.on_first_signal(drain_file.touch)
         supervisor.install_signal_handlers()  # before any child starts: a stop is never lost
         # At a terminal, Ctrl-C signals its whole foreground process group: granian's workers
-        # too, which then exit under their parent's feet ("Unexpected exit from worker-1",
-        # "Killing worker-1 after it refused to gracefully stop"). There, each granian gets its
-        # own group, and the stop comes from here alone, in order.
+        # too, which then exit under their parent's feet ("Unexpected exit from worker-1"). There,
+        # each granian gets its own group, and the stop comes from here alone, in order.
         own_group = _at_a_terminal()
         for child in spec["children"]:
             if supervisor.signals:

@@ -373,8 +373,13 @@ def test_the_api_runs_no_jobs_unless_forq_serve_says_so(monkeypatch):
 def test_ctrl_c_at_a_terminal_stops_granian_from_the_supervisor_alone(tmp_path):
     """At a terminal, Ctrl-C signals the whole foreground process group. Each granian then has a
     group of its own, so only the supervisor gets the SIGINT and stops them in order: before, its
-    workers got it too and exited under granian ("Unexpected exit from worker-1", "Killing
-    worker-1 after it refused to gracefully stop"), now and then."""
+    workers got it too and exited under granian's feet ("Unexpected exit from worker-1"), now and
+    then. (granian may still say "Killing worker-1 after it refused to gracefully stop" of a worker
+    that has stopped: a watcher thread and its stop both join the worker, and when the watcher,
+    which reaps it, is not scheduled within the millisecond granian gives it ("the worker might
+    still be reported after `join`, let's context switch", granian/server/common.py), the stop
+    sees it alive. Seen once on a loaded CI machine, not in 12 Ctrl-Cs on a machine kept busy;
+    harmless — the worker is gone — and not the supervisor's doing.)"""
     import pty
     import select
 
@@ -423,5 +428,5 @@ def test_ctrl_c_at_a_terminal_stops_granian_from_the_supervisor_alone(tmp_path):
         os.close(fd)
     text = out.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 0, text
-    assert "forqapp stopped" in text and "Unexpected exit" not in text and "refused to gracefully" not in text, text
+    assert "forqapp stopped" in text and "Unexpected exit" not in text, text
     assert not any(Path(f"/proc/{child}").exists() for child in children)
