@@ -103,9 +103,9 @@ class Message(models.Model):
 
     @property
     def attributes_dict(self) -> dict[str, str]:
-        import json
+        from .validation import decode_attributes
 
-        return json.loads(self.attributes) if self.attributes else {}
+        return decode_attributes(self.attributes)
 
 
 # A module-level name, so django-stubs can type the generated base class.

@@ -59,7 +59,7 @@ class ScheduleInfo:
     def from_row(cls, row: ScheduleRow) -> ScheduleInfo:
         return cls(row.name, row.queue, row.content, row.cron,
                    None if row.every_ms is None else row.every_ms / 1000, row.catch_up, row.priority,
-                   json.loads(row.attributes) if row.attributes else {}, row.paused, row.next_run_at,
+                   validation.decode_attributes(row.attributes), row.paused, row.next_run_at,
                    row.last_run_at)
 
     def json(self) -> dict[str, Any]:

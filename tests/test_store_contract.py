@@ -860,9 +860,7 @@ def test_sqlite_jobs_read_an_index_not_the_table(name, db):
     from forqapp.store import sqlite as sql
 
     statement = getattr(sql, name)
-    params: dict | list = {k: 1 for k in ("now", "batch", "ttl", "max", "cutoff")} if ":" in statement else [1, 1]
-    if "?" in statement:
-        params = [1] * statement.count("?")
+    params: dict | list = [1] * statement.count("?") or dict.fromkeys(("now", "batch", "ttl", "max", "cutoff"), 1)
     connection.ensure_connection()
     plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
     assert not [step for step in plan if step.startswith("SCAN messages")], plan  # (a table or an index, whole)
