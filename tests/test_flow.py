@@ -152,7 +152,9 @@ def test_an_expired_lease_frees_its_slot_for_another_message(clock):
 @live
 @pytest.mark.slow
 def test_max_in_flight_is_never_exceeded_by_4_worker_processes_of_8_threads(tmp_path):
-    limit, count, sleep = 5, 160, 0.03
+    # The limit is above one process's 8 threads: a process that wins every slot it frees (its own
+    # ack wakes its own waiters first) cannot fill it alone, so reaching it takes several processes.
+    limit, count, sleep = 12, 240, 0.03
     forqapp.configure_queue("flow-cap", max_in_flight=limit)
     w = WorkerProc(tmp_path, env={"DJANGO_SETTINGS_MODULE": "tests.flowapp.settings"})
     samples: list[int] = []
@@ -186,7 +188,7 @@ def test_max_in_flight_is_never_exceeded_by_4_worker_processes_of_8_threads(tmp_
     assert len({e["pid"] for e in starts}) > 1  # the processes shared the work
     peak = max_overlap(starts, ends)
     assert peak <= limit, peak
-    assert peak == limit  # and the limit is used, not just respected
+    assert peak == limit  # and the limit is used, not just respected: by several processes at once
     assert max(samples) <= limit, max(samples)
 
 
