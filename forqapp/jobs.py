@@ -389,7 +389,7 @@ class ServerJobs:
     def __init__(self, verbosity: int = 1):
         self.verbosity = verbosity
         self.ran = False  # whether this worker ran the jobs at some point
-        logging.getLogger(__name__).setLevel(process.VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
+        process.configure_logging(verbosity, __name__)
         self.scheduler = Scheduler(on_lease=self._on_lease)
 
     def _say(self, line: str) -> None:

@@ -34,9 +34,22 @@ SERVE_JOBS_ENV = "FORQ_SERVE_JOBS_VERBOSITY"
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
-def configure_logging(verbosity: int) -> None:
-    """``-v0`` warnings, ``-v1`` info, ``-v2`` and more debug, on the ``forqapp`` logger."""
-    logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def configure_logging(verbosity: int, name: str = "forqapp") -> None:
+    """``-v0`` warnings, ``-v1`` info, ``-v2`` and more debug, on the ``forqapp`` logger (or the
+    one under it called ``name``).
+
+    A project whose ``LOGGING`` gives these records no handler — a ``startproject`` one: Django's
+    default configuration has handlers for its own loggers only — would see nothing below WARNING
+    (Python's last-resort handler): the ``forqapp`` logger then gets a handler to stderr of its own.
+    A project that configures a handler for them (on ``forqapp`` or the root) keeps its own."""
+    logging.getLogger(name).setLevel(VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler()  # stderr
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logger.addHandler(handler)
 
 
 def mark_dead(pid: int | None = None) -> None:

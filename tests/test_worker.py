@@ -259,3 +259,26 @@ def test_a_bad_consumer_path_stops_the_worker_in_one_line(worker):
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert "FORQ_CONSUMERS['emails']: cannot import 'myapp.jobs.send_email'" in line and "forqapp.E040" in line
+
+
+@pytest.mark.parametrize(("logging_setting", "handler"), [
+    ({}, "forqapp's own"),  # startproject's: Django configures handlers for its own loggers only
+    ({"version": 1, "disable_existing_loggers": False,
+      "formatters": {"tagged": {"format": "ROOT %(name)s %(message)s"}},
+      "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "tagged"}},
+      "root": {"handlers": ["console"], "level": "WARNING"}}, "the project's"),
+])
+def test_info_lines_show_whatever_the_projects_logging(worker, logging_setting, handler):
+    """-v1's info lines reach stderr once: through forqapp's own handler when the project's LOGGING
+    gives them none (else Python's last resort would drop everything below WARNING), through the
+    project's handler when it has one."""
+    w = worker({"LOGGING": logging_setting})
+    forqapp.send("work", "ok")
+    result = w.run("--burst", "--concurrency", "2")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "thread(s) on" in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("ROOT forqapp.worker ") == (handler == "the project's"), lines
+    assert (" INFO forqapp.worker forq_worker: 2 thread(s) on " in lines[0]) == (handler == "forqapp's own"), lines
+    quiet = w.run("--burst", "-v0")
+    assert quiet.returncode == 0 and "thread(s) on" not in quiet.stderr, quiet.stderr
