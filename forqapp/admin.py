@@ -250,7 +250,7 @@ class LooseField(forms.CharField):
             return None
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return text
 
 
@@ -354,7 +354,7 @@ class QueueForm(forms.ModelForm):
         if text[0] in "[{":
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise forms.ValidationError("Not valid JSON.") from None
         try:
             return [int(part) for part in text.split(",")]
@@ -721,7 +721,7 @@ class ScheduleForm(forms.ModelForm):
             return None
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise forms.ValidationError("Not valid JSON.") from None
 
     def clean_content(self) -> str:

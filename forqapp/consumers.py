@@ -47,7 +47,7 @@ class Consumer:
         try:
             content = json.loads(message.content)
             state = None if message.state is None else json.loads(message.state)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested ~1,000 deep
             raise FatalError(f"message {message.id} is not JSON: {exc}") from exc
         try:
             return self.handler(dataclasses.replace(message, content=content, state=state))

@@ -22,8 +22,8 @@ def pretty_json(content: str) -> tuple[str, bool]:
     else as given. Non-ASCII stays as it is, and keys keep their order."""
     try:
         value = json.loads(content)
-    except ValueError:
+        if not isinstance(value, dict | list):
+            return content, False
+        return json.dumps(value, indent=2, ensure_ascii=False), True
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser or encoder goes
         return content, False
-    if not isinstance(value, dict | list):
-        return content, False
-    return json.dumps(value, indent=2, ensure_ascii=False), True

@@ -110,6 +110,12 @@ def test_the_consumers_error_shows_in_the_admin_and_the_ui(admin_client_):
 # --- messages: issue 12's fields ------------------------------------------------------------------
 
 
+def test_message_detail_of_content_nested_too_deep_to_pretty_print(admin_client_):
+    mid = forqapp.send("emails", "[" * 5000 + "]" * 5000)
+    page = admin_client_.get(f"/admin/forqapp/message/{mid}/change/")
+    assert page.status_code == 200 and b"[[[[[[[[" in page.content
+
+
 def test_message_detail_shows_priority_attributes_dedup_sequence_and_lease(admin_client_):
     mid = forqapp.send("emails", "a", priority=7, attributes={"tenant": "<b>acme</b>", "kind": "welcome"},
                        dedup_id="order-42")

@@ -51,10 +51,12 @@ def test_json_decode_passes_parsed_content_and_keeps_the_original(clean_registry
     assert original.content == '{"n": 3}'
 
 
-def test_content_that_is_not_json_is_a_fatal_error(clean_registry):
+@pytest.mark.parametrize("content", ["not json", "[" * 100_000, "[" * 5000 + "]" * 5000])
+def test_content_that_is_not_json_is_a_fatal_error(clean_registry, content):
+    """Nested deeper than the parser goes counts as not JSON: retrying would fail the same way."""
     consumers.register("orders", lambda m: None, decode="json")
     with pytest.raises(forqapp.FatalError):
-        consumers.registry()["orders"](message("not json"))
+        consumers.registry()["orders"](message(content))
 
 
 def test_settings_mapping(clean_registry, settings):

@@ -23,6 +23,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from forqapp import errors
 from forqapp.api import meta, plumbing, urls
 
 from .conftest import METRICS_SECRET, SECRET, start_server, stop_server
@@ -55,6 +56,16 @@ def _documented() -> dict[str, set[str]]:
         re.sub(r"\{[^}]+\}", "{}", path): {m for m in item if m in HTTP_METHODS}
         for path, item in meta.openapi_document()["paths"].items()
     }
+
+
+def test_the_error_schemas_name_every_code_their_api_answers():
+    """Each API's error schema lists the codes it can answer (a 403 ``forbidden.key_scope`` was once
+    left out): v1 all but the v2-only queue and schedule lookups, v2 all but the healthcheck's."""
+    schemas = meta.openapi_document()["components"]["schemas"]
+    v1, v2 = (set(schemas[name]["properties"]["code"]["enum"]) for name in ("Error", "V2Error"))
+    assert set(errors.STATUS) - v1 == {errors.NOT_FOUND_QUEUE, errors.NOT_FOUND_SCHEDULE}
+    assert set(errors.STATUS) - v2 == {errors.UNHEALTHY}
+    assert v1 <= set(errors.STATUS) and v2 <= set(errors.STATUS)
 
 
 def test_every_route_is_documented_and_every_documented_path_is_routed():

@@ -146,7 +146,7 @@ def test_create_queue_with_different_attributes_is_queue_name_exists(sqs):
     ("VisibilityTimeout", "43201"), ("VisibilityTimeout", "-1"), ("DelaySeconds", "901"),
     ("ReceiveMessageWaitTimeSeconds", "21"), ("MessageRetentionPeriod", "59"),
     ("MessageRetentionPeriod", "1209601"), ("MaximumMessageSize", "1023"), ("MaximumMessageSize", "1048577"),
-    ("VisibilityTimeout", "abc"), ("RedrivePolicy", "{not json"),
+    ("VisibilityTimeout", "abc"), ("RedrivePolicy", "{not json"), ("RedrivePolicy", "[" * 100_000),
     ("RedrivePolicy", '{"deadLetterTargetArn": "arn:aws:sqs:eu-west-3:000000000000:bad-dlq", "maxReceiveCount": 0}'),
 ])
 def test_out_of_range_attributes_are_refused_and_not_stored(sqs, name, value):

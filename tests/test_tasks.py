@@ -254,6 +254,20 @@ def test_arguments_that_are_not_json_are_refused_with_a_clear_error(bad):
     assert not Message.objects.exists()
 
 
+def test_arguments_nested_too_deep_are_refused_with_a_clear_error():
+    nested: list = []
+    for _ in range(5000):
+        nested = [nested]
+    with pytest.raises(TaskArgumentsError, match="a task's arguments"):
+        tasks.echo.enqueue(nested)
+    assert not Message.objects.exists()
+
+
+def test_a_message_nested_too_deep_in_a_task_queue_fails_for_good():
+    services.send("tasks-default", "[" * 5000 + "]" * 5000)  # sent by other means than enqueue
+    assert drain() == {"fail": 1}
+
+
 def test_oversize_arguments_are_refused(settings):
     settings.FORQ_MAX_CONTENT_BYTES = 1000
     tasks.echo.enqueue("x" * 800)
@@ -355,9 +369,10 @@ def test_unknown_and_malformed_ids_do_not_exist():
     for bad in (str(uuid.uuid4()), "nope", ""):
         with pytest.raises(TaskResultDoesNotExist):
             backend().get_result(bad)
-    plain = services.send("tasks-default", "not a task")  # a message, but no task
-    with pytest.raises(TaskResultDoesNotExist):
-        backend().get_result(plain)
+    for content in ("not a task", "[" * 5000 + "]" * 5000):  # a message, but no task
+        plain = services.send("tasks-default", content)
+        with pytest.raises(TaskResultDoesNotExist):
+            backend().get_result(plain)
 
 
 def test_a_return_value_that_is_not_json_fails_the_task_for_good():

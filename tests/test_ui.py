@@ -297,6 +297,16 @@ def test_queue_page_newest_first_with_keyset_load_more(staff_client):
     assert b"OFFSET" not in str(queries.messages().filter(id__lt="x").order_by("-id")[:51].query).encode()
 
 
+@pytest.mark.parametrize("depth", [900, 5000])
+def test_content_nested_too_deep_to_pretty_print_is_shown_as_it_is(staff_client, depth):
+    """JSON nested deeper than the parser (or the indenting encoder) goes: shown as sent, not a 500."""
+    content = "[" * depth + "]" * depth
+    message_id = forqapp.send("emails", content)
+    response = staff_client.get(f"/ui/queues/emails/messages/{message_id}/", **HX)
+    assert response.status_code == 200
+    assert b"[[[[[[[[" in response.content
+
+
 def test_details_are_a_peek_not_a_consume(staff_client):
     message_id = forqapp.send("emails", '{"to": "a@example.com", "n": [1, 2]}')
     before = Message.objects.get(id=message_id)

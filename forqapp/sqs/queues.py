@@ -199,7 +199,7 @@ def _redrive(queue: str, value: object) -> dict[str, Any] | None:
         return None
     try:
         policy = json.loads(value) if isinstance(value, str) else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested ~1,000 deep
         policy = None
     if not isinstance(policy, dict):
         raise SqsError("InvalidAttributeValue", "Invalid value for the parameter RedrivePolicy: not a JSON object")

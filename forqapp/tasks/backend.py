@@ -51,7 +51,7 @@ def to_json(value: Any, what: str) -> str:
     :class:`TaskArgumentsError` saying what was refused."""
     try:
         return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested ~1,000 deep
         raise TaskArgumentsError(f"{what} must be JSON (str, int, float, bool, None, lists and dicts "
                                  f"of them): {exc}") from None
 
@@ -60,7 +60,10 @@ def round_trip(args: Iterable[Any], kwargs: dict[str, Any]) -> tuple[str, list[A
     """(the JSON of ``{"args", "kwargs"}``, and the args and kwargs the task will receive: tuples
     become lists, int dict keys become strings — what the result shows is exactly what runs)."""
     text = to_json({"args": list(args), "kwargs": kwargs}, "a task's arguments")
-    back = json.loads(text)
+    try:
+        back = json.loads(text)
+    except RecursionError:  # the encoder went a level or two deeper than the parser goes
+        raise TaskArgumentsError("a task's arguments are nested too deep") from None
     return text, back["args"], back["kwargs"]
 
 
@@ -74,7 +77,10 @@ def encode(task_path: str, args_kwargs: str, queue_name: str, backend: str, enqu
 def decode(content: str) -> dict[str, Any]:
     """A task message's content: ``task``, ``queue_name``, ``backend``, ``enqueued_at`` and
     ``call`` (``{"args", "kwargs"}``)."""
-    data = json.loads(content)
+    try:
+        data = json.loads(content)
+    except RecursionError:  # a message sent to a task queue by other means, nested ~1,000 deep
+        raise ValueError("not a task message: nested too deep") from None
     if not isinstance(data, dict) or not isinstance(data.get("task"), str) or not isinstance(data.get("call"), dict):
         raise ValueError("not a task message")
     return data
