@@ -1,11 +1,10 @@
 """A wrong secret and a wrong access key id take the same time (issue 16): neither tells a guesser
 whether the id exists. Both are answered from the per-process cache after the first try (an unknown
 id is remembered as unknown) and both end in one constant-time compare of 40 characters (against a
-dummy secret for an unknown id). Medians of interleaved runs, printed (``pytest -s``)."""
+dummy secret for an unknown id). The fastest of interleaved runs, printed (``pytest -s``)."""
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import pytest
@@ -16,15 +15,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def medians(cases: dict[str, str], rounds: int = 30, per_round: int = 2000) -> dict[str, float]:
-    """Median over ``rounds`` of the mean time of one for_token call (ns), the cases interleaved."""
+    """The mean CPU time of one for_token call (ns) in the fastest of ``rounds`` rounds, the cases
+    interleaved, in an order that turns each round. This thread's CPU time, and the fastest round,
+    not wall time and the median: other load on the machine only ever adds time, and a CI host busy
+    with other jobs once put the median of one case 50 % above the others (the work itself is what
+    must not differ)."""
     samples: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(rounds):
-        for name, token in cases.items():
-            start = time.perf_counter_ns()
+    order = list(cases)
+    for i in range(rounds):
+        for name in order[i % len(order):] + order[:i % len(order)]:
+            token = cases[name]
+            start = time.thread_time_ns()
             for _ in range(per_round):
                 for_token(token)
-            samples[name].append((time.perf_counter_ns() - start) / per_round)
-    return {name: statistics.median(values) for name, values in samples.items()}
+            samples[name].append((time.thread_time_ns() - start) / per_round)
+    return {name: min(values) for name, values in samples.items()}
 
 
 def test_wrong_secret_and_wrong_id_take_the_same_time(settings):
@@ -38,9 +43,9 @@ def test_wrong_secret_and_wrong_id_take_the_same_time(settings):
     assert for_token(wrong_secret) is None and for_token(wrong_id) is None
     m = medians({"right": issued.token, "wrong secret": wrong_secret, "wrong id": wrong_id})
     ratio = m["wrong id"] / m["wrong secret"]
-    print(f"\nfor_token medians: right {m['right']:.0f} ns, wrong secret {m['wrong secret']:.0f} ns, "
+    print(f"\nfor_token, fastest round: right {m['right']:.0f} ns, wrong secret {m['wrong secret']:.0f} ns, "
           f"wrong id {m['wrong id']:.0f} ns; wrong id / wrong secret = {ratio:.3f}")
-    assert 0.8 < ratio < 1.25, m  # the same work; the band is the machine's noise
+    assert 0.9 < ratio < 1.1, m  # the same work; the band is the noise of CPU time
 
 
 def test_uncached_wrong_secret_and_wrong_id_cost_one_read_each(settings, django_assert_num_queries):
@@ -55,23 +60,23 @@ def test_uncached_wrong_secret_and_wrong_id_cost_one_read_each(settings, django_
 
 def test_uncached_wrong_secret_and_wrong_id_take_the_same_time(settings):
     """Before the cache knows them (a guesser can wait out FORQ_KEYS_CACHE_SECONDS): an unknown id
-    opens a dummy sealed secret and parses dummy grants, as a known id's load does. Medians printed."""
+    opens a dummy sealed secret and parses dummy grants, as a known id's load does. Printed."""
     for i in range(50):  # a table with some keys in it
         service.create(f"cold-{i}", ["orders:produce"], actor="test", via="cli")
     issued = service.create("timed-cold-medians", ["orders:produce"], actor="test", via="cli")
     wrong_secret = tokens.token(issued.key.access_key_id, tokens.new_secret())
     samples: dict[str, list[float]] = {"wrong secret": [], "wrong id": []}
-    for _ in range(21):
+    for _ in range(31):
         for name in samples:
             batch = [wrong_secret if name == "wrong secret" else tokens.token(tokens.new_access_key_id(), issued.secret)
                      for _ in range(60)]
-            start = time.perf_counter_ns()
+            start = time.thread_time_ns()
             for token in batch:
                 cache.forget(token.partition(".")[0])
                 assert for_token(token) is None
-            samples[name].append((time.perf_counter_ns() - start) / len(batch))
-    m = {name: statistics.median(values) for name, values in samples.items()}
+            samples[name].append((time.thread_time_ns() - start) / len(batch))
+    m = {name: min(values) for name, values in samples.items()}  # the fastest batch: see medians()
     ratio = m["wrong id"] / m["wrong secret"]
-    print(f"\nuncached for_token medians: wrong secret {m['wrong secret'] / 1000:.1f} µs, "
+    print(f"\nuncached for_token, fastest batch: wrong secret {m['wrong secret'] / 1000:.1f} µs, "
           f"wrong id {m['wrong id'] / 1000:.1f} µs; wrong id / wrong secret = {ratio:.3f}")
-    assert 0.8 < ratio < 1.25, m
+    assert 0.93 < ratio < 1.075, m  # skipping the dummy unseal measured 0.91
