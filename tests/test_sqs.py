@@ -335,6 +335,17 @@ def test_message_attribute_names_filter(sqs):
     assert got["Messages"][0]["Attributes"] == {"ApproximateReceiveCount": "6"}
 
 
+def test_numbers_within_sqs_range_and_precision_are_kept(sqs):
+    url = sqs.create_queue(QueueName="numbers")["QueueUrl"]
+    for number in ("0", "-0.000", "1e126", "-9.9e126", "1e-128", "1" * 38, "1" * 38 + "000", "+.5", "5.",
+                   "1e0000000001", "0e99999999"):
+        sqs.send_message(QueueUrl=url, MessageBody="x",
+                         MessageAttributes={"n": {"DataType": "Number", "StringValue": number}})
+        got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+        assert got["MessageAttributes"]["n"]["StringValue"] == number
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=got["ReceiptHandle"])
+
+
 def test_bad_messages_are_refused(sqs):
     url = sqs.create_queue(QueueName="badmsg")["QueueUrl"]
     with pytest.raises(sqs.exceptions.InvalidMessageContents):
@@ -342,6 +353,8 @@ def test_bad_messages_are_refused(sqs):
     too_many = {f"a{i}": {"DataType": "String", "StringValue": "v"} for i in range(11)}
     for kwargs in ({"MessageAttributes": too_many}, {"DelaySeconds": 901},
                    {"MessageAttributes": {"n": {"DataType": "Number", "StringValue": "abc"}}},
+                   *({"MessageAttributes": {"n": {"DataType": "Number", "StringValue": number}}}
+                     for number in ("1e127", "1e999", "1" * 39, "1e-129", "0.001e-126", "9" * 4400)),
                    {"MessageAttributes": {"n": {"DataType": "Float", "StringValue": "1"}}},
                    {"MessageDeduplicationId": "d"}):
         with pytest.raises(botocore.exceptions.ClientError) as exc:

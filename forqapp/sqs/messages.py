@@ -25,6 +25,7 @@ _NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # The characters SQS allows in a message: #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF
 _INVALID_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 SEPARATOR = ";"
+NUMBER_DIGITS, NUMBER_MIN_POWER, NUMBER_MAX_POWER = 38, -128, 126  # SQS's Number
 
 
 def check_body(body: object, limit: int) -> str:
@@ -76,10 +77,34 @@ def check_attributes(attributes: object) -> dict[str, dict[str, Any]]:
                               f"for message attribute type '{data_type.split('.')[0]}'.")
             if _INVALID_CHARS.search(text):
                 raise SqsError("InvalidMessageContents", f"Message attribute '{name}' holds invalid characters")
-            if data_type.startswith("Number") and not _NUMBER.fullmatch(text):
-                raise invalid(f"Can't cast the value of message attribute '{name}' to a number.")
+            if data_type.startswith("Number"):
+                _check_number(name, text)
             out[name] = {"DataType": data_type, "StringValue": text}
     return out
+
+
+def _check_number(name: str, text: str) -> None:
+    """SQS's Number: up to 38 significant digits, of a magnitude from 10^-128 to 10^+126 (zero too)."""
+    if not _NUMBER.fullmatch(text):
+        raise invalid(f"Can't cast the value of message attribute '{name}' to a number.")
+    mantissa, _, exponent = text.lower().partition("e")
+    digits = mantissa.lstrip("+-").replace(".", "").strip("0")
+    if not digits:
+        return  # zero
+    if len(digits) > NUMBER_DIGITS or len(exponent.lstrip("+-").lstrip("0")) > 6:
+        raise invalid(f"The value of message attribute '{name}' has more than {NUMBER_DIGITS} significant digits "
+                      "or is out of the range of a Number.")
+    whole = mantissa.lstrip("+-").split(".")[0].lstrip("0")
+    # The power of ten of the first significant digit.
+    if whole:
+        magnitude = len(whole) - 1
+    else:
+        fraction = mantissa.partition(".")[2]
+        magnitude = -(len(fraction) - len(fraction.lstrip("0")) + 1)
+    magnitude += int(exponent or 0)
+    if not NUMBER_MIN_POWER <= magnitude <= NUMBER_MAX_POWER:
+        raise invalid(f"The value of message attribute '{name}' is out of the range of a Number "
+                      f"(10^{NUMBER_MIN_POWER} to 10^+{NUMBER_MAX_POWER}).")
 
 
 def check_system_attributes(attributes: object) -> dict[str, dict[str, Any]]:
