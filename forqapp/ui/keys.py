@@ -38,12 +38,12 @@ def _actor(request: HtmxHttpRequest) -> str:
     return request.user.get_username()
 
 
-@ui_view("GET")
+@ui_view("GET", needs=("view", "apikey"))
 def keys_page(request: HtmxHttpRequest) -> HttpResponse:
     return _answer(request)
 
 
-@ui_view("POST")
+@ui_view("POST", needs=("add", "apikey"))
 def create_key(request: HtmxHttpRequest) -> HttpResponse:
     form = {"name": request.POST.get("name", ""), "grants": request.POST.get("grants", ""),
             "expires": request.POST.get("expires", "")}
@@ -60,7 +60,7 @@ def _key(ref: str) -> ApiKey | None:
     return ApiKey.objects.filter(access_key_id=ref).first()
 
 
-@ui_view("POST")
+@ui_view("POST", needs=("change", "apikey"))
 def revoke_key(request: HtmxHttpRequest, access_key_id: str) -> HttpResponse:
     key = _key(access_key_id)
     if key is None:
@@ -73,7 +73,7 @@ def revoke_key(request: HtmxHttpRequest, access_key_id: str) -> HttpResponse:
                                    if done else f"{key.name} was revoked already."))
 
 
-@ui_view("POST")
+@ui_view("POST", needs=("change", "apikey"))
 def rotate_key(request: HtmxHttpRequest, access_key_id: str) -> HttpResponse:
     key = _key(access_key_id)
     if key is None:

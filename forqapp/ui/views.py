@@ -11,12 +11,14 @@ page confirms with ``hx-confirm`` asks on a page of its own when posted without 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
 from django.contrib import messages as flash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
@@ -81,10 +83,53 @@ def same_origin_referrer(view):
     return wrapper
 
 
-def ui_view(*methods: str):
-    """Staff only, the allowed methods, DENY framing, and a cache key that varies on HX-Request."""
+# What a page or action needs: (action, model) — the Django permission the admin asks for the
+# same thing (``view`` is met by ``change`` too, as in the admin) — or a function of the request and
+# the URL's arguments that says it.
+Needs = tuple[str, str] | Callable[..., tuple[str, str]]
+
+
+def may(user: Any, action: str, model: str) -> bool:
+    """Whether ``user`` has forqapp's ``<action>_<model>`` permission (``view``: or ``change``)."""
+    if action == "view" and user.has_perm(f"forqapp.change_{model}"):
+        return True
+    return user.has_perm(f"forqapp.{action}_{model}")
+
+
+def messages_of(queue: str) -> str:
+    """The model whose permissions cover ``queue``'s messages: dead letters in a DLQ."""
+    return "deadletter" if vocab.is_dlq(queue) else "message"
+
+
+def permission_required(needs: Needs):
+    """The staff user must also have the permission the admin asks for the same page or action
+    (a staff account with no permissions sees the admin's 403 and must see it here too): else 403,
+    and for htmx a flash saying what is missing (htmx swaps nothing on a 403)."""
 
     def decorate(view):
+        @wraps(view)
+        def wrapper(request: HtmxHttpRequest, *args, **kwargs):
+            action, model = needs(request, **kwargs) if callable(needs) else needs
+            if may(request.user, action, model):
+                return view(request, *args, **kwargs)
+            text = f"You do not have the permission to {action} {model.replace('deadletter', 'dead letter')}s."
+            if request.htmx:
+                response = render(request, "forqapp/_flash.html", {"flash": {"level": "error", "text": text},
+                                                                    "oob": True}, status=200)
+                return reswap(response, "none")
+            raise PermissionDenied(text)
+
+        return wrapper
+
+    return decorate
+
+
+def ui_view(*methods: str, needs: Needs):
+    """Staff with ``needs``' permission only, the allowed methods, DENY framing, and a cache key
+    that varies on HX-Request."""
+
+    def decorate(view):
+        view = permission_required(needs)(view)
         view = staff_required(view)
         view = require_http_methods(list(methods))(view)
         view = vary_on_headers("HX-Request")(view)
@@ -165,7 +210,7 @@ def _overview_context(now: int) -> dict:
     return {"overview": overview, "refresh": REFRESH_SECONDS, "now": _dt(now)}
 
 
-@ui_view("GET")
+@ui_view("GET", needs=("view", "queue"))
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     context = _overview_context(_now_ms())
     if _partial(request):
@@ -236,7 +281,7 @@ def _queue_context(queue: str, now: int) -> dict:
     }
 
 
-@ui_view("GET")
+@ui_view("GET", needs=lambda request, queue: ("view", messages_of(queue)))
 def queue_page(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     queue = _queue(queue)
     context = _queue_context(queue, _now_ms())
@@ -245,7 +290,7 @@ def queue_page(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     return render(request, "forqapp/queue.html", context)
 
 
-@ui_view("GET")
+@ui_view("GET", needs=lambda request, queue: ("view", messages_of(queue)))
 def queue_flow(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     """The queue page's flow-control card, refreshed by itself (htmx); empty without limits."""
     queue = _queue(queue)
@@ -256,7 +301,8 @@ def queue_flow(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     return render(request, "forqapp/_queue_flow.html", context)
 
 
-@ui_view("GET", "DELETE", "POST")
+@ui_view("GET", "DELETE", "POST", needs=lambda request, queue: (
+    ("view", messages_of(queue)) if request.method == "GET" else ("delete", messages_of(queue))))
 def queue_messages(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     """GET: the next page of rows ("load more"). DELETE (or POST): delete every message of a DLQ."""
     queue = _queue(queue)
@@ -270,12 +316,13 @@ def queue_messages(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     return _bulk(request, queue, "delete")
 
 
-@ui_view("POST")
+@ui_view("POST", needs=lambda request, queue: ("change", messages_of(queue)))
 def requeue_all(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     return _bulk(request, _queue(queue), "requeue")
 
 
-@ui_view("GET", "DELETE", "POST")
+@ui_view("GET", "DELETE", "POST", needs=lambda request, queue, message_id: (
+    ("view", messages_of(queue)) if request.method == "GET" else ("delete", messages_of(queue))))
 def message_detail(request: HtmxHttpRequest, queue: str, message_id: str) -> HttpResponse:
     """GET: the message row, opened (or closed with ``?closed=1``); a peek, never a consume.
     DELETE (or POST): delete this DLQ message."""
@@ -300,7 +347,7 @@ def message_detail(request: HtmxHttpRequest, queue: str, message_id: str) -> Htt
     return render(request, "forqapp/_message.html", context)
 
 
-@ui_view("POST")
+@ui_view("POST", needs=lambda request, queue, message_id: ("change", messages_of(queue)))
 def requeue_message(request: HtmxHttpRequest, queue: str, message_id: str) -> HttpResponse:
     return _single(request, _queue(queue), _message_id(message_id), "requeue")
 
@@ -308,7 +355,7 @@ def requeue_message(request: HtmxHttpRequest, queue: str, message_id: str) -> Ht
 # --- pause and resume -------------------------------------------------------------------------
 
 
-@ui_view("POST")
+@ui_view("POST", needs=("change", "queue"))
 def pause_queue(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     queue = _queue(queue)
     if not vocab.is_dlq(queue) and confirm.needed(request):
@@ -318,7 +365,7 @@ def pause_queue(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     return _set_paused(request, queue, True)
 
 
-@ui_view("POST")
+@ui_view("POST", needs=("change", "queue"))
 def resume_queue(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     return _set_paused(request, _queue(queue), False)
 
@@ -435,7 +482,7 @@ def _schedules_context(now: int) -> dict:
             "paused_count": sum(r.info.paused for r in rows)}
 
 
-@ui_view("GET")
+@ui_view("GET", needs=("view", "schedule"))
 def schedules_page(request: HtmxHttpRequest) -> HttpResponse:
     context = _schedules_context(_now_ms())
     if _partial(request):
@@ -443,7 +490,7 @@ def schedules_page(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "forqapp/schedules.html", context)
 
 
-@ui_view("POST")
+@ui_view("POST", needs=("change", "schedule"))
 def pause_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
     name = _schedule_name(name)
     if confirm.needed(request):
@@ -455,12 +502,12 @@ def pause_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
     return _schedule_action(request, name, "pause")
 
 
-@ui_view("POST")
+@ui_view("POST", needs=("change", "schedule"))
 def resume_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
     return _schedule_action(request, _schedule_name(name), "resume")
 
 
-@ui_view("POST")
+@ui_view("POST", needs=("change", "schedule"))
 def run_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
     name = _schedule_name(name)
     if confirm.needed(request):
