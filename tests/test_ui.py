@@ -172,6 +172,24 @@ def test_staff_needs_the_admins_permission_for_each_page_and_action(method, url,
         assert _state() != before, url  # the action happened
 
 
+def test_pages_show_only_the_buttons_the_user_may_use():
+    dead_letters("emails", ["d1"])
+    forqapp.schedule("tick", queue="emails", content="t", every=3600)
+    viewer = staff_with("view_queue", "view_message", "view_deadletter", "view_schedule", "view_apikey")
+    for url in ("/ui/queues/emails-dlq/", "/ui/queues/emails/", "/ui/schedules/", "/ui/keys/"):
+        page = viewer.get(url).content.decode()
+        for button in ("Requeue", "Delete", 'data-testid="pause"', "Run now", "Create a key"):
+            assert button not in page, (url, button)
+    assert 'href="/ui/keys/"' in viewer.get("/ui/").content.decode()
+    requeuer = staff_with("view_deadletter", "change_deadletter")
+    page = requeuer.get("/ui/queues/emails-dlq/").content.decode()
+    assert "Requeue all" in page and ">Requeue</button>" in page and "Delete" not in page
+    assert 'href="/ui/keys/"' not in page and 'href="/ui/schedules/"' not in page
+    operator = staff_with("view_message", "change_queue", "change_schedule", "add_apikey")
+    assert 'data-testid="pause"' in operator.get("/ui/queues/emails/").content.decode()
+    assert "Run now" in operator.get("/ui/schedules/").content.decode()
+
+
 def test_view_pages_are_open_to_the_change_permission_too():
     client = staff_with("change_message")
     assert client.get("/ui/queues/emails/").status_code == 200
