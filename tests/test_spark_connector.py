@@ -159,6 +159,7 @@ def test_options_parse_case_insensitively():
     assert (opts.url, opts.api_key, opts.queue, opts.batch_size, opts.max_messages_per_batch) == (
         "http://h:1", "k", "q", 42, 7)
     assert opts.num_partitions is None
+    assert ForqOptions.parse({"url": "http://h:1", "apiKey": "k", "queue": "q", "path": "/x"}).queue == "q"  # Spark's
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -172,6 +173,9 @@ def test_options_parse_case_insensitively():
     ({"url": "http://h", "apiKey": "k", "queue": "q", "batchSize": "0"}, "'batchSize' must be from 1"),
     ({"url": "http://h", "apiKey": "k", "queue": "q", "numPartitions": "-1"}, "'numPartitions'"),
     ({"url": "http://h", "apiKey": "k", "queue": "q", "waitSeconds": "x"}, "'waitSeconds' must be a number"),
+    ({"url": "http://h", "apiKey": "k", "queue": "q", "numPartiton": "3"},
+     "unknown forq option 'numPartiton' \\(did you mean 'numPartitions'\\?\\)"),
+    ({"url": "http://h", "apiKey": "k", "queue": "q", "colour": "blue"}, "unknown forq option 'colour'; the options"),
 ])
 def test_bad_options_are_refused_clearly(options, message):
     with pytest.raises(ForqOptionError, match=message):

@@ -3,6 +3,7 @@ messages that say which option is wrong and why."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -52,6 +53,13 @@ def _float(options: Mapping[str, str], name: str, default: float, lo: float, hi:
     return value
 
 
+#: Every option of the format (a misspelt one is an error, not silently ignored); ``path`` is
+#: Spark's own, set by ``load(path)`` / ``save(path)``, and means nothing here.
+KNOWN = ("url", "apiKey", "queue", "delivery", "batchSize", "numPartitions", "pageSize", "maxMessagesPerBatch",
+         "waitSeconds", "timeout")
+_KNOWN_LOWER = frozenset(k.lower() for k in (*KNOWN, "path"))
+
+
 @dataclass(frozen=True)
 class ForqOptions:
     url: str
@@ -67,6 +75,12 @@ class ForqOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ForqOptions:
+        unknown = sorted(k for k in options if k.lower() not in _KNOWN_LOWER)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], KNOWN, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ForqOptionError(f"unknown forq option {unknown[0]!r}{hint}; the options are "
+                                  f"{', '.join(KNOWN)}")
         url = (_get(options, "url") or "").strip()
         if not url:
             raise ForqOptionError("forq option 'url' is required (the forqapp API base URL, "

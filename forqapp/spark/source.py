@@ -397,7 +397,8 @@ class ForqStreamReader(DataSourceStreamReader):
     * ``partitions(start, end)`` for a batch this reader never claimed (Spark re-runs the
       uncommitted batch after a restart): its deliveries are released — back to ready at once,
       not counted as an attempt — and the batch is empty; the messages come in a later batch.
-    * ``stop()``: deliveries not known to be committed are released.
+    * ``stop()``: deliveries not known to be committed are released — when Spark calls it, which
+      it is not seen to do when a query stops (PySpark 4.3): then their lease ends them.
 
     A message whose lease (its queue's visibility timeout, 5 minutes unless the queue's policy
     sets another) runs out before its batch commits is delivered again: keep batches well under
