@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 import time
 
 import pytest
@@ -272,3 +273,46 @@ def test_example_pipelines(spark, live_forq, tmp_path, capsys):
     by_reason = spark.read.parquet(str(out / "by_reason.parquet")).collect()
     assert [(r.failure_reason, r.messages) for r in by_reason] == [("max_attempts_reached", 25)]
     assert "report-dlq: 25 messages" in capsys.readouterr().out
+
+
+def test_a_stopped_query_gives_its_leased_batch_back(spark, live_forq, tmp_path):
+    """query.stop() while a batch is in its sink: the batch is not committed, and its messages go
+    back to ready at once (the reader's stop() releases them), not when their lease ends."""
+    live_forq.send_batch("stopq", [{"content": f"m{i}"} for i in range(30)])
+    entered = threading.Event()
+
+    def slow_sink(batch_df, batch_id):
+        if batch_df.count():
+            entered.set()
+            time.sleep(3)
+
+    query = _drain(spark, live_forq, "stopq", slow_sink, tmp_path / "cp", per_batch=10)
+    try:
+        assert entered.wait(60)
+        assert live_forq.count("stopq", 1) == 10  # the batch in the sink is leased
+    finally:
+        query.stop()
+    deadline = time.monotonic() + 30
+    while live_forq.count("stopq", 1) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert live_forq.count("stopq", 1) == 0  # released: none left in flight
+    assert live_forq.count("stopq") == 30  # nothing acked: the batch never committed
+
+
+def test_available_now_takes_what_is_there_commits_its_last_batch_and_ends(spark, live_forq, tmp_path):
+    live_forq.send_batch("avail", [{"content": f"m{i}"} for i in range(25)])
+    seen: list[str] = []
+
+    def sink(batch_df, batch_id):
+        seen.extend(r.content for r in batch_df.collect())
+        if len(seen) == 10:  # sent while the query runs: not its to take (the target was set at start)
+            live_forq.send_batch("avail", [{"content": "late"}])
+
+    stream = spark.readStream.format("forq").options(
+        **live_forq.options("avail", maxMessagesPerBatch=10, waitSeconds=5)).load()
+    query = stream.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp")) \
+        .trigger(availableNow=True).start()
+    assert query.awaitTermination(120)  # it ends on its own
+    assert sorted(seen) == sorted(f"m{i}" for i in range(25))
+    assert live_forq.count("avail", 1) == 0  # the last batch is acked too, none left leased
+    assert [r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'avail'")] == ["late"]

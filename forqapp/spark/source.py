@@ -18,6 +18,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import signal
+import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import ByteType, IntegerType, LongType, MapType, ShortType, StringType, StructType
 
 from .. import vocab  # Django-free, like this package
@@ -381,7 +385,31 @@ def _stream_row(queue: str, m: dict[str, Any]) -> tuple:
     return tuple(row[name] for name in vocab.SNAPSHOT_COLUMNS)
 
 
-class ForqStreamReader(DataSourceStreamReader):
+# PySpark's process for a streaming source: it calls the reader, and ends with ``reader.stop()``
+# in a ``finally`` — which SIGTERM, how Spark ends that process when the query stops, skips.
+_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+_stopping = threading.Event()  # the reader's stop() has begun: a SIGTERM must not cut its release short
+
+
+def _unwind(signum: int, frame: Any) -> None:
+    if not _stopping.is_set():  # (Spark may close the socket first: then stop() runs already)
+        raise SystemExit(128 + signum)
+
+
+def _stop_on_sigterm() -> None:
+    """In the source runner process only (never a driver's or a worker's own process, whose signals
+    are theirs), make SIGTERM unwind the runner, so that its ``finally: reader.stop()`` runs and the
+    batch in flight is released at once rather than when its lease ends."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", None) != _SOURCE_RUNNER or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _unwind)
+
+
+class ForqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Consumes a queue, at least once.
 
     Offsets are ``{"seq": n, "deliveries": {receipt: [id, ...]}}``: ``seq`` counts micro-batches
@@ -397,8 +425,12 @@ class ForqStreamReader(DataSourceStreamReader):
     * ``partitions(start, end)`` for a batch this reader never claimed (Spark re-runs the
       uncommitted batch after a restart): its deliveries are released — back to ready at once,
       not counted as an attempt — and the batch is empty; the messages come in a later batch.
-    * ``stop()``: deliveries not known to be committed are released — when Spark calls it, which
-      it is not seen to do when a query stops (PySpark 4.3): then their lease ends them.
+    * ``stop()``: deliveries not known to be committed are released (Spark ends the source's
+      process with SIGTERM when the query stops: :func:`_stop_on_sigterm` has it call ``stop()``).
+
+    ``trigger(availableNow=True)`` (:meth:`prepareForTriggerAvailableNow`): the query takes at most
+    the messages the queue held when it started (fewer if it empties first), commits its last
+    batch like any other (the empty batch that follows it), and ends.
 
     A message whose lease (its queue's visibility timeout, 5 minutes unless the queue's policy
     sets another) runs out before its batch commits is delivered again: keep batches well under
@@ -410,6 +442,22 @@ class ForqStreamReader(DataSourceStreamReader):
         self._client = None
         self._held: dict[int, list] = {}  # seq → rows claimed for the batch ending at seq
         self._pending: dict[int, list] = {}  # seq → (id, receipt) not yet acked
+        self._available_now = False
+        self._budget: int | None = None  # availableNow: messages the query may still claim (None: any)
+        _stop_on_sigterm()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """The target: what the queue holds now (its snapshot count, an upper bound; a key without
+        the ``read`` grant has none, and the query then ends when the queue is empty)."""
+        from .client import ForqClientError
+
+        self._available_now = True
+        try:
+            self._budget = int(self._api().snapshot_bounds(self.options.queue)["count"])
+        except ForqClientError as exc:
+            if exc.status != 403:
+                raise
+            self._budget = None
 
     def _api(self):
         if self._client is None:
@@ -434,8 +482,10 @@ class ForqStreamReader(DataSourceStreamReader):
             self._ack(self._pairs(start))  # restarted after Spark committed the batch ending at start
         limit_rows = getattr(limit, "maxRows", None) or self.options.max_messages_per_batch
         limit_rows = min(limit_rows, self.options.max_messages_per_batch)
+        if self._budget is not None:
+            limit_rows = min(limit_rows, self._budget)
         outstanding = any(s <= seq for s in self._pending)
-        wait = 0 if outstanding else self.options.wait_seconds
+        wait = 0 if outstanding or self._available_now else self.options.wait_seconds
         claimed: list[dict] = []
         while len(claimed) < limit_rows:
             got = self._api().claim(self.options.queue, min(10_000, limit_rows - len(claimed)), wait)
@@ -443,6 +493,8 @@ class ForqStreamReader(DataSourceStreamReader):
             wait = 0
             if not got:
                 break
+        if self._budget is not None:
+            self._budget -= len(claimed)
         if not claimed:
             if outstanding:
                 return {"seq": seq + 1, "deliveries": {}}  # an empty batch, so Spark commits the last
@@ -485,6 +537,7 @@ class ForqStreamReader(DataSourceStreamReader):
             self._held.pop(s, None)
 
     def stop(self) -> None:
+        _stopping.set()
         pairs = [p for s in sorted(self._pending) for p in self._pending[s]]
         try:
             if pairs:
