@@ -275,6 +275,22 @@ def test_example_pipelines(spark, live_forq, tmp_path, capsys):
     assert "report-dlq: 25 messages" in capsys.readouterr().out
 
 
+def test_example_pipelines_say_an_error_in_one_line(spark, live_forq, tmp_path, capsys, monkeypatch):
+    from forqapp.spark.examples import _session, bulk_load, dlq_report
+
+    monkeypatch.delenv("FORQ_SPARK_TRACEBACK", raising=False)
+    csv = tmp_path / "in.csv"
+    csv.write_text("content\nhello\n")
+    wrong = ["--url", live_forq.url, "--api-key", "not-the-key-0123456789abcdef-0123456789"]
+    assert _session.run(lambda: bulk_load.main([*wrong, "--queue", "nope", str(csv)])) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "HTTP 401 unauthorized" in err and "\n" not in err, err
+    assert _session.run(lambda: dlq_report.main([*wrong, "--queue", "x-dlq", "--out", str(tmp_path / "r")])) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "HTTP 401 unauthorized" in err, err
+    assert live_forq.count("nope") == 0
+
+
 def test_a_stopped_query_gives_its_leased_batch_back(spark, live_forq, tmp_path):
     """query.stop() while a batch is in its sink: the batch is not committed, and its messages go
     back to ready at once (the reader's stop() releases them), not when their lease ends."""

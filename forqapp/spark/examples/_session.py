@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+from collections.abc import Callable
 
 
 def session(app_name: str, master: str):
@@ -30,3 +32,30 @@ def add_connection_arguments(parser) -> None:
     parser.add_argument("--queue", required=True)
     parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[*]"),
                         help="Spark master (default: $SPARK_MASTER or local[*])")
+
+
+# The forq errors' own lines inside what Spark raises (a Python traceback wrapped in JVM ones).
+_REASON = re.compile(r"\b(?:ForqOptionError|ForqClientError|ValueError|TypeError): ([^\n]+)")
+
+
+def run(main: Callable[[], int]) -> int:
+    """An example's ``main()``, with an error — a wrong key, a refused message, a bad option — said in
+    one line on stderr (exit code 1) instead of Spark's pages of JVM and Python traceback;
+    ``FORQ_SPARK_TRACEBACK=1`` shows them."""
+    try:
+        return main()
+    except Exception as exc:  # noqa: BLE001 - any failure of the job, said in one line
+        if os.environ.get("FORQ_SPARK_TRACEBACK"):
+            raise
+        print(f"error: {reason(exc)} (FORQ_SPARK_TRACEBACK=1 for the whole traceback)", file=sys.stderr)
+        return 1
+
+
+def reason(exc: BaseException) -> str:
+    """The innermost forq (or value) error named in ``exc``'s text, else its first line."""
+    text = str(exc)
+    found = _REASON.findall(text)
+    if found:
+        return found[-1].strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0].strip() if lines else type(exc).__name__

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._session import add_connection_arguments, session
+from ._session import add_connection_arguments, run, session
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ... import vocab  # Django-free, like this package
-from ._session import add_connection_arguments, session
+from ._session import add_connection_arguments, run, session
 
 AGE_BUCKETS = [(1, "< 1 h"), (6, "1-6 h"), (24, "6-24 h"), (72, "1-3 d"), (None, ">= 3 d")]
 
@@ -134,4 +134,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))
