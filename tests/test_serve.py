@@ -430,3 +430,23 @@ def test_ctrl_c_at_a_terminal_stops_granian_from_the_supervisor_alone(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0, text
     assert "forqapp stopped" in text and "Unexpected exit" not in text, text
     assert not any(Path(f"/proc/{child}").exists() for child in children)
+
+
+def test_the_ui_listener_keeps_no_persistent_connections(tmp_path):
+    """Django's ASGI handler runs each request's sync code in a thread of its own: a persistent
+    connection (CONN_MAX_AGE > 0, the demo project's 600 s on PostgreSQL) was left open behind every
+    request of the UI listener. Its process sets CONN_MAX_AGE to 0 on every database."""
+    (tmp_path / "persistent_settings.py").write_text(
+        "from tests.workerapp.settings import *  # noqa: F403\n"
+        "DATABASES = {alias: {**entry, 'CONN_MAX_AGE': 600} for alias, entry in DATABASES.items()}  # noqa: F405\n")
+    code = ("import json; from django.conf import settings; from forqapp.ui.asgi import ui_application; "
+            "before = [e['CONN_MAX_AGE'] for e in settings.DATABASES.values()]; ui_application(); "
+            "from django.db import connections; "
+            "print(json.dumps([before, [connections[a].settings_dict['CONN_MAX_AGE'] for a in connections]]))")
+    env = subprocess_env(DJANGO_SETTINGS_MODULE="persistent_settings",
+                         PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    before, after = json.loads(result.stdout)
+    assert set(before) == {600} and set(after) == {0}, result.stdout

@@ -18,6 +18,7 @@ def ui_application():
     from ..serving import static_from_finders, ui_urlconf
 
     settings.ROOT_URLCONF = ui_urlconf()  # FORQ_UI_URLCONF, if set: this process serves the UI only
+    no_persistent_connections(settings.DATABASES)
     from .flow import pages_only
 
     pages_only()  # no claim is made here: the throttled-claims counts come from the other processes
@@ -27,6 +28,16 @@ def ui_application():
 
         application = ASGIStaticFilesHandler(application)
     return _answered(application)
+
+
+def no_persistent_connections(databases: dict) -> None:
+    """``CONN_MAX_AGE = 0`` for every database of this process. Django's ASGI handler runs each
+    request's sync code in a thread of its own, and a connection is per thread: with persistent
+    connections each request left one open behind it (on PostgreSQL, dozens per UI process within
+    minutes, up to ``max_connections``). Django's documentation says as much: under ASGI, disable
+    persistent connections (or use the backend's pool, ``OPTIONS["pool"]``, which needs 0 too)."""
+    for entry in databases.values():
+        entry["CONN_MAX_AGE"] = 0
 
 
 _BAD_REQUEST = b"Bad Request: the request body ended before it was complete"
