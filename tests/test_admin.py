@@ -5,6 +5,7 @@ confirmation; the queues: policy, state and counts, the policy form, pause, resu
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import User
@@ -257,6 +258,15 @@ def policy_post(name: str, **fields) -> dict:
         else:
             data[key] = value
     return data
+
+
+def test_queue_page_shows_the_last_sequence_the_api_reports(admin_client_):
+    """(On PostgreSQL the stored column stays 0: the page once showed 0 there.)"""
+    forqapp.send_many("numbered", ["a", "b", "c"])
+    last = forqapp.queue_info("numbered").last_sequence
+    assert last >= 3
+    html = admin_client_.get("/admin/forqapp/queue/numbered/change/").content.decode()
+    assert re.search(rf"<label>last sequence:</label>\s*<div class=\"readonly\">{last}</div>", html, re.IGNORECASE)
 
 
 def test_policy_form_saves_through_configure_queue(admin_client_):

@@ -115,7 +115,7 @@ class ForqBackend(BaseTaskBackend):
             validation.queue_name(self.forq_queue(queue_name), produce=True)
         except ForqError:
             return (f"queue name {queue_name!r} (forqapp queue {self.forq_queue(queue_name)!r}) is not a valid "
-                    f"forqapp queue name (1 to 128 of A-Z a-z 0-9 _ -)")
+                    f"forqapp queue name (1 to 80 of A-Z a-z 0-9 . _ -, not . or ..)")
         return None
 
     # -- the framework's contract -------------------------------------------------------------
