@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 CONTENT_EXCEEDS_LIMIT = "bad_request.body.content.exceeds_limit"
 PROCESS_AFTER_IN_PAST = "bad_request.body.processAfter.in_past"
 PROCESS_AFTER_TOO_FAR = "bad_request.body.processAfter.too_far"
@@ -77,3 +80,40 @@ class Defer(Exception):  # noqa: N818 - an instruction to the worker, not an err
         super().__init__(f"defer {delay}s")
         self.delay = delay
         self.state = state
+
+
+# --- the database cannot serve now (a 503, not a 500) ----------------------------------------------
+
+UNAVAILABLE_RETRY_AFTER = "5"  # seconds, in the 503's Retry-After
+
+_UNAVAILABLE = (
+    ("disk is full", "the database's disk is full"),
+    ("no space left on device", "the database's disk is full"),
+    ("database is locked", "the database is busy: a write lock was held past the busy timeout"),
+    ("disk i/o error", "the database's disk failed a read or write"),
+    ("could not connect", "the database server cannot be reached"),
+    ("connection refused", "the database server cannot be reached"),
+    ("server closed the connection", "the database server closed the connection"),
+    ("terminating connection", "the database server closed the connection"),
+)
+_said: dict[str, float] = {}
+
+
+def unavailable(exc: BaseException) -> str | None:
+    """Why the database cannot serve a request now — a full disk, a write lock held past the busy
+    timeout, a server out of reach — so the answer is 503 ``forq.unhealthy`` with Retry-After (the
+    client may retry; nothing was written) rather than a 500; None for any other failure. Only an
+    ``OperationalError`` (sqlite3's, psycopg's or Django's) qualifies."""
+    if not any(c.__name__ == "OperationalError" for c in type(exc).__mro__):
+        return None
+    text = str(exc).lower()
+    return next((reason for needle, reason in _UNAVAILABLE if needle in text), None)
+
+
+def say_unavailable(logger: Any, where: str, reason: str) -> None:
+    """One warning line (no traceback) per reason and second: a full disk refuses every write, and
+    a traceback each would fill the log (and the disk) in seconds."""
+    now = time.monotonic()
+    if now - _said.get(reason, -1.0) >= 1.0:
+        _said[reason] = now
+        logger.warning("%s: %s; answered 503 (this line at most once a second)", where, reason)

@@ -13,6 +13,7 @@ and never touch a message in processing (except ``stale``, whose business that i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError, OperationalError, close_old_connections, connections
+from django.db import OperationalError, close_old_connections, connections
 
 from . import metrics, process, services
 from .conf import forq_settings
@@ -236,9 +237,12 @@ class JobsLease:
                                    self.name, current[0])
                     ok = services.acquire_lease(self.name, self.holder, ttl_ms, replacing=current[0],
                                                 using=self.using)
-        except DatabaseError:
-            logger.exception("forqapp jobs: renewing the lease %s failed (database); trying again", self.name)
-            connections[self.using or services.alias()].close()
+        except Exception:  # noqa: BLE001 - Django's DatabaseError, or sqlite3's from the store's own
+            # connection (a full disk, a lock held past the busy timeout): this thread must not die,
+            # or the jobs stop for good while the lease row still names this process.
+            logger.exception("forqapp jobs: renewing the lease %s failed; trying again", self.name)
+            with contextlib.suppress(Exception):
+                connections[self.using or services.alias()].close()
             self._retry_soon = True
             return self.held
         self._valid_until = started + ttl_ms / 2000 if ok else 0.0
@@ -259,7 +263,7 @@ class JobsLease:
         self._valid_until = 0.0
         try:
             services.release_lease(self.name, self.holder, using=self.using)
-        except DatabaseError:  # it expires by itself
+        except Exception:  # noqa: BLE001 - it expires by itself
             logger.warning("forqapp jobs: could not release the lease %s; it expires by itself", self.name)
 
     def _keep(self) -> None:

@@ -168,3 +168,36 @@ def test_in_pro_both_paths_send_hsts(apps):
                                 b'{"content": "x"}'))
     assert answers[0] == answers[1]
     assert (b"Strict-Transport-Security", b"max-age=31536000; includeSubDomains") in answers[0][1]
+
+
+@pytest.mark.parametrize("failure", ["database or disk is full", "database is locked"])
+def test_a_database_that_cannot_write_is_a_503_to_retry_not_a_500(apps, monkeypatch, caplog, failure):
+    """A full disk (or a write lock held past the busy timeout) refuses every write: each face
+    answers 503 forq.unhealthy with Retry-After — the client may retry, nothing was written — and
+    the log gets one line a second, not a traceback per request."""
+    import sqlite3
+
+    from forqapp import errors, store
+
+    def refuse(*args, **kwargs):
+        raise sqlite3.OperationalError(failure)
+
+    kind = type(store.for_alias("default"))
+    for method in ("insert", "insert_one", "claim"):
+        monkeypatch.setattr(kind, method, refuse)
+    errors._said.clear()
+    json_body = [(b"x-api-key", KEY), (b"content-type", b"application/json")]
+    requests = [("POST", "/api/v1/queues/full/messages", b'{"content": "x"}'),
+                ("GET", "/api/v1/queues/full/messages", b""),
+                ("POST", "/api/v2/queues/full/messages", b'{"content": "x"}'),
+                ("POST", "/api/v2/queues/full/receive", b'{"max_messages": 1}')]
+    for app in apps:  # the fast path (v1 produce and consume) and the general one
+        for method, path, body in requests:
+            status, headers, answer = _run(app, _scope(method, path, json_body), body)
+            assert (status, json.loads(answer)["code"]) == (503, errors.UNHEALTHY), (method, path, answer)
+            assert (b"retry-after", b"5") in [(k.lower(), v) for k, v in headers], headers
+    assert not Message.objects.filter(queue="full").exists()
+    lines = [r for r in caplog.records if "answered 503" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is None  # one line, no traceback, for 8 refusals
+    assert errors.unavailable(sqlite3.OperationalError("no such table: messages")) is None  # a bug: still a 500
+    assert errors.unavailable(ValueError(failure)) is None

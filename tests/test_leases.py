@@ -173,3 +173,35 @@ def test_a_scheduler_without_a_lease_runs_regardless(short_lease):
     finally:
         scheduler.stop()
         scheduler.join(10)
+
+
+def test_a_raw_sqlite_error_while_renewing_does_not_end_the_lease_thread(short_lease, monkeypatch):
+    """The store's SQLite statements raise sqlite3's own errors ("database or disk is full", "database
+    is locked" past the busy timeout), not Django's: the lease thread once died of one, and the jobs
+    stopped for good while the lease row still named the process."""
+    import sqlite3
+
+    probe = Probe()
+    scheduler = jobs.Scheduler([probe.job("only")])
+    real_acquire = services.acquire_lease
+    failing = threading.Event()
+
+    def acquire(*args, **kwargs):
+        if failing.is_set():
+            raise sqlite3.OperationalError("database or disk is full")
+        return real_acquire(*args, **kwargs)
+
+    monkeypatch.setattr(services, "acquire_lease", acquire)
+    scheduler.start_thread()
+    try:
+        wait_for(lambda: probe.by("only"), "the scheduler to run the jobs")
+        failing.set()
+        wait_for(lambda: not scheduler.running_jobs, "the failed renewals to end the lease here")
+        assert scheduler.lease._thread.is_alive()
+        failing.clear()  # the disk has room again
+        ran = len(probe.by("only"))
+        wait_for(lambda: len(probe.by("only")) > ran, "the jobs to run again")
+        assert scheduler.running_jobs
+    finally:
+        scheduler.stop()
+        scheduler.join(10)

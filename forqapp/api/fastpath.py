@@ -111,7 +111,11 @@ class FastPath:
             return await self._ack(queue, message_id or "", receipt)
         except ForqError as exc:
             return _error(exc.code, exc.status, exc.headers)
-        except Exception:
+        except Exception as exc:
+            reason = errors.unavailable(exc)
+            if reason is not None:
+                errors.say_unavailable(logger, f"{scope['method']} {scope['path']}", reason)
+                return _error(errors.UNHEALTHY, 503, {"Retry-After": errors.UNAVAILABLE_RETRY_AFTER})
             logger.exception("%s %s failed", scope["method"], scope["path"])
             return _error(errors.INTERNAL)
 

@@ -155,6 +155,10 @@ def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
         return error_response(errors.CONTENT_EXCEEDS_LIMIT, 413)
     if isinstance(exc, SuspiciousOperation):  # e.g. TooManyFieldsSent (DATA_UPLOAD_MAX_NUMBER_FIELDS)
         return error_response(errors.BODY_INVALID)
+    reason = errors.unavailable(exc)
+    if reason is not None:
+        errors.say_unavailable(logger, f"{request.method} {request.path}", reason)
+        return error_response(errors.UNHEALTHY, 503, {"Retry-After": errors.UNAVAILABLE_RETRY_AFTER})
     logger.error("%s %s failed", request.method, request.path, exc_info=exc)
     return error_response(errors.INTERNAL)
 

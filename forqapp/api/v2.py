@@ -49,6 +49,7 @@ MESSAGES = {
     errors.NOT_FOUND_SCHEDULE: "no such schedule",
     errors.QUEUE_FULL: "the queue is full (its max_length)",
     errors.INTERNAL: "unexpected failure; details are in the server log",
+    errors.UNHEALTHY: "the database cannot serve this now (full disk, busy, or out of reach): retry after Retry-After seconds",
 }
 
 

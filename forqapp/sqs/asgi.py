@@ -20,6 +20,7 @@ from typing import Any
 
 import django
 
+from .. import errors
 from ..api.asgi import DisconnectWatch
 
 logger = logging.getLogger("forqapp.sqs")
@@ -55,10 +56,17 @@ class SQSApplication:
             answer = self.protocol.error(exc)
         except _Gone:
             return
-        except Exception:
-            logger.exception("SQS %s failed", action)
-            answer = self.protocol.error(self.protocol.SqsError(
-                "InternalError", "We encountered an internal error. Please try again.", 500, fault="Receiver"))
+        except Exception as exc:
+            reason = errors.unavailable(exc)
+            if reason is not None:  # SQS's own word for "try again later"
+                errors.say_unavailable(logger, f"SQS {action}", reason)
+                answer = self.protocol.error(self.protocol.SqsError(
+                    "ServiceUnavailable", f"The request has failed due to a temporary failure of the server: {reason}.",
+                    503, fault="Receiver"))
+            else:
+                logger.exception("SQS %s failed", action)
+                answer = self.protocol.error(self.protocol.SqsError(
+                    "InternalError", "We encountered an internal error. Please try again.", 500, fault="Receiver"))
         self.metrics.sqs_request(action, answer[0])
         status, headers, body = answer
         await send({"type": "http.response.start", "status": status, "headers": headers})
