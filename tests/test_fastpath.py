@@ -201,3 +201,36 @@ def test_a_database_that_cannot_write_is_a_503_to_retry_not_a_500(apps, monkeypa
     assert len(lines) == 1 and lines[0].exc_info is None  # one line, no traceback, for 8 refusals
     assert errors.unavailable(sqlite3.OperationalError("no such table: messages")) is None  # a bug: still a 500
     assert errors.unavailable(ValueError(failure)) is None
+
+
+def test_the_sqs_endpoint_says_service_unavailable_when_the_database_cannot_write(monkeypatch):
+    import sqlite3
+
+    import httpx
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from forqapp import store
+    from forqapp.sqs.asgi import SQSApplication
+
+    def refuse(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    forqapp.configure_queue("sqs-full")
+    monkeypatch.setattr(type(store.for_alias("default")), "insert_one", refuse)
+    monkeypatch.setattr(type(store.for_alias("default")), "insert", refuse)
+    body = json.dumps({"QueueUrl": "http://testserver/000000000000/sqs-full", "MessageBody": "x"}).encode()
+    request = AWSRequest("POST", "http://testserver/", data=body, headers={
+        "X-Amz-Target": "AmazonSQS.SendMessage", "Content-Type": "application/x-amz-json-1.0"})
+    SigV4Auth(Credentials("forq-root", KEY.decode()), "sqs", "eu-west-3").add_auth(request)
+
+    async def main():
+        transport = httpx.ASGITransport(app=SQSApplication(), client=("127.0.0.1", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            return await client.post("/", content=body, headers=dict(request.headers.items()))
+
+    response = asyncio.run(main())
+    assert response.status_code == 503, response.text
+    assert response.json()["__type"].endswith("#ServiceUnavailable"), response.text
+    assert not Message.objects.filter(queue="sqs-full").exists()
