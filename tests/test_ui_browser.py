@@ -304,3 +304,48 @@ def test_schedules_page_and_a_limited_queues_flow_control(live_ui, browser_page,
     assert int(page.inner_text("[data-reason=concurrency]").split()[-1]) >= 1
     assert "since this server started" in page.inner_text("#queue-flow").lower()
     shot(page, "queue-flow-light")
+
+
+def test_a_staff_user_with_some_permissions_sees_and_uses_only_those(live_ui, browser_page, data):
+    """In a real browser: a staff account that may view dead letters and requeue them, nothing more,
+    sees no Delete button and no link to the keys or schedules, requeues one message through the
+    dialog, and gets a 403 from the keys page and no change from a forged delete."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+    from django.contrib.auth.models import Permission, User
+
+    from forqapp.models import Message
+
+    user = User.objects.create(username="clerk", is_staff=True,
+                               password=PBKDF2PasswordHasher().encode("pw-clerk-123", "forqsalt", iterations=1000))
+    user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="forqapp", codename__in=["view_queue", "view_deadletter", "change_deadletter"]))
+    page = browser_page
+    page.goto(live_ui + "/queues/emails-dlq/")
+    page.fill("#id_username", "clerk")
+    page.fill("#id_password", "pw-clerk-123")
+    page.click("button[type=submit]")
+    page.wait_for_selector("tbody.msg")
+    assert page.locator("tbody.msg").count() == 6
+    assert page.locator("button.danger:visible").count() == 0  # no Delete, one or all (the dialog's is hidden)
+    assert page.locator("nav a[href$='/keys/']").count() == 0
+    assert page.locator("nav a[href$='/schedules/']").count() == 0
+    first = page.locator("tbody.msg").first
+    first_id = first.get_attribute("id")
+    first.locator("button", has_text="Requeue").click()
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("[data-testid=flash]")
+    assert page.inner_text("[data-testid=flash]") == "Requeued 1 message to emails."
+    assert page.locator(f"#{first_id}").count() == 0
+    assert page.goto(live_ui + "/keys/").status == 403
+    # A delete forged from the page (its CSRF token, htmx's headers): refused, nothing deleted.
+    page.goto(live_ui + "/queues/emails-dlq/")
+    page.wait_for_selector("tbody.msg")
+    status = page.evaluate("""async () => {
+        const token = document.querySelector('[name=csrfmiddlewaretoken]')?.value
+            || document.cookie.split('; ').find(c => c.startsWith('csrftoken='))?.split('=')[1];
+        const r = await fetch('/queues/emails-dlq/messages/', {method: 'DELETE',
+            headers: {'X-CSRFToken': token, 'HX-Request': 'true'}});
+        return [r.status, await r.text()];
+    }""")
+    assert status[0] == 200 and "You do not have the permission to delete dead letters" in status[1], status
+    assert Message.objects.filter(queue="emails-dlq").count() == 5
