@@ -127,6 +127,14 @@ def shot(page, name: str) -> Path:
     return path
 
 
+def log_in(page, url: str, username: str = "admin", password: str = "pw-admin-123") -> None:  # noqa: S107 - the test user's
+    """Open ``url``, which sends an anonymous browser to the login form, and sign in there."""
+    page.goto(url)
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+
+
 def test_dashboard_dlq_requeue_all_and_delete_one(live_ui, browser_page, staff_user, data):
     page = browser_page
     page.goto(live_ui + "/")
@@ -199,10 +207,7 @@ def test_queue_policy_pause_resume_and_message_details(live_ui, browser_page, st
     message_id = forqapp.send("emails", '{"to": "a@example.com"}', priority=9,
                               attributes={"tenant": "<b>acme</b>"}, dedup_id="order-1")
     page = browser_page
-    page.goto(live_ui + "/queues/emails/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", "pw-admin-123")
-    page.click("button[type=submit]")
+    log_in(page, live_ui + "/queues/emails/")
     page.wait_for_selector("#queue-policy")
     assert page.inner_text("[data-testid=queue-state]") == "active"
     assert page.inner_text("[data-field=max_attempts] dd") == "3 this queue"
@@ -250,10 +255,7 @@ def test_schedules_page_and_a_limited_queues_flow_control(live_ui, browser_page,
     forqapp.schedule("nightly-report", queue="reports", content='{"report": "nightly"}', cron="0 3 * * *")
     forqapp.schedule("poll-feeds", queue="feeds", content="go", every=300, paused=True)
     page = browser_page
-    page.goto(live_ui + "/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", "pw-admin-123")
-    page.click("button[type=submit]")
+    log_in(page, live_ui + "/")
     page.wait_for_selector("#overview")
     page.click("nav a[href='/schedules/']")
     page.wait_for_selector("table.schedules")
@@ -320,10 +322,7 @@ def test_a_staff_user_with_some_permissions_sees_and_uses_only_those(live_ui, br
     user.user_permissions.add(*Permission.objects.filter(
         content_type__app_label="forqapp", codename__in=["view_queue", "view_deadletter", "change_deadletter"]))
     page = browser_page
-    page.goto(live_ui + "/queues/emails-dlq/")
-    page.fill("#id_username", "clerk")
-    page.fill("#id_password", "pw-clerk-123")
-    page.click("button[type=submit]")
+    log_in(page, live_ui + "/queues/emails-dlq/", "clerk", "pw-clerk-123")
     page.wait_for_selector("tbody.msg")
     assert page.locator("tbody.msg").count() == 6
     assert page.locator("button.danger:visible").count() == 0  # no Delete, one or all (the dialog's is hidden)
