@@ -114,9 +114,8 @@ def permission_required(needs: Needs):
                 return view(request, *args, **kwargs)
             text = f"You do not have the permission to {action} {model.replace('deadletter', 'dead letter')}s."
             if request.htmx:
-                response = render(request, "forqapp/_flash.html", {"flash": {"level": "error", "text": text},
-                                                                    "oob": True}, status=200)
-                return reswap(response, "none")
+                flash_context = {"flash": {"level": "error", "text": text}, "oob": True}
+                return reswap(render(request, "forqapp/_flash.html", flash_context), "none")
             raise PermissionDenied(text)
 
         return wrapper
