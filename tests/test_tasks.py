@@ -87,14 +87,21 @@ def test_validate_task_applies_the_framework_and_forqapp_rules(settings):
         tasks.add.using(run_after=datetime(2030, 1, 1))  # noqa: DTZ001 - naive on purpose
     settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend",
                                   "QUEUES": ["default", "mail-dlq", "bad name", "x" * 130]}}
+    # Queues the backend lists: its check reports them (E060), and enqueue refuses them; defining
+    # the task does not raise (the URLconf may import it before the checks run).
+    for name, problem in (("mail-dlq", "dead-letter"), ("bad name", "not a valid forqapp queue name"),
+                          ("x" * 130, "not a valid forqapp queue name")):
+        on_it = tasks.add.using(queue_name=name)
+        with pytest.raises(InvalidTaskError, match=problem):
+            on_it.enqueue(1, 2)
+    problems = task_backends["default"].check()
+    assert {p.id for p in problems} == {"forqapp.E060"} and len(problems) == 3
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": []}}  # any queue: the task's own mistake
     with pytest.raises(InvalidTaskError, match="dead-letter"):
         tasks.add.using(queue_name="mail-dlq")
     with pytest.raises(InvalidTaskError, match="not a valid forqapp queue name"):
         tasks.add.using(queue_name="bad name")
-    with pytest.raises(InvalidTaskError, match="not a valid forqapp queue name"):
-        tasks.add.using(queue_name="x" * 130)
-    problems = task_backends["default"].check()
-    assert {p.id for p in problems} == {"forqapp.E060"} and len(problems) == 3
+    assert not Message.objects.exists()
 
 
 def test_a_queue_prefix_that_makes_a_dlq_name_is_refused(settings):
@@ -113,7 +120,7 @@ def test_a_task_queue_of_80_characters_runs(settings):
     problems = task_backends["default"].check()
     assert [p.id for p in problems] == ["forqapp.E060"] and over in problems[0].msg and longest not in problems[0].msg
     with pytest.raises(InvalidTaskError, match="not a valid forqapp queue name"):
-        tasks.add.using(queue_name=over)
+        tasks.add.using(queue_name=over).enqueue(2, 3)
     result = tasks.add.using(queue_name=longest).enqueue(2, 3)
     assert Message.objects.get(id=result.id).queue == "tasks-" + longest
     settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": [longest]}}  # the worker's queues
@@ -146,6 +153,10 @@ def test_every_retry_option_rule(settings, options, message):
     settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "OPTIONS": options}}
     problems = task_backends["default"].check()  # on the backend: a system check
     assert [p.id for p in problems] == ["forqapp.E063"] and message in problems[0].msg
+    on_it = task(_func)  # defining a task does not raise (see the manage.py check test); enqueue does
+    with pytest.raises(InvalidTaskError, match=message):
+        on_it.enqueue(1)
+    assert not Message.objects.exists()
 
 
 def test_a_retry_policy_not_made_by_retries_is_refused_by_validate_task():
@@ -197,6 +208,33 @@ def test_importing_the_backend_and_tasks_touches_no_model():
                          cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "tests.tasksapp.tasks.add"
+
+
+@pytest.mark.parametrize(("options", "queues", "problem"), [
+    ({"backoff": "no.such.function"}, ["default"], "forqapp.E063"),
+    ({"max_attempts": 0}, ["default"], "forqapp.E063"),
+    ({"queue_prefix": "bad prefix "}, ["default"], "forqapp.E060"),
+    ({}, ["default", "bad name"], "forqapp.E060"),
+])
+def test_manage_py_check_reports_the_backend_when_the_urlconf_imports_a_task(tmp_path, options, queues, problem):
+    """A misconfigured backend is the checks' to report, with their id, not a traceback from the
+    URLconf's import of a tasks module (which ``@task`` validates)."""
+    (tmp_path / "chk_settings.py").write_text(
+        "from tests.settings import *  # noqa: F403\n"
+        f"TASKS = {{'default': {{'BACKEND': 'forqapp.tasks.ForqBackend', 'QUEUES': {queues!r}, "
+        f"'OPTIONS': {options!r}}}}}\n"
+        "ROOT_URLCONF = 'chk_urls'\n")
+    (tmp_path / "chk_urls.py").write_text(
+        "import chk_tasks  # noqa: F401\nfrom project.urls import urlpatterns  # noqa: F401\n")
+    queue = queues[-1]
+    (tmp_path / "chk_tasks.py").write_text(
+        f"from forqapp.tasks import task\n\n@task(queue_name={queue!r})\ndef hello():\n    return 1\n")
+    root = __import__("pathlib").Path(__file__).resolve().parent.parent
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{root}", "DJANGO_SETTINGS_MODULE": "chk_settings"}
+    out = subprocess.run([sys.executable, str(root / "manage.py"), "check"], capture_output=True, text=True,
+                         timeout=120, cwd=str(tmp_path), env=env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"({problem})" in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 # --- enqueue: the outbox, the arguments, deferral ---------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import datetime
+from functools import cached_property
 from inspect import iscoroutinefunction
 from typing import Any
 
@@ -106,27 +107,46 @@ class ForqBackend(BaseTaskBackend):
         """The forqapp queues the worker runs for this backend (its ``QUEUES``)."""
         return sorted(self.forq_queue(q) for q in (self.queues or {DEFAULT_TASK_QUEUE_NAME}))
 
-    def _queue_problem(self, queue_name: object) -> str | None:
+    def _queue_problem(self, queue_name: object, *, prefixed: bool = True) -> str | None:
+        """What is wrong with the task queue ``queue_name`` (None: nothing); ``prefixed=False``
+        looks at the name alone, without the backend's ``queue_prefix``."""
         if not isinstance(queue_name, str):
             return f"queue name {queue_name!r} is not a string"
-        if vocab.is_dlq(queue_name) or vocab.is_dlq(self.forq_queue(queue_name)):
+        name = self.forq_queue(queue_name) if prefixed else queue_name
+        if vocab.is_dlq(queue_name) or vocab.is_dlq(name):
             return f"queue name {queue_name!r}: names ending in {vocab.DLQ_SUFFIX!r} are dead-letter queues"
         try:
-            validation.queue_name(self.forq_queue(queue_name), produce=True)
+            validation.queue_name(name, produce=True)
         except ForqError:
             return (f"queue name {queue_name!r} (forqapp queue {self.forq_queue(queue_name)!r}) is not a valid "
                     f"forqapp queue name (1 to 80 of A-Z a-z 0-9 . _ -, not . or ..)")
         return None
 
+    @cached_property
+    def _options_problem(self) -> str | None:
+        """What is wrong with ``OPTIONS``' retry policy (E063), once per backend instance."""
+        from .retrying import RetryPolicyError, backend_retries
+
+        try:
+            backend_retries(self)
+        except RetryPolicyError as exc:
+            return f"TASKS[{self.alias!r}]['OPTIONS']: {exc}"
+        return None
+
     # -- the framework's contract -------------------------------------------------------------
 
     def validate_task(self, task: Task) -> None:
+        """The task's own mistakes, raised where it is defined (``@task`` runs this while its
+        module is imported). The backend's (``OPTIONS``, ``queue_prefix``, the ``QUEUES`` it
+        lists) are not: a module imported by the URLconf would stop ``manage.py check`` before it
+        could report them (E060, E063); :meth:`enqueue` refuses them."""
         super().validate_task(task)
-        if problem := self._queue_problem(task.queue_name):
+        configured = isinstance(task.queue_name, str) and task.queue_name in (self.queues or {DEFAULT_TASK_QUEUE_NAME})
+        if not configured and (problem := self._queue_problem(task.queue_name, prefixed=False)):
             raise InvalidTaskError(problem)
-        from .retrying import task_retries
+        from .retrying import own_retries
 
-        task_retries(task, self)  # a wrong @retries option is refused here, not at the first failure
+        own_retries(task)  # a wrong @retries option is refused here, not at the first failure
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         messages: list[checks.CheckMessage] = list(super().check(**kwargs))
@@ -143,12 +163,8 @@ class ForqBackend(BaseTaskBackend):
             messages.append(checks.Error(
                 f"TASKS[{self.alias!r}]['OPTIONS']['result_retention'] must be a positive number of seconds "
                 f"(got {retention!r})", id="forqapp.E062"))
-        from .retrying import RetryPolicyError, backend_retries
-
-        try:
-            backend_retries(self)
-        except RetryPolicyError as exc:
-            messages.append(checks.Error(f"TASKS[{self.alias!r}]['OPTIONS']: {exc}", id="forqapp.E063"))
+        if self._options_problem:
+            messages.append(checks.Error(self._options_problem, id="forqapp.E063"))
         return messages
 
     @property
@@ -157,6 +173,8 @@ class ForqBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
+        if problem := self._queue_problem(task.queue_name) or self._options_problem:
+            raise InvalidTaskError(problem)  # the backend's settings (see validate_task)
         text, args, kwargs = round_trip(args, kwargs)
         now = services.now_ms()
         content = encode(task.module_path, text, task.queue_name, self.alias, now)

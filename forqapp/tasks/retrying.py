@@ -122,11 +122,17 @@ def backend_retries(backend: Any) -> RetryPolicy:
     return _policy(backend.options.get("max_attempts"), backend.options.get("backoff"), "")
 
 
-def task_retries(task: Any, backend: Any) -> RetryPolicy:
-    """The policy of ``task``: each of its own fields, else the backend's."""
+def own_retries(task: Any) -> RetryPolicy:
+    """The task's own fields (``@retries``); the others None."""
     own = getattr(task.func, ATTRIBUTE, None) or RetryPolicy()
     if not isinstance(own, RetryPolicy):
         raise RetryPolicyError(f"{ATTRIBUTE} of {task.module_path} must come from forqapp.tasks.retries()")
+    return own
+
+
+def task_retries(task: Any, backend: Any) -> RetryPolicy:
+    """The policy of ``task``: each of its own fields, else the backend's."""
+    own = own_retries(task)
     default = backend_retries(backend)
     return RetryPolicy(own.max_attempts if own.max_attempts is not None else default.max_attempts,
                        own.backoff if own.backoff is not None else default.backoff)
