@@ -25,6 +25,9 @@ Every id, so it can be looked up and silenced (``SILENCED_SYSTEM_CHECKS``):
 
 from __future__ import annotations
 
+from importlib import import_module
+from importlib.util import find_spec
+
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from .conf import SETTINGS, parse_addr
@@ -98,6 +101,13 @@ def check_consumers(app_configs=None, **kwargs):
     from .consumers import settings_consumers
 
     return [Error(message, id="forqapp.E040") for message in settings_consumers()[1]]
+
+
+# Django 6 registers its check of every task backend when django.tasks is first imported, which
+# may be in the middle of `manage.py check` (a URLconf importing a module with @task): too late for
+# that run, whose list of checks is already made. Imported here, while apps load, it is in the list.
+if find_spec("django.tasks") is not None:
+    import_module("django.tasks")
 
 
 @register()
