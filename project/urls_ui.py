@@ -14,3 +14,7 @@ urlpatterns = [
     path("", include("forqapp.ui.urls")),
     re_path(r"^static/(?P<path>.*)$", serve, {"insecure": True}),
 ]
+
+# A database that cannot serve (a full disk, a lock held too long) is a 503 page saying so, in the
+# admin too, instead of Django's bare 500 (forqapp's own pages do this without it).
+handler500 = "forqapp.ui.views.server_error"

@@ -1020,3 +1020,47 @@ def test_schedules_page_escapes_and_reads_once(staff_client, django_assert_max_n
     with django_assert_max_num_queries(4):  # session, user, the schedules
         html = staff_client.get("/ui/schedules/", **HX).content.decode()
     assert html.count('<tbody class="schedule"') == 10 and XSS not in html
+
+
+# --- a database that cannot serve -------------------------------------------------------------
+
+
+def _disk_full(*args, **kwargs):
+    import sqlite3
+
+    raise sqlite3.OperationalError("database or disk is full")
+
+
+def test_a_ui_action_on_a_full_disk_is_a_503_that_says_so(staff_client, monkeypatch):
+    forqapp.send("emails", "a")
+    monkeypatch.setattr(services, "configure_queue", _disk_full)
+    response = staff_client.post("/ui/queues/emails/pause/", **HX)  # htmx: a flash, nothing swapped
+    html = response.content.decode()
+    assert response["HX-Reswap"] == "none" and response["Retry-After"] == "5"
+    assert 'hx-swap-oob="true"' in html and "Not done: the database&#x27;s disk is full. Nothing was changed" in html
+    response = staff_client.post("/ui/queues/emails/pause/", CONFIRMED)  # a plain form: a page
+    assert response.status_code == 503 and response["Retry-After"] == "5"
+    assert b'data-testid="unavailable"' in response.content and b"disk is full" in response.content
+    assert not services.queue_info("emails").paused
+
+
+def test_other_errors_in_a_ui_action_stay_500(staff_client, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(services, "configure_queue", broken)
+    staff_client.raise_request_exception = False
+    response = staff_client.post("/ui/queues/emails/pause/", **HX)
+    assert response.status_code == 500 and b"unavailable" not in response.content
+
+
+def test_the_admin_on_a_full_disk_is_a_503_page_not_a_500(staff, monkeypatch):
+    """The admin's login saves a session: on a full disk the demo project's handler500 answers 503."""
+    from django.contrib.sessions.backends.db import SessionStore
+
+    monkeypatch.setattr(SessionStore, "save", _disk_full)
+    c = Client(raise_request_exception=False)
+    response = c.post("/admin/login/?next=/admin/", {"username": "staff", "password": "pw-staff-123"})
+    assert response.status_code == 503 and response["Retry-After"] == "5"
+    assert b"Not done: the database&#x27;s disk is full." in response.content
+    assert b"<nav" not in response.content  # the standalone page: nothing in it reads the database

@@ -246,6 +246,29 @@ def test_queue_policy_pause_resume_and_message_details(live_ui, browser_page, st
     shot(page, "message-details")
 
 
+def test_an_action_the_server_fails_or_never_answers_says_so_in_the_flash(live_ui, browser_page, staff_user):
+    """htmx swaps nothing on a 5xx or a lost connection; forq.js says it instead of a silent click."""
+    from forqapp import services
+
+    freshness.clear()
+    services.configure_queue("emails", max_attempts=3)
+    page = browser_page
+    log_in(page, live_ui + "/queues/emails/")
+    page.wait_for_selector("[data-testid=pause]")
+    page.route("**/queues/emails/pause/", lambda route: route.fulfill(status=500, body="boom"))
+    page.click("[data-testid=pause]")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("[data-testid=flash].error")
+    assert page.inner_text("[data-testid=flash]") == "Not done: the server answered 500. Reload the page and try again."
+    page.unroute("**/queues/emails/pause/")
+    page.route("**/queues/emails/pause/", lambda route: route.abort())
+    page.click("[data-testid=pause]")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_function("document.querySelector('[data-testid=flash]').textContent.includes('could not be reached')")
+    assert page.locator("[data-testid=flash]").count() == 1
+    assert page.inner_text("[data-testid=queue-state]") == "active" and not services.queue_info("emails").paused
+
+
 def test_schedules_page_and_a_limited_queues_flow_control(live_ui, browser_page, staff_user):
     import forqapp
     from forqapp import schedules, services

@@ -11,6 +11,8 @@ page confirms with ``hx-confirm`` asks on a page of its own when posted without 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -22,6 +24,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
+from django.views import defaults
 from django.views.decorators.clickjacking import xframe_options_deny
 from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
@@ -41,6 +44,7 @@ from ..validation import queue_name as valid_queue_name
 from . import charts, confirm, display, flow, freshness, queries, scheduling
 
 REFRESH_SECONDS = 5
+logger = logging.getLogger("forqapp.ui")
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -123,11 +127,54 @@ def permission_required(needs: Needs):
     return decorate
 
 
+UNAVAILABLE_TEXT = "Not done: {reason}. Nothing was changed; try again in a few seconds."
+
+
+def unavailable_response(request: HttpRequest, reason: str) -> HttpResponse:
+    """503 with ``Retry-After``, saying why (a full disk, a lock held past the busy timeout, a
+    server out of reach); for htmx, the same words as a flash."""
+    errors.say_unavailable(logger, request.path, reason)
+    text = UNAVAILABLE_TEXT.format(reason=reason)
+    if getattr(request, "htmx", False):  # htmx swaps nothing on a 5xx: the flash, out of band
+        response = reswap(render(request, "forqapp/_flash.html", {"flash": {"level": "error", "text": text},
+                                                                  "oob": True}), "none")
+    else:
+        response = render(request, "forqapp/unavailable.html", {"text": text}, status=503)
+    response["Retry-After"] = "5"
+    return response
+
+
+def answers_unavailable(view):
+    """A database that cannot serve is a 503 saying so, not a 500."""
+
+    @wraps(view)
+    def wrapper(request: HtmxHttpRequest, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except Exception as exc:  # Django's OperationalError, or sqlite3's from the store's own connection
+            if (reason := errors.unavailable(exc)) is None:
+                raise
+            return unavailable_response(request, reason)
+
+    return wrapper
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500`` for a project's URLconf (the demo project's sets it): a database that cannot
+    serve — the admin saving a session or a change on a full disk — is a 503 that says so;
+    anything else is Django's own 500 page."""
+    exc = sys.exc_info()[1]
+    if exc is not None and (reason := errors.unavailable(exc)) is not None:
+        return unavailable_response(request, reason)
+    return defaults.server_error(request)
+
+
 def ui_view(*methods: str, needs: Needs):
-    """Staff with ``needs``' permission only, the allowed methods, DENY framing, and a cache key
-    that varies on HX-Request."""
+    """Staff with ``needs``' permission only, the allowed methods, DENY framing, a cache key that
+    varies on HX-Request, and a 503 when the database cannot serve."""
 
     def decorate(view):
+        view = answers_unavailable(view)
         view = permission_required(needs)(view)
         view = staff_required(view)
         view = require_http_methods(list(methods))(view)

@@ -21,3 +21,22 @@ document.addEventListener("htmx:afterSettle", function () {
     setTimeout(function () { el.classList.add("fade"); }, 6000);
   });
 });
+// An action the server could not do (a 5xx, or no answer at all): htmx swaps nothing then, so say
+// it in the flash area rather than leave the click without a trace. (Answers the pages expect,
+// such as a missing permission or a database that cannot serve, come as a flash of their own.)
+function forqFlashError(text) {
+  var area = document.getElementById("flash");
+  if (!area) return;
+  var el = document.createElement("div");
+  el.className = "flash error";
+  el.setAttribute("role", "alert");
+  el.setAttribute("data-testid", "flash");
+  el.textContent = text;
+  area.replaceChildren(el);
+}
+document.addEventListener("htmx:responseError", function (evt) {
+  forqFlashError("Not done: the server answered " + evt.detail.xhr.status + ". Reload the page and try again.");
+});
+document.addEventListener("htmx:sendError", function () {
+  forqFlashError("Not done: the server could not be reached. Check the connection and try again.");
+});
