@@ -120,6 +120,9 @@ def granian_command(target: str, host: str, port: int, workers: int, *, static: 
         "--backlog", "4096",
         "--log-level", "warning",
         "--workers-kill-timeout", "35",
+        # A worker that dies (kill -9, out of memory) is replaced; the server lives on. (If granian's
+        # main process dies, the supervisor stops the other servers: forq_serve exits 1.)
+        "--respawn-failed-workers", "--respawn-interval", "1",
     ]
     # Collected static files are served by granian from disk; otherwise the UI application serves
     # them through Django's finders (forqapp.ui.asgi.ui_application).

@@ -210,6 +210,43 @@ def test_an_unacked_message_comes_back_under_forq_serve_alone(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_worker_is_replaced_and_the_server_lives_on(tmp_path):
+    """kill -9 of a granian worker (the API's and the UI's): granian starts another, forq_serve
+    goes on, the jobs lease the dead worker held is taken over, and its delivery comes back."""
+    server = Served(tmp_path, "respawn", overrides={"FORQ_VISIBILITY_TIMEOUT_MS": 1000})
+    try:
+        servers = process_children(server.proc.pid)  # granian's main processes: API, UI
+        workers = {pid: command for pid, command in process_tree(server.proc.pid).items()
+                   if pid != server.proc.pid and pid not in servers}
+        assert len(workers) == 2, workers
+        wait_for(lambda: "running the jobs" in server.output(), "the jobs")
+        message_id = forqapp.send("respawn", "hello")
+        assert server.consume("respawn")["id"] == message_id  # leased by the worker about to die
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+
+        def answers(fn):
+            try:
+                return fn()
+            except httpx.TransportError:  # the dead worker's connection, or none listening yet
+                return None
+
+        again: list = []
+        wait_for(lambda: bool(again.append(answers(lambda: server.consume("respawn"))) or again[-1]),
+                 "a replaced API worker")
+        assert again[-1]["id"] == message_id
+        wait_for(lambda: getattr(answers(lambda: httpx.get(f"http://{server.ui}/admin/login/", timeout=5)),
+                                 "status_code", None) == 200, "a replaced UI worker")
+        assert server.proc.poll() is None, server.output()
+        wait_for(lambda: server.output().count("running the jobs") == 2, "the jobs, taken over")
+        assert "a process that is gone; taking it over" in server.output()
+        assert not set(workers) & set(process_tree(server.proc.pid)), "the dead workers are gone"
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "env"), [(("--no-jobs",), {}), ((), {"FORQ_SERVE_JOBS": "false"})])
 @pytest.mark.django_db(transaction=True)
 def test_no_jobs_runs_none(tmp_path, args, env):
