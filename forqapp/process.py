@@ -141,10 +141,18 @@ class Supervisor:
         self._on_first: list[Callable[[], None]] = []
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, *,
-              own_group: bool = False) -> subprocess.Popen:
+              own_group: bool = False, ignore_sigint: bool = False) -> subprocess.Popen:
         """Start a child (with ``own_group``, in a process group of its own: a terminal's Ctrl-C
-        reaches only this supervisor, which passes it on)."""
-        proc = subprocess.Popen(argv, env=env, process_group=0 if own_group else None)
+        reaches only this supervisor, which passes it on). With ``ignore_sigint`` the child starts
+        with SIGINT ignored (:func:`install_signal_handlers` keeps it so): a Ctrl-C, which a
+        terminal sends to the whole group, stops it through the SIGTERM this supervisor passes on
+        alone, as one signal, not two (a second signal means "exit now")."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignore_sigint else None
+        try:
+            proc = subprocess.Popen(argv, env=env, process_group=0 if own_group else None)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         self.children[name] = proc
         return proc
 

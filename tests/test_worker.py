@@ -3,6 +3,7 @@ paths, graceful and immediate shutdown, crash recovery, heartbeats, poison messa
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -182,6 +183,20 @@ def test_processes_share_the_queue_and_stop_together(worker):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert row(slow) is None
+
+
+def test_ctrl_c_at_a_terminal_finishes_in_flight_messages_under_processes(worker):
+    """A terminal's Ctrl-C is SIGINT to the whole process group: each child must count one stop
+    (the supervisor's SIGTERM), not two, and finish its message (it exited at once, with 1)."""
+    w = worker()
+    slow = forqapp.send("work", "slow:1.5")
+    proc = w.start("work", "--processes", "2", own_group=True)
+    w.wait_for(lambda: starts(w, slow), what="the slow handler to start")
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=20) == 0, w.output(proc)
+    assert [e[0] for e in w.events() if e[2] == slow] == ["start", "done"]
+    assert row(slow) is None
+    assert "second signal" not in w.output(proc)
 
 
 @pytest.mark.django_db(transaction=True)

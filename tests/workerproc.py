@@ -35,7 +35,8 @@ class WorkerProc:
         self.procs: list[subprocess.Popen] = []
         self.tmp_path = tmp_path
 
-    def start(self, *args: str, command: str = "forq_worker", pipes: bool = False) -> subprocess.Popen:
+    def start(self, *args: str, command: str = "forq_worker", pipes: bool = False,
+              own_group: bool = False) -> subprocess.Popen:
         """A worker process. Its output goes to files (:meth:`output`), never to a pipe nobody reads
         while the test runs (a full pipe would block the worker mid-write, its signal handlers
         too); ``pipes=True`` for a test that reads ``proc.stdout``/``proc.stderr`` as it goes."""
@@ -44,7 +45,9 @@ class WorkerProc:
         # SIGINT as a terminal gives it: a test run started in the background (nohup, `&` in a
         # script: SIGINT ignored, and a process that starts with it ignored keeps it so, as forqapp's
         # commands do on purpose) must not change what a worker does with a Ctrl-C.
-        sigint = {"preexec_fn": _default_sigint}
+        sigint: dict = {"preexec_fn": _default_sigint}
+        if own_group:  # a process group of its own, as a shell gives a foreground job
+            sigint["process_group"] = 0
         if pipes:
             proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, **sigint)

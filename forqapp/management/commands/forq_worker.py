@@ -119,7 +119,7 @@ class Command(BaseCommand):
         child_options = {k: v for k, v in options.items() if k not in NOT_FOR_CHILDREN}
         supervisor = process.Supervisor()
         for i in range(options["processes"]):
-            supervisor.start_command(f"worker-{i}", "forq_worker", child_options, args=queues)
+            supervisor.start_command(f"worker-{i}", "forq_worker", child_options, args=queues, ignore_sigint=True)
         scheduler = _start_scheduler(options)
         if scheduler is not None:
             supervisor.on_first_signal(scheduler.stop)
