@@ -19,6 +19,7 @@ Every id, so it can be looked up and silenced (``SILENCED_SYSTEM_CHECKS``):
 * ``forqapp.E050`` / ``E051`` a ``FORQ_QUEUES`` / ``FORQ_SCHEDULES`` entry that is not a valid
   policy / schedule.
 * ``forqapp.W010`` ``SECURE_REFERRER_POLICY = "no-referrer"``, which breaks the admin's forms.
+* ``forqapp.W011`` a ``FORQ_*`` setting forqapp does not know, close to one it does (a typo).
 
 ``forq_serve`` runs the same checks as one-line reasons not to start (:func:`serve_problems`).
 """
@@ -92,6 +93,25 @@ def check_secrets(app_configs=None, **kwargs):
         problems.append(Error(
             f"FORQ_METRICS_AUTH_SECRET must be set when FORQ_METRICS_ENABLED is true; it is {reason}: "
             + _where("FORQ_METRICS_AUTH_SECRET"), id="forqapp.E002"))
+    return problems
+
+
+@register()
+def check_setting_names(app_configs=None, **kwargs):
+    """A ``FORQ_*`` setting forqapp does not know, close to one it does (a typo, which would
+    otherwise be ignored without a word): forqapp.W011 with the name meant. Names far from every
+    setting are left alone (a project's own, such as the demo's ``FORQ_DB_PATH``)."""
+    from difflib import get_close_matches
+
+    from django.conf import settings
+
+    problems = []
+    for name in dir(settings):
+        if name.startswith("FORQ_") and name not in SETTINGS:
+            meant = get_close_matches(name, SETTINGS, n=1, cutoff=0.8)
+            if meant:
+                problems.append(Warning(f"{name} is not a forqapp setting: it is ignored",
+                                        hint=f"did you mean {meant[0]}?", id="forqapp.W011"))
     return problems
 
 

@@ -7,6 +7,7 @@ from forqapp.checks import (
     check_configuration,
     check_consumers,
     check_secrets,
+    check_setting_names,
     check_ui_requirements,
     serve_problems,
 )
@@ -128,3 +129,16 @@ def test_bad_consumer_paths_are_a_check_one_line_each(settings):
         call_command("check")
     settings.FORQ_CONSUMERS = {"good": "tests.test_consumers.handler_from_settings"}
     assert check_consumers() == []
+
+
+def test_a_misspelt_forq_setting_is_a_warning_naming_the_one_meant(settings):
+    settings.FORQ_MAX_ATTEMPT = 3
+    settings.FORQ_VISIBLITY_TIMEOUT_MS = 1000
+    settings.FORQ_DB_PATH = "var/x.sqlite3"  # a project's own name, far from every setting: left alone
+    warnings = {w.msg: w.hint for w in check_setting_names()}
+    assert warnings == {"FORQ_MAX_ATTEMPT is not a forqapp setting: it is ignored": "did you mean FORQ_MAX_ATTEMPTS?",
+                        "FORQ_VISIBLITY_TIMEOUT_MS is not a forqapp setting: it is ignored":
+                            "did you mean FORQ_VISIBILITY_TIMEOUT_MS?"}
+    assert {w.id for w in run_checks()} >= {"forqapp.W011"}
+    del settings.FORQ_MAX_ATTEMPT, settings.FORQ_VISIBLITY_TIMEOUT_MS
+    assert check_setting_names() == []

@@ -322,13 +322,18 @@ def test_a_deferred_task_waits_and_does_not_expire_before_it_runs():
     assert abs(m.process_after - due.timestamp() * 1000) < 2
     assert m.expires_after == m.process_after + 60_000
     assert drain() == {}  # not due
-    assert tasks.add.get_result(result.id).status == TaskResultStatus.READY
+    waiting = tasks.add.get_result(result.id)
+    assert waiting.status == TaskResultStatus.READY
+    assert result.task.run_after == due and waiting.task.run_after == due.replace(microsecond=due.microsecond // 1000 * 1000)
+    assert tasks.add.get_result(tasks.add.enqueue(1, 1).id).task.run_after is None
     assert jobs.expired() == 0
     with pytest.raises(InvalidTaskError, match="run_after"):
         tasks.add.using(run_after=datetime.now(UTC) + timedelta(days=400)).enqueue(1, 1)
-    past = tasks.add.using(run_after=datetime.now(UTC) - timedelta(hours=1)).enqueue(2, 2)  # runs at once
-    assert drain() == {"ack": 1}
-    assert tasks.add.get_result(past.id).return_value == 4
+    before = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    past = tasks.add.using(run_after=before).enqueue(2, 2)  # runs at once
+    assert drain() == {"ack": 2}  # and the one without run_after
+    done = tasks.add.get_result(past.id)
+    assert done.return_value == 4 and done.task.run_after == before  # what it asked, after it ran too
 
 
 def test_a_deferred_task_outlives_a_retention_shorter_than_its_deferral(clock):

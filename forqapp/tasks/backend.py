@@ -68,10 +68,15 @@ def round_trip(args: Iterable[Any], kwargs: dict[str, Any]) -> tuple[str, list[A
     return text, back["args"], back["kwargs"]
 
 
-def encode(task_path: str, args_kwargs: str, queue_name: str, backend: str, enqueued_at: int) -> str:
-    """The message content of a task (the ``{"args", "kwargs"}`` JSON spliced in, not re-encoded)."""
-    head = to_json({"task": task_path, "queue_name": queue_name, "backend": backend, "enqueued_at": enqueued_at},
-                   "a task")
+def encode(task_path: str, args_kwargs: str, queue_name: str, backend: str, enqueued_at: int,
+           run_after: int | None = None) -> str:
+    """The message content of a task (the ``{"args", "kwargs"}`` JSON spliced in, not re-encoded);
+    ``run_after`` (Unix ms) as the task asked it, for the results to show."""
+    fields: dict[str, Any] = {"task": task_path, "queue_name": queue_name, "backend": backend,
+                              "enqueued_at": enqueued_at}
+    if run_after is not None:
+        fields["run_after"] = run_after
+    head = to_json(fields, "a task")
     return head[:-1] + ',"call":' + args_kwargs + "}"
 
 
@@ -177,11 +182,12 @@ class ForqBackend(BaseTaskBackend):
             raise InvalidTaskError(problem)  # the backend's settings (see validate_task)
         text, args, kwargs = round_trip(args, kwargs)
         now = services.now_ms()
-        content = encode(task.module_path, text, task.queue_name, self.alias, now)
+        run_after = None if task.run_after is None else _ms(task.run_after)
+        content = encode(task.module_path, text, task.queue_name, self.alias, now, run_after)
         item: dict[str, Any] = {"content": content, "priority": task.priority}
-        if task.run_after is not None:
+        if run_after is not None:
             # a run_after already past runs at once; one more than FORQ_PROCESS_AFTER_MAX_MS ahead is refused
-            item["process_after"] = max(now, _ms(task.run_after))
+            item["process_after"] = max(now, run_after)
         try:
             sent = services.send_entries(self.forq_queue(task.queue_name), [item])[0]
         except ForqError as exc:

@@ -31,14 +31,15 @@ TERMINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)
 
 
 @lru_cache(maxsize=1024)
-def load_task(path: str, queue_name: str, priority: int, backend: str) -> Task:
-    """The ``@task`` at ``path`` as it was enqueued (its queue and priority). Raises ImportError
-    (also for a path that names no task)."""
+def load_task(path: str, queue_name: str, priority: int, backend: str, run_after: int | None = None) -> Task:
+    """The ``@task`` at ``path`` as it was enqueued (its queue, priority and ``run_after``, Unix
+    ms). Raises ImportError (also for a path that names no task)."""
     task = import_string(path)
     if not isinstance(task, Task):
         raise ImportError(f"{path} is not a task (decorate it with @task)")
-    if (task.queue_name, task.priority, task.backend) != (queue_name, priority, backend):
-        task = task.using(queue_name=queue_name, priority=priority, backend=backend)
+    if (task.queue_name, task.priority, task.backend) != (queue_name, priority, backend) or run_after is not None:
+        task = task.using(queue_name=queue_name, priority=priority, backend=backend,
+                          run_after=utils.ms_to_datetime(run_after) if run_after is not None else task.run_after)
     return task
 
 
@@ -132,7 +133,8 @@ def get_result(backend: ForqBackend, result_id: str, *, using: str | None = None
         data["enqueued_at"] = row.enqueued_at  # type: ignore[union-attr]
     priority = message["priority"] if message is not None else row.priority  # type: ignore[union-attr]
     try:
-        task = load_task(data["task"], data.get("queue_name", "default"), priority, backend.alias)
+        task = load_task(data["task"], data.get("queue_name", "default"), priority, backend.alias,
+                         run_after_of(data))
     except ImportError as exc:
         raise TaskResultDoesNotExist(f"{result_id}: its task {data['task']!r} cannot be imported ({exc})") from None
     errors = row.errors_list() if row is not None else []
@@ -165,6 +167,12 @@ def get_result(backend: ForqBackend, result_id: str, *, using: str | None = None
     return build(task, result_id, status, data, backend.alias, errors=errors, worker_ids=worker_ids,
                  started_at=started_at, last_attempted_at=last_attempted_at, finished_at=finished_at,
                  return_value=return_value)
+
+
+def run_after_of(data: dict[str, Any]) -> int | None:
+    """A task content's ``run_after`` (Unix ms), if it has a valid one."""
+    value = data.get("run_after")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def build(task: Task, result_id: str, status: Any, data: dict[str, Any], backend: str, *,

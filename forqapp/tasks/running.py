@@ -57,7 +57,7 @@ from .compat import (
     task_finished,
     task_started,
 )
-from .results import UNKNOWN_WORKER, Record, build, get_result, load_task, previous, write
+from .results import UNKNOWN_WORKER, Record, build, get_result, load_task, previous, run_after_of, write
 from .retrying import RetryPolicy, RetryPolicyError, backend_retries, task_retries
 
 logger = logging.getLogger(__name__)
@@ -144,7 +144,8 @@ class TaskRunner:
         except ValueError as exc:
             return Outcome(False, started, services.now_ms(), None, exception=exc, error=_error_of(exc), final=True)
         try:
-            task = load_task(data["task"], data.get("queue_name", "default"), message.priority, self.backend.alias)
+            task = load_task(data["task"], data.get("queue_name", "default"), message.priority, self.backend.alias,
+                             run_after_of(data))
         except Exception as exc:  # noqa: BLE001 - an import error is a retryable failure
             return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc))
         data["enqueued_at"] = message.received_at or data.get("enqueued_at")  # a schedule's tick: its own
