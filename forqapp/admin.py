@@ -59,6 +59,8 @@ class DlqFilter(admin.SimpleListFilter):
     parameter_name = "dlq"
 
     def lookups(self, request, model_admin):
+        if not model_admin.may_see_dead_letters(request):
+            return []  # no choice to make: the list holds no dead letters (the filter is hidden)
         return [("yes", "Yes"), ("no", "No")]
 
     def queryset(self, request, queryset):
@@ -155,13 +157,23 @@ class MessageAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # deletes go through the "delete" action (services), never the ORM
 
+    # Dead letters are the DeadLetter model's, on either list: seeing them needs its view (or
+    # change) permission, and the actions, which act on dead letters only, its change and delete
+    # permissions — as the UI pages ask (a user with the message permissions alone could requeue
+    # and delete dead letters here).
+    def may_see_dead_letters(self, request) -> bool:
+        user = request.user
+        return user.has_perm("forqapp.view_deadletter") or user.has_perm("forqapp.change_deadletter")
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        return queryset if self.may_see_dead_letters(request) else queryset.regular()
+
     def has_forq_change_permission(self, request):
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+        return request.user.has_perm("forqapp.change_deadletter")
 
     def has_forq_delete_permission(self, request):
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.delete_{opts.model_name}")
+        return request.user.has_perm("forqapp.delete_deadletter")
 
     @admin.display(description="due", ordering="process_after")
     def due(self, obj):
@@ -638,18 +650,33 @@ class QueueAdmin(admin.ModelAdmin):
     def updated(self, obj):
         return _dt(obj.updated_at)
 
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            obj.viewer = request.user  # for links(): only the pages this user may open
+        return obj
+
     @admin.display(description="see")
     def links(self, obj):
-        links = [
-            ("its messages", reverse("admin:forqapp_message_changelist") + "?" + urlencode({"queue": obj.name})),
-            ("its dead letters",
-             reverse("admin:forqapp_deadletter_changelist") + "?" + urlencode({"queue": vocab.dlq_of(obj.name)})),
-        ]
-        try:
-            links.append(("its page in the Forq UI", reverse("forqapp-ui:queue", args=[obj.name])))
-        except NoReverseMatch:  # a project that does not serve forqapp's UI pages
-            pass
-        return format_html_join(" · ", '<a href="{1}">{0}</a>', links)
+        user = getattr(obj, "viewer", None)
+
+        def may(action: str, model: str) -> bool:
+            return user is not None and (user.has_perm(f"forqapp.{action}_{model}")
+                                         or user.has_perm(f"forqapp.change_{model}"))
+
+        links = []
+        if may("view", "message"):
+            links.append(("its messages",
+                          reverse("admin:forqapp_message_changelist") + "?" + urlencode({"queue": obj.name})))
+        if may("view", "deadletter"):
+            links.append(("its dead letters", reverse("admin:forqapp_deadletter_changelist") + "?"
+                          + urlencode({"queue": vocab.dlq_of(obj.name)})))
+        if may("view", "message"):
+            try:
+                links.append(("its page in the Forq UI", reverse("forqapp-ui:queue", args=[obj.name])))
+            except NoReverseMatch:  # a project that does not serve forqapp's UI pages
+                pass
+        return format_html_join(" · ", '<a href="{1}">{0}</a>', links) if links else "—"
 
 
 # --- schedules --------------------------------------------------------------------------------
@@ -692,7 +719,7 @@ class ScheduleForm(forms.ModelForm):
         choices=[("one", "one: send one message for the missed ticks"),
                  ("skip", "skip: send none (a tick under a minute late is on time)"),
                  ("all", f"all: send every missed tick (at most {schedules.MAX_CATCH_UP})")],
-        help_text="Ticks missed while nothing ran (downtime, or while paused).")
+        help_text="Ticks missed while nothing ran (downtime; a pause's are skipped on resume).")
     priority = forms.IntegerField(
         required=False, initial=0, label="Priority", help_text="Of the messages it sends (higher first).")
     attributes = forms.CharField(
@@ -794,7 +821,7 @@ def _set_schedules_paused(modeladmin, request, queryset, paused: bool) -> None:
             modeladmin.message_user(request, f"{name}: {e}", messages.ERROR)
     if done:
         verb = "Paused" if paused else "Resumed"
-        tail = "" if paused else " Ticks missed while paused follow each schedule's catch-up rule."
+        tail = "" if paused else " Ticks missed while paused are skipped: each next run is the first from now."
         modeladmin.message_user(
             request, f"{verb} {len(done)} schedule{'s' if len(done) != 1 else ''}: {_listed(done)}.{tail}",
             messages.SUCCESS)

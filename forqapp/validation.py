@@ -324,8 +324,13 @@ def duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int:
     else:
         raise _invalid(f"{name} must be a number of seconds or a timedelta")
     if not lo_s <= seconds <= hi_s:
-        raise _invalid(f"{name} must be from {lo_s:g} to {hi_s:g} seconds")
+        raise _invalid(f"{name} must be from {_seconds(lo_s)} to {_seconds(hi_s)} seconds")
     return round(seconds * 1000)
+
+
+def _seconds(value: float) -> str:
+    """A bound as people read it: 31622400 (a year), not 3.16224e+07; 0.001 as is."""
+    return str(int(value)) if value == int(value) else f"{value:g}"
 
 
 def optional_duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int | None:

@@ -7,12 +7,16 @@ staticfiles finders: a handful of small files for staff, on a listener that is n
 
 from django.contrib import admin
 from django.contrib.staticfiles.views import serve
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic.base import RedirectView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("forqapp.ui.urls")),
     re_path(r"^static/(?P<path>.*)$", serve, {"insecure": True}),
+    # Browsers ask for /favicon.ico on pages that name none (Django's bare 403/404/CSRF pages).
+    path("favicon.ico", RedirectView.as_view(url=static("forqapp/favicon.svg"), permanent=True)),
 ]
 
 # A database that cannot serve (a full disk, a lock held too long) is a 503 page saying so, in the

@@ -84,6 +84,40 @@ def test_actions_confirm_then_act_on_dlq_only(admin_client_, action):
         assert Message.objects.count() == 1
 
 
+@pytest.mark.parametrize("codenames", [["view_message", "change_message", "delete_message"], ["view_queue"]])
+def test_dead_letters_need_the_dead_letter_permissions_on_the_message_list_too(db, codenames):
+    """The message list holds dead letters as well: a user with the message permissions alone
+    neither sees nor requeues nor deletes them there (they could, and the UI refused them)."""
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("msgs", password="pw-msgs-12345", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    c = Client()
+    c.force_login(user)
+    regular = forqapp.send("emails", "a")
+    d = dead("emails", 2)
+    page = c.get("/admin/forqapp/message/")
+    if "view_message" not in codenames:
+        assert page.status_code == 403
+        return
+    assert page.status_code == 200 and d[0].encode() not in page.content and regular.encode() in page.content
+    assert b'value="requeue_messages"' not in page.content and b"?dlq=yes" not in page.content
+    assert d[0].encode() not in c.get("/admin/forqapp/message/?dlq=yes").content
+    assert c.get(f"/admin/forqapp/message/{d[0]}/change/").status_code == 302  # "does not exist": to the list
+    for action in ("requeue_messages", "delete_messages"):
+        c.post("/admin/forqapp/message/", {"action": action, "_selected_action": d, "post": "yes"})
+    assert Message.objects.filter(id__in=d, queue="emails-dlq").count() == 2  # untouched
+    assert c.get("/admin/forqapp/deadletter/").status_code == 403
+    # With the dead-letter permissions: seen and requeued from the message list as well.
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["view_deadletter", "change_deadletter"]))
+    c.force_login(User.objects.get(pk=user.pk))  # a fresh permission cache
+    page = c.get("/admin/forqapp/message/?dlq=yes")
+    assert d[0].encode() in page.content and b'value="requeue_messages"' in page.content
+    assert b'value="delete_messages"' not in page.content  # no delete_deadletter
+    c.post("/admin/forqapp/message/", {"action": "requeue_messages", "_selected_action": d, "post": "yes"})
+    assert Message.objects.filter(id__in=d, queue="emails", is_dlq=False).count() == 2
+
+
 def test_non_staff_cannot_use_the_admin(client):
     User.objects.create_user("joe", password="pw-joe-12345")
     client.login(username="joe", password="pw-joe-12345")
@@ -359,6 +393,17 @@ def test_view_only_staff_see_the_queue_but_cannot_change_it(db):
     assert 'value="pause_queues"' not in c.get("/admin/forqapp/queue/").content.decode()
     c.post("/admin/forqapp/queue/", {"action": "pause_queues", "_selected_action": ["emails"]})
     assert not services.queue_info("emails").paused
+    assert "its messages" not in html and "its dead letters" not in html  # links it may not follow: none
+    user.user_permissions.add(Permission.objects.get(codename="view_message"))
+    c.force_login(User.objects.get(pk=user.pk))
+    html = c.get("/admin/forqapp/queue/emails/change/").content.decode()
+    assert "its messages" in html and "its page in the Forq UI" in html and "its dead letters" not in html
+    queue_page = c.get("/ui/queues/emails/").content.decode()
+    assert queue_page.count("emails-dlq") == 0  # no link to the DLQ page, which would be a 403
+    user.user_permissions.add(Permission.objects.get(codename="view_deadletter"))
+    c.force_login(User.objects.get(pk=user.pk))
+    assert "its dead letters" in c.get("/admin/forqapp/queue/emails/change/").content.decode()
+    assert "→ emails-dlq" in c.get("/ui/queues/emails/").content.decode()
 
 
 def test_a_newer_policy_field_gets_a_plain_form_field_and_shows_in_the_policy():
@@ -559,7 +604,7 @@ def test_schedule_actions_pause_resume_and_run_now(admin_client_):
     assert schedules.get("a").paused and schedules.get("b").paused
     assert schedules.get("a").next_run_at == a.next_run_at
     done = admin_client_.post(url, {"action": "resume_schedules", "_selected_action": ["a"]}, follow=True)
-    assert b"Resumed 1 schedule: a." in done.content and b"catch-up rule" in done.content
+    assert b"Resumed 1 schedule: a." in done.content and b"Ticks missed while paused are skipped" in done.content
     assert not schedules.get("a").paused and schedules.get("b").paused
     # Run now: one message on its queue, with its content, priority and attributes; ticks unchanged.
     done = admin_client_.post(url, {"action": "run_schedules_now", "_selected_action": ["a"]}, follow=True)

@@ -78,6 +78,17 @@ def test_admin_login_and_dead_letter_actions_in_a_browser(live_ui, browser_page,
     assert page.locator("#result_list tbody tr").count() == 6
     shot(page, "admin-dead-letters")
 
+    # "No, take me back" on the confirmation page goes back to the list, nothing done (Django's
+    # cancel.js: the page stayed put without it).
+    page.check(f"input.action-select[value='{dead_letters[0]}']")
+    page.select_option("select[name=action]", "requeue_messages")
+    with page.expect_navigation():
+        page.click("button[name=index]")
+    page.wait_for_selector("body.delete-confirmation")
+    page.click("a.cancel-link")
+    page.wait_for_selector("#result_list")
+    assert page.url.endswith("/admin/forqapp/deadletter/") and Message.objects.filter(queue="emails-dlq").count() == 6
+
     # Requeue two through the confirmation page: they leave the dead letters, back in "emails".
     run_action(page, dead_letters[:2], "requeue_messages", "Requeue")
     assert page.inner_text("ul.messagelist li.success") == "Requeued 2 messages."

@@ -91,6 +91,7 @@ def test_keys_page_create_rotate_revoke_in_a_browser(live, browser_page, staff_u
     page.click("#confirm-dialog button[value=cancel]")
     assert ApiKey.objects.get().rotated_at is None
     page.click("[data-testid=rotate]")
+    assert page.get_attribute("#confirm-dialog button[value=ok]", "class") == "btn primary"
     page.click("#confirm-dialog button[value=ok]")
     page.wait_for_function("t => document.querySelector('[data-testid=token]').innerText !== t", arg=token)
     new_token = page.inner_text("[data-testid=token]")
@@ -100,6 +101,7 @@ def test_keys_page_create_rotate_revoke_in_a_browser(live, browser_page, staff_u
     eventually(lambda: api(api_url, new_token), 204, seconds=1)
 
     page.click("[data-testid=revoke]")
+    assert page.get_attribute("#confirm-dialog button[value=ok]", "class") == "btn danger"  # as Revoke is
     page.click("#confirm-dialog button[value=ok]")
     page.wait_for_selector("[data-testid=keys-flash]:has-text('Revoked orders-producer')")
     assert page.inner_text("[data-testid=key-state]") == "revoked"

@@ -66,7 +66,9 @@ def test_anonymous_gets_the_login_page(client, url):
     response = client.get(url)
     assert response.status_code == 302
     assert response["Location"].startswith("/ui/login/?next=")
-    assert client.get(response["Location"]).status_code == 200
+    icon = client.get(response["Location"])
+    assert icon.status_code == 200 and b"<svg" in b"".join(icon.streaming_content)
+    icon.close()
 
 
 def test_htmx_anonymous_gets_a_client_redirect(client):
@@ -158,9 +160,13 @@ def test_staff_needs_the_admins_permission_for_each_page_and_action(method, url,
         forqapp.configure_queue("emails", paused=True)
         forqapp.schedule("tick", queue="emails", content="t", every=3600, paused=True)
     before = _state()
-    for client in (staff_with(), staff_with(*others)):
+    for client, with_others in ((staff_with(), False), (staff_with(*others), True)):
         response = getattr(client, method)(url, data) if method == "post" else getattr(client, method)(url)
-        assert response.status_code == 403, (url, response.status_code)
+        if url == "/ui/" and with_others:  # login's landing: the first page it may see, not a 403
+            assert (response.status_code, response["Location"]) == (302, "/ui/schedules/")
+        else:
+            assert response.status_code == 403, (url, response.status_code)
+            assert b'data-testid="forbidden"' in response.content and b"Log out" in response.content
         hx = getattr(client, method)(url, data, **HX) if method == "post" else getattr(client, method)(url, **HX)
         assert hx.status_code == 200 and b"You do not have the permission" in hx.content
         assert hx["HX-Reswap"] == "none"
@@ -962,7 +968,7 @@ def test_pause_resume_and_run_now_from_the_schedules_page(staff_client):
     info = schedules.get("nightly")
     assert info.paused and info.next_run_at == before.next_run_at
     html = staff_client.post("/ui/schedules/nightly/resume/", **HX).content.decode()
-    assert "Resumed nightly: next run" in html and "catch-up rule (one)" in html
+    assert "Resumed nightly: next run" in html and "the ticks missed while it was paused are skipped" in html
     assert not schedules.get("nightly").paused
     # Run now: one message on its queue, its next run unchanged.
     html = staff_client.post("/ui/schedules/nightly/run/", **HX).content.decode()
@@ -973,8 +979,7 @@ def test_pause_resume_and_run_now_from_the_schedules_page(staff_client):
     assert forqapp.receive("reports").id == m.id
     # Without htmx: a confirmation page first (nothing changes), then a redirect with the message.
     asks(staff_client.post("/ui/schedules/nightly/pause/"), "/ui/schedules/nightly/pause/",
-         "Pause nightly? It sends nothing until it is resumed; then the ticks it missed follow its catch-up "
-         "rule (one).", "Pause")
+         "Pause nightly? It sends nothing until it is resumed; the ticks it misses meanwhile are skipped.", "Pause")
     asks(staff_client.post("/ui/schedules/nightly/run/"), "/ui/schedules/nightly/run/",
          "Send nightly's message to reports now? Its ticks are not changed.", "Run now")
     assert not schedules.get("nightly").paused and Message.objects.filter(queue="reports").count() == 1
@@ -1064,3 +1069,28 @@ def test_the_admin_on_a_full_disk_is_a_503_page_not_a_500(staff, monkeypatch):
     assert response.status_code == 503 and response["Retry-After"] == "5"
     assert b"Not done: the database&#x27;s disk is full." in response.content
     assert b"<nav" not in response.content  # the standalone page: nothing in it reads the database
+
+
+def test_login_lands_on_the_first_page_the_user_may_see(db):
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("keyholder", password="pw-keys-12345", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename="view_apikey"))
+    c = Client()
+    response = c.post("/ui/login/", {"username": "keyholder", "password": "pw-keys-12345"}, follow=True)
+    assert response.redirect_chain[-1][0] == "/ui/keys/" and response.status_code == 200
+    user.user_permissions.clear()
+    c.force_login(User.objects.get(pk=user.pk))
+    response = c.get("/ui/")  # no page at all: the 403 page, with the navigation's Log out
+    assert response.status_code == 403 and b"Log out" in response.content
+    assert b"You do not have the permission to view queues." in response.content
+
+
+def test_the_ui_listener_answers_favicon_ico(client, settings):
+    """Browsers ask for /favicon.ico on pages that name no icon (Django's bare 403/404 pages)."""
+    settings.ROOT_URLCONF = "project.urls_ui"
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"].endswith("/forqapp/favicon.svg")
+    icon = client.get(response["Location"])
+    assert icon.status_code == 200 and b"<svg" in b"".join(icon.streaming_content)
+    icon.close()

@@ -20,7 +20,6 @@ from typing import Any
 from django.contrib import messages as flash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
@@ -105,10 +104,23 @@ def messages_of(queue: str) -> str:
     return "deadletter" if vocab.is_dlq(queue) else "message"
 
 
-def permission_required(needs: Needs):
+# The pages a staff user may land on, in the navigation's order: the first one their permissions
+# allow is their home (the dashboard needs view_queue; a keys-only account goes to the keys).
+HOMES = ((("view", "queue"), "forqapp-ui:dashboard"), (("view", "schedule"), "forqapp-ui:schedules"),
+         (("view", "apikey"), "forqapp-ui:keys"))
+
+
+def home_of(user: Any) -> str | None:
+    """The URL of the first page ``user`` may see (None: none of them)."""
+    return next((reverse(name) for (action, model), name in HOMES if may(user, action, model)), None)
+
+
+def permission_required(needs: Needs, *, home: bool = False):
     """The staff user must also have the permission the admin asks for the same page or action
     (a staff account with no permissions sees the admin's 403 and must see it here too): else 403,
-    and for htmx a flash saying what is missing (htmx swaps nothing on a 403)."""
+    on a page with the navigation (and Log out), and for htmx a flash saying what is missing
+    (htmx swaps nothing on a 403). With ``home`` (the dashboard, where login lands), a user who
+    may not see it goes to the first page they may see instead."""
 
     def decorate(view):
         @wraps(view)
@@ -120,7 +132,9 @@ def permission_required(needs: Needs):
             if request.htmx:
                 flash_context = {"flash": {"level": "error", "text": text}, "oob": True}
                 return reswap(render(request, "forqapp/_flash.html", flash_context), "none")
-            raise PermissionDenied(text)
+            if home and request.method == "GET" and (url := home_of(request.user)):
+                return redirect(url)
+            return render(request, "forqapp/forbidden.html", {"text": text}, status=403)
 
         return wrapper
 
@@ -169,13 +183,13 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return defaults.server_error(request)
 
 
-def ui_view(*methods: str, needs: Needs):
+def ui_view(*methods: str, needs: Needs, home: bool = False):
     """Staff with ``needs``' permission only, the allowed methods, DENY framing, a cache key that
     varies on HX-Request, and a 503 when the database cannot serve."""
 
     def decorate(view):
         view = answers_unavailable(view)
-        view = permission_required(needs)(view)
+        view = permission_required(needs, home=home)(view)
         view = staff_required(view)
         view = require_http_methods(list(methods))(view)
         view = vary_on_headers("HX-Request")(view)
@@ -256,7 +270,7 @@ def _overview_context(now: int) -> dict:
     return {"overview": overview, "refresh": REFRESH_SECONDS, "now": _dt(now)}
 
 
-@ui_view("GET", needs=("view", "queue"))
+@ui_view("GET", needs=("view", "queue"), home=True)
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     context = _overview_context(_now_ms())
     if _partial(request):
@@ -540,11 +554,9 @@ def schedules_page(request: HtmxHttpRequest) -> HttpResponse:
 def pause_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
     name = _schedule_name(name)
     if confirm.needed(request):
-        info = _schedule_or_none(name)
-        catch_up = f" ({info.catch_up})" if info is not None else ""
         return confirm.page(request, title=f"Pause {name}", label="Pause", danger=False,
-                            question=f"Pause {name}? It sends nothing until it is resumed; then the ticks it "
-                                     f"missed follow its catch-up rule{catch_up}.", back=reverse("forqapp-ui:schedules"))
+                            question=f"Pause {name}? It sends nothing until it is resumed; the ticks it misses "
+                                     f"meanwhile are skipped.", back=reverse("forqapp-ui:schedules"))
     return _schedule_action(request, name, "pause")
 
 
@@ -580,8 +592,8 @@ def _schedule_action(request: HtmxHttpRequest, name: str, action: str) -> HttpRe
             info = scheduling.set_paused(name, action == "pause")
             level = "success"
             text = (f"Paused {name}: it sends nothing until it is resumed." if action == "pause" else
-                    f"Resumed {name}: next run {scheduling.when(info.next_run_at)}; ticks missed while it was "
-                    f"paused follow its catch-up rule ({info.catch_up}).")
+                    f"Resumed {name}: next run {scheduling.when(info.next_run_at)}; the ticks missed while it "
+                    f"was paused are skipped.")
     except ForqError as e:
         level = "error"
         if e.code == errors.NOT_FOUND_SCHEDULE:

@@ -8,7 +8,10 @@ document.addEventListener("htmx:confirm", function (evt) {
   var ok = dialog.querySelector("button[value=ok]");
   dialog.querySelector(".confirm-text").textContent = question;
   ok.textContent = evt.detail.elt.getAttribute("data-confirm-label") || "Confirm";
-  ok.className = evt.detail.elt.classList.contains("danger") ? "btn danger" : "btn primary";
+  // A dangerous action: the element asking (a button) is .danger, or the form's submit button is.
+  var elt = evt.detail.elt;
+  var danger = elt.classList.contains("danger") || (elt.tagName === "FORM" && elt.querySelector("button.danger"));
+  ok.className = danger ? "btn danger" : "btn primary";
   dialog.returnValue = "";
   dialog.addEventListener("close", function () {
     if (dialog.returnValue === "ok") evt.detail.issueRequest(true);
