@@ -261,6 +261,12 @@ def test_an_action_the_server_fails_or_never_answers_says_so_in_the_flash(live_u
     page.wait_for_selector("[data-testid=flash].error")
     assert page.inner_text("[data-testid=flash]") == "Not done: the server answered 500. Reload the page and try again."
     page.unroute("**/queues/emails/pause/")
+    # A stale CSRF token (a logout and login in another tab): Django's 403, said as such.
+    page.context.clear_cookies(name="csrftoken")
+    page.click("[data-testid=pause]")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_function("document.querySelector('[data-testid=flash]').textContent.includes('out of date')")
+    assert not services.queue_info("emails").paused
     page.route("**/queues/emails/pause/", lambda route: route.abort())
     page.click("[data-testid=pause]")
     page.click("#confirm-dialog button[value=ok]")

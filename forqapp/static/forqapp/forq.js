@@ -38,7 +38,10 @@ function forqFlashError(text) {
   area.replaceChildren(el);
 }
 document.addEventListener("htmx:responseError", function (evt) {
-  forqFlashError("Not done: the server answered " + evt.detail.xhr.status + ". Reload the page and try again.");
+  var status = evt.detail.xhr.status;
+  forqFlashError(status === 403
+    ? "Not done: the page's login or security token is out of date (you logged out or in elsewhere). Reload the page and try again."
+    : "Not done: the server answered " + status + ". Reload the page and try again.");
 });
 document.addEventListener("htmx:sendError", function () {
   forqFlashError("Not done: the server could not be reached. Check the connection and try again.");
