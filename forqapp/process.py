@@ -141,15 +141,18 @@ class Supervisor:
         self._on_first: list[Callable[[], None]] = []
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, *,
-              own_group: bool = False, ignore_sigint: bool = False) -> subprocess.Popen:
+              own_group: bool = False, ignore_sigint: bool = False, die_with_parent: bool = False) -> subprocess.Popen:
         """Start a child (with ``own_group``, in a process group of its own: a terminal's Ctrl-C
         reaches only this supervisor, which passes it on). With ``ignore_sigint`` the child starts
         with SIGINT ignored (:func:`install_signal_handlers` keeps it so): a Ctrl-C, which a
         terminal sends to the whole group, stops it through the SIGTERM this supervisor passes on
-        alone, as one signal, not two (a second signal means "exit now")."""
+        alone, as one signal, not two (a second signal means "exit now"). With ``die_with_parent``
+        (Linux), the child gets SIGTERM if this supervisor dies (``kill -9``): a child in a group of
+        its own would outlive it otherwise."""
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignore_sigint else None
         try:
-            proc = subprocess.Popen(argv, env=env, process_group=0 if own_group else None)
+            proc = subprocess.Popen(argv, env=env, process_group=0 if own_group else None,
+                                    preexec_fn=_terminate_with(os.getpid()) if die_with_parent else None)
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
@@ -193,6 +196,23 @@ class Supervisor:
         for proc in self.children.values():
             mark_dead(proc.pid)
         return codes
+
+
+def _terminate_with(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to send the child SIGTERM when ``parent`` dies (prctl's
+    PR_SET_PDEATHSIG); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the request was made
+            os._exit(1)
+
+    return preexec
 
 
 def run_child(spec: str) -> int:

@@ -58,14 +58,16 @@ def run(spec: dict[str, Any], *, stdout: TextIO | None = None, stderr: TextIO | 
     try:
         supervisor.on_first_signal(drain_file.touch)
         supervisor.install_signal_handlers()  # before any child starts: a stop is never lost
-        # At a terminal, Ctrl-C signals its whole foreground process group: granian's workers
-        # too, which then exit under their parent's feet ("Unexpected exit from worker-1"). There,
-        # each granian gets its own group, and the stop comes from here alone, in order.
-        own_group = _at_a_terminal()
+        # A signal to the whole process group — Ctrl-C at a terminal, `kill -- -PGID`, a process
+        # manager stopping a group — reached granian's workers too, which then exited under their
+        # parent's feet ("Unexpected exit from worker-1"; now and then granian then hung, or waited
+        # its 35 s kill timeout). Each granian gets a group of its own, so the stop comes from here
+        # alone, in order; and SIGTERM if this supervisor dies, so none outlives it.
         for child in spec["children"]:
             if supervisor.signals:
                 break
-            supervisor.start(child["name"], child["argv"], {**os.environ, **child.get("env", {})}, own_group=own_group)
+            supervisor.start(child["name"], child["argv"], {**os.environ, **child.get("env", {})}, own_group=True,
+                             die_with_parent=True)
         _announce(supervisor, spec["listeners"], stdout)
         while not supervisor.any_exited() and not (supervisor.signals and not supervisor.children):
             time.sleep(0.2)
@@ -85,20 +87,6 @@ def run(spec: dict[str, Any], *, stdout: TextIO | None = None, stderr: TextIO | 
     finally:
         if spec.get("cleanup"):
             shutil.rmtree(spec["cleanup"], ignore_errors=True)
-
-
-def _at_a_terminal() -> bool:
-    """Whether this process is in the foreground process group of its controlling terminal."""
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-    except OSError:
-        return False
-    try:
-        return os.tcgetpgrp(fd) == os.getpgrp()
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _announce(supervisor: process.Supervisor, listeners: list[dict[str, Any]], stdout: TextIO) -> None:

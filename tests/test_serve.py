@@ -247,6 +247,33 @@ def test_a_killed_worker_is_replaced_and_the_server_lives_on(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_signal_to_the_whole_group_stops_the_server_at_once_and_a_killed_supervisor_leaves_nothing(tmp_path):
+    """SIGINT or SIGTERM to forq_serve's process group (``kill -- -PGID``, a process manager) reaches
+    only the supervisor, which stops each granian in order: no worker exits under granian's feet
+    (it sometimes hung, or waited 35 s). And granian does not outlive a supervisor killed with -9."""
+    for round_, sig in enumerate((signal.SIGINT, signal.SIGTERM, signal.SIGINT)):
+        server = Served(tmp_path, f"group-{round_}")
+        wait_for(lambda s=server: "admin UI on" in s.output(), "the UI")
+        tree = process_tree(server.proc.pid)
+        start = time.monotonic()
+        os.killpg(server.proc.pid, sig)
+        assert server.proc.wait(20) == 0, server.output()
+        assert time.monotonic() - start < 10, server.output()
+        assert "Unexpected exit" not in server.output() and "Killing worker" not in server.output()
+        wait_for(lambda t=tree: not any(Path(f"/proc/{pid}").exists() for pid in t), "no process left", 10)
+        server.client.close()
+    server = Served(tmp_path, "killed")
+    wait_for(lambda: "admin UI on" in server.output(), "the UI")
+    tree = process_tree(server.proc.pid)
+    assert len(tree) == 5, tree  # supervisor, 2 granians, a worker each
+    server.proc.kill()
+    server.proc.wait(10)
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in tree), "granian to follow its supervisor", 15)
+    server.client.close()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "env"), [(("--no-jobs",), {}), ((), {"FORQ_SERVE_JOBS": "false"})])
 @pytest.mark.django_db(transaction=True)
 def test_no_jobs_runs_none(tmp_path, args, env):
