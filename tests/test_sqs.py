@@ -506,6 +506,64 @@ def test_a_dlq_created_alone_does_not_make_its_queue_visible(sqs):
     assert sqs.get_queue_url(QueueName="alone")
 
 
+def api(method: str, path: str, body: object = None) -> httpx.Response:
+    """A request to the HTTP API (v1, v2) of the server under test, with the root key."""
+    content = None if body is None else json.dumps(body).encode()
+    return httpx.request(method, LIVE["api"] + path, content=content, timeout=10,
+                         headers={"X-API-Key": SECRET, "Content-Type": "application/json"})
+
+
+def test_deleting_a_dlq_created_first_keeps_its_queue_filled_by_another_face(sqs):
+    """Audit finding 1: the placeholder row of ``hid2`` stayed hidden after v1 sends to ``hid2``,
+    and DeleteQueue of ``hid2-dlq`` deleted ``hid2`` with its messages."""
+    dlq = sqs.create_queue(QueueName="hid2-dlq")["QueueUrl"]
+    for n in range(3):
+        assert api("POST", "/api/v1/queues/hid2/messages", {"content": f"m{n}"}).status_code == 204
+    assert sqs.get_queue_url(QueueName="hid2")  # a queue now, for SQS too
+    sqs.delete_queue(QueueUrl=dlq)
+    got = api("GET", "/api/v2/queues/hid2")
+    assert got.status_code == 200 and got.json()["counts"]["ready"] == 3
+    assert sqs.get_queue_url(QueueName="hid2")
+    # Its messages got the server's defaults, not a policy SQS made up for the DLQ's placeholder.
+    assert got.json()["overrides"] == {}
+    assert got.json()["policy"]["max_attempts"] == 5  # FORQ_MAX_ATTEMPTS
+
+
+def test_a_queue_another_face_makes_after_its_dlq_is_a_queue_for_sqs(sqs):
+    """Audit finding 1: PUT, PATCH (configure_queue) of ``<name>`` after ``<name>-dlq`` was created
+    through SQS make it a queue that SQS shows, and DeleteQueue of the DLQ keeps it."""
+    for name, write in (("hid3", lambda: api("PUT", "/api/v2/queues/hid3", {"max_attempts": 4})),
+                        ("hid4", lambda: api("PATCH", "/api/v2/queues/hid4", {"max_attempts": 4})),
+                        ("hid5", lambda: forqapp.configure_queue("hid5", max_attempts=4))):
+        dlq = sqs.create_queue(QueueName=f"{name}-dlq", Attributes={"DelaySeconds": "3"})["QueueUrl"]
+        with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+            sqs.get_queue_url(QueueName=name)
+        write()
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        assert url.endswith(f"/{name}") and url in sqs.list_queues(QueueNamePrefix=name)["QueueUrls"]
+        policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])
+                            ["Attributes"]["RedrivePolicy"])
+        assert policy["maxReceiveCount"] == 4  # the other face's policy is kept
+        # SetQueueAttributes on the DLQ does not hide the queue again.
+        sqs.set_queue_attributes(QueueUrl=dlq, Attributes={"DelaySeconds": "4"})
+        assert sqs.get_queue_url(QueueName=name)["QueueUrl"] == url
+        sqs.delete_queue(QueueUrl=dlq)
+        got = api("GET", f"/api/v2/queues/{name}")
+        assert got.status_code == 200 and got.json()["overrides"]["max_attempts"] == 4
+        assert sqs.get_queue_url(QueueName=name)["QueueUrl"] == url
+
+
+def test_deleting_a_dlq_created_alone_removes_its_placeholder(sqs):
+    dlq = sqs.create_queue(QueueName="alone2-dlq", Attributes={"MessageRetentionPeriod": "1209600"})["QueueUrl"]
+    sqs.set_queue_attributes(QueueUrl=dlq, Attributes={"DelaySeconds": "2"})  # still a placeholder
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="alone2")
+    sqs.delete_queue(QueueUrl=dlq)
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="alone2-dlq")
+    assert not Queue.objects.filter(name="alone2").exists()
+
+
 # --- batches ----------------------------------------------------------------------------------------
 
 

@@ -94,13 +94,12 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     """Idempotent with the same attributes (those given are compared); ``QueueNameExists`` when a
     given attribute differs. A new queue gets SQS's defaults (visibility 30 s, retention 4 days, no
     redrive); a queue made by another face keeps its policy. ``<name>-dlq`` may be created before
-    ``<name>``: a hidden row holds it until ``<name>`` is created."""
+    ``<name>``: a placeholder row holds it until any face makes ``<name>`` (:data:`queues.HIDDEN`)."""
     name = queues.check_name(body.get("QueueName"))
     ctx.need(name, keys.MANAGE)
     if body.get("tags"):
         raise SqsError("UnsupportedOperation", "Queue tags are not supported by forqapp's SQS endpoint")
     attributes = queues.parse_attributes(name, body.get("Attributes"))
-    base = base_of(name)
     info = queues.known(name, fresh=True)
     dlq = is_dlq(name)
     if (dlq and "dlq" in info.meta) or (not dlq and info.exists):
@@ -112,10 +111,10 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         return {"QueueUrl": ctx.origin.url(name)}
     if dlq:
         meta = dict(info.meta)
-        if not info.dlq_exists:  # neither the queue nor its DLQ: a hidden row holds the DLQ's attributes
-            services.configure_queue(base, visibility_timeout=queues.DEFAULTS["VisibilityTimeout"],
-                                     retention=queues.DEFAULTS["MessageRetentionPeriod"], max_attempts="unlimited")
-            meta["hidden"] = True
+        if not info.dlq_exists:
+            # Neither the queue nor its DLQ: a placeholder row holds the DLQ's attributes, and no
+            # policy of the queue's (created later by any face, it gets that face's defaults).
+            meta[queues.HIDDEN] = True
         meta["dlq"] = dict(meta.get("dlq") or {})
         queues.apply(name, attributes, meta)
     else:
@@ -155,10 +154,11 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     from ..models import Queue
 
     names: set[str] = set()
-    for name, meta in Queue.objects.using(services.alias()).values_list("name", "sqs_attributes"):
+    for name, meta, last_sequence, updated_at in Queue.objects.using(services.alias()).values_list(
+            "name", "sqs_attributes", "last_sequence", "updated_at"):
         meta = meta or {}
-        if not meta.get("hidden"):
-            names.add(name)
+        if not queues.is_placeholder(meta, last_sequence, updated_at):
+            names.add(name)  # (a placeholder with messages is added with them below)
         if "dlq" in meta:
             names.add(name + DLQ_SUFFIX)
     for depth in services.queue_depths():
@@ -178,12 +178,11 @@ def delete_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, info = _queue(ctx, body, keys.MANAGE)
     base = base_of(name)
     if is_dlq(name):
+        # The DLQ alone: its messages, its attributes, and the placeholder row that held it if no
+        # other face has made ``<name>`` a queue since; never ``<name>`` itself.
         services.delete_dead(name)
-        meta = dict(info.meta)
-        meta.pop("dlq", None)
-        if meta.get("hidden"):
-            services.delete_queue(base)
-        else:
+        if not (info.placeholder and queues.drop_placeholder(base, info.meta)):
+            meta = {k: v for k, v in info.meta.items() if k not in ("dlq", queues.HIDDEN)}
             queues.save_meta(base, meta)
     else:
         services.delete_queue(base)

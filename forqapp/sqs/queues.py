@@ -19,10 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import transaction
+from django.db.models import Exists
+
 from .. import errors, services
 from ..conf import forq_settings
 from ..errors import ForqError
-from ..models import Queue
+from ..models import Message, Queue
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from .protocol import SqsError, invalid
 
@@ -105,11 +108,14 @@ def name_from_url(url: object) -> str:
 @dataclass
 class Known:
     """What the SQS face knows of a queue and its dead-letter queue: whether each exists, and the
-    queue's SQS attributes (``meta``; the dead-letter queue's under ``meta["dlq"]``)."""
+    queue's SQS attributes (``meta``; the dead-letter queue's under ``meta["dlq"]``).
+    ``placeholder``: the row only holds a dead-letter queue created before its queue (see
+    :func:`is_placeholder`)."""
 
     exists: bool
     dlq_exists: bool
     meta: dict[str, Any] = field(default_factory=dict)
+    placeholder: bool = False
 
 
 _cache: dict[str, tuple[float, Known]] = {}
@@ -124,22 +130,59 @@ def forget(name: str | None = None) -> None:
             _cache.pop(base_of(name), None)
 
 
+#: ``meta[HIDDEN]`` marks the row of a queue ``<name>`` that SQS made only to hold ``<name>-dlq``
+#: (CreateQueue of a DLQ before its queue): ``{"last_sequence", "updated_at"}``, the row's as SQS
+#: last wrote it. Another face's write changes one of them (a policy write ``updated_at``, a send
+#: on SQLite ``last_sequence``; on PostgreSQL a send leaves the row alone, but its messages show),
+#: and the row is a queue from then on: SQS then shows it, and never deletes it with its DLQ.
+HIDDEN = "hidden"
+_ROW = ("sqs_attributes", "last_sequence", "updated_at")
+
+
+def _row(base: str, *, lock: bool = False) -> tuple[dict[str, Any], int, int] | None:
+    rows = Queue.objects.using(services.alias()).filter(name=base)
+    if lock:
+        rows = rows.select_for_update()
+    row = rows.values_list(*_ROW).first()
+    return (row[0] or {}, row[1], row[2]) if row else None
+
+
 def _row_meta(base: str) -> tuple[bool, dict[str, Any]]:
-    rows = list(Queue.objects.using(services.alias()).filter(name=base).values_list("sqs_attributes", flat=True))
-    return bool(rows), (rows[0] or {}) if rows else {}
+    row = _row(base)
+    return row is not None, row[0] if row else {}
+
+
+def _mark(last_sequence: int, updated_at: int) -> dict[str, int]:
+    return {"last_sequence": last_sequence, "updated_at": updated_at}
+
+
+def is_placeholder(meta: dict[str, Any], last_sequence: int, updated_at: int) -> bool:
+    """Whether a row (its ``sqs_attributes``, ``last_sequence``, ``updated_at``) is still only SQS's
+    placeholder for a DLQ: no other face wrote to it since (messages aside: see :func:`_lookup`)."""
+    return meta.get(HIDDEN) == _mark(last_sequence, updated_at)
+
+
+def _regular_messages(base: str) -> bool:
+    try:
+        counts = services.queue_info(base).counts
+    except ForqError:
+        return False
+    return any(n for state, n in counts.items() if state != "dlq")
 
 
 def _lookup(base: str) -> Known:
-    has_row, meta = _row_meta(base)
-    if has_row and not meta.get("hidden"):
-        return Known(True, True, meta)
+    row = _row(base)
+    if row is not None:
+        meta, last_sequence, updated_at = row
+        if not is_placeholder(meta, last_sequence, updated_at) or _regular_messages(base):
+            return Known(True, True, {k: v for k, v in meta.items() if k != HIDDEN})
+        return Known(False, True, meta, placeholder=True)  # a DLQ created before its queue
     try:
         counts = services.queue_info(base).counts
     except ForqError:
         counts = {}
     regular = any(n for state, n in counts.items() if state != "dlq")
-    # A row made only to hold a dead-letter queue created before its queue ("hidden") is no queue.
-    return Known(regular, regular or has_row or bool(counts.get("dlq")), meta)
+    return Known(regular, regular or bool(counts.get("dlq")), {})
 
 
 def known(name: str, *, fresh: bool = False) -> Known:
@@ -253,7 +296,10 @@ def parse_attributes(queue: str, attributes: object) -> dict[str, Any]:
 
 
 def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Store checked ``attributes`` on SQS queue ``name`` (created with ``meta`` if new)."""
+    """Store checked ``attributes`` on SQS queue ``name`` (created with ``meta`` if new). A ``meta``
+    with ``HIDDEN`` (True: a new placeholder, else the mark read) keeps the row a placeholder only
+    if it still is one (no row yet, or no other face wrote to it): the check, the write and the new
+    mark are one transaction, the row locked."""
     base = base_of(name)
     dlq = is_dlq(name)
     meta = json.loads(json.dumps(meta))  # a copy
@@ -271,8 +317,38 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any]) -> None:
             own.pop(key, None)  # held by the policy (or removed)
         else:
             own[key] = value
-    services.configure_queue(base, **policy)  # creates the row when new
-    save_meta(base, meta)
+    with transaction.atomic(using=services.alias()):
+        hidden = meta.pop(HIDDEN, None)
+        if hidden is not None and dlq:
+            row = _row(base, lock=True)
+            if row is None or (is_placeholder(row[0], row[1], row[2]) and hidden == row[0].get(HIDDEN)
+                               and not _regular_messages(base)):
+                hidden = True
+            else:
+                hidden = None  # another face made the queue meanwhile: it is one now
+        services.configure_queue(base, **policy)  # creates the row when new
+        if hidden is not None and dlq:
+            row = _row(base)
+            assert row is not None
+            meta[HIDDEN] = _mark(row[1], row[2])
+        save_meta(base, meta)
+
+
+def drop_placeholder(base: str, meta: dict[str, Any]) -> bool:
+    """Delete the row of ``base`` if it is still only SQS's placeholder for its DLQ (its mark
+    unchanged, no messages): one conditional statement, so a concurrent write of another face
+    keeps it. Its messages are never touched. A placeholder's sequence counter was never used
+    (a send would have changed it), so the counter floor needs no raising."""
+    mark = meta.get(HIDDEN)
+    if not isinstance(mark, dict) or not all(isinstance(mark.get(k), int) for k in ("last_sequence", "updated_at")):
+        return False
+    deleted, _ = (Queue.objects.using(services.alias())
+                  .filter(name=base, last_sequence=mark["last_sequence"], updated_at=mark["updated_at"])
+                  .exclude(Exists(Message.objects.filter(queue=base)))
+                  .delete())
+    services.forget_policies()
+    forget(base)
+    return bool(deleted)
 
 
 def current(name: str, origin: Origin, wanted: set[str] | None = None) -> dict[str, str]:
