@@ -31,9 +31,10 @@ class Context:
     key: Key
     origin: Origin
 
-    def need(self, queue: str, action: str) -> None:
+    def need(self, queue: str, action: str, why: str = "") -> None:
         if not self.key.allows(queue, action):
-            raise SqsError("AccessDenied", f"The key {self.key.access_key_id} may not {action} on queue {queue}", 403)
+            raise SqsError("AccessDenied", f"The key {self.key.access_key_id} may not {action} on queue {queue}"
+                           + (f" ({why})" if why else ""), 403)
 
 
 def _queue(ctx: Context, body: dict[str, Any], action: str) -> tuple[str, queues.Known]:
@@ -175,6 +176,12 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def delete_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    """DeleteQueue of ``<name>`` deletes ``<name>-dlq``'s messages too, so it needs ``manage`` on
+    both (as v2's DELETE: ``<name>+dlq:manage``), checked before the queue is looked up."""
+    name = queues.name_from_url(body.get("QueueUrl"))
+    if not is_dlq(name):
+        ctx.need(name, keys.MANAGE)
+        ctx.need(name + DLQ_SUFFIX, keys.MANAGE, "DeleteQueue deletes its dead-letter queue's messages too")
     name, info = _queue(ctx, body, keys.MANAGE)
     base = base_of(name)
     if is_dlq(name):
