@@ -335,6 +335,60 @@ def test_message_attribute_names_filter(sqs):
     assert got["Messages"][0]["Attributes"] == {"ApproximateReceiveCount": "6"}
 
 
+def test_attributes_sqs_cannot_carry_do_not_poison_a_receive(sqs):
+    """Audit finding 3: a message whose attributes (set through v2) are not what their SQS type
+    says made every ReceiveMessage that took it a 500, after the claim: the batch stayed leased."""
+    url = sqs.create_queue(QueueName="c1")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="good before")
+    stored = {"k;Binary": "abcde", "j;Binary.raw": "!!", "n;Number": "twelve", "m;Number.int": "1e999",
+              "sp ace": "x", "e": "", "ctl": "a\u0001b", "ok;Binary": "aGk=", "q;Number": "7", "q": "plain"}
+    answer = api("POST", "/api/v2/queues/c1/messages", {"content": "poison", "attributes": stored})
+    assert answer.status_code == 201, answer.text
+    sqs.send_message(QueueUrl=url, MessageBody="good after")
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])["Messages"]
+    assert [m["Body"] for m in got] == ["good before", "poison", "good after"]
+    poison = got[1]
+    assert poison["MessageAttributes"] == {
+        "k": {"DataType": "String", "StringValue": "abcde"},  # not base64: a String
+        "j": {"DataType": "String", "StringValue": "!!"},
+        "q": {"DataType": "String", "StringValue": "plain"},  # "q;Number" names it too: the first key wins
+        "n": {"DataType": "String", "StringValue": "twelve"},  # not a number: a String
+        "m": {"DataType": "String", "StringValue": "1e999"},  # out of SQS's range: a String
+        "ok": {"DataType": "Binary", "BinaryValue": b"hi"},
+    }  # "sp ace" (a name SQS refuses), "e" (empty), "ctl" (a character SQS refuses): left out
+    assert poison["MD5OfMessageAttributes"] == aws_md5_of_attributes(poison["MessageAttributes"])
+    # What came back passes botocore's validation and the server's: it can be sent on as it is.
+    sqs.send_message(QueueUrl=url, MessageBody="forwarded", MessageAttributes=poison["MessageAttributes"])
+    assert sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(got)])["Successful"]
+    assert Message.objects.filter(queue="c1").count() == 1  # the forwarded one
+
+
+def test_a_receive_answer_that_cannot_be_made_gives_back_what_it_claimed(monkeypatch):
+    """Audit finding 3: the claim commits before the answer is made; if making it fails, every
+    message claimed is released (its receive not counted), none stays leased undelivered."""
+    from forqapp.sqs import actions, messages, queues
+
+    for body in ("a", "b"):
+        services.send("gb", body)
+    ctx = actions.Context(None, queues.Origin("http", "localhost", REGION))  # type: ignore[arg-type]
+    plan = actions.ReceivePlan("gb", 10, 0, None, set(), lambda name: True)
+    got = actions.take("gb", plan)
+    assert len(got) == 2
+
+    def broken(message, *args):
+        if message.content == "b":
+            raise RuntimeError("cannot answer")
+        return {}
+
+    monkeypatch.setattr(messages, "received", broken)
+    with pytest.raises(RuntimeError):
+        actions.receive_answer(ctx, plan, got)
+    rows = Message.objects.filter(queue="gb")
+    assert sorted(rows.values_list("content", "attempts")) == [("a", 0), ("b", 0)]
+    assert len(actions.take("gb", plan)) == 2  # ready again at once
+
+
 def test_numbers_within_sqs_range_and_precision_are_kept(sqs):
     url = sqs.create_queue(QueueName="numbers")["QueueUrl"]
     for number in ("0", "-0.000", "1e126", "-9.9e126", "1e-128", "1" * 38, "1" * 38 + "000", "+.5", "5.",

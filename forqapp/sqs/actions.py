@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,10 +19,11 @@ from .. import keys, services
 from ..errors import ForqError
 from ..keys import Key
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
-from . import digests, messages, queues, receipts
+from . import digests, messages, protocol, queues, receipts
 from .protocol import SqsError, invalid, missing
 from .queues import Origin
 
+logger = logging.getLogger("forqapp.sqs")
 BATCH_MAX = 10
 _ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 
@@ -313,11 +315,22 @@ def take(queue: str, plan: ReceivePlan) -> list[services.ReceivedMessage]:
     return services.claim_many(queue, plan.max_messages, visibility_timeout=plan.visibility)
 
 
-def receive_answer(ctx: Context, plan: ReceivePlan, got: list[services.ReceivedMessage]) -> dict[str, Any]:
-    if not got:
-        return {}
-    source = ctx.origin.arn(base_of(plan.queue)) if is_dlq(plan.queue) else None
-    return {"Messages": [messages.received(m, plan.queue, plan.system, plan.keep, source) for m in got]}
+def receive_answer(ctx: Context, plan: ReceivePlan,
+                   got: list[services.ReceivedMessage]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """ReceiveMessage's answer (encoded) for the messages claimed (on a database thread). The
+    claim has committed: if the answer cannot be made, every message claimed is given back (its
+    receive not counted) before the error goes up, so none stays leased undelivered."""
+    try:
+        if not got:
+            return protocol.answer({})
+        source = ctx.origin.arn(base_of(plan.queue)) if is_dlq(plan.queue) else None
+        return protocol.answer({"Messages": [messages.received(m, plan.queue, plan.system, plan.keep, source) for m in got]})
+    except Exception:
+        try:
+            services.release_many(plan.queue, [(m.id, m.receipt) for m in got if m.receipt is not None])
+        except Exception:
+            logger.exception("SQS ReceiveMessage on %s: could not give back %d messages", plan.queue, len(got))
+        raise
 
 
 def delete_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,6 @@ import asyncio
 import datetime as dt
 import json
 import logging
-from typing import Any
 
 import django
 
@@ -121,7 +120,7 @@ class SQSApplication:
         ctx = self.actions.Context(key, self._origin(scope, headers, auth.region))
         if handler is not None:
             return protocol.answer(await services.run_async(self._run, handler, ctx, payload))
-        return protocol.answer(await self._receive(ctx, payload, receive))
+        return await self._receive(ctx, payload, receive)
 
     def _run(self, handler, ctx, payload):
         from ..errors import ForqError
@@ -131,7 +130,7 @@ class SQSApplication:
         except ForqError as exc:
             raise self.queues.forq_error(exc) from None
 
-    async def _receive(self, ctx, payload, receive) -> dict[str, Any]:
+    async def _receive(self, ctx, payload, receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         actions, services = self.actions, self.services
         plan = await services.run_async(self._run, actions.receive_plan, ctx, payload)
         if plan.wait:
@@ -149,7 +148,8 @@ class SQSApplication:
                 watch.close()
         else:
             got = await services.run_async(actions.take, plan.queue, plan)
-        return actions.receive_answer(ctx, plan, got)
+        # On a database thread: if the answer cannot be made, what was claimed is given back.
+        return await services.run_async(actions.receive_answer, ctx, plan, got)
 
     def _origin(self, scope, headers, region):
         scheme = scope.get("scheme", "http")

@@ -52,8 +52,7 @@ def check_attributes(attributes: object) -> dict[str, dict[str, Any]]:
                       f"[{vocab.MAX_ATTRIBUTES}].")
     out = {}
     for name, value in attributes.items():
-        if not isinstance(name, str) or not _ATTRIBUTE_NAME.fullmatch(name) or ".." in name \
-                or name.startswith(".") or name.endswith(".") or name.lower().startswith(("aws.", "amazon.")):
+        if not _valid_name(name):
             raise invalid(f"Message attribute name '{name}' is invalid.")
         if not isinstance(value, dict):
             raise invalid(f"Message attribute '{name}' must be a map")
@@ -149,14 +148,50 @@ def to_forq(attributes: dict[str, dict[str, Any]]) -> dict[str, str] | None:
     return stored
 
 
+def _valid_name(name: object) -> bool:
+    return (isinstance(name, str) and bool(_ATTRIBUTE_NAME.fullmatch(name)) and ".." not in name
+            and not name.startswith(".") and not name.endswith(".")
+            and not name.lower().startswith(("aws.", "amazon.")))
+
+
+def _one(data_type: str, text: str) -> dict[str, Any] | None:
+    """One stored value as SQS carries it under ``data_type``: a ``String`` when it is not what a
+    Binary or Number type says; None when SQS cannot carry it at all (empty, or characters SQS
+    refuses)."""
+    if not isinstance(text, str) or not text or _INVALID_CHARS.search(text):
+        return None
+    if data_type.startswith("Binary"):
+        try:
+            data = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            data = b""
+        if data:
+            return {"DataType": data_type, "BinaryValue": base64.b64encode(data).decode("ascii")}
+        return {"DataType": "String", "StringValue": text}
+    if data_type.startswith("Number"):
+        try:
+            _check_number("", text)
+        except SqsError:
+            return {"DataType": "String", "StringValue": text}
+    return {"DataType": data_type, "StringValue": text}
+
+
 def from_forq(attributes: dict[str, str]) -> dict[str, dict[str, Any]]:
-    out = {}
-    for key, text in attributes.items():
+    """forqapp's string attributes → SQS message attributes, each as SQS itself would accept it
+    (another face may have stored anything): a value that is not what its Binary or Number type
+    says is a ``String``; an attribute SQS cannot carry (a name SQS refuses, an empty value, a
+    character SQS refuses) is left out; of keys that name the same attribute (``k`` and
+    ``k;Number``), the first by key order."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted(attributes):
         name, _, data_type = key.partition(SEPARATOR)
         if not data_type or not _DATA_TYPE.fullmatch(data_type):
             name, data_type = key, "String"
-        field = "BinaryValue" if data_type.startswith("Binary") else "StringValue"
-        out[name] = {"DataType": data_type, field: text}
+        if name in out or not _valid_name(name):
+            continue
+        value = _one(data_type, attributes[key])
+        if value is not None:
+            out[name] = value
     return out
 
 
