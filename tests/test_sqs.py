@@ -753,6 +753,47 @@ def test_unsigned_and_skewed_requests_are_refused(server):
                       headers=dict(request.headers.items())).status_code == 403
 
 
+def test_every_x_amz_header_must_be_signed(sqs, server):
+    """Audit finding 4: a request signed over host and x-amz-date only could be replayed with
+    another X-Amz-Target (GetQueueAttributes → DeleteQueue): every x-amz-* header sent must be signed."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    url = sqs.create_queue(QueueName="replayed")["QueueUrl"]
+    body = json.dumps({"QueueUrl": url}).encode()
+    request = AWSRequest("POST", server + "/", data=body, headers={})  # signs host and x-amz-date only
+    SigV4Auth(Credentials("forq-root", SECRET), "sqs", REGION).add_auth(request)
+    assert "SignedHeaders=host;x-amz-date," in request.headers["Authorization"]
+    headers = {**dict(request.headers.items()), "X-Amz-Target": "AmazonSQS.DeleteQueue",
+               "Content-Type": "application/x-amz-json-1.0"}
+    answer = httpx.post(server + "/", content=body, headers=headers)
+    assert answer.status_code == 403 and answer.json()["__type"] == "com.amazonaws.sqs#IncompleteSignature"
+    assert "x-amz-target" in answer.json()["message"]
+    assert sqs.get_queue_url(QueueName="replayed")["QueueUrl"] == url
+    # Signed with it, the same request is fine (botocore signs every header but a few).
+    request = AWSRequest("POST", server + "/", data=body, headers={"X-Amz-Target": "AmazonSQS.GetQueueAttributes",
+                                                                    "Content-Type": "application/x-amz-json-1.0"})
+    SigV4Auth(Credentials("forq-root", SECRET), "sqs", REGION).add_auth(request)
+    assert httpx.post(server + "/", content=body, headers=dict(request.headers.items())).status_code == 200
+    # An x-amz-* header added after signing is refused too.
+    headers = {**dict(request.headers.items()), "X-Amz-Meta-Extra": "1"}
+    assert httpx.post(server + "/", content=body, headers=headers).status_code == 403
+
+
+def test_query_string_is_canonicalised_as_botocore_signs_it(server):
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    for query in ("a=b%20c&a=%41", "b=2&a=1&a=0", "x=%7E~&y"):
+        request = AWSRequest("POST", f"{server}/?{query}", data=b"{}", headers={
+            "X-Amz-Target": "AmazonSQS.ListQueues", "Content-Type": "application/x-amz-json-1.0"})
+        SigV4Auth(Credentials("forq-root", SECRET), "sqs", REGION).add_auth(request)
+        answer = httpx.post(f"{server}/?{query}", content=b"{}", headers=dict(request.headers.items()))
+        assert answer.status_code == 200, (query, answer.text)
+
+
 def test_a_malformed_chunked_body_is_an_sqs_error(server):
     """Granian reports a malformed chunk size as a disconnect: a 400 SQS error, not a plain 500."""
     import socket

@@ -56,6 +56,12 @@ def parse(headers: dict[str, list[str]], now: dt.datetime) -> Authorization:
     signed_headers = tuple(signed.split(";"))
     if "host" not in signed_headers or "x-amz-date" not in signed_headers:
         raise _denied("IncompleteSignature", "The signature must cover the host and x-amz-date headers")
+    # As AWS: every x-amz-* header sent must be signed (X-Amz-Target names the action: unsigned,
+    # a captured request could be replayed as another action).
+    unsigned = sorted(name for name in headers if name.startswith("x-amz-") and name not in signed_headers)
+    if unsigned:
+        raise _denied("IncompleteSignature", f"The signature must cover every x-amz-* header of the request: "
+                      f"{', '.join(unsigned)} not signed")
     if service != "sqs":
         raise _denied("SignatureDoesNotMatch", f"Credential should be scoped to correct service: 'sqs', not {service!r}")
     amz_date = (headers.get("x-amz-date") or [""])[0].strip()
