@@ -171,6 +171,15 @@ def test_unknown_and_read_only_attribute_names(sqs):
         sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Colour"])
 
 
+def test_an_unknown_attribute_name_with_all_is_refused(sqs):
+    """Audit finding 5f: GetQueueAttributes with ["All", "Bogus"] answered every attribute."""
+    url = sqs.create_queue(QueueName="attr-all")["QueueUrl"]
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All", "Bogus"])
+    assert code_of(exc)[::2] == ("InvalidAttributeName", 400)
+    assert "QueueArn" in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+
+
 def test_set_and_get_every_attribute(sqs):
     url = sqs.create_queue(QueueName="attrs")["QueueUrl"]
     dlq_arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:attrs-dlq"

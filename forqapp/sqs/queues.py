@@ -390,11 +390,11 @@ def wanted_names(names: object) -> set[str] | None:
         return set()
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise invalid("AttributeNames must be a list of attribute names")
+    unknown = [n for n in names if n not in ALL and n not in UNSUPPORTED and n != "All"]
+    if unknown:  # with "All" too, as SQS
+        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.")
     if "All" in names:
         return None
-    unknown = [n for n in names if n not in ALL and n not in UNSUPPORTED]
-    if unknown:
-        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.")
     return set(names)
 
 
