@@ -517,6 +517,15 @@ def test_visibility_timeout_expiry_and_receipt_handles(sqs):
     assert not Message.objects.filter(id=first["MessageId"]).exists()
 
 
+def test_a_missing_receipt_handle_is_missing_parameter(sqs, server):
+    """Audit finding 5d: DeleteMessage without ReceiptHandle answered ReceiptHandleIsInvalid ("None")."""
+    url = sqs.create_queue(QueueName="no-handle")["QueueUrl"]
+    for action in ("DeleteMessage", "ChangeMessageVisibility"):
+        answer = signed_post(server, action, json.dumps({"QueueUrl": url, "VisibilityTimeout": 5}).encode())
+        assert answer.status_code == 400 and answer.json()["__type"] == "com.amazonaws.sqs#MissingParameter"
+        assert "ReceiptHandle" in answer.json()["message"]
+
+
 def test_malformed_receipt_handles(sqs):
     url = sqs.create_queue(QueueName="handles")["QueueUrl"]
     other = sqs.create_queue(QueueName="handles-other")["QueueUrl"]

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from .. import validation
 from ..conf import forq_settings
 from ..errors import ForqError
-from .protocol import SqsError
+from .protocol import SqsError, missing
 
 _TAG = 12  # bytes of HMAC-SHA256 kept
 
@@ -36,7 +36,9 @@ def make(queue: str, message_id: str, receipt: int) -> str:
 
 def parse(handle: object, queue: str) -> Handle:
     """The delivery ``handle`` names on ``queue``; ``ReceiptHandleIsInvalid`` when it was not made
-    here for that queue."""
+    here for that queue, ``MissingParameter`` when there is none."""
+    if handle is None:
+        raise missing("ReceiptHandle")
     bad = SqsError("ReceiptHandleIsInvalid", f"The input receipt handle \"{str(handle)[:200]}\" is not a valid "
                    "receipt handle.")
     if not isinstance(handle, str) or not 0 < len(handle) <= 1024:
