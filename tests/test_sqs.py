@@ -398,6 +398,17 @@ def test_a_receive_answer_that_cannot_be_made_gives_back_what_it_claimed(monkeyp
     assert len(actions.take("gb", plan)) == 2  # ready again at once
 
 
+def test_an_attribute_with_both_string_and_binary_values_is_refused(sqs):
+    """Audit finding 5e: a String attribute with a StringValue and a BinaryValue was accepted."""
+    url = sqs.create_queue(QueueName="both-values")["QueueUrl"]
+    for data_type in ("String", "Binary", "Number"):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+                "a": {"DataType": data_type, "StringValue": "1", "BinaryValue": b"1"}})
+        assert code_of(exc)[::2] == ("InvalidParameterValue", 400)
+    assert not Message.objects.filter(queue="both-values").exists()
+
+
 def test_numbers_within_sqs_range_and_precision_are_kept(sqs):
     url = sqs.create_queue(QueueName="numbers")["QueueUrl"]
     for number in ("0", "-0.000", "1e126", "-9.9e126", "1e-128", "1" * 38, "1" * 38 + "000", "+.5", "5.",

@@ -60,6 +60,8 @@ def check_attributes(attributes: object) -> dict[str, dict[str, Any]]:
         if not isinstance(data_type, str) or not _DATA_TYPE.fullmatch(data_type):
             raise invalid(f"The message attribute '{name}' has an invalid message attribute type, the set of "
                           "supported type prefixes is Binary, Number, and String.")
+        if value.get("StringValue") is not None and value.get("BinaryValue") is not None:
+            raise invalid(f"Message attribute '{name}' must contain only one of StringValue or BinaryValue.")
         if data_type.startswith("Binary"):
             raw = value.get("BinaryValue")
             try:
