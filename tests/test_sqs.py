@@ -235,6 +235,19 @@ def test_list_queues_prefix_and_pages(sqs):
     assert "QueueUrls" not in sqs.list_queues(QueueNamePrefix="nothing-")
 
 
+def test_list_queues_refuses_a_garbage_next_token(sqs):
+    """Audit finding 5c: NextToken "!!!" silently restarted at page 1."""
+    for name in ("tok-a", "tok-b"):
+        sqs.create_queue(QueueName=name)
+    page = sqs.list_queues(QueueNamePrefix="tok-", MaxResults=1)
+    assert sqs.list_queues(QueueNamePrefix="tok-", MaxResults=1, NextToken=page["NextToken"])["QueueUrls"][0] \
+        .endswith("/tok-b")
+    for token in ("!!!", "====", page["NextToken"] + "!", "AAAA"):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            sqs.list_queues(QueueNamePrefix="tok-", MaxResults=1, NextToken=token)
+        assert code_of(exc)[::2] == ("InvalidParameterValue", 400), token
+
+
 def test_queue_names(sqs):
     for bad in ("has space", "a" * 81, "dot.name"):
         with pytest.raises(botocore.exceptions.ClientError) as exc:

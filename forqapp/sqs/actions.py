@@ -141,19 +141,28 @@ def _token(name: str) -> str:
     return base64.urlsafe_b64encode(name.encode()).decode()
 
 
+def _after(token: object) -> str:
+    """The queue name a ``NextToken`` made by :func:`_token` carries; anything else (which the
+    lenient base64 decoder would read as an empty name, restarting at page 1) is refused."""
+    try:
+        name = base64.b64decode(str(token).encode(), altchars=b"-_", validate=True).decode()
+    except (binascii.Error, ValueError):
+        name = ""
+    if not queues.URL_NAME.fullmatch(name) or _token(name) != token:
+        raise invalid("Invalid NextToken value.")
+    return name
+
+
 def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     prefix = body.get("QueueNamePrefix") or ""
     if not isinstance(prefix, str):
         raise invalid("QueueNamePrefix must be a string")
     limit = _integer(body, "MaxResults", 1, 1000)
     after = ""
-    if body.get("NextToken") is not None:
+    if body.get("NextToken") not in (None, ""):  # (an empty one: the first page)
         if limit is None:
             raise invalid("MaxResults must be given with NextToken")
-        try:
-            after = base64.urlsafe_b64decode(str(body["NextToken"]).encode()).decode()
-        except (binascii.Error, ValueError):
-            raise invalid("Invalid NextToken") from None
+        after = _after(body["NextToken"])
     from ..models import Queue
 
     names: set[str] = set()
