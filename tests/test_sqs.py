@@ -248,6 +248,15 @@ def test_list_queues_refuses_a_garbage_next_token(sqs):
         assert code_of(exc)[::2] == ("InvalidParameterValue", 400), token
 
 
+def test_dlq_suffix_alone_is_a_clear_invalid_parameter_value(sqs):
+    """Audit finding 5b: CreateQueue "-dlq" answered "invalid queue name ''"."""
+    for call in (lambda: sqs.create_queue(QueueName="-dlq"), lambda: sqs.get_queue_url(QueueName="-dlq")):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            call()
+        assert code_of(exc)[::2] == ("InvalidParameterValue", 400)
+        assert "empty name" in str(exc.value)
+
+
 def test_queue_names(sqs):
     for bad in ("has space", "a" * 81, "dot.name"):
         with pytest.raises(botocore.exceptions.ClientError) as exc:

@@ -64,6 +64,9 @@ def check_name(name: object) -> str:
         raise SqsError("UnsupportedOperation", "FIFO queues are not supported by forqapp's SQS endpoint")
     if not NAME.fullmatch(name):
         raise invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
+    if name == DLQ_SUFFIX:
+        raise invalid(f"{name!r} cannot be a queue here: forqapp names the dead-letter queue of a queue "
+                      f"<name>{DLQ_SUFFIX}, and {name!r} would be that of a queue with an empty name")
     if name.endswith(DLQ_SUFFIX + DLQ_SUFFIX):
         raise invalid(f"{name!r}: a dead-letter queue has no dead-letter queue of its own")
     return name
