@@ -272,7 +272,7 @@ class QueueForm(forms.ModelForm):
 
     max_attempts = forms.CharField(
         required=False, max_length=20, label="Max attempts",
-        help_text='Deliveries before a message goes to the DLQ: 1 to 1000000, or "unlimited".')
+        help_text='Deliveries before a message goes to the DLQ: 1 to 1000000, or "unlimited" (0 means unlimited too).')
     backoff = forms.CharField(
         required=False, max_length=2000, label="Backoff", widget=forms.TextInput(attrs={"size": 60}),
         help_text=format_html("Delays in ms by attempt, the last one repeating (<code>{}</code> or a JSON list), "

@@ -797,3 +797,12 @@ def test_a_queue_with_a_consumer_and_tasks_is_refused():
             with_consumers(consumers.registry())
     finally:
         consumers.unregister("tasks-default")
+
+
+def test_forq_worker_on_a_task_queues_name_points_to_its_forqapp_queue():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as error:
+        call_command("forq_worker", "default", "--burst")
+    assert "no consumer registered for default (the task queue's forqapp queue is tasks-default)" in str(error.value)
+    assert "this worker knows" in str(error.value) and "tasks-other" in str(error.value)

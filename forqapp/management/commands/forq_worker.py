@@ -86,7 +86,7 @@ class Command(BaseCommand):
         queues = options["queues"] or sorted(consumers)
         missing = [q for q in queues if q not in consumers]
         if missing:
-            raise CommandError(f"no consumer registered for {', '.join(missing)}")
+            raise CommandError(f"no consumer registered for {', '.join(missing)}{_hint(missing, consumers)}")
         if not queues:
             raise CommandError("no consumers registered (use @forqapp.consumer or FORQ_CONSUMERS) and no "
                                "forqapp.tasks.ForqBackend in TASKS")
@@ -148,3 +148,15 @@ def _start_scheduler(options):
     scheduler.install_signal_handlers()  # beside the worker's: the first signal stops both
     scheduler.start_thread()
     return scheduler
+
+
+def _hint(missing: list[str], consumers: dict) -> str:
+    """What the worker does know, and the task queue meant (a task queue's forqapp queue carries
+    its backend's ``queue_prefix``: ``default`` is ``tasks-default`` with ``"tasks-"``)."""
+    if not consumers:
+        return ""
+    from ...tasks.running import forq_backends
+
+    meant = sorted({b.forq_queue(m) for b in forq_backends() for m in missing} & set(consumers) - set(missing))
+    known = f"; this worker knows {', '.join(sorted(consumers))}"
+    return (f" (the task queue's forqapp queue is {', '.join(meant)}){known}" if meant else known)
