@@ -15,7 +15,9 @@ Every id, so it can be looked up and silenced (``SILENCED_SYSTEM_CHECKS``):
 * ``forqapp.E020`` an environment variable the demo project could not read
   (:mod:`forqapp.envconfig`).
 * ``forqapp.E030`` / ``E031`` django-htmx's app / middleware missing (the UI needs them).
-* ``forqapp.E040`` a ``FORQ_CONSUMERS`` entry that does not import (one per entry).
+* ``forqapp.E040`` a ``FORQ_CONSUMERS`` entry that does not import (one per entry);
+  ``forqapp.E041`` a ``@forqapp.consumer`` that cannot run (a bad queue name, two for one queue,
+  one on a task queue).
 * ``forqapp.E050`` / ``E051`` a ``FORQ_QUEUES`` / ``FORQ_SCHEDULES`` entry that is not a valid
   policy / schedule.
 * ``forqapp.W010`` ``SECURE_REFERRER_POLICY = "no-referrer"``, which breaks the admin's forms.
@@ -117,10 +119,27 @@ def check_setting_names(app_configs=None, **kwargs):
 
 @register()
 def check_consumers(app_configs=None, **kwargs):
-    """FORQ_CONSUMERS: every dotted path imports (one error per bad entry, forqapp.E040)."""
-    from .consumers import settings_consumers
+    """FORQ_CONSUMERS: every dotted path imports (one error per bad entry, forqapp.E040). Then the
+    apps' ``consumers`` modules, as ``forq_worker`` loads them: a ``@forqapp.consumer`` with a bad
+    queue name, two for one queue, one on a task queue (forqapp.E041) — ``forq_worker`` alone
+    said so before, when it started."""
+    from django.core.exceptions import ImproperlyConfigured
 
-    return [Error(message, id="forqapp.E040") for message in settings_consumers()[1]]
+    from .consumers import registry, settings_consumers
+    from .errors import ForqError
+
+    problems = [Error(message, id="forqapp.E040") for message in settings_consumers()[1]]
+    if problems:
+        return problems  # loading the consumers would only say the same again
+    try:
+        from .tasks.discovery import with_consumers
+
+        with_consumers(registry())
+    except ImproperlyConfigured as exc:
+        problems.append(Error(str(exc), id="forqapp.E041"))
+    except ForqError:
+        pass  # a TASKS backend's queue: its own check says so (forqapp.E060)
+    return problems
 
 
 # Django 6 registers its check of every task backend when django.tasks is first imported, which

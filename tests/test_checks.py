@@ -142,3 +142,26 @@ def test_a_misspelt_forq_setting_is_a_warning_naming_the_one_meant(settings):
     assert {w.id for w in run_checks()} >= {"forqapp.W011"}
     del settings.FORQ_MAX_ATTEMPT, settings.FORQ_VISIBLITY_TIMEOUT_MS
     assert check_setting_names() == []
+
+
+def test_a_consumer_that_cannot_run_is_a_check(monkeypatch, settings):
+    """forq_worker's own refusals, reported by manage.py check before any worker starts (E041)."""
+    from forqapp import consumers
+
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default"],
+                                  "OPTIONS": {"queue_prefix": "tasks-"}}}
+    consumers.register("tasks-default", lambda message: None)
+    try:
+        problems = [(p.id, p.msg) for p in check_consumers()]
+        assert len(problems) == 1 and problems[0][0] == "forqapp.E041" and "tasks-default" in problems[0][1]
+    finally:
+        consumers.unregister("tasks-default")
+    assert check_consumers() == []
+
+    def bad_module(name):  # an app's consumers.py with @forqapp.consumer("bad name!")
+        consumers.consumer("bad name!")(lambda message: None)
+
+    monkeypatch.setattr(consumers, "_discovered", False)
+    monkeypatch.setattr(consumers, "autodiscover_modules", bad_module)
+    assert [(p.id, p.msg) for p in check_consumers()] == [
+        ("forqapp.E041", "forqapp consumer: invalid queue name 'bad name!'")]
