@@ -207,3 +207,21 @@ def test_forq_jobs_process_runs_jobs_and_stops_on_sigterm(tmp_path):
         assert "forq_jobs: stopped" in out
     finally:
         w.stop_all()
+
+
+@pytest.mark.parametrize("argv", [
+    ["forq_jobs", "run", "failed", "--dry-run", "--settings", "tests.settings", "-v", "0"],
+    ["forq_jobs", "-v", "0", "run", "failed", "--dry-run"],  # before it: as always
+    ["forq_queues", "list", "--traceback", "--no-color"],
+    ["forq_keys", "list", "--verbosity", "1"],
+])
+def test_django_options_after_a_subcommand_are_taken(argv, capsys):
+    """A cron line that appends Django's options after the subcommand (they were refused as
+    "unrecognized arguments")."""
+    from django.core.management import ManagementUtility
+
+    ManagementUtility(["manage.py", *argv]).execute()
+    out = capsys.readouterr()
+    assert "unrecognized arguments" not in out.err, out.err
+    if argv[0] == "forq_jobs":
+        assert out.out.strip() == "failed: would handle 0"

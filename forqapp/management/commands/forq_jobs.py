@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ... import process
 from ...jobs import JOBS, Scheduler, run
 from ...schema import database_problem
+from ..subcommands import add_subcommands
 
 
 class Command(BaseCommand):
@@ -23,7 +24,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="action", metavar="{run,list}")
+        sub = add_subcommands(parser, dest="action", metavar="{run,list}")
         run_parser = sub.add_parser("run", help="Run one job once and print its count (for cron).")
         run_parser.add_argument("name", choices=sorted(JOBS), metavar="NAME",
                                 help="One of: " + ", ".join(sorted(JOBS)) + ".")

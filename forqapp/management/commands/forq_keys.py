@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...keys import cli, service
 from ...schema import database_problem
+from ..subcommands import add_subcommands
 
 
 class Command(BaseCommand):
@@ -18,7 +19,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="action", metavar="{create,list,revoke,rotate}", required=True)
+        sub = add_subcommands(parser, dest="action", metavar="{create,list,revoke,rotate}", required=True)
         create = sub.add_parser("create", help="Create a key.")
         create.add_argument("name")
         create.add_argument("--grant", action="append", required=True, metavar="PATTERN:ACTION[,ACTION]",

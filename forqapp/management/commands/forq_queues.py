@@ -10,6 +10,7 @@ from ... import schedules, services
 from ...conf import forq_settings
 from ...errors import ForqError
 from ...schema import database_problem
+from ..subcommands import add_subcommands
 
 
 class Command(BaseCommand):
@@ -21,7 +22,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="action", metavar="{list,apply}")
+        sub = add_subcommands(parser, dest="action", metavar="{list,apply}")
         sub.add_parser("list", help="List every queue (the default).")
         sub.add_parser("apply", help="Apply FORQ_QUEUES.")
         parser.add_argument("--json", action="store_true", help="Print JSON (list).")
