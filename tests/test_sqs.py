@@ -715,6 +715,16 @@ def test_batch_request_errors(sqs):
     assert not Message.objects.filter(queue="batcherr").exists()
 
 
+def test_the_batch_total_is_the_services_not_the_queues_maximum_message_size(sqs):
+    """SQS: each message within the queue's MaximumMessageSize; the batch's total within the
+    service's limit (two 600-byte bodies were refused as a batch over 1,024 bytes)."""
+    url = sqs.create_queue(QueueName="smallmsgs", Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+    answer = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 600} for i in range(2)])
+    assert len(answer["Successful"]) == 2 and not answer.get("Failed")
+    answer = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "big", "MessageBody": "x" * 1025}])
+    assert [f["Code"] for f in answer["Failed"]] == ["InvalidParameterValue"]  # each message: the queue's
+
+
 def test_change_visibility_batch(sqs):
     url = sqs.create_queue(QueueName="cvb")["QueueUrl"]
     sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": str(i)} for i in range(3)])

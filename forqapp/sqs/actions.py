@@ -273,10 +273,11 @@ def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, info = _queue(ctx, body, keys.PRODUCE)
     entries = _entries(body)
-    limit = queues.max_message_size(info.meta, is_dlq(name))
+    limit = queues.max_message_size(info.meta, is_dlq(name))  # each message's: the queue's MaximumMessageSize
+    cap = queues.content_cap()  # the whole batch's: the service's, whatever the queue's (as SQS)
     total = sum(len(str(e.get("MessageBody", "")).encode("utf-8", "surrogatepass")) for e in entries)
-    if total > limit:
-        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {limit} bytes. "
+    if total > cap:
+        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {cap} bytes. "
                        f"You have sent {total} bytes.")
     failed, valid = [], []
     for entry in entries:
