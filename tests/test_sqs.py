@@ -584,8 +584,17 @@ def test_redrive_after_max_receive_count_keeps_id_body_and_attributes(sqs):
         got = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"][0]
         assert got["Attributes"]["ApproximateReceiveCount"] == str(n)
     assert "Messages" not in sqs.receive_message(QueueUrl=url)
-    dead = sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"],
+    counts = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+              "ApproximateNumberOfMessagesDelayed"]
+
+    def dlq_counts():
+        got = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=counts)["Attributes"]
+        return [int(got[name]) for name in counts]
+
+    assert dlq_counts() == [1, 0, 0]
+    dead = sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"], VisibilityTimeout=30,
                                MessageSystemAttributeNames=["All"])["Messages"][0]
+    assert dlq_counts() == [0, 1, 0]  # in flight, as any queue's message (it said 1, 0)
     assert dead["MessageId"] == sent["MessageId"] and dead["Body"] == "poison"
     assert dead["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
     assert dead["Attributes"]["DeadLetterQueueSourceArn"] == f"arn:aws:sqs:{REGION}:{ACCOUNT}:rd"

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists
+from django.db.models import Count, Exists, Q
 
 from .. import errors, services
 from ..conf import forq_settings
 from ..errors import ForqError
-from ..models import Message, Queue
+from ..models import Message, Queue, Status
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from .protocol import SqsError, invalid
 
@@ -354,6 +354,20 @@ def drop_placeholder(base: str, meta: dict[str, Any]) -> bool:
     return bool(deleted)
 
 
+def _dlq_counts(name: str, total: int) -> dict[str, int]:
+    """A DLQ's counts by state: its messages are received (and in flight) like any queue's."""
+    if not total:
+        return {"ApproximateNumberOfMessages": 0, "ApproximateNumberOfMessagesNotVisible": 0,
+                "ApproximateNumberOfMessagesDelayed": 0}
+    now = services.now_ms()
+    later = Message.objects.using(services.alias()).filter(queue=name, is_dlq=True, process_after__gt=now)
+    counted = later.aggregate(in_flight=Count("id", filter=Q(status=Status.PROCESSING)),
+                              delayed=Count("id", filter=Q(status=Status.READY)))
+    return {"ApproximateNumberOfMessages": max(0, total - counted["in_flight"] - counted["delayed"]),
+            "ApproximateNumberOfMessagesNotVisible": counted["in_flight"],
+            "ApproximateNumberOfMessagesDelayed": counted["delayed"]}
+
+
 def current(name: str, origin: Origin, wanted: set[str] | None = None) -> dict[str, str]:
     """GetQueueAttributes's answer for queue ``name``: ``wanted`` names (None: all), as strings."""
     base = base_of(name)
@@ -371,9 +385,11 @@ def current(name: str, origin: Origin, wanted: set[str] | None = None) -> dict[s
         "DelaySeconds": own.get("DelaySeconds", 0),
         "ReceiveMessageWaitTimeSeconds": own.get("ReceiveMessageWaitTimeSeconds", 0),
         "MaximumMessageSize": max_message_size(meta, dlq),
-        "ApproximateNumberOfMessages": counts["dlq"] if dlq else counts["ready"],
-        "ApproximateNumberOfMessagesNotVisible": 0 if dlq else counts["in_flight"],
-        "ApproximateNumberOfMessagesDelayed": 0 if dlq else counts["delayed"],
+        **(_dlq_counts(name, counts["dlq"]) if dlq else {
+            "ApproximateNumberOfMessages": counts["ready"],
+            "ApproximateNumberOfMessagesNotVisible": counts["in_flight"],
+            "ApproximateNumberOfMessagesDelayed": counts["delayed"],
+        }),
         "CreatedTimestamp": created // 1000,
         "LastModifiedTimestamp": updated // 1000,
         "QueueArn": origin.arn(name),
