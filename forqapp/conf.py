@@ -389,6 +389,11 @@ class ForqSettings:
         None, "API server processes (`None`: the store's, 1 on SQLite, 2 on PostgreSQL)",
         check=optional_integer(1))
     FORQ_UI_WORKERS: Setting[int] = Setting(1, "UI server processes", check=integer(1))
+    # Django's ASGI handler runs each request in a thread of its own, with a database connection of
+    # its own: 200 admin page loads at once took 99 PostgreSQL connections (max_connections 100).
+    FORQ_UI_CONCURRENCY: Setting[int] = Setting(
+        8, "requests a UI process serves at once (each holds a database connection); others wait",
+        check=integer(1))
     # Threads that run the async API's database calls, per server process. None: 1 on SQLite (one
     # writer at a time; more threads only trade the GIL back and forth: measured 2,400 vs 1,600
     # produce/s with 4), 4 on PostgreSQL (network round trips overlap).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,20 @@ from django.db import DatabaseError, connections
 from .conf import forq_settings
 
 T = TypeVar("T")
+
+
+def _driver_errors() -> tuple[type[Exception], ...]:
+    try:
+        import psycopg
+    except ImportError:  # a SQLite-only install
+        return ()
+    return (psycopg.Error,)
+
+
+#: What a database call may raise: Django's errors (its cursors, the ORM), and the drivers' own
+#: from the stores' raw cursors (``sqlite3``, ``psycopg``: not ``django.db.DatabaseError``, so an
+#: ``except DatabaseError`` let them through — a worker died on a PostgreSQL connection terminated).
+DATABASE_ERRORS: tuple[type[Exception], ...] = (DatabaseError, sqlite3.Error, *_driver_errors())
 
 _pool: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
@@ -46,8 +61,10 @@ def width() -> int:
 def _call(fn, args, kwargs):
     try:
         return fn(*args, **kwargs)
-    except DatabaseError:
-        connections[forq_settings.FORQ_DATABASE].close_if_unusable_or_obsolete()
+    except DATABASE_ERRORS:
+        connection = connections[forq_settings.FORQ_DATABASE]
+        connection.errors_occurred = True  # (a driver's own error does not say so to Django)
+        connection.close_if_unusable_or_obsolete()
         raise
 
 

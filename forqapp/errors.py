@@ -95,6 +95,16 @@ _UNAVAILABLE = (
     ("connection refused", "the database server cannot be reached"),
     ("server closed the connection", "the database server closed the connection"),
     ("terminating connection", "the database server closed the connection"),
+    ("connection is lost", "the database server closed the connection"),
+    ("connection is closed", "the database server closed the connection"),
+    ("connection already closed", "the database server closed the connection"),
+    ("consuming input failed", "the database server closed the connection"),
+    ("too many clients", "the database server has no connection slot free"),
+    ("remaining connection slots are reserved", "the database server has no connection slot free"),
+    ("not currently accepting connections", "the database server accepts no connections now"),
+    ("the database system is starting up", "the database server is starting"),
+    ("the database system is shutting down", "the database server is shutting down"),
+    ("the database system is in recovery mode", "the database server is recovering"),
 )
 _said: dict[str, float] = {}
 
@@ -103,8 +113,8 @@ def unavailable(exc: BaseException) -> str | None:
     """Why the database cannot serve a request now — a full disk, a write lock held past the busy
     timeout, a server out of reach — so the answer is 503 ``forq.unhealthy`` with Retry-After (the
     client may retry; nothing was written) rather than a 500; None for any other failure. Only an
-    ``OperationalError`` (sqlite3's, psycopg's or Django's) qualifies."""
-    if not any(c.__name__ == "OperationalError" for c in type(exc).__mro__):
+    ``OperationalError`` or ``InterfaceError`` (sqlite3's, psycopg's or Django's) qualifies."""
+    if not any(c.__name__ in ("OperationalError", "InterfaceError") for c in type(exc).__mro__):
         return None
     text = str(exc).lower()
     return next((reason for needle, reason in _UNAVAILABLE if needle in text), None)

@@ -25,10 +25,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import OperationalError, close_old_connections, connections
+from django.db import close_old_connections, connections
 
 from . import metrics, process, services
 from .conf import forq_settings
+from .db import DATABASE_ERRORS
 
 logger = logging.getLogger(__name__)
 
@@ -370,9 +371,10 @@ class Scheduler:
         started = time.monotonic()
         try:
             n = _run(job, using=self.using)
-        except OperationalError:
+        except DATABASE_ERRORS:
             logger.exception("forqapp job %s failed (database); retrying at its next turn", job.name)
-            connections[self.using or services.alias()].close()
+            with contextlib.suppress(Exception):
+                connections[self.using or services.alias()].close()
             return
         except Exception:
             logger.exception("forqapp job %s failed; retrying at its next turn", job.name)

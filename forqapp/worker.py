@@ -32,6 +32,7 @@ from django.db import DatabaseError, close_old_connections, connections, reset_q
 from . import errors, metrics, process, services, waiting
 from .conf import forq_settings
 from .consumers import Consumer
+from .db import DATABASE_ERRORS
 from .errors import Defer, FatalError, ForqError
 
 logger = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ class Worker:
             redriven: list[services.ReceivedMessage] | None = [] if on_redriven is not None else None
             try:
                 messages = services.claim_many(queue, int(capacity - got), using=self.using, redriven=redriven)
-            except DatabaseError:
+            except DATABASE_ERRORS:
                 self._database_trouble("claiming")
                 return got
             if redriven:
@@ -262,7 +263,7 @@ class Worker:
                 self._count(queue, outcome)
             except ForqError:
                 self._count(queue, "lost")
-            except DatabaseError:
+            except DATABASE_ERRORS:
                 self._count(queue, "lost")
                 self._database_trouble(f"settling {held.message.id}")
         for queue, items in own.items():  # the consumer settles its batch itself, in one transaction
@@ -272,7 +273,7 @@ class Worker:
         for queue, helds in acks.items():
             try:
                 n = services.ack_many([h.message for h in helds], using=self.using)
-            except DatabaseError:
+            except DATABASE_ERRORS:
                 self._database_trouble("acking")
                 continue
             if n < len(helds):
@@ -296,7 +297,7 @@ class Worker:
             try:
                 if not services.extend(held.message, using=self.using):
                     held.lost = True
-            except DatabaseError:
+            except DATABASE_ERRORS:
                 self._database_trouble("renewing leases")
                 return
             held.renewed = time.monotonic()
@@ -305,7 +306,7 @@ class Worker:
         logger.exception("forq_worker: database error while %s; reconnecting", doing)
         try:
             connections[self.using].close()
-        except DatabaseError:
+        except DATABASE_ERRORS:
             pass
         self._stop.wait(0.5)
 

@@ -463,3 +463,83 @@ def test_a_move_to_the_dlq_wakes_a_consumer_waiting_on_it(settings):
     waiter.join(6)
     assert result["message"] is not None and result["message"].id == message.id
     assert result["at"] - moved_at < 0.5
+
+
+# --- a connection the server terminates ---------------------------------------------------------
+
+
+def terminate_others() -> int:
+    """pg_terminate_backend of every other session on the test database (a restart, a failover,
+    an idle-session killer); how many."""
+    with other_session() as s:
+        return len(s.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()").fetchall())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_terminated_connection_is_replaced_at_the_next_call():
+    """The stores' raw cursors raise psycopg's errors, which Django does not see: it handed the dead
+    connection back for ever (every call failed until a restart)."""
+    from forqapp import errors
+    from forqapp.models import Message
+
+    forqapp.send("lost", "a")
+    pid = connection.connection.info.backend_pid
+    with other_session() as s:
+        s.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(Exception) as failed:  # noqa: PT011 - the driver's error, whichever it is
+        forqapp.send("lost", "b")
+    assert errors.unavailable(failed.value) is not None, failed.value  # a 503 on the API, not a 500
+    forqapp.send("lost", "c")  # on a new connection
+    assert connection.connection.info.backend_pid != pid
+    assert sorted(Message.objects.filter(queue="lost").values_list("content", flat=True)) == ["a", "c"]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_api_and_a_worker_recover_from_terminated_connections(tmp_path):
+    """Every session terminated, twice: the API answers 204 or 503 (never 500) and recovers; the
+    worker keeps working (it died) and handles every message once."""
+    import httpx
+
+    port = free_port()
+    server = start_api_server(port)
+    out = tmp_path / "handled.txt"
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(out)], env=child_env(), cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    client = httpx.Client(base_url=url, headers={"X-API-Key": SECRET}, timeout=10)
+    try:
+        wait_healthy(url, server)
+        sent, answers = [], []
+
+        def produce(k: int) -> None:
+            response = client.post("/api/v1/queues/rehearsal/messages", json={"content": f"m-{k}"})
+            answers.append(response.status_code)
+            if response.status_code == 204:
+                sent.append(f"m-{k}")
+            else:
+                assert response.status_code == 503 and response.headers["Retry-After"] == "5", response.text
+
+        for k in range(20):
+            produce(k)
+        for _ in range(2):
+            assert terminate_others() > 0
+            for k in range(len(answers), len(answers) + 40):
+                produce(k)
+                time.sleep(0.02)
+        deadline = time.monotonic() + 10
+        while answers[-1] != 204 and time.monotonic() < deadline:
+            produce(len(answers))
+        assert answers[-1] == 204 and answers.count(204) >= len(answers) - 6, answers
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().split()) < len(sent)):
+            time.sleep(0.2)
+        assert worker.poll() is None, worker.stderr.read()
+        handled = out.read_text().split()
+        assert sorted(handled) == sorted(sent)  # each once
+    finally:
+        client.close()
+        stop(worker)
+        stop(server)

@@ -1092,3 +1092,34 @@ def test_the_ui_listener_answers_favicon_ico(client, settings):
     icon = client.get(response["Location"])
     assert icon.status_code == 200 and b"<svg" in b"".join(icon.streaming_content)
     icon.close()
+
+
+def test_the_ui_process_serves_a_bounded_number_of_requests_at_once():
+    """Each request holds a thread and a database connection: 200 admin loads at once took 99 of a
+    PostgreSQL server's 100 connections. The others wait their turn; static files do not count."""
+    import asyncio
+
+    from forqapp.ui.asgi import _bounded
+
+    running, most = 0, 0
+
+    async def app(scope, receive, send):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    bounded = _bounded(app, 3)
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def main():
+        await asyncio.gather(*(bounded({"type": "http"}, None, send) for _ in range(20)))
+        await bounded({"type": "lifespan"}, None, send)  # not an HTTP request: not counted
+
+    asyncio.run(main())
+    assert most == 3 and len(sent) == 21

@@ -247,7 +247,19 @@ class Store(abc.ABC):
             return self._fixed
         connection = connections[self.alias]
         connection.ensure_connection()
-        return connection.connection
+        raw = connection.connection
+        if self._lost(raw) and not connection.in_atomic_block:
+            # The server closed it (a restart, pg_terminate_backend, a network cut): the raw
+            # cursors' errors are the driver's, which Django does not see, so it would hand this
+            # dead connection back forever. A new one now (inside a transaction: the error stands).
+            connection.close()
+            connection.ensure_connection()
+            raw = connection.connection
+        return raw
+
+    def _lost(self, raw: Any) -> bool:
+        """Whether the DB-API connection ``raw`` is lost for good (the server's side closed)."""
+        return False
 
     # -- configuration -----------------------------------------------------------------------
 

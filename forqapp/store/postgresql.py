@@ -573,6 +573,9 @@ class PostgreSQLStore(Store):
     default_db_threads: ClassVar[int] = 4
     default_api_workers: ClassVar[int] = 2
 
+    def _lost(self, raw: Any) -> bool:
+        return bool(raw.closed or raw.broken)
+
     def _execute(self, sql: str, params: Params = None) -> psycopg.Cursor[Any]:
         cur = psycopg.Cursor(self._conn())
         cur.execute(sql, params)

@@ -42,9 +42,10 @@ from inspect import iscoroutinefunction
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, transaction
+from django.db import transaction
 
 from .. import errors, services, utils
+from ..db import DATABASE_ERRORS
 from ..errors import ForqError
 from .backend import ForqBackend, TaskArgumentsError, decode, to_json
 from .compat import (
@@ -236,7 +237,7 @@ class TaskRunner:
         if successes:
             try:
                 acked = self._settle_successes(successes, using, finished)
-            except DatabaseError:
+            except DATABASE_ERRORS:
                 logger.exception("forq_worker: settling %d tasks on %s failed (database)", len(successes), self.queue)
                 acked = 0
             counts[ACK] = acked
@@ -245,7 +246,7 @@ class TaskRunner:
         for message, outcome in failures:
             try:
                 kind = self._settle_failure(message, outcome, using, finished)
-            except DatabaseError:
+            except DATABASE_ERRORS:
                 logger.exception("forq_worker: settling task %s on %s failed (database)", message.id, self.queue)
                 kind = "lost"
             counts[kind] = counts.get(kind, 0) + 1

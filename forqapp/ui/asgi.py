@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import django
 
 
@@ -22,7 +24,9 @@ def ui_application():
     from .flow import pages_only
 
     pages_only()  # no claim is made here: the throttled-claims counts come from the other processes
-    application = get_asgi_application()
+    from ..conf import forq_settings
+
+    application = _bounded(get_asgi_application(), forq_settings.FORQ_UI_CONCURRENCY)
     if static_from_finders():
         from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
@@ -38,6 +42,24 @@ def no_persistent_connections(databases: dict) -> None:
     persistent connections (or use the backend's pool, ``OPTIONS["pool"]``, which needs 0 too)."""
     for entry in databases.values():
         entry["CONN_MAX_AGE"] = 0
+
+
+def _bounded(application, limit: int):
+    """``application`` serving at most ``limit`` HTTP requests at once; the others wait their turn
+    (the static files, served around it, do not). Each request runs in a thread with a database
+    connection of its own, so this bounds the process's connections too."""
+    slots: asyncio.Semaphore | None = None
+
+    async def app(scope, receive, send):
+        nonlocal slots
+        if scope["type"] != "http":
+            return await application(scope, receive, send)
+        if slots is None:
+            slots = asyncio.Semaphore(limit)  # made on the server's event loop
+        async with slots:
+            return await application(scope, receive, send)
+
+    return app
 
 
 _BAD_REQUEST = b"Bad Request: the request body ended before it was complete"
