@@ -16,12 +16,14 @@ supervising child processes, and Prometheus's bookkeeping for processes that exi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -137,6 +139,7 @@ class Supervisor:
 
     def __init__(self) -> None:
         self.children: dict[str, subprocess.Popen] = {}
+        self.own_groups: set[str] = set()  # children started in a process group of their own
         self.signals = 0
         self._on_first: list[Callable[[], None]] = []
 
@@ -157,6 +160,8 @@ class Supervisor:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         self.children[name] = proc
+        if own_group:
+            self.own_groups.add(name)
         return proc
 
     def start_command(self, name: str, command: str, options: dict[str, Any], args: list[str] | tuple[str, ...] = (),
@@ -175,25 +180,46 @@ class Supervisor:
         self.stop(kill=self.signals > 0)
 
     def stop(self, *, kill: bool = False) -> None:
-        """SIGTERM to every running child (SIGKILL with ``kill``); the first time, the
+        """SIGTERM to every running child (SIGKILL with ``kill``: to a child's whole group when it
+        has one of its own, so a server's workers go with it); the first time, the
         :meth:`on_first_signal` callbacks too."""
         first = self.signals == 0
         self.signals += 1
-        for proc in self.children.values():
-            if proc.poll() is None:
+        for name, proc in self.children.items():
+            if kill and name in self.own_groups:
+                self._kill_group(proc)
+            elif proc.poll() is None:
                 proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         if first:
             for callback in self._on_first:
                 callback()
 
+    @staticmethod
+    def _kill_group(proc: subprocess.Popen) -> None:
+        """SIGKILL to the group a child leads (its pid): the child, and what it started that is
+        still there — a granian server's workers outlive it otherwise, still serving its port."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
     def any_exited(self) -> bool:
         return any(proc.poll() is not None for proc in self.children.values())
 
-    def wait(self) -> dict[str, int]:
-        """Wait for every child; their exit codes, by name. Exited children are marked dead for
-        Prometheus (their live gauges no longer count)."""
-        codes = {name: proc.wait() for name, proc in self.children.items()}
-        for proc in self.children.values():
+    def wait(self, grace: float | None = None) -> dict[str, int]:
+        """Wait for every child; their exit codes, by name. With ``grace``, a child still running
+        that many seconds later is killed (its group too). Then what is left of the children's own
+        groups is killed: a server whose main process died leaves its workers serving otherwise.
+        Exited children are marked dead for Prometheus (their live gauges no longer count)."""
+        deadline = None if grace is None else time.monotonic() + grace
+        codes = {}
+        for name, proc in self.children.items():
+            try:
+                codes[name] = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.stop(kill=True)
+                codes[name] = proc.wait()
+        for name, proc in self.children.items():
+            if name in self.own_groups:
+                self._kill_group(proc)
             mark_dead(proc.pid)
         return codes
 

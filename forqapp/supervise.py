@@ -40,6 +40,12 @@ def accepts(host: str, port: int) -> bool:
     return True
 
 
+#: How long a stop waits for the servers before it kills them. Requests are short and waiting long
+#: polls end at once (the drain file); a granian worker still starting when the stop came misses
+#: it, and granian would wait its kill timeout (35 s), serving meanwhile.
+STOP_GRACE_S = 10.0
+
+
 def command(spec: dict[str, Any]) -> list[str]:
     """The command line that runs this supervisor on ``spec`` (see :func:`run`)."""
     return [sys.executable, "-m", "forqapp.supervise", json.dumps(spec)]
@@ -78,9 +84,9 @@ def run(spec: dict[str, Any], *, stdout: TextIO | None = None, stderr: TextIO | 
                     stderr.flush()
             drain_file.touch()
             supervisor.stop()
-            supervisor.wait()
+            supervisor.wait(STOP_GRACE_S)
             return 1
-        supervisor.wait()
+        supervisor.wait(STOP_GRACE_S)
         stdout.write("forqapp stopped\n")
         stdout.flush()
         return 0

@@ -274,6 +274,48 @@ def test_a_signal_to_the_whole_group_stops_the_server_at_once_and_a_killed_super
 
 
 @pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("how", ["server killed", "second signal", "stop while starting"])
+def test_no_granian_worker_outlives_forq_serve(tmp_path, how):
+    """A granian worker lives in its server's process group: when the server's main process dies
+    (kill -9), or the second signal kills the servers, or a stop comes while a worker is still
+    starting (it missed the stop, and granian waited 35 s, serving), nothing may stay behind
+    serving the port."""
+    server = Served(tmp_path, how.replace(" ", "-"))
+    start = time.monotonic()
+    if how == "stop while starting":
+        time.sleep(0.3)
+        tree = process_tree(server.proc.pid)
+        server.proc.send_signal(signal.SIGTERM)
+    else:
+        wait_for(lambda: "admin UI on" in server.output(), "the UI")
+        tree = process_tree(server.proc.pid)
+        servers = process_children(server.proc.pid)
+        if how == "server killed":
+            os.kill(servers[0], signal.SIGKILL)  # one granian main process; its worker lives on
+        else:
+            server.proc.send_signal(signal.SIGINT)
+            server.proc.send_signal(signal.SIGINT)
+    code = server.proc.wait(30)
+    assert code == (1 if how == "server killed" else 0) or how == "second signal", server.output()
+    assert time.monotonic() - start < 20, server.output()
+    tree.update(process_tree(server.proc.pid) if server.proc.poll() is None else {})
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and "granian" in _cmdline(pid) for pid in tree),
+             "no granian process left", 10)
+    for url in (server.api + "/healthcheck", f"http://{server.ui}/admin/login/"):
+        with pytest.raises(httpx.TransportError):
+            httpx.get(url, timeout=2)
+    server.client.close()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "env"), [(("--no-jobs",), {}), ((), {"FORQ_SERVE_JOBS": "false"})])
 @pytest.mark.django_db(transaction=True)
 def test_no_jobs_runs_none(tmp_path, args, env):

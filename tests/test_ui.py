@@ -352,8 +352,12 @@ def test_dashboard_counts(staff_client):
     assert (rows["emails"].queue.ready, rows["emails"].queue.delayed, rows["emails"].dlq.total) == (2, 1, 2)
     assert rows["sms"].queue.processing == 1
     assert not rows["ghost"].exists and rows["ghost"].dlq.total == 1
-    assert (overview.queues, overview.messages, overview.dlq_messages) == (4, 4, 3)
+    # Queues: the 3 rows (ghost has its row, as a drained queue has) and the 2 DLQs with messages.
+    assert (overview.queues, overview.dlqs, overview.messages, overview.dlq_messages) == (5, 2, 4, 3)
     assert b'hx-trigger="every 5s"' in response.content
+    Message.objects.filter(queue="sms").delete()  # sms drained: still listed, still counted
+    freshness.clear()
+    assert staff_client.get("/ui/").context["overview"].queues == 5
 
 
 def test_dashboard_query_count_does_not_grow_with_queues(staff_client, django_assert_max_num_queries):
@@ -1123,3 +1127,10 @@ def test_the_ui_process_serves_a_bounded_number_of_requests_at_once():
 
     asyncio.run(main())
     assert most == 3 and len(sent) == 21
+
+
+def test_the_empty_dashboards_example_uses_the_apis_address(staff_client, settings):
+    settings.FORQ_API_ADDR = ":9090"  # every interface: reached as localhost
+    assert b"http://localhost:9090/api/v1/queues/emails/messages" in staff_client.get("/ui/").content
+    settings.FORQ_API_ADDR = "queue.internal:8443"
+    assert b"http://queue.internal:8443/api/v1/queues/emails/messages" in staff_client.get("/ui/").content

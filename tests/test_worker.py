@@ -199,6 +199,20 @@ def test_ctrl_c_at_a_terminal_finishes_in_flight_messages_under_processes(worker
     assert "second signal" not in w.output(proc)
 
 
+def test_a_second_ctrl_c_under_processes_kills_them_and_says_so(worker):
+    w = worker()
+    slow = forqapp.send("work", "slow:30")
+    proc = w.start("work", "--processes", "2", own_group=True)
+    w.wait_for(lambda: starts(w, slow), what="the slow handler to start")
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=20) == 1, w.output(proc)
+    assert "second signal: worker processes killed" in w.output(proc)
+    assert "exited with [" not in w.output(proc)
+    assert (row(slow).status, row(slow).attempts) == (1, 1)  # back after the visibility timeout
+
+
 @pytest.mark.django_db(transaction=True)
 def test_in_process_worker_survives_system_exit_and_counts_outcomes():
     from forqapp.consumers import Consumer

@@ -267,7 +267,19 @@ def _overview_context(now: int) -> dict:
         row.chart = charts.sparkline(
             [series.get(row.name), series.get(row.dlq_name)], label=f"{row.name} depth, last 24 hours"
         )
-    return {"overview": overview, "refresh": REFRESH_SECONDS, "now": _dt(now)}
+    return {"overview": overview, "refresh": REFRESH_SECONDS, "now": _dt(now), "api_base": _api_base()}
+
+
+def _api_base() -> str:
+    """The API's URL as a client on this machine reaches it (the empty dashboard's example)."""
+    from ..conf import forq_settings, parse_addr
+
+    try:
+        host, port = parse_addr(forq_settings.FORQ_API_ADDR)
+    except ValueError:
+        return "http://localhost:8080"
+    host = "localhost" if host in ("0.0.0.0", "127.0.0.1", "::") else host  # noqa: S104 - a name, not a bind
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
 @ui_view("GET", needs=("view", "queue"), home=True)

@@ -128,6 +128,9 @@ class Command(BaseCommand):
         if scheduler is not None:
             scheduler.stop()
             scheduler.join(5.0)
+        if supervisor.signals > 1:  # a second Ctrl-C: the children were killed, as asked
+            raise CommandError("second signal: worker processes killed; the messages they were running "
+                               "come back after their visibility timeout", returncode=1)
         # A child that got the SIGTERM before installing its handler (still starting) held nothing.
         if any(code and not (supervisor.signals and code == -signal.SIGTERM) for code in codes):
             raise CommandError(f"worker processes exited with {codes}")
