@@ -543,3 +543,24 @@ def test_the_api_and_a_worker_recover_from_terminated_connections(tmp_path):
         client.close()
         stop(worker)
         stop(server)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_connection_was_terminated_runs_again_at_its_next_turn(caplog):
+    """The jobs thread kept a dead connection (every run failed while its lease held standbys
+    off); a job that fails on it gives it up, and the next turn runs on a new one."""
+    from forqapp import jobs
+    from forqapp.models import Message
+
+    scheduler = jobs.Scheduler([jobs.JOBS["failed"]], lease=False)
+    failed = forqapp.send("jobs-lost", "x")
+    Message.objects.filter(id=failed).update(status=2, attempts=5)
+    pid = connection.connection.info.backend_pid
+    with other_session() as s:
+        s.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    scheduler._run_one(jobs.JOBS["failed"])
+    assert "forqapp job failed failed (database)" in caplog.text
+    assert Message.objects.get(id=failed).queue == "jobs-lost"  # not moved yet
+    scheduler._run_one(jobs.JOBS["failed"])  # the next turn
+    assert Message.objects.get(id=failed).queue == "jobs-lost-dlq"
+    assert connection.connection.info.backend_pid != pid
