@@ -556,3 +556,14 @@ def test_the_ui_listener_keeps_no_persistent_connections(tmp_path):
     assert result.returncode == 0, result.stderr
     before, after = json.loads(result.stdout)
     assert set(before) == {600} and set(after) == {0}, result.stdout
+
+
+def test_ctrl_c_during_a_manage_py_step_is_one_line_not_a_traceback():
+    """make run's first steps (migrate, collectstatic, shell) printed 30 lines of KeyboardInterrupt."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "shell", "-c", "import time; time.sleep(30)"],
+                            cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as at a terminal
+    time.sleep(3)  # Django set up, the command running
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "Traceback" not in err and err.strip() == "interrupted", err
