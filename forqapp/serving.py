@@ -196,7 +196,8 @@ class Server:
         """Serve until stopped. On POSIX this process becomes the supervisor and never returns;
         elsewhere it supervises in-process and returns the exit code (0 after a signal, 1 when a
         child exited by itself)."""
-        drain_file = Path(tempfile.mkdtemp(prefix="forq-serve-")) / "draining"
+        _remove_stale_work_dirs()
+        drain_file = Path(tempfile.mkdtemp(prefix=f"forq-serve-{os.getpid()}-")) / "draining"
         try:
             spec, env = self.spec(drain_file)
             if self.jobs and self.verbosity >= 1:
@@ -226,3 +227,18 @@ def listening(name: str, origin: str) -> str:
     # includes forqapp.urls.
     pages, admin = ui_paths()
     return f"forqapp admin UI on {origin}{pages}" + (f" (Django admin: {origin}{admin})" if admin else "")
+
+
+def _remove_stale_work_dirs() -> None:
+    """The work directories (``forq-serve-<pid>-…``, the drain file's) of supervisors that were
+    killed (``kill -9``: no clean-up ran), whose process is gone; each supervisor removes its own."""
+    for path in Path(tempfile.gettempdir()).glob("forq-serve-*-*"):
+        pid = path.name.split("-")[2]
+        if not pid.isdigit() or not path.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # alive, another user's
+            continue

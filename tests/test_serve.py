@@ -246,6 +246,20 @@ def test_a_killed_worker_is_replaced_and_the_server_lives_on(tmp_path):
         server.stop()
 
 
+def wait_ready(server: Served) -> None:
+    """Both listeners announced and their workers answering (a port accepts before then)."""
+    wait_for(lambda: "admin UI on" in server.output(), "the UI")
+
+    def answers(url: str) -> bool:
+        try:
+            return httpx.get(url, timeout=2).status_code < 500
+        except httpx.TransportError:
+            return False
+
+    wait_for(lambda: answers(server.api + "/healthcheck") and answers(f"http://{server.ui}/admin/login/"),
+             "the servers' workers")
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_signal_to_the_whole_group_stops_the_server_at_once_and_a_killed_supervisor_leaves_nothing(tmp_path):
@@ -254,13 +268,16 @@ def test_a_signal_to_the_whole_group_stops_the_server_at_once_and_a_killed_super
     (it sometimes hung, or waited 35 s). And granian does not outlive a supervisor killed with -9."""
     for round_, sig in enumerate((signal.SIGINT, signal.SIGTERM, signal.SIGINT)):
         server = Served(tmp_path, f"group-{round_}")
-        wait_for(lambda s=server: "admin UI on" in s.output(), "the UI")
+        wait_ready(server)  # (a worker still starting misses a stop: see the next test)
         tree = process_tree(server.proc.pid)
         start = time.monotonic()
         os.killpg(server.proc.pid, sig)
         assert server.proc.wait(20) == 0, server.output()
         assert time.monotonic() - start < 10, server.output()
-        assert "Unexpected exit" not in server.output() and "Killing worker" not in server.output()
+        # A worker that got the group's signal itself exited under granian's feet ("Unexpected exit").
+        # (granian now and then also says "Killing worker-1 after it refused to gracefully stop" at a
+        # plain stop, within the second: its own, with or without a group signal; not asserted here.)
+        assert "Unexpected exit" not in server.output()
         wait_for(lambda t=tree: not any(Path(f"/proc/{pid}").exists() for pid in t), "no process left", 10)
         server.client.close()
     server = Served(tmp_path, "killed")
@@ -567,3 +584,18 @@ def test_ctrl_c_during_a_manage_py_step_is_one_line_not_a_traceback():
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and "Traceback" not in err and err.strip() == "interrupted", err
+
+
+def test_a_killed_supervisors_work_directory_is_removed_by_the_next_start():
+    import tempfile
+
+    from forqapp.serving import _remove_stale_work_dirs
+
+    dead = Path(tempfile.mkdtemp(prefix="forq-serve-999999999-"))  # above pid_max: no such process
+    alive = Path(tempfile.mkdtemp(prefix=f"forq-serve-{os.getpid()}-"))
+    (dead / "draining").touch()
+    try:
+        _remove_stale_work_dirs()
+        assert not dead.exists() and alive.exists()
+    finally:
+        alive.rmdir()
