@@ -377,3 +377,55 @@ def test_a_staff_user_with_some_permissions_sees_and_uses_only_those(live_ui, br
     }""")
     assert status[0] == 200 and "You do not have the permission to delete dead letters" in status[1], status
     assert Message.objects.filter(queue="emails-dlq").count() == 5
+
+
+def _user(username: str, *codenames: str):
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create(username=username, is_staff=True,
+                               password=PBKDF2PasswordHasher().encode(f"pw-{username}-123", "forqsalt", iterations=1000))
+    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="forqapp", codename__in=codenames))
+    return user
+
+
+def test_message_permissions_alone_show_no_dead_letter_in_the_admin_and_login_lands_where_one_may_go(
+        live_ui, browser_page, data):
+    """In Chromium: a staff user with the message permissions only sees no dead letter on the
+    admin's message list and has no requeue/delete action there (it could requeue them), and no
+    link to the DLQ's page in the UI; a keys-only user lands on the keys page after login (a bare
+    403 before), and a user with no page gets the 403 page with Log out."""
+    from forqapp.models import Message
+
+    _user("reader", "view_queue", "view_message", "change_message", "delete_message")
+    dead = list(Message.objects.filter(queue="emails-dlq").values_list("id", flat=True))
+    assert dead
+    page = browser_page
+    page.goto(live_ui + "/admin/forqapp/message/")
+    page.fill("#id_username", "reader")
+    page.fill("#id_password", "pw-reader-123")
+    with page.expect_navigation():
+        page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+    listed = page.inner_text("#result_list tbody")
+    assert Message.objects.filter(queue="emails").values_list("id", flat=True)[0] in listed
+    assert not any(message_id in listed for message_id in dead)
+    # No action it may use: no requeue or delete of dead letters (no action menu at all).
+    assert page.locator("select[name=action] option[value=requeue_messages]").count() == 0
+    assert page.locator("select[name=action] option[value=delete_messages]").count() == 0
+    page.goto(live_ui + "/queues/emails/")
+    page.wait_for_selector("#queue-policy")
+    assert page.locator("a[href$='/queues/emails-dlq/']").count() == 0
+
+    browser_page.context.clear_cookies()
+    _user("keyholder", "view_apikey")
+    log_in(page, live_ui + "/", "keyholder", "pw-keyholder-123")
+    page.wait_for_url("**/keys/")
+    assert page.locator("button", has_text="Log out").count() == 1
+
+    browser_page.context.clear_cookies()
+    _user("nobody")
+    log_in(page, live_ui + "/", "nobody", "pw-nobody-123")
+    page.wait_for_selector("[data-testid=forbidden]")
+    assert "You do not have the permission to view queues." in page.inner_text("[data-testid=forbidden]")
+    assert page.locator("button", has_text="Log out").count() == 1
