@@ -322,8 +322,8 @@ else:
 """
 
 
-def start_api_server(port: int) -> subprocess.Popen:
-    env = child_env(FORQ_API_ADDR=f"127.0.0.1:{port}", FORQ_LONG_POLL_SECONDS="2")
+def start_api_server(port: int, **extra: str) -> subprocess.Popen:
+    env = child_env(FORQ_API_ADDR=f"127.0.0.1:{port}", FORQ_LONG_POLL_SECONDS="2", **extra)
     if (ROOT / "forqapp" / "management" / "commands" / "forq_serve.py").exists():
         cmd = [sys.executable, str(ROOT / "manage.py"), "forq_serve", "--no-ui"]
     else:
@@ -468,13 +468,17 @@ def test_a_move_to_the_dlq_wakes_a_consumer_waiting_on_it(settings):
 # --- a connection the server terminates ---------------------------------------------------------
 
 
-def terminate_others() -> int:
-    """pg_terminate_backend of every other session on the test database (a restart, a failover,
-    an idle-session killer); how many."""
+TERMINATED_APP = "forq-terminated"  # the application_name of the sessions a test terminates
+
+
+def terminate_children() -> int:
+    """pg_terminate_backend of every session of the processes started with ``PGAPPNAME`` =
+    :data:`TERMINATED_APP` (a restart, a failover, an idle-session killer, as they see it) — not
+    this test process's own, which later tests use; how many."""
     with other_session() as s:
         return len(s.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid()").fetchall())
+            "AND application_name = %s", (TERMINATED_APP,)).fetchall())
 
 
 @pytest.mark.django_db(transaction=True)
@@ -504,9 +508,10 @@ def test_the_api_and_a_worker_recover_from_terminated_connections(tmp_path):
     import httpx
 
     port = free_port()
-    server = start_api_server(port)
+    server = start_api_server(port, PGAPPNAME=TERMINATED_APP, FORQ_SERVE_JOBS="false")
     out = tmp_path / "handled.txt"
-    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(out)], env=child_env(), cwd=ROOT,
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(out)], env=child_env(PGAPPNAME=TERMINATED_APP),
+                              cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=url, headers={"X-API-Key": SECRET}, timeout=10)
@@ -525,7 +530,7 @@ def test_the_api_and_a_worker_recover_from_terminated_connections(tmp_path):
         for k in range(20):
             produce(k)
         for _ in range(2):
-            assert terminate_others() > 0
+            assert terminate_children() > 0
             for k in range(len(answers), len(answers) + 40):
                 produce(k)
                 time.sleep(0.02)

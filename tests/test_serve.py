@@ -219,7 +219,7 @@ def test_a_killed_worker_is_replaced_and_the_server_lives_on(tmp_path):
         servers = process_children(server.proc.pid)  # granian's main processes: API, UI
         workers = {pid: command for pid, command in process_tree(server.proc.pid).items()
                    if pid != server.proc.pid and pid not in servers}
-        assert len(workers) == 2, workers
+        assert len(workers) >= 2, workers  # an API worker (2 on PostgreSQL) and the UI's
         wait_for(lambda: "running the jobs" in server.output(), "the jobs")
         message_id = forqapp.send("respawn", "hello")
         assert server.consume("respawn")["id"] == message_id  # leased by the worker about to die
@@ -239,7 +239,7 @@ def test_a_killed_worker_is_replaced_and_the_server_lives_on(tmp_path):
         wait_for(lambda: getattr(answers(lambda: httpx.get(f"http://{server.ui}/admin/login/", timeout=5)),
                                  "status_code", None) == 200, "a replaced UI worker")
         assert server.proc.poll() is None, server.output()
-        wait_for(lambda: server.output().count("running the jobs") == 2, "the jobs, taken over")
+        wait_for(lambda: server.output().count("running the jobs") >= 2, "the jobs, taken over")
         assert "a process that is gone; taking it over" in server.output()
         assert not set(workers) & set(process_tree(server.proc.pid)), "the dead workers are gone"
     finally:
@@ -283,11 +283,12 @@ def test_a_signal_to_the_whole_group_stops_the_server_at_once_and_a_killed_super
     server = Served(tmp_path, "killed")
     wait_for(lambda: "admin UI on" in server.output(), "the UI")
     tree = process_tree(server.proc.pid)
-    assert len(tree) == 5, tree  # supervisor, 2 granians, a worker each
+    assert len(tree) >= 5, tree  # supervisor, 2 granians, their workers (2 API workers on PostgreSQL)
     server.proc.kill()
     server.proc.wait(10)
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in tree), "granian to follow its supervisor", 15)
     server.client.close()
+    release_leases_of(tree)
 
 
 @pytest.mark.slow
@@ -323,6 +324,15 @@ def test_no_granian_worker_outlives_forq_serve(tmp_path, how):
         with pytest.raises(httpx.TransportError):
             httpx.get(url, timeout=2)
     server.client.close()
+    release_leases_of(tree)
+
+
+def release_leases_of(tree: dict[int, str]) -> None:
+    """The jobs lease a killed process of ``tree`` still holds (it expires by itself 30 s later):
+    the next test's servers would wait for it."""
+    holder = services.lease_holder(jobs.LEASE)
+    if holder is not None and int(holder[0].rsplit(":", 2)[1]) in tree:
+        services.release_lease(jobs.LEASE, holder[0])
 
 
 def _cmdline(pid: int) -> str:
