@@ -246,6 +246,21 @@ def test_a_killed_worker_is_replaced_and_the_server_lives_on(tmp_path):
         server.stop()
 
 
+@contextlib.contextmanager
+def nothing_left(server: Served):
+    """On a failure, kill everything ``server`` started (each granian leads a group of its own,
+    which a kill of the supervisor's group does not reach): a failed test leaked a live server."""
+    try:
+        yield
+    except BaseException:
+        for pid in process_tree(server.proc.pid):
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            server.proc.kill()
+        raise
+
+
 def wait_ready(server: Served) -> None:
     """Both listeners announced and their workers answering (a port accepts before then)."""
     wait_for(lambda: "admin UI on" in server.output(), "the UI")
@@ -268,25 +283,27 @@ def test_a_signal_to_the_whole_group_stops_the_server_at_once_and_a_killed_super
     (it sometimes hung, or waited 35 s). And granian does not outlive a supervisor killed with -9."""
     for round_, sig in enumerate((signal.SIGINT, signal.SIGTERM, signal.SIGINT)):
         server = Served(tmp_path, f"group-{round_}")
-        wait_ready(server)  # (a worker still starting misses a stop: see the next test)
-        tree = process_tree(server.proc.pid)
-        start = time.monotonic()
-        os.killpg(server.proc.pid, sig)
-        assert server.proc.wait(20) == 0, server.output()
-        assert time.monotonic() - start < 10, server.output()
-        # A worker that got the group's signal itself exited under granian's feet ("Unexpected exit").
-        # (granian now and then also says "Killing worker-1 after it refused to gracefully stop" at a
-        # plain stop, within the second: its own, with or without a group signal; not asserted here.)
-        assert "Unexpected exit" not in server.output()
-        wait_for(lambda t=tree: not any(Path(f"/proc/{pid}").exists() for pid in t), "no process left", 10)
+        with nothing_left(server):
+            wait_ready(server)  # (a worker still starting misses a stop: see the next test)
+            tree = process_tree(server.proc.pid)
+            start = time.monotonic()
+            os.killpg(server.proc.pid, sig)
+            assert server.proc.wait(20) == 0, server.output()
+            assert time.monotonic() - start < 10, server.output()
+            # A worker that got the group's signal itself exited under granian's feet ("Unexpected exit").
+            # (granian now and then also says "Killing worker-1 after it refused to gracefully stop" at
+            # a plain stop, within the second: its own, with or without a group signal; not asserted.)
+            assert "Unexpected exit" not in server.output()
+            wait_for(lambda t=tree: not any(Path(f"/proc/{pid}").exists() for pid in t), "no process left", 10)
         server.client.close()
     server = Served(tmp_path, "killed")
-    wait_for(lambda: "admin UI on" in server.output(), "the UI")
-    tree = process_tree(server.proc.pid)
-    assert len(tree) >= 5, tree  # supervisor, 2 granians, their workers (2 API workers on PostgreSQL)
-    server.proc.kill()
-    server.proc.wait(10)
-    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in tree), "granian to follow its supervisor", 15)
+    with nothing_left(server):
+        wait_for(lambda: "admin UI on" in server.output(), "the UI")
+        tree = process_tree(server.proc.pid)
+        assert len(tree) >= 5, tree  # supervisor, 2 granians, their workers (2 API workers on PostgreSQL)
+        server.proc.kill()
+        server.proc.wait(10)
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in tree), "granian to follow its supervisor", 15)
     server.client.close()
     release_leases_of(tree)
 
