@@ -162,8 +162,9 @@ class MessageAdmin(admin.ModelAdmin):
     # permissions — as the UI pages ask (a user with the message permissions alone could requeue
     # and delete dead letters here).
     def may_see_dead_letters(self, request) -> bool:
-        user = request.user
-        return user.has_perm("forqapp.view_deadletter") or user.has_perm("forqapp.change_deadletter")
+        from .ui.views import may
+
+        return may(request.user, "view", "deadletter")
 
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
@@ -658,11 +659,12 @@ class QueueAdmin(admin.ModelAdmin):
 
     @admin.display(description="see")
     def links(self, obj):
+        from .ui.views import may as user_may  # the UI's rule: "view" is met by "change" too
+
         user = getattr(obj, "viewer", None)
 
         def may(action: str, model: str) -> bool:
-            return user is not None and (user.has_perm(f"forqapp.{action}_{model}")
-                                         or user.has_perm(f"forqapp.change_{model}"))
+            return user is not None and user_may(user, action, model)
 
         links = []
         if may("view", "message"):
