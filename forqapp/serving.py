@@ -119,7 +119,9 @@ def granian_command(target: str, host: str, port: int, workers: int, *, static: 
         "--loop", "uvloop" if sys.platform != "win32" else "auto",
         "--backlog", "4096",
         "--log-level", "warning",
-        "--workers-kill-timeout", "35",
+        # A worker still starting when granian is told to stop misses it, and granian kills it after
+        # this long: as long as the supervisor's own grace (which also bounds a supervisor killed -9).
+        "--workers-kill-timeout", str(int(supervise.STOP_GRACE_S)),
         # A worker that dies (kill -9, out of memory) is replaced; the server lives on. (If granian's
         # main process dies, the supervisor stops the other servers: forq_serve exits 1.)
         "--respawn-failed-workers", "--respawn-interval", "1",

@@ -42,7 +42,8 @@ def accepts(host: str, port: int) -> bool:
 
 #: How long a stop waits for the servers before it kills them. Requests are short and waiting long
 #: polls end at once (the drain file); a granian worker still starting when the stop came misses
-#: it, and granian would wait its kill timeout (35 s), serving meanwhile.
+#: it, and granian waits its kill timeout (set to this too: :func:`forqapp.serving.granian_command`),
+#: serving meanwhile.
 STOP_GRACE_S = 10.0
 
 
@@ -67,7 +68,7 @@ def run(spec: dict[str, Any], *, stdout: TextIO | None = None, stderr: TextIO | 
         # A signal to the whole process group — Ctrl-C at a terminal, `kill -- -PGID`, a process
         # manager stopping a group — reached granian's workers too, which then exited under their
         # parent's feet ("Unexpected exit from worker-1"; now and then granian then hung, or waited
-        # its 35 s kill timeout). Each granian gets a group of its own, so the stop comes from here
+        # its kill timeout). Each granian gets a group of its own, so the stop comes from here
         # alone, in order; and SIGTERM if this supervisor dies, so none outlives it.
         for child in spec["children"]:
             if supervisor.signals:
