@@ -54,6 +54,12 @@ url() {
   echo "http://$host:$port"
 }
 api=$(url "$FORQ_API_ADDR")
+# forq_keys must seal with the server's FORQ_KEYS_SECRET: the file's, or the one exported (which wins).
+keys_cmd="(set -a; . var/local.env; FORQ_DB_PATH=$FORQ_DB_PATH $PY manage.py forq_keys create orders-producer --grant orders:produce)"
+if [ -n "${given_FORQ_KEYS_SECRET:-}" ]; then
+  keys_cmd="(s=\$FORQ_KEYS_SECRET; set -a; . var/local.env; FORQ_KEYS_SECRET=\$s FORQ_DB_PATH=$FORQ_DB_PATH $PY manage.py forq_keys create orders-producer --grant orders:produce)
+    # in a shell with the FORQ_KEYS_SECRET you exported for the server"
+fi
 cat <<MSG
 
   forqapp is starting — SQLite database: $FORQ_DB_PATH
@@ -73,7 +79,7 @@ cat <<MSG
     curl -i -X POST -H "X-API-Key: \$KEY" -H "X-Forq-Receipt: \$RECEIPT" $api/api/v1/queues/demo/messages/\$ID/ack
 
   Scoped API keys (one queue, some actions; the secret shown once): the admin's "API keys" page, or
-    (set -a; . var/local.env; FORQ_DB_PATH=$FORQ_DB_PATH $PY manage.py forq_keys create orders-producer --grant orders:produce)
+    $keys_cmd
 
   Secrets live in var/local.env (variables set in the environment win). Ctrl-C stops the server.
 
