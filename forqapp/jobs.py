@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from django.db import close_old_connections, connections
 
-from . import metrics, process, services
+from . import errors, metrics, process, services
 from .conf import forq_settings
 from .db import DATABASE_ERRORS
 
@@ -217,6 +217,8 @@ class JobsLease:
         self.holder = _holder_id()
         self._valid_until = 0.0  # time.monotonic()
         self._retry_soon = True
+        self.failure: str | None = None  # why the last renewal failed (None: it did not)
+        self._failure_said = 0.0  # time.monotonic() of the last line about it
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -238,17 +240,37 @@ class JobsLease:
                                    self.name, current[0])
                     ok = services.acquire_lease(self.name, self.holder, ttl_ms, replacing=current[0],
                                                 using=self.using)
-        except Exception:  # noqa: BLE001 - Django's DatabaseError, or sqlite3's from the store's own
-            # connection (a full disk, a lock held past the busy timeout): this thread must not die,
-            # or the jobs stop for good while the lease row still names this process.
-            logger.exception("forqapp jobs: renewing the lease %s failed; trying again", self.name)
+        except Exception as exc:  # noqa: BLE001 - Django's DatabaseError, or sqlite3's from the store's
+            # own connection (a full disk, a lock held past the busy timeout): this thread must not
+            # die, or the jobs stop for good while the lease row still names this process.
+            self._renewal_failed(exc)
             with contextlib.suppress(Exception):
                 connections[self.using or services.alias()].close()
             self._retry_soon = True
             return self.held
+        if self.failure is not None:
+            logger.warning("forqapp jobs: the lease %s can be renewed again", self.name)
+            self.failure = None
         self._valid_until = started + ttl_ms / 2000 if ok else 0.0
         self._retry_soon = not self.held  # e.g. a statement that waited long for SQLite's lock
         return ok
+
+    def _renewal_failed(self, exc: Exception) -> None:
+        """Say it once, then once a minute while it lasts (it is tried every second): a database
+        that cannot serve (a full disk) in one line; anything else with its traceback."""
+        reason = errors.unavailable(exc)
+        first = self.failure is None
+        self.failure = reason or f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        if not first and now - self._failure_said < 60:
+            return
+        self._failure_said = now
+        if reason is not None:
+            logger.warning("forqapp jobs: renewing the lease %s failed: %s; trying again every second "
+                           "(this line at most once a minute)", self.name, reason)
+        else:
+            logger.exception("forqapp jobs: renewing the lease %s failed; trying again every second "
+                             "(this line at most once a minute)", self.name)
 
     def start(self) -> None:
         """Try once now, then keep trying/renewing on a thread until :meth:`stop`."""
@@ -363,8 +385,19 @@ class Scheduler:
                 logger.info("forqapp jobs: this process runs the jobs (it holds the lease %s as %s)",
                             self.lease.name, self.lease.holder)
             else:
-                logger.info("forqapp jobs: standing by; another process holds the lease %s and runs the jobs",
-                            self.lease.name)
+                logger.info("forqapp jobs: %s", self.standing_by())
+
+    def standing_by(self) -> str:
+        """Why this scheduler runs no jobs now (it has a lease that it does not hold)."""
+        failure = self.lease.failure if self.lease is not None else None
+        if failure is not None:
+            return f"standing by: the jobs lease cannot be renewed ({failure}); trying again every second"
+        return "standing by: another process holds the database's jobs lease and runs the jobs"
+
+    def lease_line(self, running: bool) -> str:
+        """What forq_jobs, forq_serve and forq_worker --with-jobs print when the lease changes hands."""
+        return "forq_jobs: " + ("running the jobs (this process holds the database's jobs lease)" if running
+                                else self.standing_by())
 
     def _run_one(self, job: Job) -> None:
         close_old_connections()
@@ -389,9 +422,6 @@ class ServerJobs:
     jobs logged at ``verbosity``. Each worker of each server runs one; the lease picks the one that
     runs the jobs. :meth:`stop` gives the lease up (at the worker's lifespan shutdown)."""
 
-    RUNNING = "forq_jobs: running the jobs (this process holds the database's jobs lease)"
-    STANDING_BY = "forq_jobs: standing by: another process holds the database's jobs lease and runs the jobs"
-
     def __init__(self, verbosity: int = 1):
         self.verbosity = verbosity
         self.ran = False  # whether this worker ran the jobs at some point
@@ -405,7 +435,7 @@ class ServerJobs:
 
     def _on_lease(self, running: bool) -> None:
         self.ran = self.ran or running
-        self._say(self.RUNNING if running else self.STANDING_BY)
+        self._say(self.scheduler.lease_line(running))
 
     def start(self) -> None:
         self.scheduler.start_thread()

@@ -175,14 +175,18 @@ def test_a_scheduler_without_a_lease_runs_regardless(short_lease):
         scheduler.join(10)
 
 
-def test_a_raw_sqlite_error_while_renewing_does_not_end_the_lease_thread(short_lease, monkeypatch):
+def test_a_raw_sqlite_error_while_renewing_does_not_end_the_lease_thread(short_lease, monkeypatch, caplog):
     """The store's SQLite statements raise sqlite3's own errors ("database or disk is full", "database
     is locked" past the busy timeout), not Django's: the lease thread once died of one, and the jobs
-    stopped for good while the lease row still named the process."""
+    stopped for good while the lease row still named the process. It says so in one line, not a
+    traceback each second, and its standing by names the failure, not another holder."""
+    import logging
     import sqlite3
 
+    caplog.set_level(logging.INFO, logger="forqapp")
     probe = Probe()
-    scheduler = jobs.Scheduler([probe.job("only")])
+    said = []
+    scheduler = jobs.Scheduler([probe.job("only")], on_lease=lambda running: said.append(scheduler.lease_line(running)))
     real_acquire = services.acquire_lease
     failing = threading.Event()
 
@@ -198,10 +202,18 @@ def test_a_raw_sqlite_error_while_renewing_does_not_end_the_lease_thread(short_l
         failing.set()
         wait_for(lambda: not scheduler.running_jobs, "the failed renewals to end the lease here")
         assert scheduler.lease._thread.is_alive()
+        wait_for(lambda: len(said) >= 2, "the scheduler to say it stands by")
+        assert said[1] == ("forq_jobs: standing by: the jobs lease cannot be renewed (the database's disk is "
+                           "full); trying again every second"), said
+        time.sleep(0.5)  # more failed renewals, unsaid
+        failures = [r for r in caplog.records if "renewing the lease" in r.getMessage()]
+        assert len(failures) == 1 and not failures[0].exc_info, [r.getMessage() for r in failures]
         failing.clear()  # the disk has room again
         ran = len(probe.by("only"))
         wait_for(lambda: len(probe.by("only")) > ran, "the jobs to run again")
         assert scheduler.running_jobs
+        assert any("can be renewed again" in r.getMessage() for r in caplog.records)
+        assert said[-1].startswith("forq_jobs: running the jobs")
     finally:
         scheduler.stop()
         scheduler.join(10)

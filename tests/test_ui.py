@@ -1073,6 +1073,49 @@ def test_the_admin_on_a_full_disk_is_a_503_page_not_a_500(staff, monkeypatch):
     assert b"<nav" not in response.content  # the standalone page: nothing in it reads the database
 
 
+def test_a_503_for_a_full_disk_logs_one_line_not_a_traceback(staff, monkeypatch, caplog):
+    """Django logs an uncaught exception with its traceback before handler500 answers: the
+    filter forqapp puts on django.request keeps one line a second of it (at most one here)."""
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from forqapp import errors
+
+    monkeypatch.setattr(SessionStore, "save", _disk_full)
+    monkeypatch.setattr(errors, "_said", {})
+    c = Client(raise_request_exception=False)
+    for _ in range(3):
+        response = c.post("/admin/login/?next=/admin/", {"username": "staff", "password": "pw-staff-123"})
+        assert response.status_code == 503
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if "disk is full" in r.getMessage()]
+    assert lines == ["/admin/login/: the database's disk is full; answered 503 (this line at most once a second)"]
+    monkeypatch.setattr(SessionStore, "save", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("a bug")))
+    assert c.post("/admin/login/", {"username": "staff", "password": "pw-staff-123"}).status_code == 500
+    assert any(r.exc_info and r.name == "django.request" for r in caplog.records)  # any other error: as Django logs it
+
+
+def test_forqapps_login_and_logout_on_a_full_disk_are_503_without_a_handler500(staff, settings, monkeypatch):
+    """The login writes (a new session; a failure counted), the logout too (the session deleted):
+    a 503 page in a project that did not set the optional handler500 (they answered a bare 500)."""
+    from django.contrib.sessions.backends.db import SessionStore
+
+    settings.ROOT_URLCONF = "tests.urls_without_handler500"
+    c = Client(raise_request_exception=False)
+    c.get("/ui/login/")  # a session, not yet written
+    monkeypatch.setattr(SessionStore, "save", _disk_full)
+    response = c.post("/ui/login/", {"username": "staff", "password": "pw-staff-123"})
+    assert response.status_code == 503 and b"disk is full" in response.content, response
+    monkeypatch.setattr(services, "login_failed", _disk_full)
+    response = c.post("/ui/login/", {"username": "staff", "password": "wrong"})
+    assert response.status_code == 503 and b"disk is full" in response.content, response
+    monkeypatch.undo()
+    settings.ROOT_URLCONF = "tests.urls_without_handler500"
+    c.force_login(staff)
+    monkeypatch.setattr(SessionStore, "delete", _disk_full)
+    response = c.post("/ui/logout/")
+    assert response.status_code == 503 and b"disk is full" in response.content, response
+
+
 def test_login_lands_on_the_first_page_the_user_may_see(db):
     from django.contrib.auth.models import Permission
 

@@ -242,16 +242,18 @@ def _details(message):
 
 # --- auth -------------------------------------------------------------------------------------
 
-login = same_origin_referrer(xframe_options_deny(
+# Both write (a new session, a failure counted, a session deleted): a 503 on a full disk, with or
+# without the project's handler500.
+login = same_origin_referrer(xframe_options_deny(answers_unavailable(
     auth_views.LoginView.as_view(
         template_name="forqapp/login.html",
         authentication_form=AdminLoginThrottleForm,  # active staff only; failed logins throttled
         next_page=reverse_lazy("forqapp-ui:dashboard"),
     )
-))
-logout = same_origin_referrer(xframe_options_deny(
+)))
+logout = same_origin_referrer(xframe_options_deny(answers_unavailable(
     auth_views.LogoutView.as_view(next_page=reverse_lazy("forqapp-ui:login"))
-))
+)))
 
 
 # --- dashboard --------------------------------------------------------------------------------

@@ -53,9 +53,7 @@ class Command(BaseCommand):
     def _run_forever(self, verbosity: int) -> None:
         def on_lease(running: bool) -> None:
             if verbosity >= 1:
-                self.stdout.write("forq_jobs: " + (
-                    "running the jobs (this process holds the database's jobs lease)" if running
-                    else "standing by: another process holds the database's jobs lease and runs the jobs"))
+                self.stdout.write(scheduler.lease_line(running))
                 self.stdout.flush()
 
         scheduler = Scheduler(on_lease=on_lease)

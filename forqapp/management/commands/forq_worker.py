@@ -140,11 +140,11 @@ def _start_scheduler(options):
     """``--with-jobs``: the background jobs run on a thread of this process."""
     if not options["with_jobs"]:
         return None
-    from ...jobs import Scheduler, ServerJobs
+    from ...jobs import Scheduler
 
     def on_lease(running: bool) -> None:  # said as forq_jobs and forq_serve say it
         if options["verbosity"] >= 1:
-            sys.stdout.write((ServerJobs.RUNNING if running else ServerJobs.STANDING_BY) + "\n")
+            sys.stdout.write(scheduler.lease_line(running) + "\n")
             sys.stdout.flush()
 
     scheduler = Scheduler(on_lease=on_lease)
