@@ -757,8 +757,16 @@ def publish_staged(staged: Sequence[tuple[str, str]], *, using: str | None = Non
     published: dict[str, int] = {}
     with transaction.atomic(using=st.alias):
         for queue, pairs in by_queue.items():
-            published.update(st.publish_staged(pairs, now, policy(queue, using=st.alias).retention_ms,
-                                               forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS))
+            pol = policy(queue, using=st.alias)
+            n = st.publish_staged(pairs, now, pol.retention_ms,
+                                  forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS).get(queue, 0)
+            published[queue] = published.get(queue, 0) + n
+            # A queue's max_length holds for a job's rows too: all of them, or none (the whole
+            # publish is one transaction, so a refusal leaves every queue as it was).
+            if n and pol.max_length is not None and st.queue_length(queue, pol.max_length + 1) > pol.max_length:
+                metrics.refused_full(queue, n)
+                raise ForqError(errors.QUEUE_FULL, f"queue {queue!r} holds its max_length of {pol.max_length} "
+                                f"messages: the {n} staged for it would pass it")
     for queue, n in published.items():
         if n:
             _after_produce(st.alias, queue, n)

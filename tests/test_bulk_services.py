@@ -26,6 +26,23 @@ def test_staged_rows_stay_invisible_until_published():
     assert Message.objects.filter(queue="bulk").count() == 4
 
 
+def test_publishing_respects_each_queues_max_length_all_or_nothing():
+    """Exactly-once Spark writes publish staged rows: a queue's max_length holds for them as for a
+    send (they went past it), and a refused publish leaves every queue as it was."""
+    forqapp.configure_queue("capped", max_length=10)
+    forqapp.send_many("capped", ["old"] * 4)
+    services.stage("capped", "job3-0-0", [{"content": f"a{i}"} for i in range(5)])
+    services.stage("capped", "job3-1-0", [{"content": f"b{i}"} for i in range(2)])
+    services.stage("free", "job3-0-0", [{"content": "f"}])
+    with pytest.raises(forqapp.ForqError) as refused:
+        services.publish_staged([("job3-0-0", "free"), ("job3-0-0", "capped"), ("job3-1-0", "capped")])
+    assert refused.value.code == "queue.full"
+    assert Message.objects.filter(queue__in=("capped", "free")).count() == 4  # nothing published
+    assert StagedMessage.objects.count() == 8  # still staged: the job discards them
+    assert services.publish_staged([("job3-0-0", "free"), ("job3-0-0", "capped")]) == 6  # 4 + 5 + 1 fit
+    assert services.queue_info("capped").counts["ready"] == 9
+
+
 def test_staged_rows_keep_their_ids_and_delays_and_old_ones_are_cleaned_up():
     later = services.now_ms() + 60_000
     services.stage("bulk", "job2-0-0", [{"content": "now"}, {"content": "later", "processAfter": later}])

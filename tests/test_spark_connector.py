@@ -195,7 +195,7 @@ def test_overwrite_and_bad_schemas_are_refused(live_forq):
         source.writer(StructType([StructField("content", StringType()), StructField("processAfter", StringType())]),
                       overwrite=False)
     assert source.writer(StructType([StructField("content", StringType()), StructField("processAfter", LongType())]),
-                         overwrite=False).optional == ("processAfter",)
+                         overwrite=False).columns == {"content": "content", "processAfter": "processAfter"}
     content = StructField("content", StringType())
     with pytest.raises(ForqOptionError, match='"priority" must be an integer'):
         source.writer(StructType([content, StructField("priority", StringType())]), overwrite=False)
@@ -204,7 +204,16 @@ def test_overwrite_and_bad_schemas_are_refused(live_forq):
             source.writer(StructType([content, StructField("attributes", wrong)]), overwrite=False)
     both = StructType([StructField("attributes", MapType(StringType(), StringType())), content,
                        StructField("priority", IntegerType()), StructField("other", StringType())])
-    assert source.writer(both, overwrite=False).optional == ("priority", "attributes")  # "other" is ignored
+    assert source.writer(both, overwrite=False).columns == {  # "other" is ignored
+        "content": "content", "priority": "priority", "attributes": "attributes"}
+    # Spark resolves column names without regard to case: so does the writer (an exact match first)
+    folded = StructType([StructField("Content", StringType()), StructField("PRIORITY", IntegerType()),
+                         StructField("content_raw", StringType())])
+    assert source.writer(folded, overwrite=False).columns == {"content": "Content", "priority": "PRIORITY"}
+    w = ForqDataSource(live_forq.options("w-case")).writer(folded, overwrite=False)
+    batch = pa.RecordBatch.from_pydict({"Content": ["hi"], "PRIORITY": [7], "content_raw": ["no"]})
+    w.commit([w.write(iter([batch]))])
+    assert live_forq.sql("SELECT content, priority FROM messages WHERE queue = 'w-case'") == [("hi", 7)]
     with pytest.raises(ForqOptionError, match="dead-letter"):
         ForqDataSource(live_forq.options("w-dlq")).writer(good, overwrite=False)
 
@@ -559,3 +568,92 @@ def test_writer_refuses_null_content_clearly(live_forq):
     with pytest.raises(ValueError, match="holds a null"):
         w.write(iter([batch]))
     assert live_forq.count("nc") == 0 and live_forq.staged_rows("nc") == 0
+
+
+# --- the write path's limits (found by a README walkthrough with real jobs) ---------------------
+
+
+def test_writer_splits_requests_to_fit_the_body_cap(live_forq, monkeypatch):
+    """batchSize counts rows: 500 rows of 5 KB are a 2.5 MB body, past the server's 2 MiB cap (the
+    job failed with 413). Bodies over the cap are sent in halves; so is one a server with a smaller
+    cap refuses with 413 (here: the client's own limit lifted, so the server's answers)."""
+    from forqapp.spark import source
+
+    contents = [f"{i:05d}" + "x" * 5_000 for i in range(1_000)]
+    w = _writer(live_forq, "big")
+    m = w.write(_batches(contents, size=1_000))
+    w.commit([m])
+    assert m.count == 1_000 and live_forq.count("big") == 1_000
+    monkeypatch.setattr(source, "MAX_REQUEST_BYTES", 10**9)
+    w = _writer(live_forq, "big2", delivery="atLeastOnce")
+    assert w.write(_batches(contents, size=1_000)).count == 1_000
+    assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'big2'")) == contents
+
+
+def test_a_failed_write_with_a_wrong_key_costs_one_failure_not_two(live_forq):
+    """A failed exactly-once task discards its staged rows: with a key the server refused, the
+    discard failed too and counted one more failure towards the address's throttle (the next job
+    got 429, not 401)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    live_forq.sql("DELETE FROM forq_auth_throttle")
+    schema = StructType([StructField("content", StringType())])
+    w = ForqDataSource({**live_forq.options("wk"), "apiKey": "not-the-key"}).writer(schema, overwrite=False)
+    with pytest.raises(ForqClientError) as refused:
+        w.write(_batches(["a", "b"]))
+    assert refused.value.status == 401
+    assert live_forq.sql("SELECT SUM(failures) FROM forq_auth_throttle")[0][0] == 1
+    live_forq.sql("DELETE FROM forq_auth_throttle")
+
+
+def test_a_job_past_the_queues_max_length_publishes_nothing_and_says_why(live_forq):
+    with live_forq.client() as c:
+        c.request("PUT", "/api/v2/queues/capped", {"max_length": 10})
+    w = _writer(live_forq, "capped")
+    m = w.write(_batches([f"m{i}" for i in range(50)]))
+    with pytest.raises(ForqClientError, match="is at its max_length: nothing was published") as refused:
+        w.commit([m])
+    assert refused.value.code == "queue.full"
+    assert live_forq.count("capped") == 0 and live_forq.staged_rows("capped") == 0
+    w = _writer(live_forq, "capped")
+    w.commit([w.write(_batches([f"m{i}" for i in range(10)]))])
+    assert live_forq.count("capped") == 10
+
+
+def test_a_write_on_a_connection_the_server_closed_while_idle_is_sent_again(tmp_path):
+    """The server drops keep-alive connections idle for ~30 s: a writer whose input paused that
+    long failed with "Broken pipe" on its next request, and so did every retry of the task. A write
+    on a reused connection that the server had closed is sent once more, on a fresh connection."""
+    import threading
+
+    received = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve():  # answers each connection's first request, then closes it without saying so
+        for _ in range(2):
+            conn, _ = server.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+                while len(body) < length:
+                    body += conn.recv(65536)
+                received.append(json.loads(body))
+                answer = b'{"staged": %d}' % len(json.loads(body)["messages"])
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(answer), answer))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with ForqClient(f"http://127.0.0.1:{server.getsockname()[1]}", "k", retries=0) as client:
+        body = json.dumps({"messages": [{"content": "a"}]}).encode()
+        assert client.stage_raw("q", "t", body) == 1
+        time.sleep(0.2)  # the server has closed the connection the client keeps
+        assert client.stage_raw("q", "t", body) == 1
+    thread.join(5)
+    server.close()
+    assert len(received) == 2  # each sent once: the first try found the connection closed

@@ -72,6 +72,9 @@ class ForqClient:
         """Send one request; JSON in and out. Connection failures are retried (with a fresh
         connection) only for idempotent requests: a write that may have landed is never sent twice."""
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        return self._send(method, path, data, idempotent)
+
+    def _send(self, method: str, path: str, data: bytes | None, idempotent: bool) -> Any:
         headers = {"X-API-Key": self._api_key, "Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
@@ -86,11 +89,12 @@ class ForqClient:
                 payload = response.read()
             except (OSError, http.client.HTTPException) as exc:
                 self.close()
-                # A keep-alive connection the server closed fails on reuse before anything was
-                # processed; for other failures only idempotent requests are retried.
+                # A keep-alive connection the server closed (it drops idle ones after ~30 s: a
+                # writer whose input paused) fails on reuse before anything was processed: sent
+                # again once on a fresh one. Other failures are retried for idempotent requests only.
                 stale = reused and isinstance(exc, http.client.RemoteDisconnected | BrokenPipeError |
                                               ConnectionResetError)
-                if (idempotent or (stale and attempt == 1)) and attempt <= self._retries:
+                if (idempotent and attempt <= self._retries) or (stale and attempt == 1):
                     time.sleep(min(0.1 * 2 ** attempt, 2.0))
                     continue
                 raise ForqClientError(f"{method} {path}: cannot reach forqapp at {self._host}: {exc}") from exc
@@ -138,25 +142,8 @@ class ForqClient:
         return len(self._raw("POST", f"/api/v1/queues/{self._q(queue)}/messages/batch", body)["ids"])
 
     def _raw(self, method: str, path: str, data: bytes) -> Any:
-        headers = {"X-API-Key": self._api_key, "Content-Type": "application/json"}
-        conn = self._connection()
-        try:
-            conn.request(method, self._prefix + path, body=data, headers=headers)
-            response = conn.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException) as exc:
-            self.close()
-            raise ForqClientError(f"{method} {path}: cannot reach forqapp at {self._host}: {exc}") from exc
-        if response.will_close:
-            self.close()
-        if response.status >= 400:
-            try:
-                code = json.loads(payload).get("code")
-            except (ValueError, AttributeError):
-                code = None
-            raise ForqClientError(f"{method} {path}: HTTP {response.status} {code or ''}".strip(),
-                                  response.status, code)
-        return json.loads(payload)
+        """A write with its JSON body already encoded: not retried, but on a stale connection."""
+        return self._send(method, path, data, idempotent=False)
 
     def publish(self, staged: list[tuple[str, str]]) -> int:
         # Publishing twice publishes nothing more: safe to retry.

@@ -15,6 +15,7 @@ streaming read. Runs on the driver and on executors: no Django, HTTP only (:mod:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -36,7 +37,16 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-from pyspark.sql.types import ByteType, IntegerType, LongType, MapType, ShortType, StringType, StructType
+from pyspark.sql.types import (
+    ByteType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from .. import vocab  # Django-free, like this package
 from .options import ForqOptionError, ForqOptions
@@ -52,6 +62,7 @@ _SPARK_TYPES = {
 SNAPSHOT_SCHEMA = ", ".join(f"{name} {_SPARK_TYPES[name]}" for name in vocab.SNAPSHOT_COLUMNS)
 ROWS_PER_PARTITION = 250_000  # snapshot read: default partitioning
 MAX_PUBLISH = 10_000  # write: tokens (task outputs) published in one request, one transaction
+MAX_REQUEST_BYTES = 2 * 1024 * 1024  # write: a request's body at most (FORQ_MAX_BODY_BYTES' default)
 
 
 class ForqDataSource(DataSource):
@@ -111,15 +122,21 @@ _WRITE_RULES = {  # column -> (accepted type, what to say when it is not)
 }
 
 
-def _check_write_schema(schema: StructType) -> tuple[str, ...]:
+def _check_write_schema(schema: StructType) -> dict[str, str]:
     """The DataFrame needs a string ``content``; ``processAfter`` (Unix ms), ``priority`` and
-    ``attributes`` are optional (other columns are ignored). Returns the optional columns present."""
-    fields = {f.name: f for f in schema.fields}
+    ``attributes`` are optional (other columns are ignored). Column names match without regard to
+    case, as Spark resolves them (an exact match first). Returns {column: its name in the schema}
+    for ``content`` and the optional columns present."""
+    exact = {f.name: f for f in schema.fields}
+    folded: dict[str, StructField] = {}
+    for f in schema.fields:
+        folded.setdefault(f.name.lower(), f)
+    fields = {name: exact.get(name) or folded.get(name.lower()) for name in ("content", *WRITE_OPTIONAL)}
     content = fields.get("content")
     if content is None or not isinstance(content.dataType, StringType):
         raise ForqOptionError('format "forq" writes need a string column "content" (found: '
                               + ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields) + ")")
-    present = []
+    present = {"content": content.name}
     for name in WRITE_OPTIONAL:
         field = fields.get(name)
         if field is None:
@@ -127,8 +144,8 @@ def _check_write_schema(schema: StructType) -> tuple[str, ...]:
         accepts, expected = _WRITE_RULES[name]
         if not accepts(field.dataType):
             raise ForqOptionError(f'column "{name}" must be {expected}, not {field.dataType.simpleString()}')
-        present.append(name)
-    return tuple(present)
+        present[name] = field.name
+    return present
 
 
 def _check_priorities(values: list) -> None:
@@ -201,7 +218,7 @@ class ForqWriter(DataSourceArrowWriter):
         if options.is_dlq:
             raise ForqOptionError(f"cannot write to dead-letter queue {options.queue!r}")
         self.options = options
-        self.optional = _check_write_schema(schema)
+        self.columns = _check_write_schema(schema)
         self.job = uuid.uuid4().hex[:16]
 
     def write(self, iterator) -> ForqCommitMessage:
@@ -211,33 +228,52 @@ class ForqWriter(DataSourceArrowWriter):
         client = opts.client()
         try:
             for batch in iterator:
-                contents = batch.column("content").to_pylist()
+                contents = batch.column(self.columns["content"]).to_pylist()
                 if None in contents:  # (an empty string is content: Forq stores it)
                     raise ValueError('format "forq": column "content" holds a null '
                                      "(filter those rows out first)")
-                optional = {name: batch.column(name).to_pylist() for name in self.optional}
+                optional = {name: batch.column(column).to_pylist() for name, column in self.columns.items()
+                            if name != "content"}
                 for start in range(0, len(contents), opts.batch_size):
                     end = start + opts.batch_size
                     items = _bulk_messages(contents[start:end], {k: v[start:end] for k, v in optional.items()})
-                    body = json.dumps({"messages": items}, separators=(",", ":")).encode()
-                    if opts.exactly_once:
-                        count += client.stage_raw(opts.queue, token, body)
-                    else:  # visible at once; a retried task sends its rows again
-                        count += client.send_batch_raw(opts.queue, body)
-        except BaseException:
+                    count += self._send(client, token, items)
+        except BaseException as exc:
             if not opts.exactly_once:
                 raise
             # This attempt's rows will never be published; drop them now rather than leave them
-            # to the cleanup job. Best effort: the error that matters is the one re-raised.
-            try:
-                client.close()
-                client.discard([(token, opts.queue)])
-            except Exception:  # noqa: BLE001
-                logger.warning("could not discard staged token %s", token)
+            # to the cleanup job. Best effort: the error that matters is the one re-raised. (Not
+            # with a key the server refused: it would refuse the discard too, and count one more
+            # failed key towards the address's throttle: the next job got 429, not 401.)
+            if getattr(exc, "status", None) not in (401, 403, 429):
+                try:
+                    client.close()
+                    client.discard([(token, opts.queue)])
+                except Exception:  # noqa: BLE001
+                    logger.warning("could not discard staged token %s", token)
             raise
         finally:
             client.close()
         return ForqCommitMessage(token=token, queue=opts.queue, count=count)
+
+    def _send(self, client, token: str, items: list[dict[str, Any]]) -> int:
+        """Stage (or send) ``items`` in requests within the server's body cap: a batch whose body
+        is larger than :data:`MAX_REQUEST_BYTES` (the server's default cap), or that a server with
+        a smaller cap refuses with 413 (refused before it is read: nothing was written), is sent
+        in halves. ``batchSize`` rows of a few KB each would pass the cap otherwise."""
+        from .client import ForqClientError
+
+        body = json.dumps({"messages": items}, separators=(",", ":")).encode()
+        if len(body) <= MAX_REQUEST_BYTES or len(items) == 1:
+            try:
+                if self.options.exactly_once:
+                    return client.stage_raw(self.options.queue, token, body)
+                return client.send_batch_raw(self.options.queue, body)  # visible at once; a retried task sends again
+            except ForqClientError as exc:
+                if exc.status != 413 or len(items) == 1:
+                    raise
+        half = len(items) // 2
+        return self._send(client, token, items[:half]) + self._send(client, token, items[half:])
 
     @staticmethod
     def _staged(messages) -> list[tuple[str, str]]:
@@ -252,8 +288,18 @@ class ForqWriter(DataSourceArrowWriter):
             # one publish request is one transaction; the job is aborted and nothing is visible
             raise ForqOptionError(f'format "forq" publishes at most {MAX_PUBLISH} partitions in one job '
                                   f"(this one has {len(staged)}): coalesce() or repartition() first")
+        from .client import ForqClientError
+
         with self.options.client() as client:
-            published = client.publish(staged)
+            try:
+                published = client.publish(staged)
+            except ForqClientError as exc:
+                if exc.code == "queue.full":  # refused whole: nothing was published; drop the rows now
+                    with contextlib.suppress(ForqClientError):
+                        client.discard(staged)
+                    raise ForqClientError(f'format "forq": queue {self.options.queue!r} is at its max_length: '
+                                          "nothing was published", exc.status, exc.code) from exc
+                raise
         expected = sum(m.count for m in messages if isinstance(m, ForqCommitMessage))
         logger.info("forq: published %d messages to %s (%d staged)", published, self.options.queue, expected)
 
