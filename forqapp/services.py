@@ -851,12 +851,17 @@ def healthy(*, using: str | None = None) -> bool:
 
 
 def move_expired_to_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
-    """Expired regular messages (ready or failed, never processing) → their DLQ."""
+    """Expired regular messages (ready or failed, never processing) → their DLQ. Also forgets
+    dedup ids whose window has ended (not counted: they are not messages), so the dedup table
+    holds about a window's sends and this job's interval more, not an hour's (it ran with the
+    62-minute ``expired-dlq`` before)."""
     st = _store(using)
     if dry_run:
         return st.count_expired(now_ms(), False)
-    n = st.move_expired_to_dlq(now_ms(), forq_settings.dlq_ttl_ms)
+    now = now_ms()
+    n = st.move_expired_to_dlq(now, forq_settings.dlq_ttl_ms)
     metrics.moved_to_dlq("expired", n)
+    st.delete_expired_dedup(now)
     return n
 
 
@@ -885,8 +890,7 @@ def recover_stale(*, dry_run: bool = False, using: str | None = None) -> int:
 
 def delete_expired_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
     """Expired DLQ messages → deleted. Also deletes rows staged by Spark jobs that never published
-    nor discarded them within ``STAGE_TTL_MS`` (they were never messages: not counted), and
-    forgets dedup ids whose window has ended."""
+    nor discarded them within ``STAGE_TTL_MS`` (they were never messages: not counted)."""
     st = _store(using)
     now = now_ms()
     if dry_run:
@@ -894,7 +898,6 @@ def delete_expired_dlq(*, dry_run: bool = False, using: str | None = None) -> in
     n = st.delete_expired_dlq(now)
     metrics.cleaned_up("expired", n)
     st.delete_abandoned_staged(now - STAGE_TTL_MS)
-    st.delete_expired_dedup(now)
     return n
 
 

@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import REGISTRY
 
 import forqapp
-from forqapp import conf, errors, services
+from forqapp import conf, errors, jobs, services
 from forqapp.conf import forq_settings
 from forqapp.models import DedupEntry, Message, Queue, Status
 
@@ -317,8 +317,10 @@ def test_dedup_after_ack_still_returns_the_original_until_the_window_ends(clock)
     assert not Message.objects.filter(queue="dda").exists()
     assert forqapp.send("dda", "x", dedup_id="pay-7") == first  # a producer retrying after a timeout
     assert not Message.objects.filter(queue="dda").exists()
-    clock.advance(300)
-    assert services.delete_expired_dlq() == 0  # the cleanup job forgets ended windows
+    clock.advance(299)
+    assert jobs.expired() == 0 and DedupEntry.objects.filter(queue="dda").exists()  # still in its window
+    clock.advance(1)
+    assert jobs.expired() == 0  # the 5-minute job forgets ended windows (messages moved: none)
     assert not DedupEntry.objects.filter(queue="dda").exists()
     assert forqapp.send("dda", "x", dedup_id="pay-7") != first
 
