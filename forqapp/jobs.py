@@ -218,7 +218,8 @@ class JobsLease:
         self._valid_until = 0.0  # time.monotonic()
         self._retry_soon = True
         self.failure: str | None = None  # why the last renewal failed (None: it did not)
-        self._failure_said = 0.0  # time.monotonic() of the last line about it
+        self._failure_said = -60.0  # time.monotonic() of the last line about a failure
+        self._failure_told = False  # whether this run of failures was said
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -249,22 +250,23 @@ class JobsLease:
             self._retry_soon = True
             return self.held
         if self.failure is not None:
-            logger.warning("forqapp jobs: the lease %s can be renewed again", self.name)
-            self.failure = None
+            if self._failure_told:
+                logger.warning("forqapp jobs: the lease %s can be renewed again", self.name)
+            self.failure, self._failure_told = None, False
         self._valid_until = started + ttl_ms / 2000 if ok else 0.0
         self._retry_soon = not self.held  # e.g. a statement that waited long for SQLite's lock
         return ok
 
     def _renewal_failed(self, exc: Exception) -> None:
-        """Say it once, then once a minute while it lasts (it is tried every second): a database
-        that cannot serve (a full disk) in one line; anything else with its traceback."""
+        """Say it at most once a minute, however often it fails and recovers (it is tried every
+        second): a database that cannot serve (a full disk) in one line; anything else with its
+        traceback. The recovery is said only after a failure that was."""
         reason = errors.unavailable(exc)
-        first = self.failure is None
         self.failure = reason or f"{type(exc).__name__}: {exc}"
         now = time.monotonic()
-        if not first and now - self._failure_said < 60:
+        if now - self._failure_said < 60:
             return
-        self._failure_said = now
+        self._failure_said, self._failure_told = now, True
         if reason is not None:
             logger.warning("forqapp jobs: renewing the lease %s failed: %s; trying again every second "
                            "(this line at most once a minute)", self.name, reason)

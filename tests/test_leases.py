@@ -217,3 +217,32 @@ def test_a_raw_sqlite_error_while_renewing_does_not_end_the_lease_thread(short_l
     finally:
         scheduler.stop()
         scheduler.join(10)
+
+
+def test_a_renewal_failing_and_recovering_again_and_again_is_said_once_a_minute(short_lease, monkeypatch, caplog):
+    """On a disk that is all but full a renewal fails, the next works, and so on: each run of
+    failures must not be a line of its own (one a second, as the lease is asked for again)."""
+    import logging
+    import sqlite3
+
+    caplog.set_level(logging.WARNING, logger="forqapp")
+    real_acquire = services.acquire_lease
+    fail = [True, False, True, False, True, False]
+
+    def acquire(*args, **kwargs):
+        if fail and fail.pop(0):
+            raise sqlite3.OperationalError("database or disk is full")
+        return real_acquire(*args, **kwargs)
+
+    monkeypatch.setattr(services, "acquire_lease", acquire)
+    lease = jobs.JobsLease()
+    for _ in range(6):
+        lease.renew()
+    said = [r.getMessage() for r in caplog.records if "lease" in r.getMessage()]
+    assert said == [
+        "forqapp jobs: renewing the lease forq-jobs failed: the database's disk is full; trying again every "
+        "second (this line at most once a minute)",
+        "forqapp jobs: the lease forq-jobs can be renewed again",
+    ], said
+    assert lease.held and lease.failure is None
+    lease.stop()
