@@ -79,4 +79,27 @@ def test_uncached_wrong_secret_and_wrong_id_take_the_same_time(settings):
     ratio = m["wrong id"] / m["wrong secret"]
     print(f"\nuncached for_token, fastest batch: wrong secret {m['wrong secret'] / 1000:.1f} µs, "
           f"wrong id {m['wrong id'] / 1000:.1f} µs; wrong id / wrong secret = {ratio:.3f}")
-    assert 0.93 < ratio < 1.075, m  # skipping the dummy unseal measured 0.91
+    # Each call reads the database (~0.4 ms on SQLite), whose time moves more than the work compared:
+    # 0.92 and 1.16 were measured with nothing changed, and skipping the dummy unseal gives 0.91. So
+    # the band only catches a gross difference; the same work is asserted step by step below.
+    assert 0.75 < ratio < 1.33, m
+
+
+def test_uncached_wrong_id_does_the_work_of_a_wrong_secret(monkeypatch):
+    """What the timing above cannot tell apart within its noise, counted: before the cache knows
+    them, a wrong id and a wrong secret each make one read, open one sealed secret and parse one
+    grant list (the unknown id's are a dummy's); neither does anything the other does not."""
+    from forqapp.keys import cache as key_cache
+    from forqapp.keys import crypto, grants
+
+    issued = service.create("counted-cold", ["orders:produce"], actor="test", via="cli")
+    calls: list[str] = []
+    for module, name in ((crypto, "unseal"), (grants, "parse_all")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    for token in (tokens.token(issued.key.access_key_id, tokens.new_secret()),
+                  tokens.token(tokens.new_access_key_id(), issued.secret)):
+        key_cache.forget(token.partition(".")[0])
+        calls.clear()
+        assert for_token(token) is None
+        assert calls == ["unseal", "parse_all"], (token, calls)
