@@ -293,26 +293,38 @@ def test_example_pipelines_say_an_error_in_one_line(spark, live_forq, tmp_path, 
 
 def test_a_stopped_query_gives_its_leased_batch_back(spark, live_forq, tmp_path):
     """query.stop() while a batch is in its sink: the batch is not committed, and its messages go
-    back to ready at once (the reader's stop() releases them), not when their lease ends."""
-    live_forq.send_batch("stopq", [{"content": f"m{i}"} for i in range(30)])
-    entered = threading.Event()
+    back to ready at once (the reader's stop() releases them), not when their lease ends.
 
-    def slow_sink(batch_df, batch_id):
-        if batch_df.count():
-            entered.set()
-            time.sleep(3)
+    Best effort, as the README says: Spark ends the source's process, and once in several CI runs
+    (a quiet machine too) the release did not happen — the batch then comes back when its lease
+    ends (5 minutes here). So the scenario runs up to twice, on a fresh queue, and the release must
+    happen in one of them; a first miss is printed. Nothing is ever acked."""
+    misses = []
+    for attempt in range(2):
+        queue = f"stopq{attempt}"
+        live_forq.send_batch(queue, [{"content": f"m{i}"} for i in range(30)])
+        entered = threading.Event()
 
-    query = _drain(spark, live_forq, "stopq", slow_sink, tmp_path / "cp", per_batch=10)
-    try:
-        assert entered.wait(60)
-        assert live_forq.count("stopq", 1) == 10  # the batch in the sink is leased
-    finally:
-        query.stop()
-    deadline = time.monotonic() + 30
-    while live_forq.count("stopq", 1) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert live_forq.count("stopq", 1) == 0  # released: none left in flight
-    assert live_forq.count("stopq") == 30  # nothing acked: the batch never committed
+        def slow_sink(batch_df, batch_id, entered=entered):
+            if batch_df.count():
+                entered.set()
+                time.sleep(3)
+
+        query = _drain(spark, live_forq, queue, slow_sink, tmp_path / f"cp{attempt}", per_batch=10)
+        try:
+            assert entered.wait(60)
+            assert live_forq.count(queue, 1) == 10  # the batch in the sink is leased
+        finally:
+            query.stop()
+        deadline = time.monotonic() + 30
+        while live_forq.count(queue, 1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert live_forq.count(queue) == 30  # nothing acked: the batch never committed
+        if live_forq.count(queue, 1) == 0:  # released: none left in flight
+            break
+        misses.append(queue)
+        print(f"\n{queue}: the stopped query's batch was not released within 30 s (best effort); again")
+    assert len(misses) < 2, misses
 
 
 def test_available_now_takes_what_is_there_commits_its_last_batch_and_ends(spark, live_forq, tmp_path):
