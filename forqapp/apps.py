@@ -29,15 +29,6 @@ class ForqConfig(AppConfig):
 
         if apps.is_installed("django.contrib.admin") and admin.site.login_form is None:
             admin.site.login_form = login_throttle.AdminLoginThrottleForm
-        # A 503 for a database that cannot serve (handler500 = forqapp's server_error) logs one line
-        # a second, not a traceback a request: on a full disk, tracebacks would fill what is left.
-        import logging
-
-        from .errors import ShortUnavailable
-
-        request_logger = logging.getLogger("django.request")
-        if not any(isinstance(f, ShortUnavailable) for f in request_logger.filters):
-            request_logger.addFilter(ShortUnavailable())
 
 
 def _apply_declared_queues(sender, using: str, **kwargs) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -119,21 +118,6 @@ def unavailable(exc: BaseException) -> str | None:
         return None
     text = str(exc).lower()
     return next((reason for needle, reason in _UNAVAILABLE if needle in text), None)
-
-
-class ShortUnavailable(logging.Filter):
-    """On ``django.request`` (installed by forqapp's app config): a request that the project's
-    ``handler500`` (:func:`forqapp.ui.views.server_error`) answered 503 because the database cannot
-    serve — the admin saving on a full disk — is :func:`say_unavailable`'s one line a second, not
-    Django's error with a 100-line traceback per request."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if exc is None or getattr(record, "status_code", None) != 503 or (reason := unavailable(exc)) is None:
-            return True
-        request = getattr(record, "request", None)
-        say_unavailable(logging.getLogger("forqapp.ui"), getattr(request, "path", "a request"), reason)
-        return False
 
 
 def say_unavailable(logger: Any, where: str, reason: str) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from django.db import connections, transaction
 
@@ -286,8 +286,7 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
             fresh = list(range(len(rows)))
         if fresh and pol.max_length is not None and \
                 st.queue_length(queue, pol.max_length) + len(fresh) > pol.max_length:
-            metrics.refused_full(queue, len(fresh))
-            raise ForqError(errors.QUEUE_FULL, f"queue {queue!r} holds its max_length of {pol.max_length} messages")
+            _refuse_full(queue, pol.max_length, len(fresh))
         sequences = st.insert([rows[i] for i in fresh]) if fresh else []
     for i, seq in zip(fresh, sequences, strict=True):
         results[i] = SendResult(rows[i].id, seq)
@@ -295,6 +294,12 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
     if fresh:
         _after_produce(st.alias, queue, len(fresh))
     return [r.id if ids_only else r for r in results if r is not None]
+
+
+def _refuse_full(queue: str, max_length: int, n: int) -> NoReturn:
+    """``queue.full`` for ``n`` messages that would pass the queue's ``max_length`` (counted)."""
+    metrics.refused_full(queue, n)
+    raise ForqError(errors.QUEUE_FULL, f"queue {queue!r} holds its max_length of {max_length} messages")
 
 
 def _dedup_window(item: Any, default: Any, pol: Policy) -> int:
@@ -764,9 +769,7 @@ def publish_staged(staged: Sequence[tuple[str, str]], *, using: str | None = Non
             # A queue's max_length holds for a job's rows too: all of them, or none (the whole
             # publish is one transaction, so a refusal leaves every queue as it was).
             if n and pol.max_length is not None and st.queue_length(queue, pol.max_length + 1) > pol.max_length:
-                metrics.refused_full(queue, n)
-                raise ForqError(errors.QUEUE_FULL, f"queue {queue!r} holds its max_length of {pol.max_length} "
-                                f"messages: the {n} staged for it would pass it")
+                _refuse_full(queue, pol.max_length, n)
     for queue, n in published.items():
         if n:
             _after_produce(st.alias, queue, n)

@@ -1077,8 +1077,8 @@ def test_the_admin_on_a_full_disk_is_a_503_page_not_a_500(staff, monkeypatch):
 
 
 def test_a_503_for_a_full_disk_logs_one_line_not_a_traceback(staff, monkeypatch, caplog):
-    """Django logs an uncaught exception with its traceback before handler500 answers: the
-    filter forqapp puts on django.request keeps one line a second of it (at most one here)."""
+    """Django logs an uncaught exception with its traceback after handler500 answers, unless the
+    response is marked logged: forqapp's 503 is, and says it in one line a second (one here)."""
     from django.contrib.sessions.backends.db import SessionStore
 
     from forqapp import errors

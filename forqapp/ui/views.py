@@ -155,7 +155,9 @@ def unavailable_response(request: HttpRequest, reason: str) -> HttpResponse:
     else:
         response = render(request, "forqapp/unavailable.html", {"text": text}, status=503)
     response["Retry-After"] = "5"
-    # Said above, once a second: not Django's "Service Unavailable" line a request as well.
+    # Said above, once a second: not Django's "Service Unavailable" line a request as well, nor,
+    # when this answers as handler500 (server_error), its error with the traceback: Django's
+    # log_response skips a response marked logged.
     response._has_been_logged = True  # type: ignore[attr-defined]  # (django.utils.log.log_response)
     return response
 
