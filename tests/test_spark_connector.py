@@ -657,3 +657,36 @@ def test_a_write_on_a_connection_the_server_closed_while_idle_is_sent_again(tmp_
     thread.join(5)
     server.close()
     assert len(received) == 2  # each sent once: the first try found the connection closed
+
+
+def test_an_answer_given_before_the_body_was_all_sent_is_read():
+    """The server refuses a body over its cap on the Content-Length (413) and closes without
+    reading it: the client's send then fails (reset or broken pipe; CI saw it on the body-cap test).
+    The answer it was given is still read, so the writer splits the batch instead of failing."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    bodies = []
+
+    def serve():  # the first connection: 413 on the headers; the next: read and answer
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            answer = b'{"code": "bad_request.content.exceeds_limit"}'
+            conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\n"
+                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer))
+        bodies.append(len(data))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with ForqClient(f"http://127.0.0.1:{server.getsockname()[1]}", "k", retries=0) as client:
+        with pytest.raises(ForqClientError) as refused:
+            client.stage_raw("q", "t", b"x" * 8_000_000)
+    thread.join(5)
+    server.close()
+    assert refused.value.status == 413 and refused.value.code == "bad_request.content.exceeds_limit"
+    assert bodies and bodies[0] < 8_000_000  # the server did not read the body

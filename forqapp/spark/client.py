@@ -84,7 +84,14 @@ class ForqClient:
             reused = self._conn is not None
             try:
                 conn = self._connection()
-                conn.request(method, self._prefix + path, body=data, headers=headers)
+                try:
+                    conn.request(method, self._prefix + path, body=data, headers=headers)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The server may have answered before the body was all sent (a 413 on the
+                    # Content-Length) and closed: that answer is still readable. If there is none,
+                    # the failure below is raised (the body was not all sent: nothing was written).
+                    if data is None:
+                        raise
                 response = conn.getresponse()
                 payload = response.read()
             except (OSError, http.client.HTTPException) as exc:
