@@ -24,6 +24,7 @@ for staff on the UI listener, answered with ``Last-Modified`` (browsers revalida
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -136,16 +137,39 @@ def granian_command(target: str, host: str, port: int, workers: int, *, static: 
 
 
 def server_environment() -> dict[str, str]:
-    """The children's environment; with metrics on, a fresh ``PROMETHEUS_MULTIPROC_DIR`` unless
-    one is given (several processes serve: prometheus_client adds their values up from it)."""
+    """The children's environment; with metrics on, ``var/prometheus`` as ``PROMETHEUS_MULTIPROC_DIR``
+    unless one is given (several processes serve: prometheus_client adds their values up from it)."""
     env = process.child_environment()
     env.pop(process.SERVE_JOBS_ENV, None)  # only this server's API workers get it, and only with jobs
     if forq_settings.FORQ_METRICS_ENABLED and not env.get("PROMETHEUS_MULTIPROC_DIR"):
-        directory = Path(getattr(settings, "BASE_DIR", ".")) / "var" / "prometheus"
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True)
-        env["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(_metrics_directory(Path(getattr(settings, "BASE_DIR", ".")) / "var"))
     return env
+
+
+_metrics_lock: int | None = None  # held (shared) while this process, or the supervisor it becomes, runs
+
+
+def _metrics_directory(parent: Path) -> Path:
+    """``parent/prometheus``, emptied when no other ``forq_serve`` uses it (a fresh start's counts),
+    kept when one does (a second server of the same checkout, or one restarted beside another, wiped
+    the running one's files: its counts vanished from ``/metrics``). Each server holds a shared
+    ``flock`` on ``prometheus.lock`` for its life (the fd survives the ``execve`` into the
+    supervisor); the one that can take it exclusively is alone."""
+    global _metrics_lock
+    directory = parent / "prometheus"
+    parent.mkdir(parents=True, exist_ok=True)
+    if _metrics_lock is None:
+        fd = os.open(parent / "prometheus.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(directory, ignore_errors=True)
+        except BlockingIOError:
+            pass  # another server runs on it
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.set_inheritable(fd, True)
+        _metrics_lock = fd
+    directory.mkdir(exist_ok=True)
+    return directory
 
 
 class Server:

@@ -724,6 +724,47 @@ def test_batch_request_errors(sqs):
     assert not Message.objects.filter(queue="batcherr").exists()
 
 
+def test_an_empty_batch_names_its_own_entry_type(sqs):
+    """Audit: an empty DeleteMessageBatch asked for a SendMessageBatchRequestEntry."""
+    url = sqs.create_queue(QueueName="emptybatch")["QueueUrl"]
+    for call, entry_type in ((sqs.send_message_batch, "SendMessageBatchRequestEntry"),
+                             (sqs.delete_message_batch, "DeleteMessageBatchRequestEntry"),
+                             (sqs.change_message_visibility_batch, "ChangeMessageVisibilityBatchRequestEntry")):
+        with pytest.raises(sqs.exceptions.EmptyBatchRequest) as exc:
+            call(QueueUrl=url, Entries=[])
+        assert f"at least one {entry_type} " in exc.value.response["Error"]["Message"]
+
+
+def test_a_message_s_size_counts_its_attributes_as_sqs_does(sqs):
+    """Audit: the queue's MaximumMessageSize was checked against the body alone (SQS counts each
+    attribute's name, type and value too)."""
+    url = sqs.create_queue(QueueName="sized", Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+
+    def attributes(value_bytes):  # "n" + "String" + the value
+        return {"n": {"DataType": "String", "StringValue": "v" * value_bytes}}
+
+    sqs.send_message(QueueUrl=url, MessageBody="x" * 1000, MessageAttributes=attributes(17))  # 1,024 bytes
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="x" * 1000, MessageAttributes=attributes(18))
+    assert code_of(exc)[0] == "InvalidParameterValue" and "shorter than 1024 bytes" in str(exc.value)
+    binary = {"b": {"DataType": "Binary", "BinaryValue": b"\x00" * 20}}  # 1 + 6 + 20 decoded bytes
+    answer = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "fits", "MessageBody": "x" * 997, "MessageAttributes": binary},
+        {"Id": "over", "MessageBody": "x" * 998, "MessageAttributes": binary}])
+    assert [s["Id"] for s in answer["Successful"]] == ["fits"]
+    assert [(f["Id"], f["Code"]) for f in answer["Failed"]] == [("over", "InvalidParameterValue")]
+    assert Message.objects.filter(queue="sized").count() == 2
+
+
+def test_a_message_body_of_another_type_says_so(sqs, server):
+    url = sqs.create_queue(QueueName="typed")["QueueUrl"]
+    answer = signed_post(server, "SendMessage", json.dumps({"QueueUrl": url, "MessageBody": 5}).encode())
+    assert answer.status_code == 400 and "MessageBody is invalid. Reason: Must be a string" in answer.json()["message"]
+    answer = signed_post(server, "SendMessage", json.dumps({"QueueUrl": url, "MessageBody": "x", "MessageAttributes": {
+        "b": {"DataType": "Binary", "BinaryValue": "not base64!"}}}).encode())
+    assert answer.status_code == 400 and "not base64" in answer.json()["message"]
+
+
 def test_the_batch_total_is_the_services_not_the_queues_maximum_message_size(sqs):
     """SQS: each message within the queue's MaximumMessageSize; the batch's total within the
     service's limit (two 600-byte bodies were refused as a batch over 1,024 bytes)."""
@@ -732,6 +773,25 @@ def test_the_batch_total_is_the_services_not_the_queues_maximum_message_size(sqs
     assert len(answer["Successful"]) == 2 and not answer.get("Failed")
     answer = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "big", "MessageBody": "x" * 1025}])
     assert [f["Code"] for f in answer["Failed"]] == ["InvalidParameterValue"]  # each message: the queue's
+
+
+def test_change_visibility_keeps_a_delivery_at_most_12_hours_in_all(sqs):
+    """SQS: ChangeMessageVisibility can extend a delivery to at most 12 hours after its receive;
+    past that it is refused (an audit found the lease renewable for ever)."""
+    url = sqs.create_queue(QueueName="twelve")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": str(i)} for i in range(2)])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2)["Messages"]
+    time.sleep(1.1)
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"], VisibilityTimeout=43_200)
+    assert code_of(exc)[0] == "InvalidParameterValue"
+    assert "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]" in str(exc.value)
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"], VisibilityTimeout=43_000)
+    answer = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "past", "ReceiptHandle": got[1]["ReceiptHandle"], "VisibilityTimeout": 43_200},
+        {"Id": "within", "ReceiptHandle": got[0]["ReceiptHandle"], "VisibilityTimeout": 43_100}])
+    assert [s["Id"] for s in answer["Successful"]] == ["within"]
+    assert [(f["Id"], f["Code"]) for f in answer["Failed"]] == [("past", "InvalidParameterValue")]
 
 
 def test_change_visibility_batch(sqs):

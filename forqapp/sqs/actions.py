@@ -59,10 +59,10 @@ def _integer(body: dict[str, Any], name: str, lo: int, hi: int, default: int | N
     return value
 
 
-def _entries(body: dict[str, Any]) -> list[dict[str, Any]]:
+def _entries(body: dict[str, Any], entry_type: str) -> list[dict[str, Any]]:
     entries = body.get("Entries")
     if not entries:
-        raise SqsError("EmptyBatchRequest", "There should be at least one SendMessageBatchRequestEntry in the request.")
+        raise SqsError("EmptyBatchRequest", f"There should be at least one {entry_type} in the request.")
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise invalid("Entries must be a list of maps")
     if len(entries) > BATCH_MAX:
@@ -246,6 +246,8 @@ def _message(entry: dict[str, Any], meta: dict[str, Any], limit: int) -> tuple[d
         raise invalid("The request includes parameter MessageDeduplicationId, which is only valid for FIFO queues.")
     delay = _integer(entry, "DelaySeconds", 0, 900, int(meta.get("DelaySeconds", 0)))
     attributes = messages.check_attributes(entry.get("MessageAttributes"))
+    if attributes and messages.size(body, attributes) > limit:
+        raise messages.too_large(limit)  # (SQS counts the attributes in the message's size)
     system = messages.check_system_attributes(entry.get("MessageSystemAttributes"))
     item: dict[str, Any] = {"content": body, "attributes": messages.to_forq(attributes)}
     if delay:
@@ -272,7 +274,7 @@ def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, info = _queue(ctx, body, keys.PRODUCE)
-    entries = _entries(body)
+    entries = _entries(body, "SendMessageBatchRequestEntry")
     limit = queues.max_message_size(info.meta, is_dlq(name))  # each message's: the queue's MaximumMessageSize
     cap = queues.content_cap()  # the whole batch's: the service's, whatever the queue's (as SQS)
     total = sum(len(str(e.get("MessageBody", "")).encode("utf-8", "surrogatepass")) for e in entries)
@@ -353,7 +355,7 @@ def delete_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 def delete_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, _ = _queue(ctx, body, keys.CONSUME)
-    entries = _entries(body)
+    entries = _entries(body, "DeleteMessageBatchRequestEntry")
     failed, valid = [], []
     for entry in entries:
         try:
@@ -369,12 +371,26 @@ def _not_inflight() -> SqsError:
     return SqsError("MessageNotInflight", "The message referred to isn't in flight (its receipt handle is stale).")
 
 
+MAX_VISIBILITY_S = 43_200
+
+
+def _visibility(entry: dict[str, Any], handle: receipts.Handle) -> int:
+    """The ``VisibilityTimeout`` of a ChangeMessageVisibility: 0 to 12 hours, and (as SQS) at most
+    12 hours after the delivery's receive in all (the receipt is the time of that receive, ms)."""
+    if entry.get("VisibilityTimeout") is None:
+        raise missing("VisibilityTimeout")
+    seconds = _integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_S)
+    assert seconds is not None
+    if services.now_ms() + seconds * 1000 - handle.receipt > MAX_VISIBILITY_S * 1000:
+        raise invalid(f"Value {seconds} for parameter VisibilityTimeout is invalid. Reason: Total "
+                      f"VisibilityTimeout for the message is beyond the limit [{MAX_VISIBILITY_S} seconds].")
+    return seconds
+
+
 def change_message_visibility(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, _ = _queue(ctx, body, keys.CONSUME)
     handle = receipts.parse(body.get("ReceiptHandle"), name)
-    if body.get("VisibilityTimeout") is None:
-        raise missing("VisibilityTimeout")
-    seconds = _integer(body, "VisibilityTimeout", 0, 43_200)
+    seconds = _visibility(body, handle)
     (done,) = services.settle_many("change_visibility", name, [(handle.message_id, handle.receipt)], seconds=seconds)
     if not done:
         raise _not_inflight()
@@ -383,15 +399,13 @@ def change_message_visibility(ctx: Context, body: dict[str, Any]) -> dict[str, A
 
 def change_message_visibility_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, _ = _queue(ctx, body, keys.CONSUME)
-    entries = _entries(body)
+    entries = _entries(body, "ChangeMessageVisibilityBatchRequestEntry")
     failed: list[dict[str, Any]] = []
-    by_seconds: dict[int | None, list[tuple[str, receipts.Handle]]] = {}
+    by_seconds: dict[int, list[tuple[str, receipts.Handle]]] = {}
     for entry in entries:
         try:
             handle = receipts.parse(entry.get("ReceiptHandle"), name)
-            if entry.get("VisibilityTimeout") is None:
-                raise missing("VisibilityTimeout")
-            seconds = _integer(entry, "VisibilityTimeout", 0, 43_200)
+            seconds = _visibility(entry, handle)
         except SqsError as exc:
             failed.append(exc.entry(entry["Id"]))
             continue

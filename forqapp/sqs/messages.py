@@ -31,13 +31,15 @@ NUMBER_DIGITS, NUMBER_MIN_POWER, NUMBER_MAX_POWER = 38, -128, 126  # SQS's Numbe
 def check_body(body: object, limit: int) -> str:
     if body is None:
         raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
-    if not isinstance(body, str) or not body:
+    if not isinstance(body, str):
+        raise invalid("Value for parameter MessageBody is invalid. Reason: Must be a string.")
+    if not body:
         raise invalid("The request must contain a non-empty MessageBody.")
     if _INVALID_CHARS.search(body):
         raise SqsError("InvalidMessageContents", "Invalid characters found. Valid characters are #x9 | #xA | #xD "
                        "| #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF")
     if len(body.encode("utf-8")) > limit:
-        raise invalid(f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes.")
+        raise too_large(limit)
     return body
 
 
@@ -67,7 +69,7 @@ def check_attributes(attributes: object) -> dict[str, dict[str, Any]]:
             try:
                 data = base64.b64decode(raw, validate=True) if isinstance(raw, str) else None
             except (binascii.Error, ValueError):
-                data = None
+                raise invalid(f"The message attribute '{name}' has a BinaryValue that is not base64.") from None
             if not data:
                 raise invalid(f"The message attribute '{name}' with type 'Binary' must use field 'Binary'.")
             out[name] = {"DataType": data_type, "BinaryValue": base64.b64encode(data).decode("ascii")}
@@ -82,6 +84,23 @@ def check_attributes(attributes: object) -> dict[str, dict[str, Any]]:
                 _check_number(name, text)
             out[name] = {"DataType": data_type, "StringValue": text}
     return out
+
+
+def size(body: str, attributes: dict[str, dict[str, Any]]) -> int:
+    """A message's size as SQS counts it against the queue's maximum: the body and each attribute's
+    name, type and value, in bytes (UTF-8; a Binary value decoded)."""
+    total = len(body.encode("utf-8"))
+    for name, value in attributes.items():
+        total += len(name.encode("utf-8")) + len(value["DataType"].encode("utf-8"))
+        if "BinaryValue" in value:
+            total += len(base64.b64decode(value["BinaryValue"]))
+        else:
+            total += len(value["StringValue"].encode("utf-8"))
+    return total
+
+
+def too_large(limit: int) -> SqsError:
+    return invalid(f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes.")
 
 
 def _check_number(name: str, text: str) -> None:
