@@ -429,6 +429,26 @@ def test_a_return_value_that_is_not_json_fails_the_task_for_good():
         _ = failed.return_value
 
 
+def test_a_task_path_outside_the_apps_is_not_imported():
+    """Audit: a message naming ``this.s`` (anyone may write one who can send to a task queue) made
+    the worker, and a get_result, import ``this``, running its code, before refusing it as no task."""
+    from forqapp.tasks.results import load_task
+
+    assert "this" not in sys.modules
+    content = json.loads(Message.objects.get(id=tasks.add.enqueue(1, 1).id).content)
+    Message.objects.filter(queue="tasks-default").delete()
+    content["task"] = "this.s"
+    message_id = services.send("tasks-default", json.dumps(content))
+    with pytest.raises(TaskResultDoesNotExist):
+        backend().get_result(message_id)
+    assert drain() == {"nack": 1}
+    assert "this" not in sys.modules
+    record = TaskRecord.objects.get(id=message_id)
+    assert "module 'this' is in no installed app" in record.errors_list()[0]["traceback"]
+    # A module of the settings' package (tests) or of an installed app is imported as before.
+    assert load_task("tests.tasksapp.tasks.add", "default", 0, "default") is not None
+
+
 def test_an_import_error_is_a_retryable_failure():
     content = json.loads(Message.objects.get(id=tasks.add.enqueue(1, 1).id).content)
     content["task"] = "tests.tasksapp.tasks.not_deployed_yet"

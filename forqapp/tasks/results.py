@@ -12,11 +12,14 @@ worker was killed) shows as ``"unknown"``, so ``attempts`` always equals the del
 from __future__ import annotations
 
 import json
+import os
+import sys
 import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from django.apps import apps
 from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 from django.utils.module_loading import import_string
@@ -30,10 +33,26 @@ UNKNOWN_WORKER = "unknown"
 TERMINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)
 
 
+def _task_packages() -> tuple[str, ...]:
+    """Where a task may be imported from: the installed apps' packages and the settings' package."""
+    settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "")
+    return (*(app.name for app in apps.get_app_configs()), settings_module.rpartition(".")[0] or settings_module)
+
+
 @lru_cache(maxsize=1024)
 def load_task(path: str, queue_name: str, priority: int, backend: str, run_after: int | None = None) -> Task:
     """The ``@task`` at ``path`` as it was enqueued (its queue, priority and ``run_after``, Unix
-    ms). Raises ImportError (also for a path that names no task)."""
+    ms). Raises ImportError (also for a path that names no task).
+
+    Its module is imported only if it is already, or belongs to an installed app or the settings'
+    package: a message's path is input (anyone who may send to a task queue writes it), and
+    importing runs a module's code."""
+    module = path.rpartition(".")[0]
+    if module not in sys.modules and not any(module == p or module.startswith(p + ".")
+                                             for p in _task_packages() if p):
+        raise ImportError(f"{path} is not a task this process may import: module {module or path!r} is in no "
+                          "installed app nor the settings' package, and was not imported at startup (import it "
+                          "from an AppConfig.ready())")
     task = import_string(path)
     if not isinstance(task, Task):
         raise ImportError(f"{path} is not a task (decorate it with @task)")
