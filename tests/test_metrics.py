@@ -66,3 +66,43 @@ def test_fail_counts_a_failed_message_per_queue():
     before = save_registry()
     forqapp.fail(forqapp.receive("failing"), "no way")
     assert_metric_diff(before, 1, "forq_messages_failed_total", queue_name="failing", queue_type="regular")
+
+
+HOLD_METRICS_DIRECTORY = """
+import sys, time
+from pathlib import Path
+import django
+django.setup()
+from forqapp.serving import _metrics_directory
+directory = _metrics_directory(Path(sys.argv[1]))
+(directory / "counter_1.db").write_text("a running server's counts")
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_server_keeps_the_metrics_of_one_running(tmp_path, monkeypatch):
+    """Audit: every forq_serve emptied var/prometheus as it started, so a second server of the same
+    checkout (or one restarted beside another) wiped the running one's counts from /metrics. It
+    is emptied only when no other server holds it."""
+    import os
+    import subprocess
+    import sys
+
+    from forqapp import serving
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_METRICS_DIRECTORY, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"})
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        monkeypatch.setattr(serving, "_metrics_lock", None)
+        directory = serving._metrics_directory(tmp_path)
+        assert (directory / "counter_1.db").read_text() == "a running server's counts"  # kept
+        os.close(serving._metrics_lock)
+        serving._metrics_lock = None
+    finally:
+        holder.kill()
+        holder.communicate()
+    directory = serving._metrics_directory(tmp_path)  # alone now: a fresh start
+    os.close(serving._metrics_lock)
+    assert directory.is_dir() and not list(directory.iterdir())
