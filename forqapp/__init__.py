@@ -38,6 +38,7 @@ __all__ = [
     "queue_info",
     "receive",
     "receive_many",
+    "requeue",
     "schedule",
     "list_schedules",
     "unschedule",
@@ -48,6 +49,7 @@ __all__ = [
 _SERVICES = {
     "send", "send_many", "receive", "receive_many", "ack", "ack_many", "nack", "nack_many", "fail", "extend",
     "change_visibility", "peek", "defer", "configure_queue", "queue_info", "list_queues", "purge", "delete_queue",
+    "requeue",
 }
 
 

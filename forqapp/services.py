@@ -155,13 +155,14 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
         raise ForqError(errors.BODY_INVALID, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
     # (Each option checked only when given: send_many's rows are mostly content and one or two.)
     get = item.get
+    content = validation.content(get("content"), limit)  # before the due time, as Forq's SPEC orders them
     process_after, delay, retention = get("process_after"), get("delay"), get("retention")
     if process_after is None:
         process_after = get("processAfter")
     due = now if process_after is None and delay is None else _due(process_after, delay, now)
     priority, attributes, dedup_id = get("priority"), get("attributes"), get("dedup_id")
     return _new_message((
-        message_id, queue, validation.content(get("content"), limit), due, now,
+        message_id, queue, content, due, now,
         due + (pol.retention_ms if retention is None
                else validation.duration_ms(retention, "retention", 1, validation.YEAR_S)),
         0 if priority is None else validation.priority(priority),
@@ -216,12 +217,12 @@ def _send_one(queue: str, content: str, process_after: int | datetime | None, de
         return send_entries(queue, [item], using=using)[0].id
     st = store.for_alias(using)
     now = now_ms()
+    content = validation.content(content, _hot_setting("FORQ_MAX_CONTENT_BYTES"))  # before the due time (SPEC)
     due = now if process_after is None and delay is None else _due(process_after, delay, now)
     if retention is None:
         expires = due + pol.retention_ms
     else:
         expires = due + validation.duration_ms(retention, "retention", 1, validation.YEAR_S)
-    content = validation.content(content, _hot_setting("FORQ_MAX_CONTENT_BYTES"))
     priority = validation.priority(priority)
     attributes_json = None if attributes is None else validation.attributes(attributes)
     _refuse_nul(st, (content,))
@@ -704,12 +705,16 @@ def delete_queue(name: str, *, using: str | None = None) -> bool:
 
 
 def requeue(dlq: str, message_id: str | None = None, *, using: str | None = None) -> int:
-    """Move one message (or all) of a DLQ back to its queue, ready, keeping its FIFO place."""
+    """Move one message (or all) of a DLQ back to its queue, ready, keeping its FIFO place. A
+    message out of attempts that the ``failed`` job has not moved to the DLQ yet is moved first."""
     dlq = validation.dlq_name(dlq)
     if message_id is not None:
         message_id = validation.message_id(message_id)
     st = _store(using)
-    n = st.requeue(dlq, message_id, now_ms(), policy(dlq, using=st.alias).retention_ms)
+    retention = policy(dlq, using=st.alias).retention_ms
+    n = st.requeue(dlq, message_id, now_ms(), retention)
+    if not n and message_id is not None and move_failed_to_dlq(using=st.alias):
+        n = st.requeue(dlq, message_id, now_ms(), retention)  # (the failed job's work, done now)
     if n:
         metrics.requeued(base_of(dlq), n)
         _kick(st.alias)

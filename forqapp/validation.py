@@ -382,7 +382,7 @@ def ordering(value: object) -> str:
 
 def max_length(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**12:
-        raise _invalid("max_length must be a positive integer")
+        raise _invalid("max_length must be an integer from 1 to 10**12")
     return value
 
 

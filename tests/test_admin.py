@@ -347,7 +347,7 @@ def test_policy_form_does_not_undo_a_change_made_meanwhile(admin_client_):
     ("max_attempts", "many", "An integer, or &quot;unlimited&quot;."),
     ("backoff", "[1000, ", "Not valid JSON."),
     ("backoff", '{"base_ms": 5000, "max_ms": 10}', "backoff max_ms must be at least base_ms"),
-    ("max_length", "0", "max_length must be a positive integer"),
+    ("max_length", "0", "max_length must be an integer from 1 to 10**12"),
     ("dedup_window", "-5", "dedup_window must be from 0.001 to 43200 seconds"),
     ("retention", "nan", "Enter a number."),
     ("max_in_flight", "0", "max_in_flight must be an integer from 1 to 1000000"),

@@ -320,6 +320,22 @@ def test_process_after_bounds(live_api):
     assert live_api.produce("pa", "x", processAfter=now + 365 * 24 * 3600 * 1000).status_code == 204
 
 
+def test_content_is_checked_before_process_after_as_the_spec_orders(live_api):
+    """Audit: a bad content with a processAfter in the past answered processAfter.in_past; SPEC
+    checks the body and the content's size first. The batch and the staged write too."""
+    def post(path, body):
+        return live_api.client.post(path, content=json.dumps(body).encode())
+
+    for body, expected in (({"content": 5, "processAfter": 1}, "bad_request.body.invalid"),
+                           ({"processAfter": 1}, "bad_request.body.invalid"),
+                           ({"content": "x" * 262_145, "processAfter": 1}, "bad_request.body.content.exceeds_limit")):
+        for path, payload in (("/api/v1/queues/order/messages", body),
+                              ("/api/v1/queues/order/messages/batch", {"messages": [body]}),
+                              ("/api/v1/queues/order/staged/t1", {"messages": [body]})):
+            answer = post(path, payload)
+            assert (answer.status_code, code(answer)) == (400, expected), (path, body)
+
+
 def test_wrong_method_is_405(live_api):
     for response in (live_api.client.delete("/api/v1/queues/q/messages"),
                      live_api.client.get(f"/api/v1/queues/q/messages/{uuid.uuid4()}/ack")):

@@ -426,6 +426,8 @@ def test_purge_deletes_every_message_of_the_queue(live_api):
         send(live_api, q, f"m{i}")
     receive(live_api, q)  # one in flight: purged too
     send(live_api, "v2-purge-other")
+    refused(call(live_api, "POST", f"/queues/{q}/purge", {"x": 1}), 400, errors.BODY_INVALID)  # takes no field
+    assert Message.objects.filter(queue=q).count() == 3
     assert call(live_api, "POST", f"/queues/{q}/purge").json() == {"purged": 3}
     assert not Message.objects.filter(queue=q).exists()
     assert Message.objects.filter(queue="v2-purge-other").count() == 1

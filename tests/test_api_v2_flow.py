@@ -328,6 +328,7 @@ def test_run_now_sends_the_schedules_message(live_api):
     put = call(live_api, "PUT", "/schedules/report-now", {"queue": "v2f-reports", "content": '{"kind": "daily"}',
                                                           "cron": "0 3 * * *", "priority": 7,
                                                           "attributes": {"source": "api"}, "paused": True})
+    refused(call(live_api, "POST", "/schedules/report-now/run", {"x": 1}), 400, errors.BODY_INVALID)  # no field
     ran = call(live_api, "POST", "/schedules/report-now/run")
     assert ran.status_code == 201, ran.text
     message_id = ran.json()["id"]
@@ -339,7 +340,7 @@ def test_run_now_sends_the_schedules_message(live_api):
     assert got["id"] == message_id
     after = call(live_api, "GET", "/schedules/report-now").json()
     assert after["next_run_at"] == put.json()["next_run_at"]  # its ticks are unchanged
-    assert call(live_api, "POST", "/schedules/report-now/run").json()["id"] != message_id  # each run: a message
+    assert call(live_api, "POST", "/schedules/report-now/run", {}).json()["id"] != message_id  # each run: a message
     refused(call(live_api, "POST", "/schedules/nothing-here/run"), 404, errors.NOT_FOUND_SCHEDULE)
 
 

@@ -213,6 +213,22 @@ def test_queue_names_of_80_characters_and_their_84_character_dlq():
         assert caught.value.code == "bad_request.queue.invalid_name"
 
 
+def test_requeue_is_public_and_takes_a_message_the_failed_job_has_not_moved_yet():
+    """Audit: the README's ``forqapp.requeue`` did not exist, and ``services.requeue`` of a message
+    out of attempts answered 0 until the ``failed`` job (every 6 minutes) had moved it."""
+    forqapp.configure_queue("spent", max_attempts=1)
+    message_id = forqapp.send("spent", "once")
+    forqapp.fail(forqapp.receive("spent"), "boom")
+    assert Message.objects.get(id=message_id).status == Status.FAILED  # still in its queue
+    assert forqapp.requeue("spent-dlq", "0193a5d4-0000-7000-8000-000000000000") == 0  # another id: nothing
+    assert Message.objects.get(id=message_id).queue == "spent-dlq"  # (the job's work was done)
+    assert forqapp.requeue("spent-dlq", message_id) == 1
+    row = Message.objects.get(id=message_id)
+    assert (row.queue, row.is_dlq, row.status, row.attempts) == ("spent", False, Status.READY, 0)
+    forqapp.fail(forqapp.receive("spent"), "again")
+    assert forqapp.requeue("spent-dlq", message_id) == 1  # straight from failed, by its id
+
+
 def test_requeue_keeps_the_fifo_place():
     first = forqapp.send("emails", "first")
     time.sleep(0.002)  # FIFO is by receive time (ms); messages of one ms are ordered by due time, then id

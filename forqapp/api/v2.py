@@ -123,6 +123,13 @@ def _object(value: object, what: str, allowed: Iterable[str]) -> dict[str, Any]:
     return value
 
 
+def _no_fields(request: HttpRequest) -> None:
+    """An endpoint that takes no field: its body is empty or ``{}`` (an empty form post, which
+    Django's test client sends, carries no JSON: not looked at)."""
+    if not request.content_type.startswith("multipart/"):
+        _body(request, (), empty_ok=True)
+
+
 def _body(request: HttpRequest, allowed: Iterable[str], *, empty_ok: bool = False) -> dict[str, Any]:
     """The request's JSON object (an empty body is ``{}`` where ``empty_ok``)."""
     try:
@@ -384,6 +391,7 @@ async def purge(request: HttpRequest, queue: str) -> HttpResponse:
     DLQ's) deleted, whatever its state; of a DLQ (``orders-dlq``, which needs manage on the DLQ),
     every dead message (:func:`forqapp.services.delete_dead`)."""
     queue = validation.queue_name(queue)
+    _no_fields(request)
     clear = services.delete_dead if vocab.is_dlq(queue) else services.purge
     return JsonResponse({"purged": await services.run_async(clear, queue)})
 
@@ -630,6 +638,7 @@ async def schedule(request: HttpRequest, name: str) -> HttpResponse:
 async def run_schedule(request: HttpRequest, name: str) -> HttpResponse:
     """``POST /api/v2/schedules/{name}/run`` → 201 ``{"id"}`` (``Location``: the message): the
     schedule's message sent now, outside its ticks (also when paused); its next tick is unchanged."""
+    _no_fields(request)
     queue, message_id = await services.run_async(_run_now, _schedule_name(name))
     response = JsonResponse({"id": message_id}, status=201)
     api = request.path.rsplit("/schedules/", 1)[0]  # /api/v2, under whatever prefix the project mounts
