@@ -436,11 +436,16 @@ def _stream_row(queue: str, m: dict[str, Any]) -> tuple:
 _SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 
 
-_stopping = threading.Event()  # the reader's stop() has begun: a SIGTERM must not cut its release short
+_stopping = threading.Event()  # a SIGTERM unwinds, or the reader's stop() has begun: a SIGTERM must not cut its release short
 
 
 def _unwind(signum: int, frame: Any) -> None:
-    if not _stopping.is_set():  # (Spark may close the socket first: then stop() runs already)
+    # Spark sends SIGTERM twice, a few ms apart: only the first unwinds. A second one raised while
+    # the first was unwinding (before stop() began) cut the unwinding short, release and all (a
+    # stopped query's batch then stayed leased until its lease ended: about one CI run in five).
+    # (Spark may also close the socket first: then stop() runs already.)
+    if not _stopping.is_set():
+        _stopping.set()
         raise SystemExit(128 + signum)
 
 
