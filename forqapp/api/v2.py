@@ -126,7 +126,7 @@ def _object(value: object, what: str, allowed: Iterable[str]) -> dict[str, Any]:
 def _no_fields(request: HttpRequest) -> None:
     """An endpoint that takes no field: its body is empty or ``{}`` (an empty form post, which
     Django's test client sends, carries no JSON: not looked at)."""
-    if not request.content_type.startswith("multipart/"):
+    if not (request.content_type or "").startswith("multipart/"):
         _body(request, (), empty_ok=True)
 
 
