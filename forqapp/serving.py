@@ -111,7 +111,7 @@ def listeners(*, ui: bool = True) -> dict[str, tuple[str, tuple[str, int]]]:
 def granian_command(target: str, host: str, port: int, workers: int, *, static: bool = False,
                     lifespan: bool = True) -> list[str]:
     command = [
-        sys.executable, "-m", "granian",
+        sys.executable, "-m", "forqapp.granian_main",  # granian, one race mended (see there)
         "--interface", "asgi" if lifespan else "asginl",
         "--factory",
         "--host", host,

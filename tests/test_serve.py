@@ -658,3 +658,27 @@ def test_a_killed_supervisors_work_directory_is_removed_by_the_next_start():
         assert not dead.exists() and alive.exists()
     finally:
         alive.rmdir()
+
+
+def _exits_at_once() -> None:
+    os._exit(0)
+
+
+def test_a_worker_reaped_by_granians_watcher_is_not_reported_alive():
+    """granian's watcher thread joins each worker too; when it reaps the exited worker first, the
+    server's join found no child and multiprocessing said "alive": granian logged "Killing worker-1
+    after it refused to gracefully stop" for a worker that had stopped. forqapp.granian_main asks
+    the process's sentinel as well. (Here the reaping is done by hand, as the watcher would.)"""
+    import multiprocessing
+
+    from granian.server.mp import WorkerProcess
+
+    from forqapp import granian_main
+
+    inner = multiprocessing.get_context("fork").Process(target=_exits_at_once)
+    inner.start()
+    os.waitpid(inner.pid, 0)  # the watcher's reap
+    worker = WorkerProcess.__new__(WorkerProcess)
+    worker.inner = inner
+    assert inner.is_alive()  # multiprocessing's answer: ECHILD reads as "still running"
+    assert WorkerProcess.is_alive is granian_main._is_alive and not worker.is_alive()
