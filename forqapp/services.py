@@ -314,7 +314,8 @@ def _dedup_window(item: Any, default: Any, pol: Policy) -> int:
 
 
 def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using: str | None,
-           redriven: list[ReceivedMessage] | None = None) -> list[ReceivedMessage]:
+           redriven: list[ReceivedMessage] | None = None,
+           throttled: list[str] | None = None) -> list[ReceivedMessage]:
     st = _store(using)
     pol = policy(queue, using=st.alias)
     if pol.paused:
@@ -326,6 +327,8 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
                        max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us)
     if claimed.throttled:
         metrics.throttled(queue, claimed.throttled)
+        if throttled is not None:
+            throttled.append(claimed.throttled)
     metrics.redriven(queue, claimed.redriven)
     if redriven is not None:
         redriven += [ReceivedMessage.from_row(d) for d in claimed.redriven_messages]
@@ -343,13 +346,15 @@ def claim(queue: str, *, visibility_timeout: Any = None, random: bool = False,
 
 
 def claim_many(queue: str, limit: int, *, visibility_timeout: Any = None, random: bool = False,
-               using: str | None = None, redriven: list[ReceivedMessage] | None = None) -> list[ReceivedMessage]:
+               using: str | None = None, redriven: list[ReceivedMessage] | None = None,
+               throttled: list[str] | None = None) -> list[ReceivedMessage]:
     """Take up to ``limit`` due messages of ``queue`` now (no waiting). Used-up messages the claim
     moves to the DLQ instead are appended to ``redriven`` when given (as they are now: in the DLQ,
     attempts 0, no receipt; only this claim sees them): how forq_worker's task runners learn of a
-    task whose worker died during its last attempt."""
+    task whose worker died during its last attempt. A claim the queue's ``max_in_flight`` or
+    ``rate`` held back appends its reason (``"concurrency"``, ``"rate"``) to ``throttled``."""
     queue = validation.queue_name(queue)
-    return _claim(queue, limit, visibility_timeout, random, using, redriven)
+    return _claim(queue, limit, visibility_timeout, random, using, redriven, throttled)
 
 
 def receive(queue: str, wait: float = 0, *, visibility_timeout: Any = None, random: bool = False,

@@ -41,6 +41,7 @@ ACK, NACK, FAIL, DEFER = "ack", "nack", "fail", "defer"
 REPORT_EVERY_S = 10.0
 IDLE_WAIT_S = 1.0  # longest sleep on the notifier with nothing in flight
 BUSY_WAIT_S = 0.01  # sleep between result checks while handlers run and the queues are empty
+THROTTLED_WAIT_S = 0.05  # --burst: the wait for a slot of a queue whose limits hold due messages back
 
 
 @dataclass
@@ -76,6 +77,7 @@ class Worker:
         self.concurrency = concurrency
         self.prefetch = max(concurrency, prefetch or concurrency)
         self.burst = burst
+        self._throttled: list[str] = []  # the reasons the last claims were held back (--burst waits them out)
         self.max_messages = max_messages
         self.using = using or services.alias()
         self.report_every = report_every
@@ -160,13 +162,18 @@ class Worker:
                     continue
                 # Nothing in flight: wait for a message (up to IDLE_WAIT_S, then report and look again).
                 idle = not self._held and not self.burst
+                self._throttled.clear()
                 if waiting.claim(functools.partial(self._claim, capacity), self.queues,
                                  IDLE_WAIT_S if idle else 0, using=self.using, stop=self._stop.is_set):
                     continue
                 if self._held:
                     self._wait_result(BUSY_WAIT_S)
                 elif self.burst:
-                    break
+                    if not self._throttled:
+                        break  # nothing due: drained
+                    # Due messages a queue's rate or max_in_flight holds back (another process
+                    # holds its slots): not drained yet, wait for the next slot.
+                    self._stop.wait(THROTTLED_WAIT_S)
         finally:
             self._shutdown()
         return dict(self._counts)
@@ -190,7 +197,8 @@ class Worker:
             on_redriven = getattr(consumer, "on_redriven", None)
             redriven: list[services.ReceivedMessage] | None = [] if on_redriven is not None else None
             try:
-                messages = services.claim_many(queue, int(capacity - got), using=self.using, redriven=redriven)
+                messages = services.claim_many(queue, int(capacity - got), using=self.using, redriven=redriven,
+                                               throttled=self._throttled)
             except DATABASE_ERRORS:
                 self._database_trouble("claiming")
                 return got
@@ -275,13 +283,14 @@ class Worker:
                 n = services.ack_many([h.message for h in helds], using=self.using)
             except DATABASE_ERRORS:
                 self._database_trouble("acking")
-                continue
-            if n < len(helds):
-                logger.warning("forq_worker: %d of %d acks on %s came too late (lease lost)",
-                               len(helds) - n, len(helds), queue)
-                continue
-            for _ in helds:
-                self._count(queue, ACK)
+                n = 0  # not settled: they come back when their leases end
+            else:
+                if n < len(helds):
+                    logger.warning("forq_worker: %d of %d acks on %s came too late (lease lost)",
+                                   len(helds) - n, len(helds), queue)
+            # (each ack is fenced on its own: the others of the batch were acked)
+            for i in range(len(helds)):
+                self._count(queue, ACK if i < n else "lost")
 
     def _count(self, queue: str, outcome: str) -> None:
         self._counts[outcome] += 1

@@ -430,9 +430,31 @@ def test_a_throttled_queue_does_not_hold_up_the_others_of_a_worker():
     order: list[str] = []
     consumers = {q: Consumer(q, lambda m: order.append(m.queue)) for q in ("fc-slowq", "fc-fastq")}
     started = time.monotonic()
-    Worker(consumers, concurrency=4, burst=True).run()
+    Worker(consumers, concurrency=4, burst=True, max_messages=31).run()  # (--burst would wait out the 1/m)
     assert time.monotonic() - started < 5
     assert order.count("fc-fastq") == 30 and order.count("fc-slowq") == 1
+
+
+@live
+def test_burst_waits_out_a_queues_limits_and_drains_it():
+    """Audit: ``forq_worker --burst`` on a queue with a rate handled one message and exited, the
+    rest ready (a claim the limit held back looked like an empty queue). So it did when another
+    process held the queue's max_in_flight slots. It drains the queue now, at the limits' pace."""
+    forqapp.configure_queue("fc-burst", rate="20/s", max_in_flight=3)
+    forqapp.send_many("fc-burst", ["m"] * 10)
+    handled: list[str] = []
+    started = time.monotonic()
+    Worker({"fc-burst": Consumer("fc-burst", lambda m: handled.append(m.id))}, concurrency=4, burst=True).run()
+    assert len(handled) == 10 and Message.objects.filter(queue="fc-burst").count() == 0
+    assert time.monotonic() - started >= 0.4  # 20/s: 9 intervals of 50 ms at least
+    # The only slot held by someone else for a while: the burst waits for it, then drains.
+    forqapp.configure_queue("fc-burst", rate=None, max_in_flight=1)
+    forqapp.send_many("fc-burst", ["m"] * 3)
+    elsewhere = forqapp.receive("fc-burst")
+    threading.Timer(0.5, forqapp.ack, (elsewhere,)).start()
+    handled.clear()
+    Worker({"fc-burst": Consumer("fc-burst", lambda m: handled.append(m.id))}, concurrency=2, burst=True).run()
+    assert len(handled) == 2 and Message.objects.filter(queue="fc-burst").count() == 0
 
 
 # --- queues without limits --------------------------------------------------------------------

@@ -311,3 +311,25 @@ def test_info_lines_show_whatever_the_projects_logging(worker, logging_setting, 
     assert (" INFO forqapp.worker forq_worker: 2 thread(s) on " in lines[0]) == (handler == "forqapp's own"), lines
     quiet = w.run("--burst", "-v0")
     assert quiet.returncode == 0 and "thread(s) on" not in quiet.stderr, quiet.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_ack_with_one_lost_lease_counts_the_others_acked():
+    """Audit: when one ack of a batch came too late (its lease lost, the message taken by another
+    receive), the worker counted none of the batch: the acks that landed went unreported, and the
+    lost one missed ``forq_worker_handled_total{outcome="lost"}``."""
+    from forqapp.consumers import Consumer
+    from forqapp.worker import ACK, Worker, _Held
+
+    forqapp.send_many("w-partial", ["a", "b", "c"])
+    consumer = Consumer("w-partial", lambda m: None)
+    w = Worker({"w-partial": consumer}, concurrency=1)
+    helds = [_Held(m, consumer) for m in services.claim_many("w-partial", 3)]
+    forqapp.change_visibility(helds[1].message, 0)
+    taken = forqapp.receive("w-partial")  # the lease of b lost: another receive has it
+    assert taken.id == helds[1].message.id
+    w._held = {h.message.id: h for h in helds}
+    w._settle([(h, ACK, None) for h in helds])
+    assert dict(w._counts) == {"ack": 2, "lost": 1}
+    assert list(Message.objects.filter(queue="w-partial").values_list("id", flat=True)) == [taken.id]
+    w._shutdown()
