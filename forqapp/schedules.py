@@ -153,6 +153,10 @@ def schedule(name: str, *, queue: str | None = None, content: str | None = None,
         old = st.schedule_get(name)
         same_timing = old is not None and (old.cron, old.every_ms) == (cron, every_ms)
         next_run_at = old.next_run_at if old is not None and same_timing else next_tick(cron, every_ms, now)
+        if old is not None and old.paused and not paused and next_run_at <= now:
+            # Resumed (the admin's form, PUT, FORQ_SCHEDULES): as resume(), the ticks that fell
+            # while it was paused are not sent, whatever catch_up says (that is for downtime).
+            next_run_at = next_tick(cron, every_ms, now)
         row = ScheduleRow._make((name, *fields, next_run_at, old.last_run_at if old else None,
                                  old.created_at if old else now, now))
         st.schedule_put(row)

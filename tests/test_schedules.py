@@ -206,8 +206,15 @@ def test_a_paused_schedule_sends_nothing_until_resumed(clock):
     forqapp.schedule("nap", queue="s-nap", content="x", every=60, paused=True, catch_up="one")
     clock.advance(60 * 3)
     assert schedules.run_due() == 0 and sent("s-nap") == []
-    forqapp.schedule("nap", queue="s-nap", content="x", every=60, paused=False, catch_up="one")
-    assert schedules.run_due() == 1  # the missed ticks follow catch_up
+    # Resumed by schedule(paused=False) (the admin's form, a v2 PUT, FORQ_SCHEDULES) as by resume():
+    # the ticks that fell while it was paused are skipped (an audit saw catch_up="all" send each).
+    for catch_up in ("one", "all"):
+        forqapp.schedule("nap", queue="s-nap", content="x", every=60, paused=True, catch_up=catch_up)
+        clock.advance(60 * 3)
+        forqapp.schedule("nap", queue="s-nap", content="x", every=60, paused=False, catch_up=catch_up)
+        assert schedules.run_due() == 0 and sent("s-nap") == []
+    clock.advance(60)
+    assert schedules.run_due() == 1  # its next tick after the resume
     assert len(sent("s-nap")) == 1
 
 
