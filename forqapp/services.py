@@ -532,13 +532,19 @@ def describe_error(error: str | BaseException | None) -> str | None:
     return str(error)[:MAX_ERROR_CHARS]
 
 
-def fail(message: ReceivedMessage, error: str | BaseException | None = None, *, using: str | None = None) -> None:
+def fail(message: ReceivedMessage, error: str | BaseException | None = None, *, using: str | None = None,
+         used_up: bool = False) -> None:
     """Fail a delivery at once, without retries: the failed job moves it to the DLQ with the
-    failure reason ``fatal_error``. ``error`` (an exception or text) is kept as ``last_error``."""
+    failure reason ``fatal_error``. ``error`` (an exception or text) is kept as ``last_error``.
+    ``used_up``: the consumer's own attempt limit is reached (one lower than the queue's, as a
+    task's ``@retries``): the reason is then ``max_attempts_reached``, and it counts as a nack."""
     queue, message_id = validation.queue_name(message.queue), validation.message_id(message.id)
     st = _store(using)
-    _settled(st.fail(queue, message_id, _receipt(message), now_ms(), describe_error(error)))
-    metrics.failed(queue)
+    _settled(st.fail(queue, message_id, _receipt(message), now_ms(), describe_error(error), used_up=used_up))
+    if used_up:
+        metrics.nacked(queue, 1)
+    else:
+        metrics.failed(queue)
     _slot_freed(st, queue)
 
 

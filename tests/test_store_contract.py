@@ -482,6 +482,15 @@ def test_fail_release_and_change_visibility(st):
     assert st.ack("settle", c, dc.receipt)  # the receipt stays the same
 
 
+def test_fail_says_fatal_unless_the_consumers_own_attempts_are_used_up(st):
+    fatal, spent = put(st, "why", 2)
+    d_fatal, d_spent = take(st, "why", NOW, 2)
+    assert st.fail("why", fatal, d_fatal.receipt, NOW, "boom")
+    assert st.fail("why", spent, d_spent.receipt, NOW, "boom 3", used_up=True)
+    assert st.move_failed_to_dlq(NOW + 1, HOUR) == 2
+    assert (row(fatal).failure_reason, row(spent).failure_reason) == ("fatal_error", "max_attempts_reached")
+
+
 def test_change_visibility_extends_or_releases_keeping_the_receipt(st):
     a, b, c = put(st, "vis", 3)
     da, db_, dc = take(st, "vis", NOW, 3, vis=1_000)

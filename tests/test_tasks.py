@@ -425,6 +425,7 @@ def test_a_return_value_that_is_not_json_fails_the_task_for_good():
     assert failed.status == TaskResultStatus.FAILED
     assert failed.errors[0].exception_class_path == "forqapp.tasks.backend.TaskArgumentsError"
     assert "the return value of tests.tasksapp.tasks.unencodable must be JSON" in failed.errors[0].traceback
+    assert Message.objects.get(id=result.id).failure_reason == "fatal_error"  # no retry mends it
     with pytest.raises(ValueError, match="failed"):
         _ = failed.return_value
 
@@ -482,7 +483,9 @@ def test_retries_with_backoff_then_dlq_then_requeue_then_success(clock):
     assert [e.exception_class_path for e in failed.errors] == ["builtins.RuntimeError"] * 3
     assert "boom 3" in failed.errors[2].traceback
     assert jobs.failed() == 1
-    assert Message.objects.get(id=result.id).queue == "tasks-default-dlq"
+    dead = Message.objects.get(id=result.id)
+    # Out of its attempts, not a fatal error (an audit saw fatal_error in the admin and the UI).
+    assert (dead.queue, dead.failure_reason) == ("tasks-default-dlq", "max_attempts_reached")
     assert tasks.always_fails.get_result(result.id).status == TaskResultStatus.FAILED
     # Requeue from the DLQ → READY, runs again; with the failures gone it succeeds.
     assert services.requeue("tasks-default-dlq", result.id) == 1

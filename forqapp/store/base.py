@@ -364,11 +364,13 @@ class Store(abc.ABC):
         replaces ``last_error``; None keeps the one recorded. False when not current."""
 
     @abc.abstractmethod
-    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
+    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None,
+             used_up: bool = False) -> bool:
         """Fail a message at once, whatever its attempts (a consumer's fatal error). Its
         ``failure_reason`` becomes ``fatal_error`` now, so :meth:`move_failed_to_dlq` can tell it
-        from running out of attempts; ``error`` replaces ``last_error`` (None keeps the one
-        recorded). False when not current."""
+        from running out of attempts — unless ``used_up`` (the consumer's own attempt limit, lower
+        than the queue's: a task's ``@retries``), which leaves it to be ``max_attempts_reached``;
+        ``error`` replaces ``last_error`` (None keeps the one recorded). False when not current."""
 
     @abc.abstractmethod
     def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:

@@ -236,7 +236,8 @@ WHERE id = %(id)s AND queue = %(queue)s AND status = {PROCESSING} AND processing
 FAIL = f"""
 UPDATE messages
 SET status = {FAILED}, processing_started_at = NULL, updated_at = GREATEST(%(now)s::bigint, updated_at),
-    failure_reason = '{FATAL}', last_error = COALESCE(%(error)s::text, last_error)
+    failure_reason = CASE WHEN %(used_up)s THEN NULL ELSE '{FATAL}' END,
+    last_error = COALESCE(%(error)s::text, last_error)
 WHERE id = %(id)s AND queue = %(queue)s AND status = {PROCESSING} AND processing_started_at = %(receipt)s"""
 
 RELEASE = f"""
@@ -751,9 +752,10 @@ class PostgreSQLStore(Store):
             "error": error, "jitter": float(jitter),
         }) == 1
 
-    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
+    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None,
+             used_up: bool = False) -> bool:
         return self._rowcount(FAIL, {"now": now, "id": message_id, "queue": queue, "receipt": receipt,
-                                     "error": error}) == 1
+                                     "error": error, "used_up": used_up}) == 1
 
     def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:
         rows = self._fetchall(RELEASE, {"now": now, "id": message_id, "queue": queue, "receipt": receipt})

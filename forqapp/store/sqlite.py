@@ -224,7 +224,7 @@ WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_start
 FAIL = f"""
 UPDATE messages
 SET status = {FAILED}, processing_started_at = NULL, updated_at = MAX(:now, updated_at),
-    failure_reason = '{FATAL}', last_error = COALESCE(:error, last_error)
+    failure_reason = CASE WHEN :used_up THEN NULL ELSE '{FATAL}' END, last_error = COALESCE(:error, last_error)
 WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_started_at = :receipt"""
 
 RELEASE = f"""
@@ -779,9 +779,10 @@ class SQLiteStore(Store):
         })
         return cur.rowcount == 1
 
-    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None) -> bool:
+    def fail(self, queue: str, message_id: str, receipt: int, now: int, error: str | None = None,
+             used_up: bool = False) -> bool:
         cur = self._conn().execute(FAIL, {"now": now, "id": message_id, "queue": queue, "receipt": receipt,
-                                          "error": error})
+                                          "error": error, "used_up": used_up})
         return cur.rowcount == 1
 
     def release(self, queue: str, message_id: str, receipt: int, now: int) -> bool:

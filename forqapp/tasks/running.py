@@ -348,7 +348,9 @@ class TaskRunner:
             before = previous([message.id], using).get(message.id)
             try:
                 if final:
-                    services.fail(message, exc, using=using)
+                    # Out of attempts (the task's @retries, the queue's) is max_attempts_reached;
+                    # fatal_error is for a failure no retry can mend (outcome.final).
+                    services.fail(message, exc, using=using, used_up=not outcome.final)
                 elif delay is not None:
                     services.defer(message, delay, using=using)
                 else:
