@@ -137,3 +137,24 @@ def test_the_default_delete_selected_and_add_are_not_offered(staff, results):
     body = staff.get(URL).content.decode()
     assert 'value="delete_selected"' not in body and 'value="delete_tasks"' in body
     assert staff.get(URL + "add/").status_code == 403
+
+
+def test_the_result_pages_own_delete_takes_its_dead_letter_too(staff, results):
+    """Audit: Delete on a failed task's own page deleted the result and left its dead letter in the
+    DLQ (get_result still answered FAILED, and no page could retry it any more)."""
+    failed = results["failed"]
+    page = staff.get(f"{URL}{failed}/delete/")
+    assert page.status_code == 200
+    done = staff.post(f"{URL}{failed}/delete/", {"post": "yes"}, follow=True)
+    assert done.status_code == 200 and "was deleted successfully" in done.content.decode()
+    assert not TaskRecord.objects.filter(id=failed).exists()
+    assert not Message.objects.filter(id=failed).exists()
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.flaky.get_result(failed)
+
+
+def test_a_result_page_offers_no_save(staff, results):
+    """Every field is read-only: Save only wrote a "changed" history entry."""
+    body = staff.get(f"{URL}{results['ok']}/change/").content.decode()
+    assert 'name="_save"' not in body and 'name="_continue"' not in body
+    assert "Delete" in body  # the page's own delete stays

@@ -85,19 +85,24 @@ def retry_tasks(modeladmin, request, queryset):
                                          "being retried).", messages.WARNING)
 
 
-@admin.action(description="Delete selected task results", permissions=["delete"])
-def delete_tasks(modeladmin, request, queryset):
-    if request.POST.get("post") != "yes":
-        return _confirm(modeladmin, request, queryset, action="delete_tasks", verb="Delete",
-                        question="These task results are deleted for good, with the dead letters of the failed "
-                                 "ones (a task still waiting or running is not stopped); this cannot be undone:")
-    ids = list(queryset.values_list("id", flat=True))
+def _delete_with_dead_letters(ids: list[str]) -> tuple[int, int]:
+    """Delete the results ``ids`` and the dead letters of the failed ones: (results, dead letters)."""
     _failed_to_dlq(ids)
     dead = 0
     for message_id, queue in Message.objects.filter(id__in=ids, is_dlq=True).values_list("id", "queue"):
         if vocab.is_dlq(queue):
             dead += services.delete_dead(queue, message_id)
     deleted, _ = TaskRecord.objects.filter(id__in=ids).delete()
+    return deleted, dead
+
+
+@admin.action(description="Delete selected task results", permissions=["delete"])
+def delete_tasks(modeladmin, request, queryset):
+    if request.POST.get("post") != "yes":
+        return _confirm(modeladmin, request, queryset, action="delete_tasks", verb="Delete",
+                        question="These task results are deleted for good, with the dead letters of the failed "
+                                 "ones (a task still waiting or running is not stopped); this cannot be undone:")
+    deleted, dead = _delete_with_dead_letters(list(queryset.values_list("id", flat=True)))
     also = f" and {_plural(dead, 'dead letter')}" if dead else ""
     modeladmin.message_user(request, f"Deleted {_plural(deleted, 'task result')}{also}.", messages.SUCCESS)
     return None
@@ -122,6 +127,20 @@ class TaskRecordAdmin(admin.ModelAdmin):
         actions = super().get_actions(request)
         actions.pop("delete_selected", None)  # ours confirms and deletes the dead letters too
         return actions
+
+    def delete_model(self, request, obj: TaskRecord) -> None:
+        """The result page's own Delete: its dead letter goes too, as with the list's action (it
+        stayed in the DLQ, and get_result still answered FAILED)."""
+        _delete_with_dead_letters([obj.id])
+
+    def delete_queryset(self, request, queryset) -> None:
+        _delete_with_dead_letters(list(queryset.values_list("id", flat=True)))
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # Every field is read-only: no Save buttons (a Save wrote a "changed" entry for nothing).
+        extra_context = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False,
+                         "show_save_and_add_another": False}
+        return super().change_view(request, object_id, form_url, extra_context)
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: TaskRecord) -> str:
