@@ -81,6 +81,10 @@ def test_keys_page_create_rotate_revoke_in_a_browser(live, browser_page, staff_u
     page.wait_for_selector("[data-testid=issued-key]")
     token = page.inner_text("[data-testid=token]")
     shot(page, "keys-created")
+    # The whole table, Actions included, fits its card at a laptop's width (an audit found Rotate and
+    # Revoke clipped off to the right, even at 1920 px).
+    widths = page.evaluate("() => { const t = document.querySelector('table.keys'); return [t.scrollWidth, t.parentElement.clientWidth]; }")
+    assert widths[0] <= widths[1], widths
     assert api(api_url, token) == 204  # its grant
     assert api(api_url, token, "GET") == 403  # not its grant
     assert api(api_url, token, queue="payments") == 403

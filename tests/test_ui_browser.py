@@ -198,6 +198,38 @@ def test_dashboard_dlq_requeue_all_and_delete_one(live_ui, browser_page, staff_u
     shot(page, "queue-dark")
 
 
+def test_dlq_actions_without_javascript_ask_on_a_confirmation_page(live_ui, browser_page, staff_user, data):
+    """JavaScript off: the DLQ's Requeue, Delete and their "all" forms post as plain forms and get
+    the confirmation page (an audit found bare htmx buttons there, which did nothing)."""
+    from forqapp.models import Message
+
+    context = browser_page.context.browser.new_context(java_script_enabled=False, viewport={"width": 1280, "height": 860})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        log_in(page, live_ui + "/queues/emails-dlq/")
+        page.wait_for_selector("tbody.msg")
+        first_id = page.locator("tbody.msg").first.get_attribute("id").removeprefix("m-")
+        page.locator("tbody.msg").first.locator("button:has-text('Requeue')").click()
+        page.wait_for_selector("[data-testid=confirm-page]")
+        assert page.inner_text("[data-testid=confirm-question]") == f"Requeue message {first_id} back to emails?"
+        page.click("[data-testid=confirm-submit]")
+        page.wait_for_selector("tbody.msg")
+        assert Message.objects.get(id=first_id).queue == "emails"
+        assert page.locator("tbody.msg").count() == 5
+        page.click("button:has-text('Delete all')")
+        page.wait_for_selector("[data-testid=confirm-page]")
+        page.click("[data-testid=confirm-cancel]")
+        page.wait_for_selector("tbody.msg")
+        assert Message.objects.filter(queue="emails-dlq").count() == 5  # cancelled: nothing deleted
+        page.click("button:has-text('Delete all')")
+        page.click("[data-testid=confirm-submit]")
+        page.wait_for_selector("[data-testid=empty]")
+        assert Message.objects.filter(queue="emails-dlq").count() == 0
+    finally:
+        context.close()
+
+
 def test_queue_policy_pause_resume_and_message_details(live_ui, browser_page, staff_user):
     import forqapp
     from forqapp import services
