@@ -451,7 +451,13 @@ def test_burst_waits_out_a_queues_limits_and_drains_it():
     forqapp.configure_queue("fc-burst", rate=None, max_in_flight=1)
     forqapp.send_many("fc-burst", ["m"] * 3)
     elsewhere = forqapp.receive("fc-burst")
-    threading.Timer(0.5, forqapp.ack, (elsewhere,)).start()
+
+    def ack_later():  # (on a thread of its own, whose connection it closes)
+        time.sleep(0.5)
+        forqapp.ack(elsewhere)
+        connections.close_all()
+
+    threading.Thread(target=ack_later).start()
     handled.clear()
     Worker({"fc-burst": Consumer("fc-burst", lambda m: handled.append(m.id))}, concurrency=2, burst=True).run()
     assert len(handled) == 2 and Message.objects.filter(queue="fc-burst").count() == 0
