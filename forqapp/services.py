@@ -60,6 +60,10 @@ class ReceivedMessage:
     first_received_at: int | None = None
     lease_expires_at: int | None = None
     state: str | None = None  # saved by forqapp.defer(message, state=…)
+    # Why it failed (``max_attempts_reached``, ``message_expired``, ``fatal_error``) and the last
+    # error a consumer gave: on a peek of one message by its id (forqapp.peek(queue, id)), else None.
+    failure_reason: str | None = None
+    last_error: str | None = None
 
     @classmethod
     def from_row(cls, row: Delivery) -> ReceivedMessage:
@@ -386,14 +390,19 @@ def receive_many(queue: str, max_messages: int, *, wait: float = 0, visibility_t
 
 
 def peek(queue: str, id: str | None = None, *, using: str | None = None) -> ReceivedMessage | None:  # noqa: A002
-    """The message a receive would get now (or message ``id`` of ``queue``, in any state), changing
-    nothing; its ``receipt`` is None."""
+    """The message a receive would get now (or message ``id`` of ``queue``, in any state, with its
+    ``failure_reason`` and ``last_error``), changing nothing; its ``receipt`` is None."""
     queue = validation.queue_name(queue)
     message_id = None if id is None else validation.message_id(id)
     st = _store(using)
     order = "fifo" if message_id is not None else policy(queue, using=st.alias).ordering
     row = st.peek(queue, now_ms(), message_id, order)
-    return ReceivedMessage.from_row(row) if row else None
+    if row is None:
+        return None
+    message = ReceivedMessage.from_row(row)
+    if message_id is not None:  # one message, looked at: why it failed too
+        message.failure_reason, message.last_error = st.failure(queue, message_id) or (None, None)
+    return message
 
 
 def _slot_freed(st: Store, queue: str) -> None:

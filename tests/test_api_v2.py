@@ -336,6 +336,9 @@ def test_nack_keeps_the_error(live_api):
     row = Message.objects.get(id=got["id"])
     assert (row.status, row.attempts, row.last_error) == (Status.READY, 1, "boom")
     refused(call(live_api, "POST", path, {"receipt": got["receipt"]}), 404, errors.NOT_FOUND_MESSAGE)
+    # The message, looked at by its id, says why (an audit found it only in the admin and the UI).
+    shown = call(live_api, "GET", f"/queues/v2-nack/messages/{got['id']}").json()
+    assert (shown["failure_reason"], shown["last_error"]) == (None, "boom")
 
 
 # --- peek -------------------------------------------------------------------------------------------
@@ -349,7 +352,8 @@ def test_peek_changes_nothing(live_api):
     peeked = call(live_api, "GET", f"/queues/{q}/peek").json()["message"]
     assert (peeked["id"], peeked["receipt"], peeked["attempts"], peeked["lease_expires_at"]) == (high, None, 0, None)
     assert call(live_api, "GET", f"/queues/{q}/peek").json()["message"] == peeked  # again: the same
-    assert call(live_api, "GET", f"/queues/{q}/messages/{high}").json() == peeked
+    assert call(live_api, "GET", f"/queues/{q}/messages/{high}").json() == {
+        **peeked, "failure_reason": None, "last_error": None}  # one message by id: why it failed too
     assert list(Message.objects.filter(queue=q).order_by("id").values()) == rows_before
 
     (got,) = receive(live_api, q)
@@ -478,6 +482,11 @@ def test_the_dlq_gets_a_message_out_of_attempts_at_receive(live_api):
     assert receive(live_api, q) == []  # redriven by this receive, not delivered a second time
     row = Message.objects.get(id=got["id"])
     assert row.is_dlq and row.queue == f"{q}-dlq"
+    shown = call(live_api, "GET", f"/queues/{q}-dlq/messages/{got['id']}").json()
+    assert (shown["attempts"], shown["failure_reason"], shown["last_error"]) == (0, "max_attempts_reached", None)
+    peeked = forqapp.peek(f"{q}-dlq", got["id"])
+    assert (peeked.failure_reason, peeked.last_error) == ("max_attempts_reached", None)
+    assert forqapp.peek(f"{q}-dlq").failure_reason is None  # only a peek by id says it
     assert call(live_api, "GET", f"/queues/{q}").json()["counts"]["dlq"] == 1
 
 

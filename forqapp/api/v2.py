@@ -499,7 +499,7 @@ async def message(request: HttpRequest, queue: str, message_id: str) -> HttpResp
     found = await services.run_async(services.peek, queue, message_id)
     if found is None:
         raise ForqError(errors.NOT_FOUND_MESSAGE, f"no message {message_id} in {queue!r}")
-    return JsonResponse(message_json(found))
+    return JsonResponse({**message_json(found), "failure_reason": found.failure_reason, "last_error": found.last_error})
 
 
 # --- settle by receipt: one ------------------------------------------------------------------------

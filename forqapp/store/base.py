@@ -348,6 +348,11 @@ class Store(abc.ABC):
         changing nothing; its ``receipt`` is None."""
 
     @abc.abstractmethod
+    def failure(self, queue: str, message_id: str) -> tuple[str | None, str | None] | None:
+        """Why message ``message_id`` of ``queue`` failed: its (``failure_reason``, ``last_error``),
+        each None when it has none; None when there is no such message."""
+
+    @abc.abstractmethod
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
         """Delete a delivered message; False when the delivery is not current."""
 

@@ -184,6 +184,7 @@ PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attribu
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick.replace(' FOR UPDATE SKIP LOCKED', '')})"
         for order, pick in PICK.items()}
 PEEK_ID = f"SELECT {PEEK_COLUMNS} FROM messages WHERE id = %(id)s AND queue = %(queue)s"
+FAILURE = "SELECT failure_reason, last_error FROM messages WHERE id = %s AND queue = %s"
 
 # Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
 # claims of a limited queue count and take one after the other, on every host.
@@ -732,6 +733,10 @@ class PostgreSQLStore(Store):
         else:
             rows = self._fetchall(PEEK[order], {"queue": queue, "now": now, "limit": 1, "among": RANDOM_AMONG})
         return Delivery._make(rows[0]) if rows else None
+
+    def failure(self, queue: str, message_id: str) -> tuple[str | None, str | None] | None:
+        rows = self._fetchall(FAILURE, (message_id, queue))
+        return (rows[0][0], rows[0][1]) if rows else None
 
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
         return self._rowcount(ACK, (message_id, queue, receipt)) == 1

@@ -202,6 +202,7 @@ PEEK_COLUMNS = """id, queue, content, attempts, NULL, priority, attributes, dedu
                   first_received_at, CASE WHEN status = 1 THEN process_after END, state"""
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})" for order, pick in PICK.items()}
 PEEK_ID = f"SELECT {PEEK_COLUMNS} FROM messages WHERE id = :id AND queue = :queue"
+FAILURE = "SELECT failure_reason, last_error FROM messages WHERE id = ? AND queue = ?"
 
 ACK = f"""
 DELETE FROM messages WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at = ?"""
@@ -762,6 +763,10 @@ class SQLiteStore(Store):
             row = self._conn().execute(PEEK[order], {"queue": queue, "now": now, "limit": 1,
                                                      "among": RANDOM_AMONG}).fetchone()
         return Delivery._make(row) if row else None
+
+    def failure(self, queue: str, message_id: str) -> tuple[str | None, str | None] | None:
+        row = self._conn().execute(FAILURE, (message_id, queue)).fetchone()
+        return (row[0], row[1]) if row else None
 
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
         return self._conn().execute(ACK, (message_id, queue, receipt)).rowcount == 1
