@@ -489,6 +489,9 @@ def test_fail_says_fatal_unless_the_consumers_own_attempts_are_used_up(st):
     assert st.fail("why", spent, d_spent.receipt, NOW, "boom 3", used_up=True)
     assert st.move_failed_to_dlq(NOW + 1, HOUR) == 2
     assert (row(fatal).failure_reason, row(spent).failure_reason) == ("fatal_error", "max_attempts_reached")
+    assert st.failure("why-dlq", fatal) == ("fatal_error", "boom")
+    assert st.failure("why-dlq", spent) == ("max_attempts_reached", "boom 3")
+    assert st.failure("why", spent) is None  # not in that queue
 
 
 def test_change_visibility_extends_or_releases_keeping_the_receipt(st):
