@@ -92,7 +92,7 @@ def message_id(value: object) -> str:
         raise ForqError(errors.MESSAGE_ID_INVALID, f"invalid message id {value!r}") from None
 
 
-_RECEIPT = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only (no "--5", no Unicode digits)
+_RECEIPT = re.compile(r"[-+]?[0-9]{1,19}")  # ASCII digits only (no "--5", no Unicode digits); a sign, as Go's ParseInt
 _INT64 = range(-(2**63), 2**63)  # what a receipt is stored as (SQLite INTEGER, PostgreSQL bigint)
 
 
