@@ -616,10 +616,13 @@ def defer(message: ReceivedMessage, delay: Any = 0, *, state: str | None = None,
 
 
 def extend(message: ReceivedMessage, *, using: str | None = None) -> bool:
-    """Renew the lease of a delivery for its queue's visibility timeout (the worker's heartbeat).
-    False if the delivery is no longer current."""
+    """Renew the lease of a delivery for its queue's visibility timeout (the worker's heartbeat), or
+    for the longer lease its receive took (``visibility_timeout=``): an extend never shortens the
+    lease a receive asked for. False if the delivery is no longer current."""
     st = _store(using)
     ms = policy(message.queue, using=st.alias).visibility_timeout_ms
+    if message.lease_expires_at is not None and message.receipt is not None:
+        ms = max(ms, message.lease_expires_at - message.receipt)  # the lease the receive took
     now = now_ms()
     done = st.change_visibility(message.queue, [(message.id, _receipt(message))], now, ms)[0]
     if done:

@@ -483,6 +483,14 @@ def test_extend_renews_for_the_queues_visibility_timeout(clock):
     clock.advance(19)
     assert forqapp.receive("ext") is None
     forqapp.ack(m)
+    # A receive that asked for a longer lease keeps it: an extend renews for that long (an audit
+    # saw extend() cut a 600 s lease to the queue's 3 s).
+    forqapp.send("ext", "long")
+    long = forqapp.receive("ext", visibility_timeout=600)
+    clock.advance(100)
+    # (to the ms: the receipt, from which the receive's lease is measured, may be 1 ms past its clock)
+    assert forqapp.extend(long) and 0 <= clock.now + 600_000 - long.lease_expires_at <= 1
+    forqapp.ack(long)
 
 
 # --- batches --------------------------------------------------------------------------------------
