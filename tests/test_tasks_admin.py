@@ -158,3 +158,7 @@ def test_a_result_page_offers_no_save(staff, results):
     body = staff.get(f"{URL}{results['ok']}/change/").content.decode()
     assert 'name="_save"' not in body and 'name="_continue"' not in body
     assert "Delete" in body  # the page's own delete stays
+    from django.contrib.admin.models import LogEntry
+
+    staff.post(f"{URL}{results['ok']}/change/", {"_save": "Save"})  # posted by hand: writes nothing
+    assert not LogEntry.objects.exists() and TaskRecord.objects.filter(id=results["ok"]).exists()

@@ -139,8 +139,14 @@ class TaskRecordAdmin(admin.ModelAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         # Every field is read-only: no Save buttons (a Save wrote a "changed" entry for nothing).
         extra_context = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False,
-                         "show_save_and_add_another": False}
+                         "show_save_and_add_another": False, "title": "Task result"}
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def save_model(self, request, obj, form, change) -> None:
+        pass  # nothing on the page can change (a Save posted by hand writes nothing)
+
+    def log_change(self, request, obj, message):
+        return None  # and leaves no "No fields changed." entry in the history
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: TaskRecord) -> str:
