@@ -29,16 +29,16 @@ def test_task_results_admin_retry_and_delete_in_a_browser(live_ui, browser_page,
 
     tasks._counts.clear()
     ok = tasks.add.enqueue(20, 22)
-    failed = [tasks.flaky.enqueue(f"browser-{i}", 3).id for i in range(2)]  # 3 failures each: FAILED
+    failed = [tasks.flaky.enqueue(f"browser-{i}", 3).id for i in range(3)]  # 3 failures each: FAILED
     Worker(with_consumers({}), concurrency=2, prefetch=20, burst=True).run()
-    assert jobs.failed() == 2
+    assert jobs.failed() == 3
 
     page = browser_page
     page.goto(live_ui + "/admin/")
     admin_login(page)
     page.goto(live_ui + "/admin/forqapp/taskrecord/?status=FAILED")
     page.wait_for_selector("#result_list")
-    assert page.locator("#result_list tbody tr").count() == 2
+    assert page.locator("#result_list tbody tr").count() == 3
     assert ok.id not in page.inner_text("#result_list")
     shot(page, "admin-task-results")
 
@@ -69,3 +69,17 @@ def test_task_results_admin_retry_and_delete_in_a_browser(live_ui, browser_page,
     assert not TaskRecord.objects.filter(id=failed[1]).exists()
     assert not Message.objects.filter(id=failed[1]).exists()
     assert page.locator(f"input.action-select[value='{failed[1]}']").count() == 0
+
+    # The third from its own page: read-only (no Save), and its Delete takes the dead letter too
+    # (it stayed in the DLQ before).
+    page.goto(live_ui + f"/admin/forqapp/taskrecord/{failed[2]}/change/")
+    page.wait_for_selector("a.deletelink")
+    assert page.locator("input[name=_save]").count() == 0
+    with page.expect_navigation():
+        page.click("a.deletelink")
+    with page.expect_navigation() as navigation:
+        page.click("input[type=submit]")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]
+    assert "was deleted successfully" in page.inner_text("ul.messagelist li.success")
+    assert not TaskRecord.objects.filter(id=failed[2]).exists()
+    assert not Message.objects.filter(id=failed[2]).exists()
