@@ -24,7 +24,6 @@ for staff on the UI listener, answered with ``Last-Modified`` (browsers revalida
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import socket
@@ -155,6 +154,8 @@ def _metrics_directory(parent: Path) -> Path:
     the running one's files: its counts vanished from ``/metrics``). Each server holds a shared
     ``flock`` on ``prometheus.lock`` for its life (the fd survives the ``execve`` into the
     supervisor); the one that can take it exclusively is alone."""
+    import fcntl  # (POSIX: here, so that importing this module needs none)
+
     global _metrics_lock
     directory = parent / "prometheus"
     parent.mkdir(parents=True, exist_ok=True)
