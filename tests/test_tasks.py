@@ -446,7 +446,7 @@ def test_a_task_path_outside_the_apps_is_not_imported():
     assert "this" not in sys.modules
     record = TaskRecord.objects.get(id=message_id)
     assert "module 'this' is in no installed app" in record.errors_list()[0]["traceback"]
-    # A module of the settings' package (tests) or of an installed app is imported as before.
+    # A module of the project's package (tests, of tests.settings) or of an installed app is imported as before.
     assert load_task("tests.tasksapp.tasks.add", "default", 0, "default") is not None
 
 

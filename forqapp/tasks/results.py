@@ -34,9 +34,10 @@ TERMINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)
 
 
 def _task_packages() -> tuple[str, ...]:
-    """Where a task may be imported from: the installed apps' packages and the settings' package."""
-    settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "")
-    return (*(app.name for app in apps.get_app_configs()), settings_module.rpartition(".")[0] or settings_module)
+    """Where a task may be imported from: the installed apps' packages and the project's (the top
+    package of the settings module: ``mysite`` of ``mysite.settings.prod``)."""
+    project = os.environ.get("DJANGO_SETTINGS_MODULE", "").split(".")[0]
+    return (*(app.name for app in apps.get_app_configs()), project)
 
 
 @lru_cache(maxsize=1024)
@@ -44,14 +45,14 @@ def load_task(path: str, queue_name: str, priority: int, backend: str, run_after
     """The ``@task`` at ``path`` as it was enqueued (its queue, priority and ``run_after``, Unix
     ms). Raises ImportError (also for a path that names no task).
 
-    Its module is imported only if it is already, or belongs to an installed app or the settings'
+    Its module is imported only if it is already, or belongs to an installed app or the project's
     package: a message's path is input (anyone who may send to a task queue writes it), and
     importing runs a module's code."""
     module = path.rpartition(".")[0]
     if module not in sys.modules and not any(module == p or module.startswith(p + ".")
                                              for p in _task_packages() if p):
         raise ImportError(f"{path} is not a task this process may import: module {module or path!r} is in no "
-                          "installed app nor the settings' package, and was not imported at startup (import it "
+                          "installed app nor the project's package, and was not imported at startup (import it "
                           "from an AppConfig.ready())")
     task = import_string(path)
     if not isinstance(task, Task):
