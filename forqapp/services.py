@@ -64,12 +64,18 @@ class ReceivedMessage:
     # error a consumer gave: on a peek of one message by its id (forqapp.peek(queue, id)), else None.
     failure_reason: str | None = None
     last_error: str | None = None
+    # The lease the receive took (ms), which extend() renews for at least: not derived from
+    # lease_expires_at, which each renewal moves on (a heartbeat would lengthen it every time).
+    lease_ms: int | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_row(cls, row: Delivery) -> ReceivedMessage:
-        return cls(row.id, row.queue, row.content, row.attempts, row.receipt, row.priority,
-                   validation.decode_attributes(row.attributes), row.dedup_id, row.sequence,
-                   row.received_at, row.first_received_at, row.lease_expires_at, row.state)
+        message = cls(row.id, row.queue, row.content, row.attempts, row.receipt, row.priority,
+                      validation.decode_attributes(row.attributes), row.dedup_id, row.sequence,
+                      row.received_at, row.first_received_at, row.lease_expires_at, row.state)
+        if row.receipt is not None and row.lease_expires_at is not None:
+            message.lease_ms = row.lease_expires_at - row.receipt
+        return message
 
     def json(self) -> Any:
         """``content`` parsed as JSON."""
@@ -621,8 +627,8 @@ def extend(message: ReceivedMessage, *, using: str | None = None) -> bool:
     lease a receive asked for. False if the delivery is no longer current."""
     st = _store(using)
     ms = policy(message.queue, using=st.alias).visibility_timeout_ms
-    if message.lease_expires_at is not None and message.receipt is not None:
-        ms = max(ms, message.lease_expires_at - message.receipt)  # the lease the receive took
+    if message.lease_ms is not None:
+        ms = max(ms, message.lease_ms)  # the lease the receive took
     now = now_ms()
     done = st.change_visibility(message.queue, [(message.id, _receipt(message))], now, ms)[0]
     if done:

@@ -490,7 +490,16 @@ def test_extend_renews_for_the_queues_visibility_timeout(clock):
     clock.advance(100)
     # (to the ms: the receipt, from which the receive's lease is measured, may be 1 ms past its clock)
     assert forqapp.extend(long) and 0 <= clock.now + 600_000 - long.lease_expires_at <= 1
+    clock.advance(100)  # again: the same length, not longer (each renewal moves the lease end on)
+    assert forqapp.extend(long) and 0 <= clock.now + 600_000 - long.lease_expires_at <= 1
     forqapp.ack(long)
+    # The worker's heartbeat: a message received for the queue's timeout is renewed for it, every time.
+    forqapp.send("ext", "beat")
+    beat = forqapp.receive("ext")
+    for _ in range(3):
+        clock.advance(7)
+        assert forqapp.extend(beat) and 0 <= clock.now + 20_000 - beat.lease_expires_at <= 1
+    forqapp.ack(beat)
 
 
 # --- batches --------------------------------------------------------------------------------------
