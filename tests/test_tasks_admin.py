@@ -145,6 +145,7 @@ def test_the_result_pages_own_delete_takes_its_dead_letter_too(staff, results):
     failed = results["failed"]
     page = staff.get(f"{URL}{failed}/delete/")
     assert page.status_code == 200
+    assert f"Dead letter: tasks-default-dlq / {failed}" in page.content.decode()  # it says so first
     done = staff.post(f"{URL}{failed}/delete/", {"post": "yes"}, follow=True)
     assert done.status_code == 200 and "was deleted successfully" in done.content.decode()
     assert not TaskRecord.objects.filter(id=failed).exists()

@@ -10,6 +10,7 @@ import json
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.db.models import Q
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
@@ -135,6 +136,18 @@ class TaskRecordAdmin(admin.ModelAdmin):
 
     def delete_queryset(self, request, queryset) -> None:
         _delete_with_dead_letters(list(queryset.values_list("id", flat=True)))
+
+    def get_deleted_objects(self, objs, request):
+        """The confirmation page lists the dead letters that go with the results (a failed task's
+        message, in its DLQ or about to be moved there)."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        ids = [obj.id for obj in objs]
+        dead = list(Message.objects.filter(Q(is_dlq=True) | Q(status=vocab.Status.FAILED), id__in=ids)
+                    .values_list("queue", "id"))
+        if dead:
+            deleted = [*deleted, *(f"Dead letter: {queue} / {message_id}" for queue, message_id in dead)]
+            counts = {**counts, "dead letters": len(dead)}
+        return deleted, counts, perms_needed, protected
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         # Every field is read-only: no Save buttons (a Save wrote a "changed" entry for nothing).
