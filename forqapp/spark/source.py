@@ -436,12 +436,12 @@ def _stream_row(queue: str, m: dict[str, Any]) -> tuple:
 _SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 
 
-_stopping = threading.Event()  # a SIGTERM unwinds, or the reader's stop() has begun: a SIGTERM must not cut its release short
+_stopping = threading.Event()  # a SIGTERM unwinds, or the reader's stop() has begun: a SIGTERM must not cut it short
 
 
 def _unwind(signum: int, frame: Any) -> None:
     # Spark sends SIGTERM twice, a few ms apart: only the first unwinds. A second one raised while
-    # the first was unwinding (before stop() began) cut the unwinding short, release and all (a
+    # the first was unwinding (before stop() began) cut the unwinding short, stop() and all (a
     # stopped query's batch then stayed leased until its lease ended: about one CI run in five).
     # (Spark may also close the socket first: then stop() runs already.)
     if not _stopping.is_set():
@@ -452,7 +452,7 @@ def _unwind(signum: int, frame: Any) -> None:
 def _stop_on_sigterm() -> None:
     """In the source runner process only (never a driver's or a worker's own process, whose signals
     are theirs), make SIGTERM unwind the runner, so that its ``finally: reader.stop()`` runs and the
-    batch in flight is released at once rather than when its lease ends."""
+    leases of the batch in flight end at once rather than after the queue's visibility timeout."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if getattr(spec, "name", None) != _SOURCE_RUNNER or threading.current_thread() is not threading.main_thread():
         return
@@ -476,8 +476,9 @@ class ForqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     * ``partitions(start, end)`` for a batch this reader never claimed (Spark re-runs the
       uncommitted batch after a restart): its deliveries are released — back to ready at once,
       not counted as an attempt — and the batch is empty; the messages come in a later batch.
-    * ``stop()``: deliveries not known to be committed are released (Spark ends the source's
-      process with SIGTERM when the query stops: :func:`_stop_on_sigterm` has it call ``stop()``).
+    * ``stop()``: the leases of deliveries not acked end now, receipts kept (Spark ends the
+      source's process with SIGTERM when the query stops: :func:`_stop_on_sigterm` has it call
+      ``stop()``); a restart acks or releases them by those receipts.
 
     ``trigger(availableNow=True)`` (:meth:`prepareForTriggerAvailableNow`): the query takes at most
     the messages the queue held when it started (fewer if it empties first), commits its last
@@ -588,11 +589,17 @@ class ForqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._held.pop(s, None)
 
     def stop(self) -> None:
+        """The query stops: the leases of what this reader holds and has not acked end now. Not a
+        release: Spark may have committed the last batch (it tells the source only when it plans
+        the next one), and a released batch's receipts are gone, so a restart could not ack it and
+        delivered it again. With the leases ended the messages can be received at once, and a
+        restart from the checkpoint still acks the batch Spark committed (``latestOffset``) or
+        releases the one it did not (``partitions``), by the receipts in its offsets."""
         _stopping.set()
         pairs = [p for s in sorted(self._pending) for p in self._pending[s]]
         try:
             if pairs:
-                self._api().release(self.options.queue, pairs)
+                self._api().end_leases(self.options.queue, pairs)
         finally:
             self._pending.clear()
             self._held.clear()
