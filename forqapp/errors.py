@@ -120,10 +120,10 @@ def unavailable(exc: BaseException) -> str | None:
     return next((reason for needle, reason in _UNAVAILABLE if needle in text), None)
 
 
-def say_unavailable(logger: Any, where: str, reason: str) -> None:
+def say_unavailable(logger: Any, where: str, reason: str, outcome: str = "answered 503") -> None:
     """One warning line (no traceback) per reason and second: a full disk refuses every write, and
     a traceback each would fill the log (and the disk) in seconds."""
     now = time.monotonic()
     if now - _said.get(reason, -1.0) >= 1.0:
         _said[reason] = now
-        logger.warning("%s: %s; answered 503 (this line at most once a second)", where, reason)
+        logger.warning("%s: %s; %s (this line at most once a second)", where, reason, outcome)

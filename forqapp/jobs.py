@@ -101,8 +101,12 @@ def queue_depth(*, dry_run: bool = False, using: str | None = None) -> int:
 
     try:
         history.record_depth_samples(depths)
-    except Exception:  # the gauge is set; the history must not fail the job
-        logger.exception("forqapp job queue-depth: recording the depth history failed")
+    except Exception as exc:  # the gauge is set; the history must not fail the job
+        reason = errors.unavailable(exc)
+        if reason:  # a full disk: one line, not a traceback every run
+            errors.say_unavailable(logger, "forqapp job queue-depth (its history)", reason, "not recorded")
+        else:
+            logger.exception("forqapp job queue-depth: recording the depth history failed")
     return len(depths)
 
 
@@ -237,10 +241,11 @@ class JobsLease:
             if not ok:
                 current = services.lease_holder(self.name, using=self.using)
                 if current and _dead_here(current[0]):
-                    logger.warning("forqapp jobs: lease %s held by %s, a process that is gone; taking it over",
-                                   self.name, current[0])
                     ok = services.acquire_lease(self.name, self.holder, ttl_ms, replacing=current[0],
                                                 using=self.using)
+                    if ok:  # (said once it is done: a takeover a full disk refuses is tried each second)
+                        logger.warning("forqapp jobs: lease %s was held by %s, a process that is gone; "
+                                       "taken over", self.name, current[0])
         except Exception as exc:  # noqa: BLE001 - Django's DatabaseError, or sqlite3's from the store's
             # own connection (a full disk, a lock held past the busy timeout): this thread must not
             # die, or the jobs stop for good while the lease row still names this process.

@@ -190,7 +190,15 @@ def exposition() -> tuple[bytes, str]:
         multiprocess,
     )
 
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        from .process import metrics_files_of_the_dead
+
+        # A process killed (-9, out of memory) never marked its live gauges dead: its in-flight
+        # count would stay in the sum for ever. Marked here, at each scrape (its counters stay).
+        for pid, files in metrics_files_of_the_dead(directory).items():
+            if any(os.path.basename(f).startswith("gauge_live") for f in files):
+                multiprocess.mark_process_dead(pid, directory)
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST

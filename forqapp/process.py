@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,6 +53,34 @@ def configure_logging(verbosity: int, name: str = "forqapp") -> None:
         handler = logging.StreamHandler()  # stderr
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         logger.addHandler(handler)
+
+
+_METRICS_FILE_PID = re.compile(r"_(\d+)\.db$")  # prometheus_client's <type>[_<mode>]_<pid>.db
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
+    return True
+
+
+def metrics_files_of_the_dead(directory: str) -> dict[int, list[str]]:
+    """{pid: [file, ...]} of the processes gone that left files in a multiprocess directory."""
+    dead: dict[int, list[str]] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return dead
+    for name in names:
+        match = _METRICS_FILE_PID.search(name)
+        if match and not alive(pid := int(match.group(1))):
+            dead.setdefault(pid, []).append(os.path.join(directory, name))
+    return dead
 
 
 def mark_dead(pid: int | None = None) -> None:

@@ -24,6 +24,7 @@ for staff on the UI listener, answered with ``Last-Modified`` (browsers revalida
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -163,9 +164,14 @@ def _metrics_directory(parent: Path) -> Path:
         fd = os.open(parent / "prometheus.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            shutil.rmtree(directory, ignore_errors=True)
         except BlockingIOError:
-            pass  # another server runs on it
+            pass  # another server runs on it: nothing is removed
+        else:  # alone: the files of processes gone go (a fresh start's counts); those of a
+            # running forq_worker or forq_jobs given this directory stay (they still write them)
+            for files in process.metrics_files_of_the_dead(str(directory)).values():
+                for path in files:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
         fcntl.flock(fd, fcntl.LOCK_SH)
         os.set_inheritable(fd, True)
         _metrics_lock = fd

@@ -22,6 +22,7 @@ import functools
 import logging
 import queue as queue_module
 import random
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -312,7 +313,13 @@ class Worker:
             held.renewed = time.monotonic()
 
     def _database_trouble(self, doing: str) -> None:
-        logger.exception("forq_worker: database error while %s; reconnecting", doing)
+        """Called in an ``except``: say what failed, reconnect, wait a little. A database that
+        cannot serve now (a full disk) is one line a second, not a traceback every 0.5 s."""
+        reason = errors.unavailable(sys.exc_info()[1] or Exception())
+        if reason:
+            errors.say_unavailable(logger, f"forq_worker ({doing})", reason, "retrying")
+        else:
+            logger.exception("forq_worker: database error while %s; reconnecting", doing)
         try:
             connections[self.using].close()
         except DATABASE_ERRORS:

@@ -69,13 +69,13 @@ def test_fail_counts_a_failed_message_per_queue():
 
 
 HOLD_METRICS_DIRECTORY = """
-import sys, time
+import os, sys, time
 from pathlib import Path
 import django
 django.setup()
 from forqapp.serving import _metrics_directory
 directory = _metrics_directory(Path(sys.argv[1]))
-(directory / "counter_1.db").write_text("a running server's counts")
+(directory / f"counter_{os.getpid()}.db").write_text("a running server's counts")
 print("ready", flush=True)
 time.sleep(120)
 """
@@ -97,7 +97,7 @@ def test_a_second_server_keeps_the_metrics_of_one_running(tmp_path, monkeypatch)
         assert holder.stdout.readline().strip() == "ready"
         monkeypatch.setattr(serving, "_metrics_lock", None)
         directory = serving._metrics_directory(tmp_path)
-        assert (directory / "counter_1.db").read_text() == "a running server's counts"  # kept
+        assert (directory / f"counter_{holder.pid}.db").read_text() == "a running server's counts"  # kept
         os.close(serving._metrics_lock)
         serving._metrics_lock = None
     finally:
@@ -106,3 +106,56 @@ def test_a_second_server_keeps_the_metrics_of_one_running(tmp_path, monkeypatch)
     directory = serving._metrics_directory(tmp_path)  # alone now: a fresh start
     os.close(serving._metrics_lock)
     assert directory.is_dir() and not list(directory.iterdir())
+
+
+def test_a_lone_server_start_keeps_the_files_of_a_running_worker(tmp_path, monkeypatch):
+    """Audit: a forq_serve starting alone emptied the whole directory, also the files of a
+    forq_worker still running on it (its counts vanished from /metrics until it restarted). Only
+    the files of processes gone are removed."""
+    import os
+    import subprocess
+    import sys
+
+    from forqapp import serving
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    (tmp_path / "prometheus").mkdir()
+    (tmp_path / "prometheus" / f"counter_{os.getpid()}.db").write_text("a running worker's")
+    (tmp_path / "prometheus" / f"gauge_livesum_{dead_pid}.db").write_text("a process gone")
+    monkeypatch.setattr(serving, "_metrics_lock", None)
+    directory = serving._metrics_directory(tmp_path)
+    os.close(serving._metrics_lock)
+    assert sorted(p.name for p in directory.iterdir()) == [f"counter_{os.getpid()}.db"]
+
+
+KILLED_WORKER = """
+from forqapp import metrics
+metrics.in_flight("slow", 2)
+metrics.handled("slow", "ack")
+print("counted", flush=True)
+import time; time.sleep(60)
+"""
+
+
+def test_a_killed_workers_in_flight_gauge_leaves_the_sum(tmp_path, monkeypatch):
+    """Audit: a forq_worker killed -9 never marked its live gauges dead, so /metrics showed its
+    in-flight messages for ever. A scrape drops the live gauges of processes gone (their counters
+    stay: they are totals)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    worker = subprocess.Popen([sys.executable, "-c", "import django; django.setup()\n" + KILLED_WORKER],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    assert worker.stdout.readline().strip() == "counted"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    before = metrics.exposition()[0].decode()
+    assert 'forq_worker_in_flight{queue_name="slow"} 2.0' in before
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.communicate()
+    after = metrics.exposition()[0].decode()
+    assert 'forq_worker_in_flight{queue_name="slow"}' not in after
+    assert 'forq_worker_handled_total{outcome="ack",queue_name="slow"} 1.0' in after

@@ -262,7 +262,7 @@ def test_a_killed_worker_is_replaced_and_the_server_lives_on(tmp_path):
                                  "status_code", None) == 200, "a replaced UI worker")
         assert server.proc.poll() is None, server.output()
         wait_for(lambda: server.output().count("running the jobs") >= 2, "the jobs, taken over")
-        assert "a process that is gone; taking it over" in server.output()
+        assert "a process that is gone; taken over" in server.output()
         assert not set(workers) & set(process_tree(server.proc.pid)), "the dead workers are gone"
     finally:
         server.stop()

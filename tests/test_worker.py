@@ -333,3 +333,31 @@ def test_a_batch_ack_with_one_lost_lease_counts_the_others_acked():
     assert dict(w._counts) == {"ack": 2, "lost": 1}
     assert list(Message.objects.filter(queue="w-partial").values_list("id", flat=True)) == [taken.id]
     w._shutdown()
+
+
+def test_a_full_disk_is_one_line_a_second_not_a_traceback_each_retry(caplog):
+    """Audit: on a full disk the worker logged a whole traceback every 0.5 s (126 in 90 s), where
+    the server says it in one line a second. It does the same now; other errors keep theirs."""
+    import logging
+    import sqlite3
+
+    from forqapp import errors
+    from forqapp.consumers import Consumer
+    from forqapp.worker import Worker
+
+    errors._said.clear()  # (another test may have said it within the second)
+    w = Worker({"w-disk": Consumer("w-disk", lambda m: None)}, concurrency=1)
+    w._stop.set()  # (no waiting between the calls)
+    caplog.set_level(logging.INFO, logger="forqapp")
+    for _ in range(5):
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError:
+            w._database_trouble("acking")
+    lines = [r for r in caplog.records if "disk is full" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is None and "retrying" in lines[0].getMessage()
+    try:
+        raise sqlite3.OperationalError("no such table: messages")
+    except sqlite3.OperationalError:
+        w._database_trouble("claiming")
+    assert caplog.records[-1].exc_info is not None  # a bug keeps its traceback
