@@ -401,13 +401,14 @@ def peek(queue: str, id: str | None = None, *, using: str | None = None) -> Rece
     queue = validation.queue_name(queue)
     message_id = None if id is None else validation.message_id(id)
     st = _store(using)
-    order = "fifo" if message_id is not None else policy(queue, using=st.alias).ordering
-    row = st.peek(queue, now_ms(), message_id, order)
-    if row is None:
+    if message_id is None:
+        row = st.peek(queue, now_ms(), policy(queue, using=st.alias).ordering)
+        return ReceivedMessage.from_row(row) if row else None
+    found = st.peek_message(queue, message_id)  # one message, looked at: why it failed too
+    if found is None:
         return None
-    message = ReceivedMessage.from_row(row)
-    if message_id is not None:  # one message, looked at: why it failed too
-        message.failure_reason, message.last_error = st.failure(queue, message_id) or (None, None)
+    message = ReceivedMessage.from_row(found[0])
+    message.failure_reason, message.last_error = found[1], found[2]
     return message
 
 

@@ -230,7 +230,7 @@ def test_0006_keeps_the_lease_of_a_message_in_flight(tmp_path, django_db_blocker
         lease_end = receipt + VISIBILITY
         got = st.claim("emails", lease_end - 1, 10, visibility_ms=30_000, max_attempts=5, dlq_ttl_ms=3_600_000)
         assert leased["id"] not in [d.id for d in got.deliveries], "an in-flight message was delivered again"
-        assert st.peek("emails", lease_end - 1, leased["id"]).lease_expires_at == lease_end
+        assert st.peek_message("emails", leased["id"])[0].lease_expires_at == lease_end
         assert st.change_visibility("emails", [(leased["id"], receipt)], lease_end - 1, 0) == [True]
         again = st.claim("emails", lease_end, 1, visibility_ms=30_000, max_attempts=5, dlq_ttl_ms=3_600_000)
         assert [(d.id, d.attempts) for d in again.deliveries] == [(leased["id"], 2)]

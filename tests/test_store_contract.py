@@ -489,9 +489,9 @@ def test_fail_says_fatal_unless_the_consumers_own_attempts_are_used_up(st):
     assert st.fail("why", spent, d_spent.receipt, NOW, "boom 3", used_up=True)
     assert st.move_failed_to_dlq(NOW + 1, HOUR) == 2
     assert (row(fatal).failure_reason, row(spent).failure_reason) == ("fatal_error", "max_attempts_reached")
-    assert st.failure("why-dlq", fatal) == ("fatal_error", "boom")
-    assert st.failure("why-dlq", spent) == ("max_attempts_reached", "boom 3")
-    assert st.failure("why", spent) is None  # not in that queue
+    assert st.peek_message("why-dlq", fatal)[1:] == ("fatal_error", "boom")
+    assert st.peek_message("why-dlq", spent)[1:] == ("max_attempts_reached", "boom 3")
+    assert st.peek_message("why", spent) is None  # not in that queue
 
 
 def test_change_visibility_extends_or_releases_keeping_the_receipt(st):
@@ -530,16 +530,16 @@ def test_peek_shows_what_a_claim_would_take_and_changes_nothing(st):
     Message.objects.filter(id=high).update(priority=0)
     assert st.peek("peek", NOW, order="lifo").id == high  # the newest of priority 0 now
     assert st.peek("peek", NOW, order="fifo").id == a
-    by_id = st.peek("peek", NOW, delayed)  # by id: in any state, due or not
-    assert (by_id.id, by_id.priority, by_id.receipt) == (delayed, 9, None)
+    by_id, reason, error = st.peek_message("peek", delayed)  # by id: in any state, due or not
+    assert (by_id.id, by_id.priority, by_id.receipt, reason, error) == (delayed, 9, None, None, None)
     d = one(st, "peek", NOW, vis=5_000)
-    leased = st.peek("peek", NOW, d.id)
+    leased = st.peek_message("peek", d.id)[0]
     assert (leased.attempts, leased.receipt, leased.lease_expires_at, leased.first_received_at) == (
         1, None, NOW + 5_000, NOW)
-    assert st.peek("other", NOW, a) is None  # another queue's message
-    assert st.peek("peek", NOW, ids.new_id()) is None
+    assert st.peek_message("other", a) is None  # another queue's message
+    assert st.peek_message("peek", ids.new_id()) is None
     (dead,) = put(st, "peek-dlq", is_dlq=True)
-    assert st.peek("peek-dlq", NOW, dead).id == dead and st.peek("peek", NOW, dead) is None
+    assert st.peek_message("peek-dlq", dead)[0].id == dead and st.peek_message("peek", dead) is None
 
 
 def test_has_due_data_version_and_ping(st):

@@ -343,14 +343,14 @@ class Store(abc.ABC):
         current."""
 
     @abc.abstractmethod
-    def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
-        """The message a claim would take now (or ``message_id`` of ``queue``, in any state),
-        changing nothing; its ``receipt`` is None."""
+    def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
+        """The message a claim would take now, changing nothing; its ``receipt`` is None."""
 
     @abc.abstractmethod
-    def failure(self, queue: str, message_id: str) -> tuple[str | None, str | None] | None:
-        """Why message ``message_id`` of ``queue`` failed: its (``failure_reason``, ``last_error``),
-        each None when it has none; None when there is no such message."""
+    def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:
+        """Message ``message_id`` of ``queue``, in any state (as :meth:`peek` shows one), with why it
+        failed: (the message, its ``failure_reason``, its ``last_error``), in one read; None when
+        there is no such message."""
 
     @abc.abstractmethod
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:

@@ -183,8 +183,7 @@ PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attribu
                    received_at, first_received_at, CASE WHEN status = {PROCESSING} THEN process_after END, state"""
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick.replace(' FOR UPDATE SKIP LOCKED', '')})"
         for order, pick in PICK.items()}
-PEEK_ID = f"SELECT {PEEK_COLUMNS} FROM messages WHERE id = %(id)s AND queue = %(queue)s"
-FAILURE = "SELECT failure_reason, last_error FROM messages WHERE id = %s AND queue = %s"
+PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error FROM messages WHERE id = %(id)s AND queue = %(queue)s"
 
 # Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
 # claims of a limited queue count and take one after the other, on every host.
@@ -727,16 +726,13 @@ class PostgreSQLStore(Store):
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
         return Claim(deliveries, tuple(redriven))
 
-    def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
-        if message_id is not None:
-            rows = self._fetchall(PEEK_ID, {"id": message_id, "queue": queue})
-        else:
-            rows = self._fetchall(PEEK[order], {"queue": queue, "now": now, "limit": 1, "among": RANDOM_AMONG})
+    def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
+        rows = self._fetchall(PEEK[order], {"queue": queue, "now": now, "limit": 1, "among": RANDOM_AMONG})
         return Delivery._make(rows[0]) if rows else None
 
-    def failure(self, queue: str, message_id: str) -> tuple[str | None, str | None] | None:
-        rows = self._fetchall(FAILURE, (message_id, queue))
-        return (rows[0][0], rows[0][1]) if rows else None
+    def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:
+        rows = self._fetchall(PEEK_ID, {"id": message_id, "queue": queue})
+        return (Delivery._make(rows[0][:13]), rows[0][13], rows[0][14]) if rows else None
 
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
         return self._rowcount(ACK, (message_id, queue, receipt)) == 1

@@ -201,8 +201,7 @@ WHERE id IN (SELECT value FROM json_each(?)) AND status = {REDRIVING}"""
 PEEK_COLUMNS = """id, queue, content, attempts, NULL, priority, attributes, dedup_id, sequence, received_at,
                   first_received_at, CASE WHEN status = 1 THEN process_after END, state"""
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})" for order, pick in PICK.items()}
-PEEK_ID = f"SELECT {PEEK_COLUMNS} FROM messages WHERE id = :id AND queue = :queue"
-FAILURE = "SELECT failure_reason, last_error FROM messages WHERE id = ? AND queue = ?"
+PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error FROM messages WHERE id = :id AND queue = :queue"
 
 ACK = f"""
 DELETE FROM messages WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at = ?"""
@@ -756,17 +755,14 @@ class SQLiteStore(Store):
         return [Delivery._make(r[:13])._replace(queue=r[1] + DLQ_SUFFIX, receipt=None, lease_expires_at=None)
                 for r in rows]
 
-    def peek(self, queue: str, now: int, message_id: str | None = None, order: str = "fifo") -> Delivery | None:
-        if message_id is not None:
-            row = self._conn().execute(PEEK_ID, {"id": message_id, "queue": queue}).fetchone()
-        else:
-            row = self._conn().execute(PEEK[order], {"queue": queue, "now": now, "limit": 1,
-                                                     "among": RANDOM_AMONG}).fetchone()
+    def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
+        row = self._conn().execute(PEEK[order], {"queue": queue, "now": now, "limit": 1,
+                                                 "among": RANDOM_AMONG}).fetchone()
         return Delivery._make(row) if row else None
 
-    def failure(self, queue: str, message_id: str) -> tuple[str | None, str | None] | None:
-        row = self._conn().execute(FAILURE, (message_id, queue)).fetchone()
-        return (row[0], row[1]) if row else None
+    def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:
+        row = self._conn().execute(PEEK_ID, {"id": message_id, "queue": queue}).fetchone()
+        return (Delivery._make(row[:13]), row[13], row[14]) if row else None
 
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
         return self._conn().execute(ACK, (message_id, queue, receipt)).rowcount == 1
