@@ -196,13 +196,7 @@ def _dead_here(holder: str) -> bool:
         return False
     if (host, namespace) != _HERE or pid_number == os.getpid():
         return False
-    try:
-        os.kill(pid_number, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False  # exists (another user's) or cannot tell
-    return False
+    return not process.alive(pid_number)
 
 
 class JobsLease:

@@ -59,13 +59,13 @@ _METRICS_FILE_PID = re.compile(r"_(\d+)\.db$")  # prometheus_client's <type>[_<m
 
 
 def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (on this host)."""
+    """Whether process ``pid`` may exist (on this host): False only when it surely does not."""
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True  # someone else's
+    except OSError:
+        return True  # exists (another user's) or cannot tell
     return True
 
 

@@ -267,11 +267,5 @@ def _remove_stale_work_dirs() -> None:
     killed (``kill -9``: no clean-up ran), whose process is gone; each supervisor removes its own."""
     for path in Path(tempfile.gettempdir()).glob("forq-serve-*-*"):
         pid = path.name.split("-")[2]
-        if not pid.isdigit() or not path.is_dir():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if pid.isdigit() and path.is_dir() and not process.alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
-        except OSError:  # alive, another user's
-            continue
