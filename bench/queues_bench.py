@@ -31,9 +31,12 @@ each figure's median over the rounds and its ratio to ``before`` (the target: wi
 number of messages from each, FIFO and LIFO (``configure_queue(ordering=...)``), alternating; and
 ``EXPLAIN QUERY PLAN`` of the claim's pick (``forqapp.store.sqlite.PICK``) on the deep queue.
 
-**Part 3, what a claim steps over (before and after).** Claim+ack on a queue with nothing ahead of
-its due messages, with ``--ahead`` deliveries in flight ahead of them, and with ``--ahead`` messages
-delayed by an hour ahead of them (sent first).
+**Part 3, what a claim steps over (three designs).** Claim+ack on a queue with nothing ahead of
+its due messages, with ``--ahead`` deliveries in flight ahead of them, with ``--ahead`` messages
+delayed by an hour ahead of them (sent first), and with ``--ahead`` deliveries whose leases have
+ended (claimed with a 0 s lease: due again, each claim takes one of them). The designs: before issue
+12 (``--before-ref``: no leases in the claim), one claim index for ready and leased rows
+(``--one-index-ref``), and this checkout (ready rows in the claim index, leases in their own).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE_REF = "08c7627"  # the last commit before issue 12's work
+ONE_INDEX_REF = "d716992"  # the last commit whose claim index held ready and leased rows together
 
 # --- the workloads, run in a subprocess under each checkout -------------------------------------
 
@@ -160,7 +164,8 @@ def send(batch):
 
 def drain(queue):
     k = 0
-    params = {"queue": queue, "now": now + 1, "limit": 1, "visibility": 30_000, "max": 5, "dlq_ttl": 86_400_000}
+    params = {"queue": queue, "now": now + 1, "limit": 1, "visibility": 30_000, "max": 5, "dlq_ttl": 86_400_000,
+              "ended_among": 100}
     while rows_ := conn.execute(S.CLAIM_ONE, params).fetchall():
         conn.execute(S.ACK, (rows_[0][0], queue, rows_[0][4]))
         k += 1
@@ -246,7 +251,7 @@ conn = sqlite3.connect(db)
 now = int(time.time() * 1000)
 for order in ("fifo", "lifo"):
     sql = store_sql.PICK[order]
-    params = {"queue": "deep", "now": now, "limit": 1, "among": 100, "max": 0}
+    params = {"queue": "deep", "now": now, "limit": 1, "among": 100, "max": 0, "ended_among": 100}
     rows = conn.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
     out["plans"][order] = [r[-1] for r in rows]
     t = time.perf_counter()
@@ -267,7 +272,7 @@ django.setup()
 import forqapp
 from forqapp import services
 
-ahead, due, k, rounds = (int(a) for a in sys.argv[1:5])
+ahead, due, k, rounds, ended = (int(a) for a in sys.argv[1:6])
 content = "x" * 100
 
 def claim_ack(queue):
@@ -288,10 +293,16 @@ assert len(services.claim_many("in-flight", ahead)) == ahead  # held: leased, no
 fill("in-flight", due)
 fill("delayed", ahead, in_hour)  # sent first, due in an hour
 fill("delayed", due)
+queues = ["nothing", "in-flight", "delayed"]
+if ended:  # leases of 0 s: ended at once, due again ahead of the others (a design that claims them)
+    fill("ended", ahead)
+    assert len(services.claim_many("ended", ahead, visibility_timeout=0)) == ahead
+    fill("ended", due)
+    queues.append("ended")
 claim_ack("nothing")  # warm up
 out = {}
 for r in range(rounds):
-    for queue in ("nothing", "in-flight", "delayed") if r % 2 == 0 else ("delayed", "in-flight", "nothing"):
+    for queue in queues if r % 2 == 0 else queues[::-1]:
         out.setdefault(queue, []).append(claim_ack(queue))
 print(json.dumps(out))
 """
@@ -417,24 +428,39 @@ def part2(args, tmp: Path) -> None:
 
 
 def part3(args, tmp: Path) -> None:
-    before = Path(args.before)
-    created = ensure_worktree(before, args.before_ref)
+    designs = {"before issue 12": (Path(args.before), args.before_ref, 0),
+               "one claim index": (Path(args.one_index), args.one_index_ref, 1)}
+    created = []
     try:
         results = {}
-        for name, root in (("before", before), ("after", ROOT)):
-            db = fresh_db(root, tmp, f"ahead-{name}")
-            results[name] = run(root, db, AHEAD, args.ahead, 2 * args.ahead, args.ahead_claims, 3)
+        for root, ref, _ in designs.values():
+            if ensure_worktree(root, ref):
+                created.append(root)
+        for n, (name, (root, _, ended)) in enumerate([*designs.items(), ("this checkout", (ROOT, "", 1))]):
+            db = fresh_db(root, tmp, f"ahead-{n}")
+            results[name] = run(root, db, AHEAD, args.ahead, 2 * args.ahead, args.ahead_claims, 3, ended)
     finally:
-        if created and not args.keep_worktree:
-            subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, check=True)
-    print("\n## Part 3: what a claim steps over (before and after, same run)\n")
+        for root in created if not args.keep_worktree else []:
+            subprocess.run(["git", "worktree", "remove", "--force", str(root)], cwd=ROOT, check=True)
+    print("\n## Part 3: what a claim steps over (three designs, same run)\n")
     print(f"A queue of {2 * args.ahead:,} due messages, and ahead of them (sent first) nothing, {args.ahead:,} "
-          f"messages in flight (claimed, not acked) or {args.ahead:,} messages delayed by an hour. "
-          f"`services.claim` + `ack` of {args.ahead_claims} messages, per CPU second (median of 3).\n")
-    print(f"| claim+ack per CPU-s | nothing ahead | {args.ahead:,} in flight ahead | {args.ahead:,} delayed ahead |")
-    print("| --- | ---: | ---: | ---: |")
+          f"messages in flight (claimed, not acked), {args.ahead:,} messages delayed by an hour, or "
+          f"{args.ahead:,} deliveries whose leases have ended. `services.claim` + `ack` of {args.ahead_claims} "
+          "messages, per CPU second (median of 3); in brackets, the ratio to the one-claim-index design.\n")
+    queues = ("nothing", "in-flight", "delayed", "ended")
+    print(f"| claim+ack per CPU-s | nothing ahead | {args.ahead:,} in flight ahead | {args.ahead:,} delayed ahead "
+          f"| {args.ahead:,} ended leases ahead |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    reference = results["one claim index"]
     for name, out in results.items():
-        cells = [f"{statistics.median(out[q]):,.0f}" for q in ("nothing", "in-flight", "delayed")]
+        cells = []
+        for q in queues:
+            if q not in out:
+                cells.append("(not claimable)")
+                continue
+            figure = statistics.median(out[q])
+            ratio = "" if name == "one claim index" else f" ({figure / statistics.median(reference[q]):.2f}×)"
+            cells.append(f"{figure:,.0f}{ratio}")
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
@@ -444,6 +470,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=5_000, help="part 1: messages per round (default 5,000)")
     parser.add_argument("--before", default="/tmp/bench-before", help="worktree of the design before issue 12")
     parser.add_argument("--before-ref", default=BEFORE_REF)
+    parser.add_argument("--one-index", default="/tmp/bench-one-index", help="part 3: worktree of --one-index-ref")
+    parser.add_argument("--one-index-ref", default=ONE_INDEX_REF)
     parser.add_argument("--keep-worktree", action="store_true", help="do not remove a worktree this run created")
     parser.add_argument("--deep", type=int, default=1_000_000, help="part 2: messages in the deep queue")
     parser.add_argument("--shallow", type=int, default=1_000)

@@ -76,16 +76,18 @@ class Message(models.Model):
         db_table = "messages"
         ordering = ["received_at"]
         indexes = [
-            # The claim path: by priority, then sequence, among ready rows and deliveries (whose
-            # ``process_after`` is their lease end: an expired lease is claimable at once).
+            # The claim path (migration 0012): ready rows by priority, then sequence; and the
+            # deliveries by their lease end (``process_after``: an ended lease is claimable at once),
+            # in an index of their own, so a claim never walks past the ones still in flight.
             models.Index(
                 fields=["queue", "-priority", "sequence", "process_after", "status"],
-                condition=Q(status__in=[0, 1]),
+                condition=Q(status=0),
                 name="idx_queue_claim",
             ),
             models.Index(fields=["queue", "is_dlq"], name="idx_for_queue_depth"),
             models.Index(fields=["status", "is_dlq", "expires_after"], name="idx_expired"),
-            models.Index(fields=["queue", "status"], name="idx_for_requeueing"),
+            models.Index(fields=["queue", "status", "process_after", "priority", "sequence"],
+                         name="idx_for_requeueing"),
         ]
 
     def __str__(self) -> str:

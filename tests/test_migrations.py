@@ -245,14 +245,15 @@ BEFORE_LEAN = ("forqapp", "0010_sqs_queue_attributes")
 def sqlite_schema(conn: BaseDatabaseWrapper) -> dict[str, str]:
     with conn.cursor() as cur:
         cur.execute("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'messages' AND sql IS NOT NULL")
-        return dict(cur.fetchall())
+        return {name: sql.replace('"', "") for name, sql in cur.fetchall()}  # Django's DDL quotes, raw SQL not
 
 
 def test_0011_redrives_through_its_trigger_and_without_it(tmp_path, django_db_blocker):
     """0011 (SQLite): the claim marks a used-up message REDRIVING and the trigger makes it a dead
     letter in the same statement; idx_expired leaves leased rows out. Every message is kept both
-    ways. Without the trigger (the database at 0010, code of 0011) the store finishes the move
-    itself: no message is left REDRIVING. PostgreSQL: 0011 changes nothing."""
+    ways. Without the trigger (dropped: a database that lacks it) the store finishes the move
+    itself: no message is left REDRIVING. PostgreSQL: 0011 changes nothing. (The claims run on the
+    latest schema: 0012's claim index is the one the store's statements name.)"""
     with scratch_database(tmp_path, django_db_blocker) as conn:
         migrate(conn, BEFORE_LEAN)
         before_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
@@ -267,6 +268,7 @@ def test_0011_redrives_through_its_trigger_and_without_it(tmp_path, django_db_bl
             assert "forq_redrive" in schema and "WHERE status = 0 OR status = 2" in schema["idx_expired"]
         else:
             assert index_names(conn, "messages") >= {"idx_expired", "idx_queue_claim"}
+        migrate(conn)
 
         def used_up_claim(at: int) -> list:
             got = st.claim("jobs", at, 1, visibility_ms=0, max_attempts=1, dlq_ttl_ms=3_600_000)
@@ -281,9 +283,13 @@ def test_0011_redrives_through_its_trigger_and_without_it(tmp_path, django_db_bl
             assert cur.fetchone() == ("jobs-dlq", True if conn.vendor == "postgresql" else 1, 0, 0,
                                       "max_attempts_reached")
 
-        migrate(conn, BEFORE_LEAN)  # back: the store finishes a redrive the trigger no longer does
+        migrate(conn, BEFORE_LEAN)  # back: 0011 undone, the schema as it was
         if conn.vendor == "sqlite":
             assert sqlite_schema(conn) == before_schema
+        migrate(conn)
+        if conn.vendor == "sqlite":  # the store finishes a redrive that no trigger does
+            with conn.cursor() as cur:
+                cur.execute("DROP TRIGGER forq_redrive")
         second = ids_[1]
         assert used_up_claim(now + 2) == [(second, "jobs-dlq", 0, None)]
         with conn.cursor() as cur:
@@ -291,3 +297,41 @@ def test_0011_redrives_through_its_trigger_and_without_it(tmp_path, django_db_bl
             rows = cur.fetchall()
         assert len(rows) == 4 and ("jobs-dlq", 0) in rows and all(status in (0, 1) for _, status in rows)
         migrate(conn)
+
+
+SPLIT = ("forqapp", "0012_claim_apart_from_leases")
+
+
+def test_0012_moves_leases_out_of_the_claim_index_keeping_every_message(tmp_path, django_db_blocker):
+    """0012: ready rows stay in the (now partial) claim index, leases go to idx_for_requeueing by their
+    end. Every message is kept as it was, the claim on the result takes ready rows and ended leases
+    by priority then sequence, and the migration goes back to 0011's schema with the messages intact."""
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, LEAN)
+        before_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+        ready, ended, running, urgent, delayed = ids.new_ids(5)
+        st.insert([NewMessage(ready, "jobs", "ready", NOW, NOW, NOW + 3_600_000),
+                   NewMessage(ended, "jobs", "ended", NOW, NOW, NOW + 3_600_000),
+                   NewMessage(running, "jobs", "running", NOW, NOW, NOW + 3_600_000),
+                   NewMessage(urgent, "jobs", "urgent", NOW, NOW, NOW + 3_600_000, 7),
+                   NewMessage(delayed, "jobs", "delayed", NOW + 60_000, NOW, NOW + 3_600_000, 9)])
+        with conn.cursor() as cur:  # two deliveries of 0011's time: one lease ended, one running
+            for message_id, lease_end in ((ended, NOW + 5), (running, NOW + 3_600_000)):
+                cur.execute("UPDATE messages SET status = 1, attempts = 1, processing_started_at = %s, "
+                            "process_after = %s WHERE id = %s", [NOW + 1, lease_end, message_id])
+        kept = messages(conn, COLUMNS_0005 + NEW_COLUMNS)
+
+        migrate(conn, SPLIT)
+        assert messages(conn, COLUMNS_0005 + NEW_COLUMNS) == kept
+        got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
+        assert [(d.id, d.attempts) for d in got.deliveries] == [(urgent, 1), (ready, 1), (ended, 2)]
+        assert st.queue_counts("jobs", NOW + 10).in_flight == 4
+
+        migrate(conn, LEAN)  # back to one claim index for ready and leased rows
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) == before_schema
+        else:
+            assert index_names(conn, "messages") >= {"idx_queue_claim", "idx_for_requeueing"}
+        assert len(messages(conn)) == 5

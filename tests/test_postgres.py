@@ -99,24 +99,29 @@ def test_migration_creates_table_and_partial_index():
         collations = dict(cur.fetchall())
     assert set(indexes) == {"messages_pkey", "idx_queue_claim", "idx_for_queue_depth",
                             "idx_expired", "idx_for_requeueing"}  # no varchar_pattern_ops copies
-    assert indexes["idx_queue_claim"].endswith("WHERE (status = ANY (ARRAY[0, 1]))")
+    assert indexes["idx_queue_claim"].endswith("(queue, priority DESC, sequence, process_after, status) WHERE (status = 0)")
+    assert indexes["idx_for_requeueing"].endswith("(queue, status, process_after, priority, sequence)")
     assert collations == {"id": "C", "queue": "C"}
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("order", ["fifo", "lifo"])
 def test_claim_uses_the_partial_index_in_claim_order(order):
-    """The claim's own pick reads the claim index in its order: no sort of the queue."""
+    """The claim's pick reads the ready rows from the claim index in its order (no sort of the
+    queue), and the ended leases as one range of idx_for_requeueing: neither walks the other's rows."""
     from forqapp.store.postgresql import PICK
 
     with connection.cursor() as cur:  # on an empty table any plan costs nothing: forbid the others
         cur.execute("SET enable_seqscan = off")
         cur.execute("SET enable_sort = off")
-        cur.execute("EXPLAIN " + PICK[order], {"queue": "q", "now": 1, "limit": 1})
+        cur.execute("EXPLAIN " + PICK[order], {"queue": "q", "now": 1, "limit": 1, "ended_among": 1000})
         plan = "\n".join(r[0] for r in cur.fetchall())
         cur.execute("RESET enable_seqscan")
         cur.execute("RESET enable_sort")
-    assert "idx_queue_claim" in plan and "Sort" not in plan
+    ready = plan[plan.index("CTE ready"):plan.index("CTE ended")]
+    ended = plan[plan.index("CTE ended"):]
+    assert "using idx_queue_claim" in ready and "Sort" not in ready, plan
+    assert "using idx_for_requeueing" in ended and "(status = 1) AND (process_after <= 1)" in ended, plan
 
 
 # --- SKIP LOCKED ------------------------------------------------------------------------------

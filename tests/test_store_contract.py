@@ -320,6 +320,36 @@ def test_an_ended_lease_is_claimed_again_and_its_receipt_stops_working(st):
     assert st.ack("lease", m, again.receipt)
 
 
+def test_ended_leases_and_ready_messages_are_claimed_together_by_priority_then_sequence(st):
+    """Ready rows and ended leases sit in different indexes (migration 0012): the claim merges them
+    in claim order, FIFO and LIFO, and passes over the leases still running."""
+    oldest, middle, newest = put(st, "mix", 3)
+    urgent = put(st, "mix", priority=5)[0]
+    assert [d.id for d in take(st, "mix", NOW, 2, vis=1_000)] == [urgent, oldest]  # leases end at NOW + 1000
+    running = one(st, "mix", NOW + 1, vis=HOUR).id  # middle: leased for an hour
+    assert running == middle
+    assert [d.id for d in take(st, "mix", NOW + 1_000, 10, vis=HOUR)] == [urgent, oldest, newest]
+    late = put(st, "mix", priority=5)[0]  # ready, after the urgent one in sequence
+    assert one(st, "mix", NOW + HOUR + 1).id == late  # only middle's lease has ended: priority first
+    # Every lease ended: LIFO, the newest of the highest priority first, whichever index holds it.
+    assert [d.id for d in take(st, "mix", NOW + 2 * HOUR, 10, order="lifo")] == [late, urgent, newest, middle, oldest]
+
+
+def test_a_claim_chooses_among_the_first_leases_to_end(st, monkeypatch):
+    """Beyond ENDED_AMONG leases ended at once, a claim chooses among the first to have ended
+    (by priority there), and the others wait their turn: each is still delivered once."""
+    monkeypatch.setattr(type(st).__module__ + ".ENDED_AMONG", 2)
+    low_first, low_second = put(st, "ended", 2)
+    (high,) = put(st, "ended", priority=5)
+    leased = {d.id: d for d in take(st, "ended", NOW, 3, vis=HOUR)}
+    for k, message_id in enumerate((low_first, low_second, high), start=1):  # leases end at NOW + 1, 2, 3
+        assert st.change_visibility("ended", [(message_id, leased[message_id].receipt)], NOW, k) == [True]
+    assert one(st, "ended", NOW + 10, vis=HOUR).id == low_first  # high ended last: not among the first 2
+    assert [d.id for d in take(st, "ended", NOW + 10, 1, vis=HOUR)] == [high]  # now it is
+    monkeypatch.setattr(type(st).__module__ + ".ENDED_AMONG", 1_000)
+    assert [d.id for d in take(st, "ended", NOW + 10, 5)] == [low_second]
+
+
 def test_an_ended_lease_keeps_its_receipt_until_claimed_again(st):
     (m,) = put(st, "late")
     d = one(st, "late", NOW, vis=1_000)
@@ -876,7 +906,7 @@ def test_sqlite_jobs_read_an_index_not_the_table(name, db):
     connection.ensure_connection()
     plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
     assert not [step for step in plan if step.startswith("SCAN messages")], plan  # (a table or an index, whole)
-    assert any("idx_expired" in step or "idx_for_requeueing (queue=? AND status=?)" in step for step in plan), plan
+    assert any("idx_expired" in step or "idx_for_requeueing (queue=? AND status=?" in step for step in plan), plan
 
 
 @pytest.mark.parametrize("status", [READY, FAILED])

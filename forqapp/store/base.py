@@ -204,6 +204,10 @@ Staged = tuple[str, str]  # (token, queue)
 BATCH = 1_000
 #: A random-order claim picks among this many due messages (the next ones in priority order).
 RANDOM_AMONG = 1_000
+#: A claim chooses among the deliveries whose leases ended first, this many of them (or its limit
+#: when larger), by priority then sequence: beyond that many ended at once (consumers that died with
+#: thousands of leases), the others wait their turn, and a claim costs no more than sorting this many.
+ENDED_AMONG = 100
 #: A claim that finds used-up messages moves them to the DLQ and claims again, this many times at most.
 MAX_REDRIVE_ROUNDS = 100
 
@@ -311,7 +315,7 @@ class Store(abc.ABC):
               dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
               rate_interval_us: int | None = None) -> Claim:
         """Take up to ``limit`` due messages of ``queue`` — ready ones due by ``now`` and deliveries
-        whose lease has ended — by priority (highest first), then sequence (``order`` ``"fifo"``:
+        whose lease has ended (the first :data:`ENDED_AMONG` to end) — by priority (highest first), then sequence (``order`` ``"fifo"``:
         oldest first; ``"lifo"``: newest first within a priority, a priority at a time;
         ``"random"``: at random among the next :data:`RANDOM_AMONG`). Each becomes processing, one
         attempt more, a new receipt, leased until ``now + visibility_ms``. A message whose attempts

@@ -36,6 +36,7 @@ from django.db import transaction
 from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, base_of, is_dlq
 from .base import (
     BATCH,
+    ENDED_AMONG,
     MAX_REDRIVE_ROUNDS,
     POLICY_COLUMNS,
     RANDOM_AMONG,
@@ -142,28 +143,56 @@ SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
                              ELSE COALESCE(m.first_received_at, %(now)s) END,
     updated_at = GREATEST(%(now)s, m.updated_at + 1)"""
 
-DUE = f"queue = %(queue)s AND status IN ({READY}, {PROCESSING}) AND process_after <= %(now)s"
+# Two indexes answer it, so that neither part passes over the other's rows: ``idx_queue_claim`` holds
+# ready rows only (partial, migration 0012) in claim order, and ``idx_for_requeueing`` (queue, status,
+# process_after, …) finds the ended leases by their end. Each part takes and locks its first rows in
+# claim order, and the pick keeps the first of both: a claim no longer walks past the deliveries in
+# flight. The ended leases (usually none; a consumer's after it died) are sorted, not walked to: the
+# first ENDED_AMONG to have ended, so that thousands ended at once cost a claim no more than that. (A row of one part locked and
+# not kept is free again when the claim's transaction ends; another claim meanwhile passes over it.)
+READY_DUE = f"queue = %(queue)s AND status = {READY} AND process_after <= %(now)s"
+LEASE_ENDED = f"queue = %(queue)s AND status = {PROCESSING} AND process_after <= %(now)s"
 # After a redrive, a claim goes on for what it is still short of, passing over what it has just
 # delivered (with a 0 s lease, those are due again at once).
-DUE_EXCEPT = DUE + " AND id <> ALL(%(delivered)s::text[])"
+EXCEPT_DELIVERED = " AND id <> ALL(%(delivered)s::text[])"
+BY_PRIORITY = "priority DESC, sequence"
+LOCK = " FOR UPDATE SKIP LOCKED"
 
 
-def _picks(due: str) -> dict[str, str]:
+def _due(columns: str, where: str, order: str, limit: str, lock: str) -> str:
+    """The due rows' first ``limit`` of each part in ``order``, as ``due`` (the caller orders it).
+    (PostgreSQL locks no row of a UNION: each part is a CTE of its own.)"""
+    return f"""WITH ready AS (SELECT {columns} FROM messages WHERE {READY_DUE}{where} ORDER BY {order} LIMIT {limit}{lock}),
+                    ended AS (SELECT {columns} FROM (
+                                  SELECT * FROM (SELECT id AS ended_id, priority AS p, sequence AS s FROM messages
+                                                 WHERE {LEASE_ENDED}{where} ORDER BY process_after
+                                                 LIMIT %(ended_among)s) AS first_ended
+                                  ORDER BY {order.replace("priority", "p").replace("sequence", "s")}) AS ended_in_order
+                              JOIN messages ON id = ended_id
+                              WHERE {LEASE_ENDED}{where}
+                              ORDER BY {order.replace("priority", "p").replace("sequence", "s")}
+                              LIMIT {limit}{lock.replace("UPDATE", "UPDATE OF messages")})
+               SELECT id FROM (SELECT * FROM ready UNION ALL SELECT * FROM ended) AS due"""
+
+
+def _picks(where: str = "", lock: str = LOCK) -> dict[str, str]:
+    top = f"""GREATEST((SELECT priority FROM messages WHERE {READY_DUE}{where} ORDER BY {BY_PRIORITY} LIMIT 1),
+                       (SELECT MAX(priority) FROM messages WHERE {LEASE_ENDED}{where}))"""
     return {
-        "fifo": f"""SELECT id FROM messages WHERE {due}
-                    ORDER BY priority DESC, sequence LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
-        # LIFO: the newest of the highest priority that has a due message (both steps on the index).
-        "lifo": f"""SELECT id FROM messages WHERE {due} AND priority = (
-                        SELECT priority FROM messages WHERE {due} ORDER BY priority DESC, sequence LIMIT 1)
-                    ORDER BY sequence DESC LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+        "fifo": f"{_due('id, priority, sequence', where, BY_PRIORITY, '%(limit)s', lock)} "
+                f"ORDER BY {BY_PRIORITY} LIMIT %(limit)s",
+        # LIFO: the newest of the highest priority that has a due message.
+        "lifo": f"{_due('id, sequence', f'{where} AND priority = {top}', 'sequence DESC', '%(limit)s', lock)} "
+                "ORDER BY sequence DESC LIMIT %(limit)s",
         # Random: among the next RANDOM_AMONG due messages (in priority order).
         "random": f"""SELECT id FROM messages WHERE id IN (
-                          SELECT id FROM messages WHERE {due} ORDER BY priority DESC, sequence LIMIT %(among)s)
-                      ORDER BY random() LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+                          {_due('id, priority, sequence', where, BY_PRIORITY, '%(among)s', '')}
+                          ORDER BY {BY_PRIORITY} LIMIT %(among)s)
+                      ORDER BY random() LIMIT %(limit)s{lock}""",
     }
 
 
-PICK = _picks(DUE)
+PICK = _picks()
 
 
 def _claims(picks: dict[str, str]) -> dict[str, str]:
@@ -177,12 +206,11 @@ RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.prior
 
 
 CLAIM = _claims(PICK)
-CLAIM_AGAIN = _claims(_picks(DUE_EXCEPT))
+CLAIM_AGAIN = _claims(_picks(EXCEPT_DELIVERED))
 
 PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attributes, dedup_id, sequence,
                    received_at, first_received_at, CASE WHEN status = {PROCESSING} THEN process_after END, state"""
-PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick.replace(' FOR UPDATE SKIP LOCKED', '')})"
-        for order, pick in PICK.items()}
+PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})" for order, pick in _picks(lock="").items()}
 PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error FROM messages WHERE id = %(id)s AND queue = %(queue)s"
 
 # Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
@@ -280,11 +308,11 @@ HAS_DUE = f"""
 SELECT q.name, c.n
 FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN LATERAL (
-    SELECT COUNT(*) AS n FROM (
-        SELECT 1 FROM messages
-        WHERE queue = q.name AND status IN ({READY}, {PROCESSING}) AND process_after <= %(now)s
-        LIMIT %(limit)s
-    ) AS due
+    SELECT LEAST(%(limit)s, (SELECT COUNT(*) FROM (
+        SELECT 1 FROM messages WHERE queue = q.name AND status = {READY} AND process_after <= %(now)s
+        LIMIT %(limit)s) AS ready) + (SELECT COUNT(*) FROM (
+        SELECT 1 FROM messages WHERE queue = q.name AND status = {PROCESSING} AND process_after <= %(now)s
+        LIMIT %(limit)s) AS ended)) AS n
 ) AS c
 WHERE c.n > 0"""
 
@@ -704,7 +732,7 @@ class PostgreSQLStore(Store):
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
                order: str) -> Claim:
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
-                  "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG}
+                  "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG, "ended_among": max(ENDED_AMONG, limit)}
         sql = CLAIM[order]
         deliveries: list[Delivery] = []
         redriven: list[Delivery] = []
@@ -727,7 +755,8 @@ class PostgreSQLStore(Store):
         return Claim(deliveries, tuple(redriven))
 
     def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
-        rows = self._fetchall(PEEK[order], {"queue": queue, "now": now, "limit": 1, "among": RANDOM_AMONG})
+        rows = self._fetchall(PEEK[order], {"queue": queue, "now": now, "limit": 1, "among": RANDOM_AMONG,
+                                                  "ended_among": ENDED_AMONG})
         return Delivery._make(rows[0]) if rows else None
 
     def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:

@@ -28,6 +28,7 @@ from django.db.backends.sqlite3.base import DatabaseWrapper
 from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, base_of, is_dlq
 from .base import (
     BATCH,
+    ENDED_AMONG,
     MAX_REDRIVE_ROUNDS,
     POLICY_COLUMNS,
     RANDOM_AMONG,
@@ -160,37 +161,55 @@ SET status = CASE WHEN {USED_UP} THEN {REDRIVING} ELSE {PROCESSING} END,
     first_received_at = CASE WHEN {USED_UP} THEN first_received_at ELSE COALESCE(first_received_at, :now) END,
     updated_at = MAX(:now, updated_at + 1)"""
 
-DUE = f"queue = :queue AND status IN ({READY}, {PROCESSING}) AND process_after <= :now"
+# Two indexes answer it, so that neither part passes over the other's rows: ``idx_queue_claim`` holds
+# ready rows only (partial, migration 0012) in claim order, and ``idx_for_requeueing`` (queue, status,
+# process_after, …) finds the ended leases by their end. Each part gives its first rows in claim order,
+# and the pick keeps the first of both: a claim no longer walks past the deliveries in flight. The ended
+# leases (usually none; a consumer's after it died) are sorted, not walked to: the first ENDED_AMONG
+# to have ended (:ended_among), so that thousands ended at once cost a claim no more than that.
+READY_DUE = f"queue = :queue AND status = {READY} AND process_after <= :now"
+LEASE_ENDED = f"queue = :queue AND status = {PROCESSING} AND process_after <= :now"
 # After a redrive, a claim goes on for what it is still short of, passing over what it has just
 # delivered (with a 0 s lease, those are due again at once).
-DUE_EXCEPT = DUE + " AND id NOT IN (SELECT value FROM json_each(:delivered))"
+EXCEPT_DELIVERED = " AND id NOT IN (SELECT value FROM json_each(:delivered))"
+BY_PRIORITY = "priority DESC, sequence"
 
 CLAIM_RETURNING = """
 RETURNING id, queue, content, attempts, processing_started_at, priority, attributes, dedup_id, sequence,
           received_at, first_received_at, process_after, state, status"""
 
 
-def _picks(due: str) -> dict[str, str]:
+def _due(columns: str, where: str, order: str, limit: str) -> str:
+    """The due rows' first ``limit`` of each part in ``order`` (a compound: the caller orders it)."""
+    return f"""SELECT {columns} FROM (SELECT {columns} FROM messages INDEXED BY idx_queue_claim
+                                      WHERE {READY_DUE}{where} ORDER BY {order} LIMIT {limit})
+               UNION ALL
+               SELECT {columns} FROM (SELECT {columns} FROM (
+                                          SELECT id, priority, sequence FROM messages INDEXED BY idx_for_requeueing
+                                          WHERE {LEASE_ENDED}{where}
+                                          ORDER BY process_after LIMIT :ended_among)
+                                      ORDER BY {order} LIMIT {limit})"""
+
+
+def _picks(where: str = "") -> dict[str, str]:
+    top = f"(SELECT MAX(priority) FROM ({_due('priority', where, BY_PRIORITY, '1')}))"
     return {
-        "fifo": f"""SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {due}
-                    ORDER BY priority DESC, sequence LIMIT :limit""",
-        # LIFO: the newest of the highest priority that has a due message (both steps on the index).
-        "lifo": f"""SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {due} AND priority = (
-                        SELECT priority FROM messages INDEXED BY idx_queue_claim WHERE {due}
-                        ORDER BY priority DESC, sequence LIMIT 1)
-                    ORDER BY sequence DESC LIMIT :limit""",
+        "fifo": f"SELECT id FROM ({_due('id, priority, sequence', where, BY_PRIORITY, ':limit')} "
+                f"ORDER BY {BY_PRIORITY} LIMIT :limit)",
+        # LIFO: the newest of the highest priority that has a due message.
+        "lifo": f"SELECT id FROM ({_due('id, sequence', f'{where} AND priority = {top}', 'sequence DESC', ':limit')} "
+                "ORDER BY sequence DESC LIMIT :limit)",
         # Random: among the next RANDOM_AMONG due messages (in priority order).
-        "random": f"""SELECT id FROM (SELECT id FROM messages INDEXED BY idx_queue_claim WHERE {due}
-                                      ORDER BY priority DESC, sequence LIMIT :among)
-                      ORDER BY random() LIMIT :limit""",
+        "random": f"SELECT id FROM ({_due('id, priority, sequence', where, BY_PRIORITY, ':among')} "
+                  f"ORDER BY {BY_PRIORITY} LIMIT :among) ORDER BY random() LIMIT :limit",
     }
 
 
-PICK = _picks(DUE)
+PICK = _picks()
 CLAIM = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURNING}"
          for order, pick in PICK.items()}
 CLAIM_AGAIN = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURNING}"
-               for order, pick in _picks(DUE_EXCEPT).items()}
+               for order, pick in _picks(EXCEPT_DELIVERED).items()}
 CLAIM_ONE = f"UPDATE messages {CLAIM_SET} WHERE id = ({PICK['fifo']}) {CLAIM_RETURNING}"
 
 # What the trigger forq_redrive does, for a database without it (see SQLiteStore._redriven).
@@ -260,8 +279,9 @@ WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_start
 # --- wake-ups and health ----------------------------------------------------------------------
 
 HAS_DUE = f"""
-SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_claim
-                      WHERE queue = ? AND status IN ({READY}, {PROCESSING}) AND process_after <= ? LIMIT ?)"""
+SELECT min(:limit, (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_claim WHERE {READY_DUE} LIMIT :limit))
+                 + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_for_requeueing WHERE {LEASE_ENDED}
+                                          LIMIT :limit)))"""
 
 DATA_VERSION = "PRAGMA data_version"
 
@@ -718,7 +738,7 @@ class SQLiteStore(Store):
         conn = self._conn()
         sql = CLAIM_ONE if limit == 1 and order == "fifo" else CLAIM[order]
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
-                  "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG}
+                  "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG, "ended_among": max(ENDED_AMONG, limit)}
         rows = conn.execute(sql, params).fetchall()
         if len(rows) == 1 and limit == 1 and rows[0][13] == PROCESSING:  # the usual receive: one delivery
             return Claim([Delivery._make(rows[0][:13])])
@@ -757,7 +777,7 @@ class SQLiteStore(Store):
 
     def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
         row = self._conn().execute(PEEK[order], {"queue": queue, "now": now, "limit": 1,
-                                                 "among": RANDOM_AMONG}).fetchone()
+                                                 "among": RANDOM_AMONG, "ended_among": ENDED_AMONG}).fetchone()
         return Delivery._make(row) if row else None
 
     def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:
@@ -806,7 +826,7 @@ class SQLiteStore(Store):
         conn = self._conn()
         out = {}
         for queue in queues:
-            ((n,),) = conn.execute(HAS_DUE, (queue, now, limit)).fetchall()
+            ((n,),) = conn.execute(HAS_DUE, {"queue": queue, "now": now, "limit": limit}).fetchall()
             if n:
                 out[queue] = n
         return out
