@@ -315,9 +315,10 @@ class Store(abc.ABC):
               dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
               rate_interval_us: int | None = None) -> Claim:
         """Take up to ``limit`` due messages of ``queue`` — ready ones due by ``now`` and deliveries
-        whose lease has ended (the first :data:`ENDED_AMONG` to end) — by priority (highest first), then sequence (``order`` ``"fifo"``:
-        oldest first; ``"lifo"``: newest first within a priority, a priority at a time;
-        ``"random"``: at random among the next :data:`RANDOM_AMONG`). Each becomes processing, one
+        whose lease has ended (among the first :data:`ENDED_AMONG` to end) — by priority (highest
+        first), then sequence (``order`` ``"fifo"``: oldest first; ``"lifo"``: newest first within
+        a priority, a priority at a time; ``"random"``: at random among the next
+        :data:`RANDOM_AMONG`). Each becomes processing, one
         attempt more, a new receipt, leased until ``now + visibility_ms``. A message whose attempts
         are used up (``max_attempts`` > 0) is moved to its DLQ (reason ``max_attempts_reached``,
         expiring after ``dlq_ttl_ms``) instead, counted in :attr:`Claim.redriven` and returned in

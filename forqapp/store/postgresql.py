@@ -148,8 +148,9 @@ SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
 # process_after, …) finds the ended leases by their end. Each part takes and locks its first rows in
 # claim order, and the pick keeps the first of both: a claim no longer walks past the deliveries in
 # flight. The ended leases (usually none; a consumer's after it died) are sorted, not walked to: the
-# first ENDED_AMONG to have ended, so that thousands ended at once cost a claim no more than that. (A row of one part locked and
-# not kept is free again when the claim's transaction ends; another claim meanwhile passes over it.)
+# first ENDED_AMONG to have ended, so that thousands ended at once cost a claim no more than that.
+# (A row of one part locked and not kept is free again when the claim's transaction ends; another
+# claim meanwhile passes over it.)
 READY_DUE = f"queue = %(queue)s AND status = {READY} AND process_after <= %(now)s"
 LEASE_ENDED = f"queue = %(queue)s AND status = {PROCESSING} AND process_after <= %(now)s"
 # After a redrive, a claim goes on for what it is still short of, passing over what it has just
@@ -162,7 +163,8 @@ LOCK = " FOR UPDATE SKIP LOCKED"
 def _due(columns: str, where: str, order: str, limit: str, lock: str) -> str:
     """The due rows' first ``limit`` of each part in ``order``, as ``due`` (the caller orders it).
     (PostgreSQL locks no row of a UNION: each part is a CTE of its own.)"""
-    return f"""WITH ready AS (SELECT {columns} FROM messages WHERE {READY_DUE}{where} ORDER BY {order} LIMIT {limit}{lock}),
+    return f"""WITH ready AS (SELECT {columns} FROM messages WHERE {READY_DUE}{where}
+                              ORDER BY {order} LIMIT {limit}{lock}),
                     ended AS (SELECT {columns} FROM (
                                   SELECT * FROM (SELECT id AS ended_id, priority AS p, sequence AS s FROM messages
                                                  WHERE {LEASE_ENDED}{where} ORDER BY process_after

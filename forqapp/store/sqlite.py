@@ -279,9 +279,10 @@ WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_start
 # --- wake-ups and health ----------------------------------------------------------------------
 
 HAS_DUE = f"""
-SELECT min(:limit, (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_claim WHERE {READY_DUE} LIMIT :limit))
-                 + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_for_requeueing WHERE {LEASE_ENDED}
-                                          LIMIT :limit)))"""
+SELECT min(:limit,
+           (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_claim WHERE {READY_DUE} LIMIT :limit))
+           + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_for_requeueing WHERE {LEASE_ENDED}
+                                    LIMIT :limit)))"""
 
 DATA_VERSION = "PRAGMA data_version"
 
