@@ -37,6 +37,8 @@ delayed by an hour ahead of them (sent first), and with ``--ahead`` deliveries w
 ended (claimed with a 0 s lease: due again, each claim takes one of them). The designs: before issue
 12 (``--before-ref``: no leases in the claim), one claim index for ready and leased rows
 (``--one-index-ref``), and this checkout (ready rows in the claim index, leases in their own).
+With ``--database-url`` (a PostgreSQL server), part 3 runs there instead, a fresh database per
+design, per second of wall time.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE_REF = "08c7627"  # the last commit before issue 12's work
@@ -273,14 +276,15 @@ import forqapp
 from forqapp import services
 
 ahead, due, k, rounds, ended = (int(a) for a in sys.argv[1:6])
+clock = time.perf_counter if sys.argv[6] == "wall" else time.process_time  # PostgreSQL: its server's CPU too
 content = "x" * 100
 
 def claim_ack(queue):
     claim, ack = services.claim, forqapp.ack
-    t = time.process_time()
+    t = clock()
     for _ in range(k):
         ack(claim(queue))
-    return k / (time.process_time() - t)
+    return k / (clock() - t)
 
 def fill(queue, total, process_after=None):
     for start in range(0, total, 10_000):
@@ -299,6 +303,10 @@ if ended:  # leases of 0 s: ended at once, due again ahead of the others (a desi
     assert len(services.claim_many("ended", ahead, visibility_timeout=0)) == ahead
     fill("ended", due)
     queues.append("ended")
+from django.db import connection
+if connection.vendor == "postgresql":  # fresh planner statistics, as the server's optimize job keeps them
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE messages")
 claim_ack("nothing")  # warm up
 out = {}
 for r in range(rounds):
@@ -333,8 +341,30 @@ def fresh_db(root: Path, tmp: Path, name: str) -> Path:
     return db
 
 
-def run(root: Path, db: Path, script: str, *args: object) -> dict:
-    proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=root, env=env_for(root, db),
+def fresh_pg(root: Path, url: str, name: str) -> dict[str, str]:
+    """The environment of ``root`` on a new PostgreSQL database ``name`` (dropped first) of the
+    server of ``url``, migrated."""
+    import psycopg
+
+    parts = urlsplit(url)
+    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    env = {**env_for(root, Path("/nonexistent")), "DATABASE_URL": urlunsplit(parts._replace(path="/" + name))}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=root, env=env, check=True)
+    return env
+
+
+def drop_pg(url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(urlunsplit(urlsplit(url)._replace(path="/postgres")), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run(root: Path, db: Path | dict[str, str], script: str, *args: object) -> dict:
+    env = db if isinstance(db, dict) else env_for(root, db)
+    proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=root, env=env,
                           capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"{root}: {proc.stderr[-3000:]}")
@@ -437,18 +467,28 @@ def part3(args, tmp: Path) -> None:
             if ensure_worktree(root, ref):
                 created.append(root)
         for n, (name, (root, _, ended)) in enumerate([*designs.items(), ("this checkout", (ROOT, "", 1))]):
-            db = fresh_db(root, tmp, f"ahead-{n}")
-            results[name] = run(root, db, AHEAD, args.ahead, 2 * args.ahead, args.ahead_claims, 3, ended)
+            if args.database_url:
+                env = fresh_pg(root, args.database_url, f"forq_bench_ahead_{n}")
+                try:
+                    results[name] = run(root, env, AHEAD, args.ahead, 2 * args.ahead, args.ahead_claims, 3, ended,
+                                        "wall")
+                finally:
+                    drop_pg(args.database_url, f"forq_bench_ahead_{n}")
+            else:
+                db = fresh_db(root, tmp, f"ahead-{n}")
+                results[name] = run(root, db, AHEAD, args.ahead, 2 * args.ahead, args.ahead_claims, 3, ended,
+                                    "cpu")
     finally:
         for root in created if not args.keep_worktree else []:
             subprocess.run(["git", "worktree", "remove", "--force", str(root)], cwd=ROOT, check=True)
-    print("\n## Part 3: what a claim steps over (three designs, same run)\n")
+    where = "PostgreSQL, per second of wall time" if args.database_url else "SQLite, per CPU second"
+    print(f"\n## Part 3: what a claim steps over (three designs, same run; {where})\n")
     print(f"A queue of {2 * args.ahead:,} due messages, and ahead of them (sent first) nothing, {args.ahead:,} "
           f"messages in flight (claimed, not acked), {args.ahead:,} messages delayed by an hour, or "
           f"{args.ahead:,} deliveries whose leases have ended. `services.claim` + `ack` of {args.ahead_claims} "
-          "messages, per CPU second (median of 3); in brackets, the ratio to the one-claim-index design.\n")
+          f"messages, {where.split(', ')[1]} (median of 3); in brackets, the ratio to the one-claim-index design.\n")
     queues = ("nothing", "in-flight", "delayed", "ended")
-    print(f"| claim+ack per CPU-s | nothing ahead | {args.ahead:,} in flight ahead | {args.ahead:,} delayed ahead "
+    print(f"| claim+ack {'per s' if args.database_url else 'per CPU-s'} | nothing ahead | {args.ahead:,} in flight ahead | {args.ahead:,} delayed ahead "
           f"| {args.ahead:,} ended leases ahead |")
     print("| --- | ---: | ---: | ---: | ---: |")
     reference = results["one claim index"]
@@ -480,6 +520,8 @@ def main() -> None:
     parser.add_argument("--ahead", type=int, default=10_000, help="part 3: messages ahead of the due ones")
     parser.add_argument("--ahead-claims", type=int, default=100, help="part 3: claim+ack per measure")
     parser.add_argument("--skip", choices=("part1", "part2", "part3"), action="append", default=[])
+    parser.add_argument("--database-url", help="part 3 on PostgreSQL: a server URL (a fresh database per design "
+                                               "is made on it, and dropped)")
     args = parser.parse_args()
     if shutil.which("git") is None:
         sys.exit("git is needed (the before checkout is a git worktree)")
