@@ -124,6 +124,27 @@ def test_claim_uses_the_partial_index_in_claim_order(order):
     assert "using idx_for_requeueing" in ended and "(status = 1) AND (process_after <= 1)" in ended, plan
 
 
+@pytest.mark.django_db
+def test_has_due_and_lifo_read_indexes_whatever_the_queue():
+    """The wake-up count (HAS_DUE, one queue name at a time from unnest: no statistics for it) and
+    the LIFO pick with thousands of ended leases read indexes, not the table: a bare LIMIT once let
+    the planner hope to find a row early in a scan of the whole table."""
+    from forqapp.store.postgresql import HAS_DUE, PICK
+
+    forqapp.send_many("busy", ["x"] * 6_000)
+    services.claim_many("busy", 3_000, visibility_timeout=0)  # 3,000 ended leases
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE messages")
+        plans = {}
+        for name, sql, params in (
+                ("has_due", HAS_DUE, {"queues": ["busy", "idle"], "now": services.now_ms(), "limit": 1}),
+                ("lifo", PICK["lifo"], {"queue": "busy", "now": services.now_ms(), "limit": 1, "ended_among": 100})):
+            cur.execute("EXPLAIN " + sql, params)
+            plans[name] = "\n".join(r[0] for r in cur.fetchall())
+    assert "Seq Scan on messages" not in plans["has_due"], plans["has_due"]
+    assert "Seq Scan on messages" not in plans["lifo"] and "Bitmap Heap Scan" not in plans["lifo"], plans["lifo"]
+
+
 # --- SKIP LOCKED ------------------------------------------------------------------------------
 
 

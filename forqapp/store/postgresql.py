@@ -179,7 +179,8 @@ def _due(columns: str, where: str, order: str, limit: str, lock: str) -> str:
 
 def _picks(where: str = "", lock: str = LOCK) -> dict[str, str]:
     top = f"""GREATEST((SELECT priority FROM messages WHERE {READY_DUE}{where} ORDER BY {BY_PRIORITY} LIMIT 1),
-                       (SELECT MAX(priority) FROM messages WHERE {LEASE_ENDED}{where}))"""
+                       (SELECT MAX(p) FROM (SELECT priority AS p FROM messages WHERE {LEASE_ENDED}{where}
+                                            ORDER BY process_after LIMIT %(ended_among)s) AS first_ended))"""
     return {
         "fifo": f"{_due('id, priority, sequence', where, BY_PRIORITY, '%(limit)s', lock)} "
                 f"ORDER BY {BY_PRIORITY} LIMIT %(limit)s",
@@ -187,9 +188,16 @@ def _picks(where: str = "", lock: str = LOCK) -> dict[str, str]:
         "lifo": f"{_due('id, sequence', f'{where} AND priority = {top}', 'sequence DESC', '%(limit)s', lock)} "
                 "ORDER BY sequence DESC LIMIT %(limit)s",
         # Random: among the next RANDOM_AMONG due messages (in priority order).
-        "random": f"""SELECT id FROM messages WHERE id IN (
+        # The candidates are read once, then their rows looked up by id (the primary key: ``IS TRUE``
+        # keeps the due condition out of the planner's index choice) and locked; the due condition
+        # is checked again on the rows locked, so that a row another claim has just taken, or moved
+        # to its DLQ, is seen as it is now and passed over.
+        "random": f"""WITH candidates AS MATERIALIZED (
                           {_due('id, priority, sequence', where, BY_PRIORITY, '%(among)s', '')}
                           ORDER BY {BY_PRIORITY} LIMIT %(among)s)
+                      SELECT id FROM messages WHERE id = ANY(ARRAY(SELECT id FROM candidates))
+                      AND (queue = %(queue)s AND status IN ({READY}, {PROCESSING})
+                           AND process_after <= %(now)s) IS TRUE
                       ORDER BY random() LIMIT %(limit)s{lock}""",
     }
 
@@ -306,17 +314,18 @@ SELECT c.id FROM c, woken"""
 
 # --- wake-ups and health ----------------------------------------------------------------------
 
+# (Each count in its index's order: a queue name from unnest has no statistics, and a bare LIMIT would
+# let the planner hope to find rows early in a scan of the whole table.)
 HAS_DUE = f"""
-SELECT q.name, c.n
+SELECT q.name, LEAST(%(limit)s, ready.n + ended.n)
 FROM unnest(%(queues)s::text[]) AS q(name)
-CROSS JOIN LATERAL (
-    SELECT LEAST(%(limit)s, (SELECT COUNT(*) FROM (
-        SELECT 1 FROM messages WHERE queue = q.name AND status = {READY} AND process_after <= %(now)s
-        LIMIT %(limit)s) AS ready) + (SELECT COUNT(*) FROM (
-        SELECT 1 FROM messages WHERE queue = q.name AND status = {PROCESSING} AND process_after <= %(now)s
-        LIMIT %(limit)s) AS ended)) AS n
-) AS c
-WHERE c.n > 0"""
+CROSS JOIN LATERAL (SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM messages WHERE queue = q.name AND status = {READY} AND process_after <= %(now)s
+    ORDER BY {BY_PRIORITY} LIMIT %(limit)s) AS due) AS ready
+CROSS JOIN LATERAL (SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM messages WHERE queue = q.name AND status = {PROCESSING} AND process_after <= %(now)s
+    ORDER BY process_after LIMIT %(limit)s) AS due) AS ended
+WHERE ready.n + ended.n > 0"""
 
 LISTEN = f"LISTEN {CHANNEL}"
 NOTIFY = f"SELECT pg_notify('{CHANNEL}', %s)"

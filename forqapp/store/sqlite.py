@@ -17,10 +17,10 @@ import functools
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast
 
 from django.core.checks import CheckMessage, Error
 from django.db.backends.sqlite3.base import DatabaseWrapper
@@ -50,6 +50,7 @@ from .base import (
 
 READY, PROCESSING, FAILED = int(Status.READY), int(Status.PROCESSING), int(Status.FAILED)
 logger = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXPIRED = FailureReason.MESSAGE_EXPIRED.value
 MAX_ATTEMPTS = FailureReason.MAX_ATTEMPTS_REACHED.value
@@ -540,6 +541,23 @@ LEASE_HOLDER = "SELECT holder, expires_at FROM forq_leases WHERE name = ?"
 LEASE_RELEASE = "DELETE FROM forq_leases WHERE name = ? AND holder = ?"
 
 
+def _reads_claim_indexes(method: F) -> F:
+    """The claim's statements name their indexes (``INDEXED BY``), which SQLite refuses with "no query
+    solution" on a schema of another version (a process started before ``migrate``, or code ahead of
+    it): said so, with what to do."""
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if "no query solution" not in str(exc):
+                raise
+            raise sqlite3.OperationalError(
+                "no query solution: the database's claim indexes are not those this code reads: run "
+                "`manage.py migrate`, and restart the processes started before it") from exc
+    return cast(F, wrapper)
+
+
 def _queue_row(row: Sequence[Any]) -> QueueRow:
     return QueueRow._make((*row[:11], bool(row[11]), *row[12:]))
 
@@ -734,6 +752,7 @@ class SQLiteStore(Store):
     def notify(self, queue: str) -> None:
         """Nothing to do: every commit changes ``PRAGMA data_version``, which the notifier watches."""
 
+    @_reads_claim_indexes
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
                order: str) -> Claim:
         conn = self._conn()
@@ -776,6 +795,7 @@ class SQLiteStore(Store):
         return [Delivery._make(r[:13])._replace(queue=r[1] + DLQ_SUFFIX, receipt=None, lease_expires_at=None)
                 for r in rows]
 
+    @_reads_claim_indexes
     def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
         row = self._conn().execute(PEEK[order], {"queue": queue, "now": now, "limit": 1,
                                                  "among": RANDOM_AMONG, "ended_among": ENDED_AMONG}).fetchone()
@@ -823,6 +843,7 @@ class SQLiteStore(Store):
 
     # -- wake-ups and health -----------------------------------------------------------------
 
+    @_reads_claim_indexes
     def has_due(self, queues: Sequence[str], now: int, limit: int) -> dict[str, int]:
         conn = self._conn()
         out = {}
