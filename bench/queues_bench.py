@@ -31,12 +31,14 @@ each figure's median over the rounds and its ratio to ``before`` (the target: wi
 number of messages from each, FIFO and LIFO (``configure_queue(ordering=...)``), alternating; and
 ``EXPLAIN QUERY PLAN`` of the claim's pick (``forqapp.store.sqlite.PICK``) on the deep queue.
 
-**Part 3, what a claim steps over (three designs).** Claim+ack on a queue with nothing ahead of
+**Part 3, what a claim steps over (four designs).** Claim+ack on a queue with nothing ahead of
 its due messages, with ``--ahead`` deliveries in flight ahead of them, with ``--ahead`` messages
 delayed by an hour ahead of them (sent first), and with ``--ahead`` deliveries whose leases have
 ended (claimed with a 0 s lease: due again, each claim takes one of them). The designs: before issue
 12 (``--before-ref``: no leases in the claim), one claim index for ready and leased rows
-(``--one-index-ref``), and this checkout (ready rows in the claim index, leases in their own).
+(``--one-index-ref``, migration 0011), leases in an index of their own but the ready rows due or not
+in the claim index (``--leases-apart-ref``, migration 0012), and this checkout (the ready rows
+written to come due later in an index of their own, by the time they come due: migration 0013).
 With ``--database-url`` (a PostgreSQL server), part 3 runs there instead, a fresh database per
 design, per second of wall time.
 """
@@ -59,6 +61,7 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE_REF = "08c7627"  # the last commit before issue 12's work
 ONE_INDEX_REF = "d716992"  # the last commit whose claim index held ready and leased rows together
+LEASES_APART_REF = "7bf6102"  # the last commit whose claim index held the ready rows due or not together
 
 # --- the workloads, run in a subprocess under each checkout -------------------------------------
 
@@ -459,7 +462,8 @@ def part2(args, tmp: Path) -> None:
 
 def part3(args, tmp: Path) -> None:
     designs = {"before issue 12": (Path(args.before), args.before_ref, 0),
-               "one claim index": (Path(args.one_index), args.one_index_ref, 1)}
+               "one claim index": (Path(args.one_index), args.one_index_ref, 1),
+               "leases apart": (Path(args.leases_apart), args.leases_apart_ref, 1)}
     created = []
     try:
         results = {}
@@ -482,16 +486,17 @@ def part3(args, tmp: Path) -> None:
         for root in created if not args.keep_worktree else []:
             subprocess.run(["git", "worktree", "remove", "--force", str(root)], cwd=ROOT, check=True)
     where = "PostgreSQL, per second of wall time" if args.database_url else "SQLite, per CPU second"
-    print(f"\n## Part 3: what a claim steps over (three designs, same run; {where})\n")
+    print(f"\n## Part 3: what a claim steps over (four designs, same run; {where})\n")
     print(f"A queue of {2 * args.ahead:,} due messages, and ahead of them (sent first) nothing, {args.ahead:,} "
           f"messages in flight (claimed, not acked), {args.ahead:,} messages delayed by an hour, or "
           f"{args.ahead:,} deliveries whose leases have ended. `services.claim` + `ack` of {args.ahead_claims} "
-          f"messages, {where.split(', ')[1]} (median of 3); in brackets, the ratio to the one-claim-index design.\n")
+          f"messages, {where.split(', ')[1]} (median of 3); in brackets, the ratio to the leases-apart design "
+          f"(the one this checkout replaces).\n")
     queues = ("nothing", "in-flight", "delayed", "ended")
     print(f"| claim+ack {'per s' if args.database_url else 'per CPU-s'} | nothing ahead | {args.ahead:,} in flight ahead | {args.ahead:,} delayed ahead "
           f"| {args.ahead:,} ended leases ahead |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    reference = results["one claim index"]
+    reference = results["leases apart"]
     for name, out in results.items():
         cells = []
         for q in queues:
@@ -499,7 +504,7 @@ def part3(args, tmp: Path) -> None:
                 cells.append("(not claimable)")
                 continue
             figure = statistics.median(out[q])
-            ratio = "" if name == "one claim index" else f" ({figure / statistics.median(reference[q]):.2f}×)"
+            ratio = "" if name == "leases apart" else f" ({figure / statistics.median(reference[q]):.2f}×)"
             cells.append(f"{figure:,.0f}{ratio}")
         print(f"| {name} | " + " | ".join(cells) + " |")
 
@@ -512,6 +517,9 @@ def main() -> None:
     parser.add_argument("--before-ref", default=BEFORE_REF)
     parser.add_argument("--one-index", default="/tmp/bench-one-index", help="part 3: worktree of --one-index-ref")
     parser.add_argument("--one-index-ref", default=ONE_INDEX_REF)
+    parser.add_argument("--leases-apart", default="/tmp/bench-leases-apart",
+                        help="part 3: worktree of --leases-apart-ref")
+    parser.add_argument("--leases-apart-ref", default=LEASES_APART_REF)
     parser.add_argument("--keep-worktree", action="store_true", help="do not remove a worktree this run created")
     parser.add_argument("--deep", type=int, default=1_000_000, help="part 2: messages in the deep queue")
     parser.add_argument("--shallow", type=int, default=1_000)

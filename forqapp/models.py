@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from . import vocab
 from .vocab import DLQ_SUFFIX as DLQ_SUFFIX  # re-exported: older imports take it from here
@@ -76,13 +76,20 @@ class Message(models.Model):
         db_table = "messages"
         ordering = ["received_at"]
         indexes = [
-            # The claim path (migration 0012): ready rows by priority, then sequence; and the
-            # deliveries by their lease end (``process_after``: an ended lease is claimable at once),
-            # in an index of their own, so a claim never walks past the ones still in flight.
+            # The claim path (migrations 0012, 0013): the ready rows due when written, by priority,
+            # then sequence; the ready rows written to come due later (delayed, backed off, released)
+            # by the time they come due; and the deliveries by their lease end (``process_after``: an
+            # ended lease is claimable at once), each in an index of its own, so a claim never walks
+            # past the messages in flight or not yet due.
             models.Index(
                 fields=["queue", "-priority", "sequence", "process_after", "status"],
-                condition=Q(status=0),
+                condition=Q(status=0, process_after__lte=F("received_at")),
                 name="idx_queue_claim",
+            ),
+            models.Index(
+                fields=["queue", "process_after", "-priority", "sequence"],
+                condition=Q(status=0, process_after__gt=F("received_at")),
+                name="idx_queue_timed",
             ),
             models.Index(fields=["queue", "is_dlq"], name="idx_for_queue_depth"),
             models.Index(fields=["status", "is_dlq", "expires_after"], name="idx_expired"),

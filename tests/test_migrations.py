@@ -326,9 +326,14 @@ def test_0012_moves_leases_out_of_the_claim_index_keeping_every_message(tmp_path
 
         migrate(conn, SPLIT)
         assert messages(conn, COLUMNS_0005 + NEW_COLUMNS) == kept
+        split_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
+        migrate(conn)  # this code's statements read the latest schema's indexes
         got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         assert [(d.id, d.attempts) for d in got.deliveries] == [(urgent, 1), (ready, 1), (ended, 2)]
         assert st.queue_counts("jobs", NOW + 10).in_flight == 4
+        migrate(conn, SPLIT)
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) == split_schema
 
         migrate(conn, LEAN)  # back to one claim index for ready and leased rows
         if conn.vendor == "sqlite":
@@ -338,4 +343,54 @@ def test_0012_moves_leases_out_of_the_claim_index_keeping_every_message(tmp_path
                 st.claim("jobs", NOW + 10, 1, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         else:
             assert index_names(conn, "messages") >= {"idx_queue_claim", "idx_for_requeueing"}
+        assert len(messages(conn)) == 5
+
+
+TIMED = ("forqapp", "0013_claim_apart_from_delayed")
+
+
+def test_0013_moves_the_rows_not_due_when_written_out_of_the_claim_index(tmp_path, django_db_blocker):
+    """0013: the ready rows written due stay in the claim index; those written to come due later
+    (delayed at send, backed off after a failure) go to idx_queue_timed by the time they come due.
+    Every message is kept as it was, the claim on the result takes them all in priority then
+    sequence order, and the migration goes back to 0012's schema with the messages intact."""
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, SPLIT)
+        before_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+        ready, delayed, backed_off, urgent_later, later = ids.new_ids(5)
+        st.insert([NewMessage(backed_off, "jobs", "backed off", NOW, NOW, NOW + 3_600_000),
+                   NewMessage(ready, "jobs", "ready", NOW, NOW, NOW + 3_600_000),
+                   NewMessage(delayed, "jobs", "delayed", NOW + 50, NOW, NOW + 3_600_000),
+                   NewMessage(urgent_later, "jobs", "urgent, later", NOW + 60_000, NOW, NOW + 3_600_000, 9),
+                   NewMessage(later, "jobs", "later", NOW + 60_000, NOW, NOW + 3_600_000)])
+        with conn.cursor() as cur:  # a failed attempt of 0012's time, backed off until NOW + 20
+            cur.execute("UPDATE messages SET attempts = 1, process_after = %s WHERE id = %s", [NOW + 20, backed_off])
+        kept = messages(conn, COLUMNS_0005 + NEW_COLUMNS)
+
+        migrate(conn, TIMED)
+        assert messages(conn, COLUMNS_0005 + NEW_COLUMNS) == kept
+        if conn.vendor == "sqlite":
+            with conn.cursor() as cur:  # each row in one of the two ready indexes: the claim's, or the timed one
+                cur.execute("SELECT id FROM messages INDEXED BY idx_queue_claim "
+                            "WHERE status = 0 AND process_after <= received_at AND queue = 'jobs'")
+                assert {r[0] for r in cur.fetchall()} == {ready}
+                cur.execute("SELECT id FROM messages INDEXED BY idx_queue_timed "
+                            "WHERE status = 0 AND process_after > received_at AND queue = 'jobs'")
+                assert {r[0] for r in cur.fetchall()} == {backed_off, delayed, urgent_later, later}
+        else:
+            assert index_names(conn, "messages") >= {"idx_queue_claim", "idx_queue_timed", "idx_for_requeueing"}
+        got = st.claim("jobs", NOW + 100, 10, visibility_ms=3_600_000, max_attempts=0, dlq_ttl_ms=3_600_000)
+        assert [(d.id, d.attempts) for d in got.deliveries] == [(backed_off, 2), (ready, 1), (delayed, 1)]
+        got = st.claim("jobs", NOW + 60_000, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
+        assert [d.id for d in got.deliveries] == [urgent_later, later]
+
+        migrate(conn, SPLIT)  # back to one index for the ready rows, due or not
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) == before_schema
+            with pytest.raises(sqlite3.OperationalError, match="run `manage.py migrate`"):
+                st.claim("jobs", NOW + 10, 1, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
+        else:
+            assert "idx_queue_timed" not in index_names(conn, "messages")
         assert len(messages(conn)) == 5

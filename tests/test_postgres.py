@@ -97,9 +97,12 @@ def test_migration_creates_table_and_partial_index():
         cur.execute("""SELECT column_name, collation_name FROM information_schema.columns
                        WHERE table_name = 'messages' AND column_name IN ('id', 'queue')""")
         collations = dict(cur.fetchall())
-    assert set(indexes) == {"messages_pkey", "idx_queue_claim", "idx_for_queue_depth",
+    assert set(indexes) == {"messages_pkey", "idx_queue_claim", "idx_queue_timed", "idx_for_queue_depth",
                             "idx_expired", "idx_for_requeueing"}  # no varchar_pattern_ops copies
-    assert indexes["idx_queue_claim"].endswith("(queue, priority DESC, sequence, process_after, status) WHERE (status = 0)")
+    assert indexes["idx_queue_claim"].endswith("(queue, priority DESC, sequence, process_after, status) "
+                                               "WHERE ((process_after <= received_at) AND (status = 0))")
+    assert indexes["idx_queue_timed"].endswith("(queue, process_after, priority DESC, sequence) "
+                                               "WHERE ((process_after > received_at) AND (status = 0))")
     assert indexes["idx_for_requeueing"].endswith("(queue, status, process_after, priority, sequence)")
     assert collations == {"id": "C", "queue": "C"}
 
@@ -108,7 +111,8 @@ def test_migration_creates_table_and_partial_index():
 @pytest.mark.parametrize("order", ["fifo", "lifo"])
 def test_claim_uses_the_partial_index_in_claim_order(order):
     """The claim's pick reads the ready rows from the claim index in its order (no sort of the
-    queue), and the ended leases as one range of idx_for_requeueing: neither walks the other's rows."""
+    queue), the delayed ones come due as one range of idx_queue_timed, and the ended leases as one
+    range of idx_for_requeueing: no part walks another's rows."""
     from forqapp.store.postgresql import PICK
 
     with connection.cursor() as cur:  # on an empty table any plan costs nothing: forbid the others
@@ -118,10 +122,11 @@ def test_claim_uses_the_partial_index_in_claim_order(order):
         plan = "\n".join(r[0] for r in cur.fetchall())
         cur.execute("RESET enable_seqscan")
         cur.execute("RESET enable_sort")
-    ready = plan[plan.index("CTE ready"):plan.index("CTE ended")]
-    ended = plan[plan.index("CTE ended"):]
+    ready = plan[plan.index("CTE ready"):plan.index("CTE by_time")]
+    by_time = plan[plan.index("CTE by_time"):]
     assert "using idx_queue_claim" in ready and "Sort" not in ready, plan
-    assert "using idx_for_requeueing" in ended and "(status = 1) AND (process_after <= 1)" in ended, plan
+    assert "using idx_queue_timed" in by_time and "(process_after <= 1)" in by_time, plan
+    assert "using idx_for_requeueing" in by_time and "(status = 1) AND (process_after <= 1)" in by_time, plan
 
 
 @pytest.mark.django_db
@@ -133,6 +138,7 @@ def test_has_due_and_lifo_read_indexes_whatever_the_queue():
 
     forqapp.send_many("busy", ["x"] * 6_000)
     services.claim_many("busy", 3_000, visibility_timeout=0)  # 3,000 ended leases
+    forqapp.send_many("busy", [{"content": "x", "delay": 3_600}] * 3_000)  # 3,000 not due for an hour
     with connection.cursor() as cur:
         cur.execute("ANALYZE messages")
         plans = {}

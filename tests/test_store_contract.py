@@ -350,6 +350,43 @@ def test_a_claim_chooses_among_the_first_leases_to_end(st, monkeypatch):
     assert [d.id for d in take(st, "ended", NOW + 10, 5)] == [low_second]
 
 
+def test_delayed_backed_off_and_ready_messages_are_claimed_together_by_priority_then_sequence(st):
+    """Ready rows written due and those written to come due later (delayed at send, backed off after
+    a failure, released) sit in different indexes (migration 0013): the claim merges them with the
+    ended leases in claim order, FIFO and LIFO, and passes over the ones not yet due."""
+    first, second = put(st, "timed", 2)
+    (delayed,) = put(st, "timed", due=NOW + 50)
+    (third,) = put(st, "timed")
+    (urgent_later,) = put(st, "timed", due=NOW + 5_000, priority=5)
+    got = one(st, "timed", NOW, vis=HOUR)
+    assert got.id == first
+    assert st.nack("timed", got.id, got.receipt, NOW, 0, [20])  # backed off until NOW + 20
+    assert [d.id for d in take(st, "timed", NOW + 10, 10, vis=HOUR)] == [second, third]  # neither due yet
+    assert st.has_due(["timed"], NOW + 10, 10) == {}
+    assert st.has_due(["timed"], NOW + 60, 10) == {"timed": 2}
+    assert [d.id for d in take(st, "timed", NOW + 100, 10, vis=1)] == [first, delayed]  # by sequence
+    # NOW + 5,000: the urgent one came due, and the leases taken at NOW + 100 ended.
+    assert [d.id for d in take(st, "timed", NOW + 5_000, 10, order="lifo")] == [urgent_later, delayed, first]
+
+
+def test_a_claim_chooses_among_the_first_delayed_messages_to_come_due(st, monkeypatch):
+    """Beyond ENDED_AMONG delayed messages due at once, a claim chooses among the first to have come
+    due (by priority there), and the others wait their turn: each is still delivered once."""
+    monkeypatch.setattr(type(st).__module__ + ".ENDED_AMONG", 2)
+    (low_first,) = put(st, "due", due=NOW + 1)
+    (low_second,) = put(st, "due", due=NOW + 2)
+    (high,) = put(st, "due", due=NOW + 3, priority=5)
+    assert one(st, "due", NOW + 10, vis=HOUR).id == low_first  # high came due last: not among the first 2
+    assert [d.id for d in take(st, "due", NOW + 10, 1, vis=HOUR)] == [high]  # now it is
+    monkeypatch.setattr(type(st).__module__ + ".ENDED_AMONG", 1_000)
+    assert [d.id for d in take(st, "due", NOW + 10, 5)] == [low_second]
+    # Due at the same time (a requeue's, a batch delayed alike): among them, claim order.
+    monkeypatch.setattr(type(st).__module__ + ".ENDED_AMONG", 2)
+    first, second = put(st, "alike", 2, due=NOW + 5)
+    (urgent,) = put(st, "alike", due=NOW + 5, priority=5)
+    assert [one(st, "alike", NOW + 10).id for _ in range(3)] == [urgent, first, second]
+
+
 def test_an_ended_lease_keeps_its_receipt_until_claimed_again(st):
     (m,) = put(st, "late")
     d = one(st, "late", NOW, vis=1_000)
@@ -907,6 +944,25 @@ def test_sqlite_jobs_read_an_index_not_the_table(name, db):
     plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
     assert not [step for step in plan if step.startswith("SCAN messages")], plan  # (a table or an index, whole)
     assert any("idx_expired" in step or "idx_for_requeueing (queue=? AND status=?" in step for step in plan), plan
+
+
+@pytest.mark.parametrize("order", ["fifo", "lifo", "random"])
+def test_sqlite_the_claim_reads_each_part_from_its_own_index(order, db):
+    """The pick reads the ready rows written due from idx_queue_claim in claim order, and the ones
+    come due by time (delayed, backed off; ended leases) as a range of idx_queue_timed and of
+    idx_for_requeueing up to ``now``: no part walks the rows not yet due (migrations 0012, 0013)."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's statements (test_postgres.py checks PostgreSQL's plans)")
+    from forqapp.store import sqlite as sql
+
+    connection.ensure_connection()
+    params = {"queue": "q", "now": NOW, "limit": 1, "ended_among": 100, "among": 1_000}
+    plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + sql.PICK[order], params)]
+    reads = [step for step in plan if " messages " in f"{step} "]
+    assert reads and all(step.startswith("SEARCH messages") for step in reads), plan
+    assert {step.split(" INDEX ")[1].split(" (")[0] for step in reads} == \
+        {"idx_queue_claim", "idx_queue_timed", "idx_for_requeueing"}, plan
+    assert all("process_after<?" in step for step in reads if "idx_queue_claim" not in step), plan
 
 
 @pytest.mark.parametrize("status", [READY, FAILED])

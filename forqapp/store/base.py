@@ -207,6 +207,8 @@ RANDOM_AMONG = 1_000
 #: A claim chooses among the deliveries whose leases ended first, this many of them (or its limit
 #: when larger), by priority then sequence: beyond that many ended at once (consumers that died with
 #: thousands of leases), the others wait their turn, and a claim costs no more than sorting this many.
+#: The same holds for the ready messages that were written to come due later (sent with a delay,
+#: backed off, deferred, released, requeued): among the first this many to have come due.
 ENDED_AMONG = 100
 #: A claim that finds used-up messages moves them to the DLQ and claims again, this many times at most.
 MAX_REDRIVE_ROUNDS = 100
@@ -314,8 +316,9 @@ class Store(abc.ABC):
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
               dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
               rate_interval_us: int | None = None) -> Claim:
-        """Take up to ``limit`` due messages of ``queue`` — ready ones due by ``now`` and deliveries
-        whose lease has ended (among the first :data:`ENDED_AMONG` to end) — by priority (highest
+        """Take up to ``limit`` due messages of ``queue`` — ready ones due by ``now`` (those that came
+        due later than they were written: among the first :data:`ENDED_AMONG` to come due) and
+        deliveries whose lease has ended (among the first :data:`ENDED_AMONG` to end) — by priority (highest
         first), then sequence (``order`` ``"fifo"``: oldest first; ``"lifo"``: newest first within
         a priority, a priority at a time; ``"random"``: at random among the next
         :data:`RANDOM_AMONG`). Each becomes processing, one

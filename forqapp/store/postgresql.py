@@ -143,16 +143,22 @@ SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
                              ELSE COALESCE(m.first_received_at, %(now)s) END,
     updated_at = GREATEST(%(now)s, m.updated_at + 1)"""
 
-# Two indexes answer it, so that neither part passes over the other's rows: ``idx_queue_claim`` holds
-# ready rows only (partial, migration 0012) in claim order, and ``idx_for_requeueing`` (queue, status,
-# process_after, …) finds the ended leases by their end. Each part takes and locks its first rows in
-# claim order, and the pick keeps the first of both: a claim no longer walks past the deliveries in
-# flight. The ended leases (usually none; a consumer's after it died) are sorted, not walked to: the
-# first ENDED_AMONG to have ended, so that thousands ended at once cost a claim no more than that.
-# (A row of one part locked and not kept is free again when the claim's transaction ends; another
-# claim meanwhile passes over it.)
-READY_DUE = f"queue = %(queue)s AND status = {READY} AND process_after <= %(now)s"
+# Three indexes answer it, so that no part passes over another's rows: ``idx_queue_claim`` holds the
+# ready rows that were due when written (partial: ``process_after <= received_at``, migration 0013) in
+# claim order; ``idx_queue_timed`` the ready rows written to come due later (sent with a delay, backed
+# off, deferred, released, requeued), by the time they come due; and ``idx_for_requeueing`` (queue,
+# status, process_after, …) finds the ended leases by their end. Each part takes and locks its first
+# rows in claim order, and the pick keeps the first of them all: a claim walks past neither the
+# deliveries in flight nor the messages not yet due. The rows that came due by time (usually few) are
+# sorted, not walked to: the first ENDED_AMONG of each kind to come due, so that thousands due at once
+# cost a claim no more than that. (A row of one part locked and not kept is free again when the
+# claim's transaction ends; another claim meanwhile passes over it.)
+READY_DUE = f"queue = %(queue)s AND status = {READY} AND process_after <= received_at AND process_after <= %(now)s"
+TIMED_DUE = f"queue = %(queue)s AND status = {READY} AND process_after > received_at AND process_after <= %(now)s"
 LEASE_ENDED = f"queue = %(queue)s AND status = {PROCESSING} AND process_after <= %(now)s"
+# The first to come due, in idx_queue_timed's order: those due at the same time (a requeue's, a
+# batch delayed alike) in claim order.
+TIMED_FIRST = "process_after, priority DESC, sequence"
 # After a redrive, a claim goes on for what it is still short of, passing over what it has just
 # delivered (with a 0 s lease, those are due again at once).
 EXCEPT_DELIVERED = " AND id <> ALL(%(delivered)s::text[])"
@@ -160,32 +166,47 @@ BY_PRIORITY = "priority DESC, sequence"
 LOCK = " FOR UPDATE SKIP LOCKED"
 
 
-def _due(columns: str, where: str, order: str, limit: str, lock: str) -> str:
+# A row that came due by time: a ready one written to come due later, or an ended lease.
+BY_TIME_DUE = (f"queue = %(queue)s AND process_after <= %(now)s"
+               f" AND (status = {PROCESSING} OR (status = {READY} AND process_after > received_at))")
+
+
+def _first_by_time(where: str) -> str:
+    """The first ``%(ended_among)s`` rows of each kind to come due by time (ready rows written to
+    come due later; ended leases), each kind one range of its index, as (first_id, p, s)."""
+    return " UNION ALL ".join(
+        f"""(SELECT id AS first_id, priority AS p, sequence AS s FROM messages
+             WHERE {due}{where} ORDER BY {first} LIMIT %(ended_among)s)"""
+        for due, first in ((TIMED_DUE, TIMED_FIRST), (LEASE_ENDED, "process_after")))
+
+
+def _due(columns: str, where: str, order: str, limit: str, lock: str, first: str = "") -> str:
     """The due rows' first ``limit`` of each part in ``order``, as ``due`` (the caller orders it).
-    (PostgreSQL locks no row of a UNION: each part is a CTE of its own.)"""
-    return f"""WITH ready AS (SELECT {columns} FROM messages WHERE {READY_DUE}{where}
+    (PostgreSQL locks no row of a UNION: each part is a CTE of its own.) ``first``: CTEs before them."""
+    by_order = order.replace("priority", "p").replace("sequence", "s")
+    return f"""WITH {first}ready AS (SELECT {columns} FROM messages WHERE {READY_DUE}{where}
                               ORDER BY {order} LIMIT {limit}{lock}),
-                    ended AS (SELECT {columns} FROM (
-                                  SELECT * FROM (SELECT id AS ended_id, priority AS p, sequence AS s FROM messages
-                                                 WHERE {LEASE_ENDED}{where} ORDER BY process_after
-                                                 LIMIT %(ended_among)s) AS first_ended
-                                  ORDER BY {order.replace("priority", "p").replace("sequence", "s")}) AS ended_in_order
-                              JOIN messages ON id = ended_id
-                              WHERE {LEASE_ENDED}{where}
-                              ORDER BY {order.replace("priority", "p").replace("sequence", "s")}
-                              LIMIT {limit}{lock.replace("UPDATE", "UPDATE OF messages")})
-               SELECT id FROM (SELECT * FROM ready UNION ALL SELECT * FROM ended) AS due"""
+                    by_time AS (SELECT {columns} FROM (
+                                    SELECT * FROM ({_first_by_time(where)}) AS first_due
+                                    ORDER BY {by_order}) AS first_in_order
+                                JOIN messages ON id = first_id
+                                WHERE {BY_TIME_DUE}{where}
+                                ORDER BY {by_order}
+                                LIMIT {limit}{lock.replace("UPDATE", "UPDATE OF messages")})
+               SELECT id FROM (SELECT * FROM ready UNION ALL SELECT * FROM by_time) AS due"""
 
 
 def _picks(where: str = "", lock: str = LOCK) -> dict[str, str]:
-    top = f"""GREATEST((SELECT priority FROM messages WHERE {READY_DUE}{where} ORDER BY {BY_PRIORITY} LIMIT 1),
-                       (SELECT MAX(p) FROM (SELECT priority AS p FROM messages WHERE {LEASE_ENDED}{where}
-                                            ORDER BY process_after LIMIT %(ended_among)s) AS first_ended))"""
+    # (A CTE, planned and run once: the parts below read it as a parameter of their index search.)
+    top = f"""top AS (SELECT GREATEST(
+                  (SELECT priority FROM messages WHERE {READY_DUE}{where} ORDER BY {BY_PRIORITY} LIMIT 1),
+                  (SELECT MAX(p) FROM ({_first_by_time(where)}) AS first_due)) AS priority), """
+    top_where = f"{where} AND priority = (SELECT priority FROM top)"
     return {
         "fifo": f"{_due('id, priority, sequence', where, BY_PRIORITY, '%(limit)s', lock)} "
                 f"ORDER BY {BY_PRIORITY} LIMIT %(limit)s",
         # LIFO: the newest of the highest priority that has a due message.
-        "lifo": f"{_due('id, sequence', f'{where} AND priority = {top}', 'sequence DESC', '%(limit)s', lock)} "
+        "lifo": f"{_due('id, sequence', top_where, 'sequence DESC', '%(limit)s', lock, top)} "
                 "ORDER BY sequence DESC LIMIT %(limit)s",
         # Random: among the next RANDOM_AMONG due messages (in priority order).
         # The candidates are read once, then their rows looked up by id (the primary key: ``IS TRUE``
@@ -317,15 +338,20 @@ SELECT c.id FROM c, woken"""
 # (Each count in its index's order: a queue name from unnest has no statistics, and a bare LIMIT would
 # let the planner hope to find rows early in a scan of the whole table.)
 HAS_DUE = f"""
-SELECT q.name, LEAST(%(limit)s, ready.n + ended.n)
+SELECT q.name, LEAST(%(limit)s, ready.n + timed.n + ended.n)
 FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN LATERAL (SELECT COUNT(*) AS n FROM (
-    SELECT 1 FROM messages WHERE queue = q.name AND status = {READY} AND process_after <= %(now)s
+    SELECT 1 FROM messages WHERE queue = q.name AND status = {READY} AND process_after <= received_at
+                                 AND process_after <= %(now)s
     ORDER BY {BY_PRIORITY} LIMIT %(limit)s) AS due) AS ready
+CROSS JOIN LATERAL (SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM messages WHERE queue = q.name AND status = {READY} AND process_after > received_at
+                                 AND process_after <= %(now)s
+    ORDER BY process_after LIMIT %(limit)s) AS due) AS timed
 CROSS JOIN LATERAL (SELECT COUNT(*) AS n FROM (
     SELECT 1 FROM messages WHERE queue = q.name AND status = {PROCESSING} AND process_after <= %(now)s
     ORDER BY process_after LIMIT %(limit)s) AS due) AS ended
-WHERE ready.n + ended.n > 0"""
+WHERE ready.n + timed.n + ended.n > 0"""
 
 LISTEN = f"LISTEN {CHANNEL}"
 NOTIFY = f"SELECT pg_notify('{CHANNEL}', %s)"

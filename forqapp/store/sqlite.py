@@ -162,14 +162,21 @@ SET status = CASE WHEN {USED_UP} THEN {REDRIVING} ELSE {PROCESSING} END,
     first_received_at = CASE WHEN {USED_UP} THEN first_received_at ELSE COALESCE(first_received_at, :now) END,
     updated_at = MAX(:now, updated_at + 1)"""
 
-# Two indexes answer it, so that neither part passes over the other's rows: ``idx_queue_claim`` holds
-# ready rows only (partial, migration 0012) in claim order, and ``idx_for_requeueing`` (queue, status,
-# process_after, …) finds the ended leases by their end. Each part gives its first rows in claim order,
-# and the pick keeps the first of both: a claim no longer walks past the deliveries in flight. The ended
-# leases (usually none; a consumer's after it died) are sorted, not walked to: the first ENDED_AMONG
-# to have ended (:ended_among), so that thousands ended at once cost a claim no more than that.
-READY_DUE = f"queue = :queue AND status = {READY} AND process_after <= :now"
+# Three indexes answer it, so that no part passes over another's rows: ``idx_queue_claim`` holds the
+# ready rows that were due when written (partial: ``process_after <= received_at``, migration 0013) in
+# claim order; ``idx_queue_timed`` the ready rows written to become due later (sent with a delay, backed
+# off, deferred, released, requeued), by the time they come due; and ``idx_for_requeueing`` (queue,
+# status, process_after, …) finds the ended leases by their end. Each part gives its first rows in claim
+# order, and the pick keeps the first of them all: a claim walks past neither the deliveries in flight
+# nor the messages not yet due. The rows that came due by time (usually few) are sorted, not walked to:
+# the first ENDED_AMONG (:ended_among) of each kind to come due, so that thousands due at once cost a
+# claim no more than that.
+READY_DUE = f"queue = :queue AND status = {READY} AND process_after <= received_at AND process_after <= :now"
+TIMED_DUE = f"queue = :queue AND status = {READY} AND process_after > received_at AND process_after <= :now"
 LEASE_ENDED = f"queue = :queue AND status = {PROCESSING} AND process_after <= :now"
+# The first to come due, in idx_queue_timed's order: those due at the same time (a requeue's, a
+# batch delayed alike) in claim order.
+TIMED_FIRST = "process_after, priority DESC, sequence"
 # After a redrive, a claim goes on for what it is still short of, passing over what it has just
 # delivered (with a 0 s lease, those are due again at once).
 EXCEPT_DELIVERED = " AND id NOT IN (SELECT value FROM json_each(:delivered))"
@@ -182,14 +189,17 @@ RETURNING id, queue, content, attempts, processing_started_at, priority, attribu
 
 def _due(columns: str, where: str, order: str, limit: str) -> str:
     """The due rows' first ``limit`` of each part in ``order`` (a compound: the caller orders it)."""
+    by_time = [f"""SELECT {columns} FROM (SELECT {columns} FROM (
+                                          SELECT id, priority, sequence FROM messages INDEXED BY {index}
+                                          WHERE {due}{where}
+                                          ORDER BY {first} LIMIT :ended_among)
+                                      ORDER BY {order} LIMIT {limit})"""
+               for index, due, first in (("idx_queue_timed", TIMED_DUE, TIMED_FIRST),
+                                         ("idx_for_requeueing", LEASE_ENDED, "process_after"))]
     return f"""SELECT {columns} FROM (SELECT {columns} FROM messages INDEXED BY idx_queue_claim
                                       WHERE {READY_DUE}{where} ORDER BY {order} LIMIT {limit})
-               UNION ALL
-               SELECT {columns} FROM (SELECT {columns} FROM (
-                                          SELECT id, priority, sequence FROM messages INDEXED BY idx_for_requeueing
-                                          WHERE {LEASE_ENDED}{where}
-                                          ORDER BY process_after LIMIT :ended_among)
-                                      ORDER BY {order} LIMIT {limit})"""
+               UNION ALL {by_time[0]}
+               UNION ALL {by_time[1]}"""
 
 
 def _picks(where: str = "") -> dict[str, str]:
@@ -282,6 +292,7 @@ WHERE id = :id AND queue = :queue AND status = {PROCESSING} AND processing_start
 HAS_DUE = f"""
 SELECT min(:limit,
            (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_claim WHERE {READY_DUE} LIMIT :limit))
+           + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_timed WHERE {TIMED_DUE} LIMIT :limit))
            + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_for_requeueing WHERE {LEASE_ENDED}
                                     LIMIT :limit)))"""
 
@@ -542,18 +553,18 @@ LEASE_RELEASE = "DELETE FROM forq_leases WHERE name = ? AND holder = ?"
 
 
 def _reads_claim_indexes(method: F) -> F:
-    """The claim's statements name their indexes (``INDEXED BY``), which SQLite refuses with "no query
-    solution" on a schema of another version (a process started before ``migrate``, or code ahead of
-    it): said so, with what to do."""
+    """The claim's statements name their indexes (``INDEXED BY``), which SQLite refuses ("no query
+    solution", "no such index") on a schema of another version (a process started before
+    ``migrate``, or code ahead of it): said so, with what to do."""
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
         except sqlite3.OperationalError as exc:
-            if "no query solution" not in str(exc):
+            if not str(exc).startswith(("no query solution", "no such index")):
                 raise
             raise sqlite3.OperationalError(
-                "no query solution: the database's claim indexes are not those this code reads: run "
+                f"{exc}: the database's claim indexes are not those this code reads: run "
                 "`manage.py migrate`, and restart the processes started before it") from exc
     return cast(F, wrapper)
 

@@ -1,7 +1,7 @@
 """The UI's and the admin's reads, through the ORM (the same on SQLite and PostgreSQL).
 
-Counts are aggregates that indexes answer (``idx_for_requeueing`` on (queue, status, process_after,
-…), the partial ``idx_queue_claim`` for ready rows): two grouped queries for every queue at once,
+Counts are aggregates that an index answers (``idx_for_requeueing`` on (queue, status, process_after,
+…)): two grouped queries for every queue at once,
 never one query per queue. A queue's policy is its ``forq_queues`` row, resolved against the global
 settings by :func:`forqapp.policy.resolve` (the services' own rule): one read, no counting.
 """
