@@ -821,6 +821,17 @@ def test_dead_letter_details_show_the_failure_reason(staff_client):
     assert 'data-testid="failure-reason">max_attempts_reached<' in html
 
 
+def test_dead_letters_are_listed_as_dead_letters_not_ready(staff_client):
+    """A DLQ message is stored as ready (waiting for a requeue); the pages say what it is."""
+    dead_id = dead_letters("emails", ["x"])[0]
+    forqapp.send("emails", "live")
+    dlq = staff_client.get("/ui/queues/emails-dlq/messages/", **HX).content.decode()
+    queue = staff_client.get("/ui/queues/emails/messages/", **HX).content.decode()
+    assert f'id="m-{dead_id}"' in dlq
+    assert 'class="status dead" data-testid="state">dead letter<' in dlq and ">ready<" not in dlq
+    assert 'class="status ready" data-testid="state">ready<' in queue
+
+
 # --- flow control (issue 13) ----------------------------------------------------------------------------
 
 

@@ -217,7 +217,8 @@ def _message_id(message_id: str) -> str:
 
 
 def _decorate(message, now: int):
-    """Display values for a message row (times as datetimes, ready-but-not-due as delayed)."""
+    """Display values for a message row (times as datetimes, ready-but-not-due as delayed, a DLQ's
+    as dead letters)."""
     message.received_dt = _dt(message.received_at)
     message.due_dt = _dt(message.process_after)
     message.updated_dt = _dt(message.updated_at)
@@ -226,10 +227,14 @@ def _decorate(message, now: int):
     leased = message.status == Status.PROCESSING
     message.lease_dt = message.due_dt if leased else None  # a delivery's process_after is its lease end
     message.lease_ended = leased and message.process_after <= now
+    if message.is_dlq and message.status != Status.PROCESSING:  # stored as ready: waiting for a requeue
+        message.state, message.state_class = "dead letter", "dead"
+        return message
     if message.status == Status.READY and message.process_after > now:
         message.state = "delayed"
     else:
         message.state = Status(message.status).label
+    message.state_class = message.state
     return message
 
 
