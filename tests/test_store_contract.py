@@ -387,6 +387,32 @@ def test_a_claim_chooses_among_the_first_delayed_messages_to_come_due(st, monkey
     assert [one(st, "alike", NOW + 10).id for _ in range(3)] == [urgent, first, second]
 
 
+def test_lifo_takes_the_newest_first_also_beyond_the_window_of_rows_come_due(st, monkeypatch):
+    """LIFO chooses among the last ENDED_AMONG rows to come due (found by an audit: among the first,
+    a batch delayed alike came out 100, 101, …, 300, 99, …, 1), newest first, its top priority
+    first; delayed rows, and leases ended at once, alike."""
+    monkeypatch.setattr(type(st).__module__ + ".ENDED_AMONG", 4)
+    batch = put(st, "lifo-alike", 10, due=NOW + 5)  # delayed alike: due at the same time
+    assert [one(st, "lifo-alike", NOW + 10, order="lifo", vis=HOUR).id for _ in range(10)] == batch[::-1]
+    # The same with ten leases ended at once, and a plain send of a higher priority in between.
+    for delivery in take(st, "lifo-alike", NOW + HOUR + 10, 10, order="lifo", vis=HOUR):
+        st.change_visibility("lifo-alike", [(delivery.id, delivery.receipt)], NOW + HOUR + 10, 0)
+    (urgent,) = put(st, "lifo-alike", priority=5, due=NOW + HOUR + 10, received=NOW + HOUR + 10)
+    got = [one(st, "lifo-alike", NOW + HOUR + 20, order="lifo", vis=HOUR).id for _ in range(11)]
+    assert got == [urgent, *batch[::-1]]
+
+
+def test_lifo_finds_a_rare_top_priority_without_reading_past_the_windows(st, monkeypatch):
+    """LIFO's top priority is kept among the rows of each window once taken, not searched for
+    through every row come due (found by an audit: 35 ms a claim with 100,000 due on SQLite): a
+    row of the top priority beyond the window waits its turn, as in FIFO."""
+    monkeypatch.setattr(type(st).__module__ + ".ENDED_AMONG", 2)
+    (early_urgent,) = put(st, "rare", priority=5, due=NOW + 1)  # came due first: beyond the last 2
+    late = put(st, "rare", 2, due=NOW + 2)
+    got = [one(st, "rare", NOW + 10, order="lifo", vis=HOUR).id for _ in range(3)]
+    assert got == [late[1], early_urgent, late[0]]  # the urgent one once within the window
+
+
 def test_an_ended_lease_keeps_its_receipt_until_claimed_again(st):
     (m,) = put(st, "late")
     d = one(st, "late", NOW, vis=1_000)

@@ -18,8 +18,9 @@ first of both, in the same order as before (priority, then sequence; LIFO newest
 leases are sorted rather than walked to: among the first ``ENDED_AMONG`` (100) to have ended, so
 that thousands ended at once (consumers that died holding them) cost a claim no more than that.
 
-On PostgreSQL the two indexes are rebuilt without ``CONCURRENTLY``: writes to ``messages`` wait
-while they are built (seconds for a million messages).
+On PostgreSQL the two indexes are rebuilt without ``CONCURRENTLY``, in the migration's transaction:
+``DROP INDEX`` locks ``messages`` against reads and writes until it commits (seconds for a million
+messages), so receives, sends and the pages wait meanwhile.
 """
 
 from django.db import migrations, models

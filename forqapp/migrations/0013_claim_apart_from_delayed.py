@@ -17,8 +17,9 @@ due rows of each index (and of the ended leases) and keeps the first of all, in 
 before; the rows that came due by time are chosen among the first ``ENDED_AMONG`` (100) of them to
 come due, as the ended leases are.
 
-On PostgreSQL the indexes are built without ``CONCURRENTLY``: writes to ``messages`` wait while
-they are built (seconds for a million messages).
+On PostgreSQL the indexes are built without ``CONCURRENTLY``, in the migration's transaction:
+``DROP INDEX`` locks ``messages`` against reads and writes until it commits (seconds for a million
+messages), so receives, sends and the pages wait meanwhile.
 """
 
 from django.db import migrations, models

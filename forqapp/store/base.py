@@ -208,7 +208,8 @@ RANDOM_AMONG = 1_000
 #: when larger), by priority then sequence: beyond that many ended at once (consumers that died with
 #: thousands of leases), the others wait their turn, and a claim costs no more than sorting this many.
 #: The same holds for the ready messages that were written to come due later (sent with a delay,
-#: backed off, deferred, released, requeued): among the first this many to have come due.
+#: backed off, deferred, released, requeued): among the first this many to have come due. A LIFO
+#: claim chooses among the last this many of each to have come due (newest first).
 ENDED_AMONG = 100
 #: A claim that finds used-up messages moves them to the DLQ and claims again, this many times at most.
 MAX_REDRIVE_ROUNDS = 100

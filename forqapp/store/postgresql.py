@@ -156,9 +156,13 @@ SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
 READY_DUE = f"queue = %(queue)s AND status = {READY} AND process_after <= received_at AND process_after <= %(now)s"
 TIMED_DUE = f"queue = %(queue)s AND status = {READY} AND process_after > received_at AND process_after <= %(now)s"
 LEASE_ENDED = f"queue = %(queue)s AND status = {PROCESSING} AND process_after <= %(now)s"
-# The first to come due, in idx_queue_timed's order: those due at the same time (a requeue's, a
-# batch delayed alike) in claim order.
-TIMED_FIRST = "process_after, priority DESC, sequence"
+# The rows that came due by time are chosen among a window of each index, read in its order (or in
+# reverse): FIFO (and random) among the first to come due, the ones due at the same time (a requeue's,
+# a batch delayed alike) in claim order; LIFO among the last to come due, newest first.
+FIRST_WINDOWS = ((TIMED_DUE, "process_after, priority DESC, sequence"),
+                 (LEASE_ENDED, "process_after, priority, sequence"))
+LAST_WINDOWS = ((TIMED_DUE, "process_after DESC, priority, sequence DESC"),
+                (LEASE_ENDED, "process_after DESC, priority DESC, sequence DESC"))
 # After a redrive, a claim goes on for what it is still short of, passing over what it has just
 # delivered (with a 0 s lease, those are due again at once).
 EXCEPT_DELIVERED = " AND id <> ALL(%(delivered)s::text[])"
@@ -171,24 +175,30 @@ BY_TIME_DUE = (f"queue = %(queue)s AND process_after <= %(now)s"
                f" AND (status = {PROCESSING} OR (status = {READY} AND process_after > received_at))")
 
 
-def _first_by_time(where: str) -> str:
-    """The first ``%(ended_among)s`` rows of each kind to come due by time (ready rows written to
-    come due later; ended leases), each kind one range of its index, as (first_id, p, s)."""
+def _windows(where: str, windows: tuple) -> str:
+    """The rows of each window (``%(ended_among)s`` of the ready rows written to come due later, and
+    of the ended leases), each one range of its index read in its order, as (first_id, p, s)."""
     return " UNION ALL ".join(
         f"""(SELECT id AS first_id, priority AS p, sequence AS s FROM messages
-             WHERE {due}{where} ORDER BY {first} LIMIT %(ended_among)s)"""
-        for due, first in ((TIMED_DUE, TIMED_FIRST), (LEASE_ENDED, "process_after")))
+             WHERE {due}{where} ORDER BY {window_order} LIMIT %(ended_among)s)"""
+        for due, window_order in windows)
 
 
-def _due(columns: str, where: str, order: str, limit: str, lock: str, first: str = "") -> str:
+def _due(columns: str, where: str, order: str, limit: str, lock: str, windows: tuple = FIRST_WINDOWS,
+         top: str = "") -> str:
     """The due rows' first ``limit`` of each part in ``order``, as ``due`` (the caller orders it).
-    (PostgreSQL locks no row of a UNION: each part is a CTE of its own.) ``first``: CTEs before them."""
+    (PostgreSQL locks no row of a UNION: each part is a CTE of its own.) ``top`` (LIFO): the CTE
+    ``top`` of the priority to take, kept in the ready part's search and among the rows of the
+    windows once taken (so that a window is never read past its ``%(ended_among)s`` rows)."""
     by_order = order.replace("priority", "p").replace("sequence", "s")
-    return f"""WITH {first}ready AS (SELECT {columns} FROM messages WHERE {READY_DUE}{where}
-                              ORDER BY {order} LIMIT {limit}{lock}),
+    return f"""WITH {top + ", " if top else ""}ready AS (
+                        SELECT {columns} FROM messages
+                        WHERE {READY_DUE}{where}{" AND priority = (SELECT priority FROM top)" if top else ""}
+                        ORDER BY {order} LIMIT {limit}{lock}),
                     by_time AS (SELECT {columns} FROM (
-                                    SELECT * FROM ({_first_by_time(where)}) AS first_due
-                                    ORDER BY {by_order}) AS first_in_order
+                                    SELECT * FROM ({_windows(where, windows)}) AS window_rows
+                                    {"WHERE p = (SELECT priority FROM top)" if top else ""}
+                                    ORDER BY {by_order}) AS in_order
                                 JOIN messages ON id = first_id
                                 WHERE {BY_TIME_DUE}{where}
                                 ORDER BY {by_order}
@@ -197,16 +207,15 @@ def _due(columns: str, where: str, order: str, limit: str, lock: str, first: str
 
 
 def _picks(where: str = "", lock: str = LOCK) -> dict[str, str]:
-    # (A CTE, planned and run once: the parts below read it as a parameter of their index search.)
+    # (A CTE, planned and run once: the parts below read it as a parameter.)
     top = f"""top AS (SELECT GREATEST(
                   (SELECT priority FROM messages WHERE {READY_DUE}{where} ORDER BY {BY_PRIORITY} LIMIT 1),
-                  (SELECT MAX(p) FROM ({_first_by_time(where)}) AS first_due)) AS priority), """
-    top_where = f"{where} AND priority = (SELECT priority FROM top)"
+                  (SELECT MAX(p) FROM ({_windows(where, LAST_WINDOWS)}) AS window_rows)) AS priority)"""
     return {
         "fifo": f"{_due('id, priority, sequence', where, BY_PRIORITY, '%(limit)s', lock)} "
                 f"ORDER BY {BY_PRIORITY} LIMIT %(limit)s",
         # LIFO: the newest of the highest priority that has a due message.
-        "lifo": f"{_due('id, sequence', top_where, 'sequence DESC', '%(limit)s', lock, top)} "
+        "lifo": f"{_due('id, sequence', where, 'sequence DESC', '%(limit)s', lock, LAST_WINDOWS, top)} "
                 "ORDER BY sequence DESC LIMIT %(limit)s",
         # Random: among the next RANDOM_AMONG due messages (in priority order).
         # The candidates are read once, then their rows looked up by id (the primary key: ``IS TRUE``

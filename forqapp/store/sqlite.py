@@ -174,9 +174,13 @@ SET status = CASE WHEN {USED_UP} THEN {REDRIVING} ELSE {PROCESSING} END,
 READY_DUE = f"queue = :queue AND status = {READY} AND process_after <= received_at AND process_after <= :now"
 TIMED_DUE = f"queue = :queue AND status = {READY} AND process_after > received_at AND process_after <= :now"
 LEASE_ENDED = f"queue = :queue AND status = {PROCESSING} AND process_after <= :now"
-# The first to come due, in idx_queue_timed's order: those due at the same time (a requeue's, a
-# batch delayed alike) in claim order.
-TIMED_FIRST = "process_after, priority DESC, sequence"
+# The rows that came due by time are chosen among a window of each index, read in its order (or in
+# reverse): FIFO (and random) among the first to come due, the ones due at the same time (a requeue's,
+# a batch delayed alike) in claim order; LIFO among the last to come due, newest first.
+FIRST_WINDOWS = (("idx_queue_timed", TIMED_DUE, "process_after, priority DESC, sequence"),
+                 ("idx_for_requeueing", LEASE_ENDED, "process_after, priority, sequence"))
+LAST_WINDOWS = (("idx_queue_timed", TIMED_DUE, "process_after DESC, priority, sequence DESC"),
+                ("idx_for_requeueing", LEASE_ENDED, "process_after DESC, priority DESC, sequence DESC"))
 # After a redrive, a claim goes on for what it is still short of, passing over what it has just
 # delivered (with a 0 s lease, those are due again at once).
 EXCEPT_DELIVERED = " AND id NOT IN (SELECT value FROM json_each(:delivered))"
@@ -187,28 +191,31 @@ RETURNING id, queue, content, attempts, processing_started_at, priority, attribu
           received_at, first_received_at, process_after, state, status"""
 
 
-def _due(columns: str, where: str, order: str, limit: str) -> str:
-    """The due rows' first ``limit`` of each part in ``order`` (a compound: the caller orders it)."""
+def _due(columns: str, where: str, order: str, limit: str, windows: tuple = FIRST_WINDOWS, only: str = "") -> str:
+    """The due rows' first ``limit`` of each part in ``order`` (a compound: the caller orders it).
+    ``only`` (LIFO's top priority) keeps some of them: in the ready part's search, and among the
+    rows of each window once taken (so that a window is never read past its ``:ended_among`` rows)."""
     by_time = [f"""SELECT {columns} FROM (SELECT {columns} FROM (
                                           SELECT id, priority, sequence FROM messages INDEXED BY {index}
                                           WHERE {due}{where}
-                                          ORDER BY {first} LIMIT :ended_among)
+                                          ORDER BY {window_order} LIMIT :ended_among)
+                                      {f"WHERE {only}" if only else ""}
                                       ORDER BY {order} LIMIT {limit})"""
-               for index, due, first in (("idx_queue_timed", TIMED_DUE, TIMED_FIRST),
-                                         ("idx_for_requeueing", LEASE_ENDED, "process_after"))]
+               for index, due, window_order in windows]
     return f"""SELECT {columns} FROM (SELECT {columns} FROM messages INDEXED BY idx_queue_claim
-                                      WHERE {READY_DUE}{where} ORDER BY {order} LIMIT {limit})
+                                      WHERE {READY_DUE}{where}{f" AND {only}" if only else ""}
+                                      ORDER BY {order} LIMIT {limit})
                UNION ALL {by_time[0]}
                UNION ALL {by_time[1]}"""
 
 
 def _picks(where: str = "") -> dict[str, str]:
-    top = f"(SELECT MAX(priority) FROM ({_due('priority', where, BY_PRIORITY, '1')}))"
+    top = f"priority = (SELECT MAX(priority) FROM ({_due('priority', where, BY_PRIORITY, '1', LAST_WINDOWS)}))"
     return {
         "fifo": f"SELECT id FROM ({_due('id, priority, sequence', where, BY_PRIORITY, ':limit')} "
                 f"ORDER BY {BY_PRIORITY} LIMIT :limit)",
         # LIFO: the newest of the highest priority that has a due message.
-        "lifo": f"SELECT id FROM ({_due('id, sequence', f'{where} AND priority = {top}', 'sequence DESC', ':limit')} "
+        "lifo": f"SELECT id FROM ({_due('id, sequence', where, 'sequence DESC', ':limit', LAST_WINDOWS, top)} "
                 "ORDER BY sequence DESC LIMIT :limit)",
         # Random: among the next RANDOM_AMONG due messages (in priority order).
         "random": f"SELECT id FROM ({_due('id, priority, sequence', where, BY_PRIORITY, ':among')} "
