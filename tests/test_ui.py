@@ -828,7 +828,8 @@ def test_dead_letters_are_listed_as_dead_letters_not_ready(staff_client):
     dlq = staff_client.get("/ui/queues/emails-dlq/messages/", **HX).content.decode()
     queue = staff_client.get("/ui/queues/emails/messages/", **HX).content.decode()
     assert f'id="m-{dead_id}"' in dlq
-    assert 'class="status dead" data-testid="state">dead letter<' in dlq and ">ready<" not in dlq
+    assert 'class="status dead" data-testid="state" title="a dead letter: requeue it or delete it">dead<' in dlq
+    assert ">ready<" not in dlq
     assert 'class="status ready" data-testid="state">ready<' in queue
 
 

@@ -228,7 +228,7 @@ def _decorate(message, now: int):
     message.lease_dt = message.due_dt if leased else None  # a delivery's process_after is its lease end
     message.lease_ended = leased and message.process_after <= now
     if message.is_dlq and message.status != Status.PROCESSING:  # stored as ready: waiting for a requeue
-        message.state, message.state_class = "dead letter", "dead"
+        message.state = message.state_class = "dead"  # a word that fits the table's status column
         return message
     if message.status == Status.READY and message.process_after > now:
         message.state = "delayed"
