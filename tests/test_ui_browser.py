@@ -154,6 +154,7 @@ def test_dashboard_dlq_requeue_all_and_delete_one(live_ui, browser_page, staff_u
     page.click("a.pill.danger")
     page.wait_for_selector("tbody.msg")
     assert page.locator("tbody.msg").count() == 6
+    assert set(page.locator("tbody.msg [data-testid=state]").all_inner_texts()) == {"dead"}
     # At 1280 px the dead-letter table fits its card: every row's actions in view, no side scroll.
     assert page.eval_on_selector("#message-list", "e => e.scrollWidth <= e.clientWidth")
     page.locator("tbody.msg button.link").first.click()

@@ -150,7 +150,7 @@ SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
 # status, process_after, …) finds the ended leases by their end. Each part takes and locks its first
 # rows in claim order, and the pick keeps the first of them all: a claim walks past neither the
 # deliveries in flight nor the messages not yet due. The rows that came due by time (usually few) are
-# sorted, not walked to: the first ENDED_AMONG of each kind to come due, so that thousands due at once
+# sorted, not walked to: a window of ENDED_AMONG of each kind (below), so that thousands due at once
 # cost a claim no more than that. (A row of one part locked and not kept is free again when the
 # claim's transaction ends; another claim meanwhile passes over it.)
 READY_DUE = f"queue = %(queue)s AND status = {READY} AND process_after <= received_at AND process_after <= %(now)s"

@@ -169,7 +169,7 @@ SET status = CASE WHEN {USED_UP} THEN {REDRIVING} ELSE {PROCESSING} END,
 # status, process_after, …) finds the ended leases by their end. Each part gives its first rows in claim
 # order, and the pick keeps the first of them all: a claim walks past neither the deliveries in flight
 # nor the messages not yet due. The rows that came due by time (usually few) are sorted, not walked to:
-# the first ENDED_AMONG (:ended_among) of each kind to come due, so that thousands due at once cost a
+# a window of ENDED_AMONG (:ended_among) of each kind (below), so that thousands due at once cost a
 # claim no more than that.
 READY_DUE = f"queue = :queue AND status = {READY} AND process_after <= received_at AND process_after <= :now"
 TIMED_DUE = f"queue = :queue AND status = {READY} AND process_after > received_at AND process_after <= :now"
