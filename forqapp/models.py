@@ -76,11 +76,11 @@ class Message(models.Model):
         db_table = "messages"
         ordering = ["received_at"]
         indexes = [
-            # The claim path (migrations 0012, 0013): the ready rows due when written, by priority,
+            # The claim path (migrations 0012-0014): the ready rows due when written, by priority,
             # then sequence; the ready rows written to come due later (delayed, backed off, released)
             # by the time they come due; and the deliveries by their lease end (``process_after``: an
             # ended lease is claimable at once), each in an index of its own, so a claim never walks
-            # past the messages in flight or not yet due.
+            # past the messages in flight or not yet due, and a send writes to one of the three.
             models.Index(
                 fields=["queue", "-priority", "sequence", "process_after", "status"],
                 condition=Q(status=0, process_after__lte=F("received_at")),
@@ -91,10 +91,19 @@ class Message(models.Model):
                 condition=Q(status=0, process_after__gt=F("received_at")),
                 name="idx_queue_timed",
             ),
+            models.Index(
+                fields=["queue", "process_after", "priority", "sequence"],
+                condition=Q(status=1),
+                name="idx_leases",
+            ),
             models.Index(fields=["queue", "is_dlq"], name="idx_for_queue_depth"),
-            models.Index(fields=["status", "is_dlq", "expires_after"], name="idx_expired"),
-            models.Index(fields=["queue", "status", "process_after", "priority", "sequence"],
-                         name="idx_for_requeueing"),
+            # The jobs' index (expired and failed messages): ready and failed rows only (migration
+            # 0014; SQLite's since 0011), so a claim and an ack write nothing to it.
+            models.Index(
+                fields=["status", "is_dlq", "expires_after"],
+                condition=Q(status=0) | Q(status=2),
+                name="idx_expired",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -151,6 +151,7 @@ def _after_produce(using: str, queue: str, count: int) -> None:
 
 SEND_OPTIONS = ("process_after", "delay", "priority", "attributes", "dedup_id", "dedup_window", "retention")
 _ITEM_KEYS = frozenset({"content", "processAfter", *SEND_OPTIONS})
+_PLAIN_KEYS = frozenset({"content", "priority", "attributes"})
 
 
 def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int) -> NewMessage:
@@ -160,11 +161,22 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
         due = now
         return _new_message((message_id, queue, validation.content(item, limit), due, now, due + pol.retention_ms,
                              0, None, None))
+    get = item.get
+    if item.keys() <= _PLAIN_KEYS:  # no time, retention or dedup id: send_many's usual rich item
+        content, priority = get("content"), get("priority")
+        if type(content) is not str or not content.isascii() or len(content) > limit:
+            content = validation.content(content, limit)  # (its error, or text that is not ASCII)
+        if priority is None:
+            priority = 0
+        elif type(priority) is not int or not vocab.PRIORITY_MIN <= priority <= vocab.PRIORITY_MAX:
+            priority = validation.priority(priority)  # (its error, or an int subclass)
+        attributes = get("attributes")
+        return _new_message((message_id, queue, content, now, now, now + pol.retention_ms, priority,
+                             None if attributes is None else validation.attributes(attributes), None))
     if not item.keys() <= _ITEM_KEYS:
         unknown = set(item) - _ITEM_KEYS
         raise ForqError(errors.BODY_INVALID, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
     # (Each option checked only when given: send_many's rows are mostly content and one or two.)
-    get = item.get
     content = validation.content(get("content"), limit)  # before the due time, as Forq's SPEC orders them
     process_after, delay, retention = get("process_after"), get("delay"), get("retention")
     if process_after is None:

@@ -104,6 +104,17 @@ def index_names(conn: BaseDatabaseWrapper, table: str) -> set[str]:
         return set(conn.introspection.get_constraints(cur, table))
 
 
+def index_definitions(conn: BaseDatabaseWrapper, table: str = "messages") -> dict[str, str]:
+    """Each index of ``table`` as its database states it (unquoted)."""
+    with conn.cursor() as cur:
+        if conn.vendor == "sqlite":
+            cur.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = %s AND sql IS NOT NULL",
+                        [table])
+        else:
+            cur.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table])
+        return {name: sql.replace('"', "") for name, sql in cur.fetchall()}
+
+
 def fill_0005(conn: BaseDatabaseWrapper) -> dict[str, dict]:
     """Messages of today's schema in every state, inserted out of their received order."""
     rows = []
@@ -381,10 +392,12 @@ def test_0013_moves_the_rows_not_due_when_written_out_of_the_claim_index(tmp_pat
                 assert {r[0] for r in cur.fetchall()} == {backed_off, delayed, urgent_later, later}
         else:
             assert index_names(conn, "messages") >= {"idx_queue_claim", "idx_queue_timed", "idx_for_requeueing"}
+        migrate(conn)  # this code's statements read the latest schema's indexes
         got = st.claim("jobs", NOW + 100, 10, visibility_ms=3_600_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         assert [(d.id, d.attempts) for d in got.deliveries] == [(backed_off, 2), (ready, 1), (delayed, 1)]
         got = st.claim("jobs", NOW + 60_000, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         assert [d.id for d in got.deliveries] == [urgent_later, later]
+        migrate(conn, TIMED)
 
         migrate(conn, SPLIT)  # back to one index for the ready rows, due or not
         if conn.vendor == "sqlite":
@@ -393,4 +406,51 @@ def test_0013_moves_the_rows_not_due_when_written_out_of_the_claim_index(tmp_pat
                 st.claim("jobs", NOW + 10, 1, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         else:
             assert "idx_queue_timed" not in index_names(conn, "messages")
+        assert len(messages(conn)) == 5
+
+
+LEASES = ("forqapp", "0014_leases_apart")
+
+
+def test_0014_keeps_the_leases_alone_in_idx_leases(tmp_path, django_db_blocker):
+    """0014: idx_for_requeueing, which held every row, becomes idx_leases, which holds the leased rows
+    alone; idx_expired leaves the leased rows out on PostgreSQL too. Every message is kept, the
+    claim on the result takes ready rows and ended leases in order, the stale-lease job finds a
+    lease, and the migration goes back to 0013's schema with the messages intact."""
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, TIMED)
+        before_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
+        before_indexes = index_definitions(conn)
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+        ready, ended, running, stale, failed = ids.new_ids(5)
+        st.insert([NewMessage(message_id, "jobs", message_id, NOW, NOW, NOW + 3_600_000)
+                   for message_id in (ready, ended, running, stale, failed)])
+        with conn.cursor() as cur:  # deliveries of 0013's time (one lease ended, one running, one stale)
+            for message_id, lease_end in ((ended, NOW + 5), (running, NOW + 3_600_000), (stale, NOW - 3_600_000)):
+                cur.execute("UPDATE messages SET status = 1, attempts = 1, processing_started_at = %s, "
+                            "process_after = %s WHERE id = %s", [NOW + 1, lease_end, message_id])
+            cur.execute("UPDATE messages SET status = 2, attempts = 5 WHERE id = %s", [failed])
+        kept = messages(conn, COLUMNS_0005 + NEW_COLUMNS)
+
+        migrate(conn, LEASES)
+        assert messages(conn, COLUMNS_0005 + NEW_COLUMNS) == kept
+        indexes = index_definitions(conn)
+        assert "idx_for_requeueing" not in indexes
+        assert "status = 1" in indexes["idx_leases"].replace("(", "").replace(")", "")
+        assert "status = 0" in indexes["idx_expired"] and "status = 2" in indexes["idx_expired"]
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM messages WHERE status = 1 ORDER BY id")
+            assert [r[0] for r in cur.fetchall()] == sorted([ended, running, stale])
+        migrate(conn)
+        assert st.count_stale(NOW - 60_000) == 1
+        got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
+        assert [(d.id, d.attempts) for d in got.deliveries] == [(ready, 1), (ended, 2), (stale, 2)]  # by sequence
+        assert st.queue_counts("jobs", NOW + 10).in_flight == 4
+        migrate(conn, LEASES)
+
+        migrate(conn, TIMED)
+        assert index_definitions(conn) == before_indexes
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) == before_schema
         assert len(messages(conn)) == 5

@@ -98,12 +98,13 @@ def test_migration_creates_table_and_partial_index():
                        WHERE table_name = 'messages' AND column_name IN ('id', 'queue')""")
         collations = dict(cur.fetchall())
     assert set(indexes) == {"messages_pkey", "idx_queue_claim", "idx_queue_timed", "idx_for_queue_depth",
-                            "idx_expired", "idx_for_requeueing"}  # no varchar_pattern_ops copies
+                            "idx_expired", "idx_leases"}  # no varchar_pattern_ops copies
     assert indexes["idx_queue_claim"].endswith("(queue, priority DESC, sequence, process_after, status) "
                                                "WHERE ((process_after <= received_at) AND (status = 0))")
     assert indexes["idx_queue_timed"].endswith("(queue, process_after, priority DESC, sequence) "
                                                "WHERE ((process_after > received_at) AND (status = 0))")
-    assert indexes["idx_for_requeueing"].endswith("(queue, status, process_after, priority, sequence)")
+    assert indexes["idx_leases"].endswith("(queue, process_after, priority, sequence) WHERE (status = 1)")
+    assert indexes["idx_expired"].endswith("(status, is_dlq, expires_after) WHERE ((status = 0) OR (status = 2))")
     assert collations == {"id": "C", "queue": "C"}
 
 
@@ -112,7 +113,7 @@ def test_migration_creates_table_and_partial_index():
 def test_claim_uses_the_partial_index_in_claim_order(order):
     """The claim's pick reads the ready rows from the claim index in its order (no sort of the
     queue), the delayed ones come due as one range of idx_queue_timed, and the ended leases as one
-    range of idx_for_requeueing: no part walks another's rows."""
+    range of idx_leases: no part walks another's rows."""
     from forqapp.store.postgresql import PICK
 
     with connection.cursor() as cur:  # on an empty table any plan costs nothing: forbid the others
@@ -126,7 +127,8 @@ def test_claim_uses_the_partial_index_in_claim_order(order):
     by_time = plan[plan.index("CTE by_time"):]
     assert "using idx_queue_claim" in ready and "Sort" not in ready, plan
     assert "using idx_queue_timed" in by_time and "(process_after <= 1)" in by_time, plan
-    assert "using idx_for_requeueing" in by_time and "(status = 1) AND (process_after <= 1)" in by_time, plan
+    leases = by_time[by_time.index("using idx_leases"):]
+    assert "(queue)::text = 'q'::text) AND (process_after <= 1)" in leases.split("->")[0], plan
 
 
 @pytest.mark.django_db

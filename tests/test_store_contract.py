@@ -31,6 +31,7 @@ from forqapp.store import (
     QueueRow,
     SnapshotBounds,
     SnapshotRow,
+    StateCounts,
     Store,
 )
 
@@ -841,6 +842,30 @@ def test_queue_depths(st):
     assert depths == [("a", False, 1), ("a-dlq", True, 3), ("b", False, 2)]
 
 
+def test_state_counts_count_each_kind_of_row_per_queue(st):
+    """The UI's counts: every row of a queue, and of them the failed, the delayed (not due yet) and
+    the live leases; a lease ended is neither (ready again), a delayed row come due neither."""
+    put(st, "a", 6)
+    put(st, "a", 2, due=NOW + HOUR)  # delayed
+    put(st, "a", 1, due=NOW + 5)  # delayed, due by NOW + 10
+    put(st, "a-dlq", 3, is_dlq=True)
+    put(st, "b")
+    live = claim(st, "a", NOW, 2).deliveries
+    ended = claim(st, "a", NOW, 1, vis=5).deliveries[0]
+    failed = claim(st, "a", NOW, 1).deliveries[0]
+    assert st.fail("a", failed.id, failed.receipt, NOW)
+    assert st.nack("a", ended.id, ended.receipt, NOW, 0, [0])  # ready again, at once
+    again = claim(st, "a", NOW + 1, 1, vis=5).deliveries  # (the nacked one: the first by sequence)
+    assert len(live) == 2 and again[0].id == ended.id
+
+    counts = st.state_counts(NOW + 10)
+    assert all(isinstance(c, StateCounts) for c in counts.values())
+    assert counts == {"a": (9, 1, 2, 2), "a-dlq": (3, 0, 0, 0), "b": (1, 0, 0, 0)}
+    assert st.state_counts(NOW + 1) == {**counts, "a": (9, 1, 3, 3)}  # the third delayed, the lease live
+    assert st.state_counts(NOW + 10, ["a-dlq", "b", "none"]) == {"a-dlq": (3, 0, 0, 0), "b": (1, 0, 0, 0)}
+    assert st.state_counts(NOW + 10, []) == {}
+
+
 def test_staged_rows_publish_once_discard_and_expire(st):
     from forqapp.store import StagedMessage as Staged
 
@@ -958,8 +983,8 @@ SQLITE_JOB_STATEMENTS = ("MOVE_EXPIRED_TO_DLQ", "MOVE_FAILED_TO_DLQ", "RECOVER_S
 @pytest.mark.parametrize("name", SQLITE_JOB_STATEMENTS)
 def test_sqlite_jobs_read_an_index_not_the_table(name, db):
     """SQLite's idx_expired leaves leased rows out (migration 0011): each job's statement still
-    finds its rows through an index (the partial one, or queue by queue), never by reading the
-    whole table."""
+    finds its rows through an index — the partial one, or idx_leases, which holds the leased rows
+    alone (migration 0014) — never by reading the whole table or an index of every row."""
     if connection.vendor != "sqlite":
         pytest.skip("SQLite's statements (PostgreSQL's planner picks its own plans)")
     from forqapp.store import sqlite as sql
@@ -968,15 +993,35 @@ def test_sqlite_jobs_read_an_index_not_the_table(name, db):
     params: dict | list = [1] * statement.count("?") or dict.fromkeys(("now", "batch", "ttl", "max", "cutoff"), 1)
     connection.ensure_connection()
     plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
-    assert not [step for step in plan if step.startswith("SCAN messages")], plan  # (a table or an index, whole)
-    assert any("idx_expired" in step or "idx_for_requeueing (queue=? AND status=?" in step for step in plan), plan
+    # (a table or an index, whole: only idx_leases', which is the leases)
+    assert not [step for step in plan if step.startswith("SCAN messages") and not step.endswith("INDEX idx_leases")], plan
+    assert any("idx_expired" in step or "INDEX idx_leases" in step for step in plan), plan
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_sqlite_state_counts_read_each_kind_from_its_index(named, db):
+    """The UI's counts read an index per kind (the failed from idx_expired, the delayed from
+    idx_queue_timed, the leases from idx_leases, from ``now`` on), never the table."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's statements (PostgreSQL's planner picks its own plans)")
+    from forqapp.store import sqlite as sql
+
+    connection.ensure_connection()
+    plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + sql.STATE_COUNTS[named],
+                                                       {"now": NOW, "queues": '["a"]'})]
+    reads = [step for step in plan if " messages " in f"{step} "]
+    assert [step.split(" INDEX ")[1].split(" (")[0] for step in reads] == \
+        ["idx_for_queue_depth", "idx_expired", "idx_queue_timed", "idx_leases"], plan
+    assert "status=?" in reads[1], plan
+    if named:  # (every queue's: the delayed rows' whole index, or a skip-scan once ANALYZE has run)
+        assert "queue=? AND process_after>?" in reads[2] and "queue=? AND process_after>?" in reads[3], plan
 
 
 @pytest.mark.parametrize("order", ["fifo", "lifo", "random"])
 def test_sqlite_the_claim_reads_each_part_from_its_own_index(order, db):
     """The pick reads the ready rows written due from idx_queue_claim in claim order, and the ones
     come due by time (delayed, backed off; ended leases) as a range of idx_queue_timed and of
-    idx_for_requeueing up to ``now``: no part walks the rows not yet due (migrations 0012, 0013)."""
+    idx_leases up to ``now``: no part walks the rows not yet due (migrations 0012-0014)."""
     if connection.vendor != "sqlite":
         pytest.skip("SQLite's statements (test_postgres.py checks PostgreSQL's plans)")
     from forqapp.store import sqlite as sql
@@ -987,7 +1032,7 @@ def test_sqlite_the_claim_reads_each_part_from_its_own_index(order, db):
     reads = [step for step in plan if " messages " in f"{step} "]
     assert reads and all(step.startswith("SEARCH messages") for step in reads), plan
     assert {step.split(" INDEX ")[1].split(" (")[0] for step in reads} == \
-        {"idx_queue_claim", "idx_queue_timed", "idx_for_requeueing"}, plan
+        {"idx_queue_claim", "idx_queue_timed", "idx_leases"}, plan
     assert all("process_after<?" in step for step in reads if "idx_queue_claim" not in step), plan
 
 

@@ -28,6 +28,7 @@ from .base import (
     SnapshotBounds,
     SnapshotRow,
     StagedMessage,
+    StateCounts,
     Store,
     ThrottleState,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "SnapshotBounds",
     "SnapshotRow",
     "StagedMessage",
+    "StateCounts",
     "Store",
     "ThrottleState",
     "for_alias",

@@ -192,6 +192,24 @@ class QueueDepth(NamedTuple):
     messages: int
 
 
+class StateCounts(NamedTuple):
+    """A queue's messages (a DLQ is a queue of its own here) and, of them, those in three states."""
+
+    total: int
+    failed: int
+    delayed: int  # ready, written to come due later, and not due yet
+    processing: int  # under a live lease
+
+
+def state_counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, StateCounts]:
+    """A store's (queue, kind, count) rows as {queue: StateCounts}: kind -1 all of a queue's rows,
+    0 the failed, 1 the delayed, 2 the live leases."""
+    counts: dict[str, list[int]] = {}
+    for queue, kind, n in rows:
+        counts.setdefault(queue, [0, 0, 0, 0])[int(kind) + 1] = int(n)
+    return {queue: StateCounts(*c) for queue, c in counts.items() if c[0]}
+
+
 class LeaseHolder(NamedTuple):
     """Who holds a lease, and until when (Unix ms)."""
 
@@ -547,6 +565,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def queue_depths(self) -> list[QueueDepth]:
         """(queue, is_dlq, messages) for every queue that has messages, by queue name."""
+
+    @abc.abstractmethod
+    def state_counts(self, now: int, queues: Sequence[str] | None = None) -> dict[str, StateCounts]:
+        """{queue: counts} for every queue that has messages (or for those of ``queues`` that do;
+        a DLQ is named as a queue), each kind of row counted in the index it lives in: one read
+        for every queue at once, never the table."""
 
     # -- bulk: staged writes and snapshot reads ----------------------------------------------
 

@@ -52,8 +52,10 @@ from .base import (
     SnapshotRow,
     Staged,
     StagedMessage,
+    StateCounts,
     Store,
     ThrottleState,
+    state_counts_of,
 )
 
 READY, PROCESSING, FAILED = int(Status.READY), int(Status.PROCESSING), int(Status.FAILED)
@@ -146,8 +148,8 @@ SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
 # Three indexes answer it, so that no part passes over another's rows: ``idx_queue_claim`` holds the
 # ready rows that were due when written (partial: ``process_after <= received_at``, migration 0013) in
 # claim order; ``idx_queue_timed`` the ready rows written to come due later (sent with a delay, backed
-# off, deferred, released, requeued), by the time they come due; and ``idx_for_requeueing`` (queue,
-# status, process_after, …) finds the ended leases by their end. Each part takes and locks its first
+# off, deferred, released, requeued), by the time they come due; and ``idx_leases``
+# (queue, process_after, …: the leased rows alone, migration 0014) finds the ended leases by their end. Each part takes and locks its first
 # rows in claim order, and the pick keeps the first of them all: a claim walks past neither the
 # deliveries in flight nor the messages not yet due. The rows that came due by time (usually few) are
 # sorted, not walked to: a window of ENDED_AMONG of each kind (below), so that thousands due at once
@@ -471,6 +473,23 @@ DELETE FROM forq_dedup WHERE (queue, dedup_id) IN (
 OPTIMIZE = "ANALYZE messages"
 
 QUEUE_DEPTHS = "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_dlq ORDER BY queue"
+
+
+def _state_counts(named: bool) -> str:
+    """(queue, kind, count) of every queue (or of the queues named in %(queues)s): all its rows,
+    then the failed (0), the delayed (1) and the live leases (2), each kind's condition that of
+    the partial index it lives in."""
+    of = " AND queue = ANY(%(queues)s::text[])" if named else ""
+    return f"""
+SELECT queue, -1, COUNT(*) FROM messages WHERE TRUE{of} GROUP BY queue
+UNION ALL SELECT queue, 0, COUNT(*) FROM messages WHERE status = {FAILED}{of} GROUP BY queue
+UNION ALL SELECT queue, 1, COUNT(*) FROM messages
+          WHERE status = {READY} AND process_after > received_at AND process_after > %(now)s{of} GROUP BY queue
+UNION ALL SELECT queue, 2, COUNT(*) FROM messages
+          WHERE status = {PROCESSING} AND process_after > %(now)s{of} GROUP BY queue"""
+
+
+STATE_COUNTS = {named: _state_counts(named) for named in (False, True)}
 
 IN_FLIGHT_BY_QUEUE = f"""
 SELECT queue, COUNT(*) FROM messages WHERE status = {PROCESSING} AND process_after > %s GROUP BY queue"""
@@ -997,6 +1016,10 @@ class PostgreSQLStore(Store):
 
     def in_flight_by_queue(self, now: int) -> dict[str, int]:
         return {q: int(n) for q, n in self._fetchall(IN_FLIGHT_BY_QUEUE, (now,))}
+
+    def state_counts(self, now: int, queues: Sequence[str] | None = None) -> dict[str, StateCounts]:
+        params = {"now": now, "queues": list(queues or ())}
+        return state_counts_of(self._fetchall(STATE_COUNTS[queues is not None], params))
 
     def queue_depths(self) -> list[QueueDepth]:
         return [QueueDepth(q, bool(d), int(n)) for q, d, n in self._fetchall(QUEUE_DEPTHS)]

@@ -44,8 +44,10 @@ from .base import (
     SnapshotRow,
     Staged,
     StagedMessage,
+    StateCounts,
     Store,
     ThrottleState,
+    state_counts_of,
 )
 
 READY, PROCESSING, FAILED = int(Status.READY), int(Status.PROCESSING), int(Status.FAILED)
@@ -165,8 +167,8 @@ SET status = CASE WHEN {USED_UP} THEN {REDRIVING} ELSE {PROCESSING} END,
 # Three indexes answer it, so that no part passes over another's rows: ``idx_queue_claim`` holds the
 # ready rows that were due when written (partial: ``process_after <= received_at``, migration 0013) in
 # claim order; ``idx_queue_timed`` the ready rows written to become due later (sent with a delay, backed
-# off, deferred, released, requeued), by the time they come due; and ``idx_for_requeueing`` (queue,
-# status, process_after, …) finds the ended leases by their end. Each part gives its first rows in claim
+# off, deferred, released, requeued), by the time they come due; and ``idx_leases``
+# (queue, process_after, …: the leased rows alone, migration 0014) finds the ended leases by their end. Each part gives its first rows in claim
 # order, and the pick keeps the first of them all: a claim walks past neither the deliveries in flight
 # nor the messages not yet due. The rows that came due by time (usually few) are sorted, not walked to:
 # a window of ENDED_AMONG (:ended_among) of each kind (below), so that thousands due at once cost a
@@ -178,9 +180,9 @@ LEASE_ENDED = f"queue = :queue AND status = {PROCESSING} AND process_after <= :n
 # reverse): FIFO (and random) among the first to come due, the ones due at the same time (a requeue's,
 # a batch delayed alike) in claim order; LIFO among the last to come due, newest first.
 FIRST_WINDOWS = (("idx_queue_timed", TIMED_DUE, "process_after, priority DESC, sequence"),
-                 ("idx_for_requeueing", LEASE_ENDED, "process_after, priority, sequence"))
+                 ("idx_leases", LEASE_ENDED, "process_after, priority, sequence"))
 LAST_WINDOWS = (("idx_queue_timed", TIMED_DUE, "process_after DESC, priority, sequence DESC"),
-                ("idx_for_requeueing", LEASE_ENDED, "process_after DESC, priority DESC, sequence DESC"))
+                ("idx_leases", LEASE_ENDED, "process_after DESC, priority DESC, sequence DESC"))
 # After a redrive, a claim goes on for what it is still short of, passing over what it has just
 # delivered (with a 0 s lease, those are due again at once).
 EXCEPT_DELIVERED = " AND id NOT IN (SELECT value FROM json_each(:delivered))"
@@ -272,7 +274,7 @@ WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at =
 
 # Flow control (queues with limits): live leases, and the rate limit's next slot on the queue's row.
 IN_FLIGHT = f"""
-SELECT COUNT(*) FROM messages INDEXED BY idx_for_requeueing
+SELECT COUNT(*) FROM messages INDEXED BY idx_leases
 WHERE queue = ? AND status = {PROCESSING} AND process_after > ?"""
 
 RATE_NEXT = "SELECT rate_next_at_us FROM forq_queues WHERE name = ?"
@@ -300,7 +302,7 @@ HAS_DUE = f"""
 SELECT min(:limit,
            (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_claim WHERE {READY_DUE} LIMIT :limit))
            + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_timed WHERE {TIMED_DUE} LIMIT :limit))
-           + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_for_requeueing WHERE {LEASE_ENDED}
+           + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_leases WHERE {LEASE_ENDED}
                                     LIMIT :limit)))"""
 
 DATA_VERSION = "PRAGMA data_version"
@@ -356,23 +358,15 @@ WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
 # max_attempts, or :max; 0 is unlimited).
 MAX_ATTEMPTS_OF_QUEUE = "COALESCE((SELECT max_attempts FROM forq_queues WHERE name = messages.queue), :max)"
 
-# Leased rows are not in idx_expired (it is partial: migration 0011). They are found queue by queue in
-# idx_for_requeueing (queue, status): the queues with messages, each found with one index seek from
-# the last (a loose index scan), then each queue's leased rows. Costs the number of queues plus the
-# number of leases, whatever the queues hold.
-QUEUES_WITH_MESSAGES = """
-WITH RECURSIVE queues(name) AS (
-    SELECT MIN(queue) FROM messages
-    UNION ALL
-    SELECT (SELECT MIN(queue) FROM messages WHERE queue > queues.name) FROM queues WHERE name IS NOT NULL)"""
-LEASED = f"""messages INDEXED BY idx_for_requeueing
-WHERE queue IN (SELECT name FROM queues) AND status = {PROCESSING}"""
+# Leased rows are not in idx_expired (it is partial: migration 0011); idx_leases holds them alone
+# (migration 0014), so its whole reads cost the number of leases, whatever the queues hold.
+LEASED = f"messages INDEXED BY idx_leases WHERE status = {PROCESSING}"
 
 RECOVER_STALE = f"""
 UPDATE messages
 SET status = CASE WHEN {MAX_ATTEMPTS_OF_QUEUE} BETWEEN 1 AND attempts THEN {FAILED} ELSE {READY} END,
     process_after = :now, processing_started_at = NULL, updated_at = MAX(:now, updated_at)
-WHERE id IN ({QUEUES_WITH_MESSAGES} SELECT id FROM {LEASED} AND process_after < :cutoff LIMIT :batch)"""
+WHERE id IN (SELECT id FROM {LEASED} AND process_after < :cutoff LIMIT :batch)"""
 
 DELETE_EXPIRED_DLQ = f"""
 DELETE FROM messages WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
@@ -389,7 +383,7 @@ WHERE {NOT_LEASED} AND status IN ({READY}, {FAILED}) AND is_dlq = ? AND expires_
 COUNT_FAILED = f"""
 SELECT COUNT(*) FROM messages INDEXED BY idx_expired WHERE {NOT_LEASED} AND status = {FAILED} AND is_dlq = ?"""
 
-COUNT_STALE = f"{QUEUES_WITH_MESSAGES} SELECT COUNT(*) FROM {LEASED} AND process_after < ?"
+COUNT_STALE = f"SELECT COUNT(*) FROM {LEASED} AND process_after < ?"
 
 DELETE_EXPIRED_DEDUP = """
 DELETE FROM forq_dedup WHERE (queue, dedup_id) IN (
@@ -399,8 +393,24 @@ OPTIMIZE = "PRAGMA optimize"
 
 QUEUE_DEPTHS = "SELECT queue, is_dlq, COUNT(*) FROM messages GROUP BY queue, is_dlq ORDER BY queue"
 
-IN_FLIGHT_BY_QUEUE = f"""
-{QUEUES_WITH_MESSAGES} SELECT queue, COUNT(*) FROM {LEASED} AND process_after > ? GROUP BY queue"""
+IN_FLIGHT_BY_QUEUE = f"SELECT queue, COUNT(*) FROM {LEASED} AND process_after > ? GROUP BY queue"
+
+
+def _state_counts(named: bool) -> str:
+    """(queue, kind, count) of every queue (or of the queues named in the JSON array :queues): all
+    its rows, then the failed (0), the delayed (1) and the live leases (2), each kind read in the
+    index it lives in."""
+    of = " AND queue IN (SELECT value FROM json_each(:queues))" if named else ""
+    return f"""
+SELECT queue, -1, COUNT(*) FROM messages INDEXED BY idx_for_queue_depth WHERE 1{of} GROUP BY queue
+UNION ALL SELECT queue, 0, COUNT(*) FROM messages INDEXED BY idx_expired
+          WHERE {NOT_LEASED} AND status = {FAILED}{of} GROUP BY queue
+UNION ALL SELECT queue, 1, COUNT(*) FROM messages INDEXED BY idx_queue_timed
+          WHERE status = {READY} AND process_after > received_at AND process_after > :now{of} GROUP BY queue
+UNION ALL SELECT queue, 2, COUNT(*) FROM {LEASED} AND process_after > :now{of} GROUP BY queue"""
+
+
+STATE_COUNTS = {named: _state_counts(named) for named in (False, True)}
 
 # --- bulk: staged writes (exactly-once Spark jobs) and snapshot reads -------------------------
 #
@@ -926,6 +936,10 @@ class SQLiteStore(Store):
 
     def in_flight_by_queue(self, now: int) -> dict[str, int]:
         return {q: int(n) for q, n in self._conn().execute(IN_FLIGHT_BY_QUEUE, (now,))}
+
+    def state_counts(self, now: int, queues: Sequence[str] | None = None) -> dict[str, StateCounts]:
+        params = {"now": now, "queues": json.dumps(list(queues or ()))}
+        return state_counts_of(self._conn().execute(STATE_COUNTS[queues is not None], params))
 
     def queue_depths(self) -> list[QueueDepth]:
         """Every queue's depth (a covering index scan)."""

@@ -1,9 +1,9 @@
-"""The UI's and the admin's reads, through the ORM (the same on SQLite and PostgreSQL).
+"""The UI's and the admin's reads, through the ORM (the same on SQLite and PostgreSQL), and the
+store's counts.
 
-Counts are aggregates that an index answers (``idx_for_requeueing`` on (queue, status, process_after,
-…)): two grouped queries for every queue at once,
-never one query per queue. A queue's policy is its ``forq_queues`` row, resolved against the global
-settings by :func:`forqapp.policy.resolve` (the services' own rule): one read, no counting.
+Counts come from the store, each kind of row counted in the index it lives in, every queue at once
+(never one query per queue). A queue's policy is its ``forq_queues`` row, resolved against the
+global settings by :func:`forqapp.policy.resolve` (the services' own rule): one read, no counting.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from django.db.models import Count
 from django.db.models.functions import Length, Substr
 
-from .. import vocab
+from .. import store, vocab
 from ..conf import forq_settings
-from ..models import Message, Queue, Status
+from ..models import Message, Queue
 from ..policy import Policy, resolve
 from ..store import QueueRow as StoredQueue
 
@@ -94,30 +94,15 @@ class Overview:
 
 def queue_stats(now: int, queue: str | Sequence[str] | None = None, *,
                 using: str | None = None) -> dict[str, QueueStats]:
-    """{queue: QueueStats} for every queue (or just ``queue``, or the queues named), in two grouped
-    queries. As the store counts (``queue_info``): a delivery whose lease ended counts as ready
-    (the next receive takes it), only a live lease is in flight."""
-    qs = messages(using).order_by()
-    if isinstance(queue, str):
-        qs = qs.in_queue(queue)
-    elif queue is not None:
-        qs = qs.filter(queue__in=list(queue))
-    stats: dict[str, QueueStats] = {}
-    for name, status, n in qs.values_list("queue", "status").annotate(n=Count("*")):
-        s = stats.setdefault(name, QueueStats(name))
-        if status == Status.FAILED:
-            s.failed += n
-        else:
-            s.ready += n  # less the delayed and the leased, below
-    not_due = qs.filter(status__in=[Status.READY, Status.PROCESSING], process_after__gt=now)
-    for name, status, n in not_due.values_list("queue", "status").annotate(n=Count("*")):
-        if name in stats:
-            stats[name].ready -= n
-            if status == Status.READY:
-                stats[name].delayed = n
-            else:
-                stats[name].processing = n
-    return stats
+    """{queue: QueueStats} for every queue (or just ``queue``, or the queues named), in one read of
+    the store (:meth:`~forqapp.store.Store.state_counts`: each kind of row counted in the index it
+    lives in). As the store counts (``queue_info``): a delivery whose lease ended counts as ready
+    (the next receive takes it), only a live lease is in flight; a message sent due is ready."""
+    names = [queue] if isinstance(queue, str) else None if queue is None else list(queue)
+    counts = store.for_alias(using or forq_settings.FORQ_DATABASE).state_counts(now, names)
+    return {name: QueueStats(name, ready=c.total - c.failed - c.delayed - c.processing, delayed=c.delayed,
+                             processing=c.processing, failed=c.failed)
+            for name, c in counts.items()}
 
 
 def queue_rows(using: str | None = None):
