@@ -107,7 +107,7 @@ def test_a_malformed_chunked_body_is_400_json(live_api, path):
     assert not Message.objects.filter(queue="chunked").exists()
 
 
-def test_the_ui_listener_answers_a_malformed_chunked_body_with_400(django_db_blocker):
+def test_the_ui_listener_answers_bad_requests_with_400(django_db_blocker):
     import time
 
     import httpx
@@ -134,6 +134,12 @@ def test_the_ui_listener_answers_a_malformed_chunked_body_with_400(django_db_blo
                 assert chunk, data
                 data += chunk
         assert data.startswith(b"HTTP/1.1 400"), data
+        # A charset with more query fields than DATA_UPLOAD_MAX_NUMBER_FIELDS: Django fails to make
+        # the request (the query is parsed again for the charset): 400, not the server's 500.
+        many = "&".join(f"a{k}=1" for k in range(1001))
+        response = httpx.get(f"http://127.0.0.1:{ui_port}/login/?{many}", timeout=5,
+                             headers={"Content-Type": "text/plain; charset=utf-8"})
+        assert response.status_code == 400, response
         assert httpx.get(f"http://127.0.0.1:{ui_port}/login/", timeout=5).status_code == 200  # and on it goes
     finally:
         stop_server(server)
@@ -344,6 +350,24 @@ def test_no_request_gets_a_500(app, template, data):
     if status >= 400 and path.startswith("/api/"):
         assert headers["content-type"] == "application/json", (status, body)
         assert json.loads(body)["code"] in KNOWN_CODES
+
+
+@pytest.mark.parametrize(("charset", "query"), [
+    (b"utf-8", b"&".join(b"a%d=1" % k for k in range(1001))),  # more fields than DATA_UPLOAD_MAX_NUMBER_FIELDS
+    (b"utf\x00", b""),  # no codec has that name (codecs.lookup raises ValueError, not LookupError)
+])
+def test_a_charset_django_cannot_take_is_a_400(app, charset, query):
+    """A charset in the Content-Type makes Django parse the query string again, and look the
+    codec up, as it builds the request: both failures are the client's (they were a 500). Forq's
+    produce, answered without a Django request, reads neither (as Forq): 204."""
+    for path, expected in (("/api/v2/queues/q/messages", 400), ("/api/v1/queues/q/messages", 204)):
+        headers = {"content-type": b"application/json; charset=" + charset, "x-api-key": APP_SECRET.encode()}
+        status, headers, body = asyncio.run(_call(app, _scope("POST", path, headers, query=query),
+                                                  _pieces((0, b'{"content": "x"}'))))
+        assert status == expected, (path, status, body)
+        assert headers["x-content-type-options"] == "nosniff"
+        if status == 400:
+            assert json.loads(body)["code"] == errors.BODY_INVALID, body
 
 
 # --- under Django's own handler: include("forqapp.urls") ----------------------------------------

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import django
+from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.asgi import ASGIRequest
 from django.urls import Resolver404, get_resolver
 
@@ -116,7 +117,10 @@ class APIApplication:
         body_file = io.BytesIO()  # filled below, once the headers passed
         try:
             request = ASGIRequest(scope, body_file)
-        except UnicodeDecodeError:  # raw non-ASCII bytes in the query string (Django decodes it as UTF-8)
+        except (ValueError, SuspiciousOperation):
+            # Raw non-ASCII bytes in the query string (Django decodes it as UTF-8); a charset that
+            # names no codec (a NUL in it); a charset given with more query fields than
+            # DATA_UPLOAD_MAX_NUMBER_FIELDS (the query is parsed again for it): a bad request.
             await self._respond(send, plumbing.secure(plumbing.error_response(self._errors.BODY_INVALID)))
             return
         refused = await plumbing.early_refusal(request, match.func)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import django
+from django.core.exceptions import SuspiciousOperation
 
 
 def ui_application():
@@ -66,10 +67,10 @@ _BAD_REQUEST = b"Bad Request: the request body ended before it was complete"
 
 
 def _answered(application):
-    """``application``, but a request it leaves unanswered gets a 400. Django's handler answers
-    nothing when the body ends early (``RequestAborted``): the client went away, or its chunked
-    framing was malformed, which granian reports the same way; granian then filled in a
-    plain-text 500. A client gone gets the 400 nowhere."""
+    """``application``, but a request it leaves unanswered, or could not make a request of, gets
+    a 400. Django's handler answers nothing when the body ends early (``RequestAborted``): the
+    client went away, or its chunked framing was malformed, which granian reports the same way;
+    granian then filled in a plain-text 500. A client gone gets the 400 nowhere."""
 
     async def app(scope, receive, send):
         started = False
@@ -82,7 +83,14 @@ def _answered(application):
 
         if scope["type"] != "http":
             return await application(scope, receive, send)
-        await application(scope, receive, tracking_send)
+        try:
+            await application(scope, receive, tracking_send)
+        except (ValueError, SuspiciousOperation):
+            # Raised as Django builds the request, before any view: a charset in the Content-Type
+            # that names no codec (a NUL in it), or given with more query fields than
+            # DATA_UPLOAD_MAX_NUMBER_FIELDS (the query is parsed again for it). The client's fault.
+            if started:
+                raise
         if not started:
             try:
                 await send({"type": "http.response.start", "status": 400, "headers": [
