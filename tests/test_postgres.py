@@ -153,6 +153,70 @@ def test_has_due_and_lifo_read_indexes_whatever_the_queue():
     assert "Seq Scan on messages" not in plans["lifo"] and "Bitmap Heap Scan" not in plans["lifo"], plans["lifo"]
 
 
+def claim_plans() -> list[tuple[int, int]]:
+    """(generic, custom) plans so far of each prepared claim statement of this session."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement LIKE '%%WITH picked AS%%'")
+        return cur.fetchall()
+
+
+def plan_cache_mode() -> str:
+    with connection.cursor() as cur:
+        cur.execute("SHOW plan_cache_mode")
+        return cur.fetchone()[0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("order", ["fifo", "lifo", "random"])
+def test_the_claim_is_planned_once_and_the_session_keeps_its_setting(order):
+    """Once psycopg prepares the claim, PostgreSQL runs its generic plan (no planning per receive;
+    left to itself it replans every call), and the session's own plan_cache_mode is back after
+    each claim, whatever it was."""
+    if connection.connection is None:
+        connection.ensure_connection()
+    if connection.connection.prepare_threshold is None:
+        pytest.skip("this connection never prepares (prepare_threshold None): nothing is planned once")
+    forqapp.configure_queue("planned", ordering="lifo" if order == "lifo" else "fifo")
+    forqapp.send_many("planned", [{"content": "x", "priority": k % 3} for k in range(30)])
+    with connection.cursor() as cur:
+        cur.execute("SET plan_cache_mode = force_custom_plan")  # the session's own choice
+    for _ in range(15):
+        forqapp.ack(services.claim("planned", random=order == "random"))
+        assert plan_cache_mode() == "force_custom_plan"
+    plans = claim_plans()
+    assert plans and all(custom <= connection.connection.prepare_threshold for _, custom in plans), plans
+    assert sum(generic for generic, _ in plans) >= 15 - 2 * connection.connection.prepare_threshold, plans
+    with connection.cursor() as cur:
+        cur.execute("RESET plan_cache_mode")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_fails_leaves_the_session_setting_as_it_was():
+    """A claim that fails (here: a lock timeout behind another session's lock) in autocommit, and
+    inside the caller's transaction: either way plan_cache_mode is the session's own afterwards."""
+    forqapp.send_many("failing", ["x"] * 10)
+    for _ in range(8):  # prepared (and so planned once) by now
+        forqapp.ack(services.claim("failing"))
+    with other_session() as other, other.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
+        with connection.cursor() as mine:
+            mine.execute("SET lock_timeout = '50ms'")
+        try:
+            with pytest.raises(Exception, match="lock timeout"):
+                services.claim("failing")
+            assert plan_cache_mode() == "auto"
+            with pytest.raises(Exception, match="lock timeout"), transaction.atomic():
+                services.claim("failing")
+            assert plan_cache_mode() == "auto"
+        finally:
+            cur.execute("ROLLBACK")
+            with connection.cursor() as mine:
+                mine.execute("RESET lock_timeout")
+    assert services.claim("failing") is not None and plan_cache_mode() == "auto"
+
+
 # --- SKIP LOCKED ------------------------------------------------------------------------------
 
 

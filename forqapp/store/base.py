@@ -27,7 +27,7 @@ from django.core.checks import CheckMessage
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..vocab import SNAPSHOT_COLUMNS
+from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS
 
 # --- rows -------------------------------------------------------------------------------------
 
@@ -199,6 +199,9 @@ class StateCounts(NamedTuple):
     failed: int
     delayed: int  # ready, written to come due later, and not due yet
     processing: int  # under a live lease
+
+
+NO_MESSAGES = StateCounts(0, 0, 0, 0)
 
 
 def state_counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, StateCounts]:
@@ -479,9 +482,13 @@ class Store(abc.ABC):
     def purge(self, queue: str) -> int:
         """Delete every message of ``queue`` (in any state; not its DLQ's); returns how many."""
 
-    @abc.abstractmethod
     def queue_counts(self, queue: str, now: int) -> QueueCounts:
-        """``queue``'s messages by state (an expired lease counts as ready)."""
+        """``queue``'s messages by state (an expired lease counts as ready), from
+        :meth:`state_counts` of it and its DLQ."""
+        counts = self.state_counts(now, [queue, queue + DLQ_SUFFIX])
+        q = counts.get(queue, NO_MESSAGES)
+        return QueueCounts(q.total - q.failed - q.delayed - q.processing, q.delayed, q.processing, q.failed,
+                           counts.get(queue + DLQ_SUFFIX, NO_MESSAGES).total)
 
     # -- wake-ups and health -----------------------------------------------------------------
 

@@ -36,7 +36,6 @@ from .base import (
     Delivery,
     LeaseHolder,
     NewMessage,
-    QueueCounts,
     QueueDepth,
     QueueRow,
     ScheduleRow,
@@ -514,16 +513,6 @@ QUEUE_DELETE = "DELETE FROM forq_queues WHERE name = :name"
 DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (?, ?)"
 DELETE_QUEUE_DEDUP = "DELETE FROM forq_dedup WHERE queue = ?"
 PURGE = "DELETE FROM messages WHERE queue = ? AND is_dlq = 0"
-
-QUEUE_COUNTS = f"""
-SELECT
-    COALESCE(SUM(CASE WHEN NOT is_dlq AND status IN ({READY}, {PROCESSING}) AND process_after <= :now
-                      THEN 1 ELSE 0 END), 0),
-    COALESCE(SUM(CASE WHEN NOT is_dlq AND status = {READY} AND process_after > :now THEN 1 ELSE 0 END), 0),
-    COALESCE(SUM(CASE WHEN NOT is_dlq AND status = {PROCESSING} AND process_after > :now THEN 1 ELSE 0 END), 0),
-    COALESCE(SUM(CASE WHEN NOT is_dlq AND status = {FAILED} THEN 1 ELSE 0 END), 0),
-    COALESCE(SUM(CASE WHEN is_dlq THEN 1 ELSE 0 END), 0)
-FROM messages WHERE queue IN (:queue, :dlq)"""
 
 # --- API-key throttle (every process and host shares it) --------------------------------------
 
@@ -1042,10 +1031,6 @@ class SQLiteStore(Store):
 
     def purge(self, queue: str) -> int:
         return self._conn().execute(PURGE, (queue,)).rowcount
-
-    def queue_counts(self, queue: str, now: int) -> QueueCounts:
-        row = self._conn().execute(QUEUE_COUNTS, {"queue": queue, "dlq": queue + DLQ_SUFFIX, "now": now}).fetchone()
-        return QueueCounts(*map(int, row))
 
     # -- API-key throttle --------------------------------------------------------------------
 
