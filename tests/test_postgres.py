@@ -153,68 +153,41 @@ def test_has_due_and_lifo_read_indexes_whatever_the_queue():
     assert "Seq Scan on messages" not in plans["lifo"] and "Bitmap Heap Scan" not in plans["lifo"], plans["lifo"]
 
 
-def claim_plans() -> list[tuple[int, int]]:
-    """(generic, custom) plans so far of each prepared claim statement of this session."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                    "WHERE statement LIKE '%%WITH picked AS%%'")
-        return cur.fetchall()
-
-
-def plan_cache_mode() -> str:
-    with connection.cursor() as cur:
-        cur.execute("SHOW plan_cache_mode")
-        return cur.fetchone()[0]
-
-
 @pytest.mark.django_db
 @pytest.mark.parametrize("order", ["fifo", "lifo", "random"])
-def test_the_claim_is_planned_once_and_the_session_keeps_its_setting(order):
-    """Once psycopg prepares the claim, PostgreSQL runs its generic plan (no planning per receive;
-    left to itself it replans every call), and the session's own plan_cache_mode is back after
-    each claim, whatever it was."""
-    if connection.connection is None:
-        connection.ensure_connection()
-    if connection.connection.prepare_threshold is None:
-        pytest.skip("this connection never prepares (prepare_threshold None): nothing is planned once")
-    forqapp.configure_queue("planned", ordering="lifo" if order == "lifo" else "fifo")
-    forqapp.send_many("planned", [{"content": "x", "priority": k % 3} for k in range(30)])
-    with connection.cursor() as cur:
-        cur.execute("SET plan_cache_mode = force_custom_plan")  # the session's own choice
-    for _ in range(15):
-        forqapp.ack(services.claim("planned", random=order == "random"))
-        assert plan_cache_mode() == "force_custom_plan"
-    plans = claim_plans()
-    assert plans and all(custom <= connection.connection.prepare_threshold for _, custom in plans), plans
-    assert sum(generic for generic, _ in plans) >= 15 - 2 * connection.connection.prepare_threshold, plans
-    with connection.cursor() as cur:
-        cur.execute("RESET plan_cache_mode")
+def test_the_claims_generic_plan_reads_each_part_from_its_own_index(order):
+    """The claim's generic plan (the one PostgreSQL may cache once psycopg prepares it, for any
+    queue): each part reads the index of its rows. Before migration 0014 it read the ended leases
+    through idx_expired, every lease of every queue, since idx_expired held them all."""
+    import re
 
+    from forqapp.store.postgresql import CLAIM
 
-@pytest.mark.django_db(transaction=True)
-def test_a_claim_that_fails_leaves_the_session_setting_as_it_was():
-    """A claim that fails (here: a lock timeout behind another session's lock) in autocommit, and
-    inside the caller's transaction: either way plan_cache_mode is the session's own afterwards."""
-    forqapp.send_many("failing", ["x"] * 10)
-    for _ in range(8):  # prepared (and so planned once) by now
-        forqapp.ack(services.claim("failing"))
-    with other_session() as other, other.cursor() as cur:
-        cur.execute("BEGIN")
-        cur.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
-        with connection.cursor() as mine:
-            mine.execute("SET lock_timeout = '50ms'")
+    names: list[str] = []
+
+    def placeholder(match: re.Match) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    sql = re.sub(r"%\((\w+)\)s", placeholder, CLAIM[order])
+    types = {"queue": "text", "delivered": "text[]"}
+    values = {"queue": "'q'", "now": "1", "limit": "1", "ended_among": "100", "among": "1000", "visibility": "1000",
+              "max": "5", "dlq_ttl": "1000"}
+    with connection.cursor() as cur:  # (on an empty table a scan of it costs nothing: forbidden)
+        cur.execute("SET plan_cache_mode = force_generic_plan")
+        cur.execute("SET enable_seqscan = off")
         try:
-            with pytest.raises(Exception, match="lock timeout"):
-                services.claim("failing")
-            assert plan_cache_mode() == "auto"
-            with pytest.raises(Exception, match="lock timeout"), transaction.atomic():
-                services.claim("failing")
-            assert plan_cache_mode() == "auto"
+            cur.execute(f"PREPARE generic_claim ({', '.join(types.get(n, 'bigint') for n in names)}) AS {sql}")
+            cur.execute(f"EXPLAIN EXECUTE generic_claim ({', '.join(values[n] for n in names)})")
+            plan = "\n".join(r[0] for r in cur.fetchall())
         finally:
-            cur.execute("ROLLBACK")
-            with connection.cursor() as mine:
-                mine.execute("RESET lock_timeout")
-    assert services.claim("failing") is not None and plan_cache_mode() == "auto"
+            cur.execute("DEALLOCATE generic_claim")
+            cur.execute("RESET plan_cache_mode")
+            cur.execute("RESET enable_seqscan")
+    assert "idx_expired" not in plan and "Seq Scan" not in plan, plan
+    for index in ("idx_queue_claim", "idx_queue_timed", "idx_leases"):
+        assert f"using {index} on messages" in plan, plan
 
 
 # --- SKIP LOCKED ------------------------------------------------------------------------------

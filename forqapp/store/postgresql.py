@@ -249,19 +249,6 @@ RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.prior
 CLAIM = _claims(PICK)
 CLAIM_AGAIN = _claims(_picks(EXCEPT_DELIVERED))
 
-# The claim is planned once per connection, not at each call. A prepared statement is replanned for
-# each call's values while PostgreSQL guesses that pays, and for the claim it keeps guessing so:
-# planning its pick (three parts, each a CTE) takes longer than running it (0.2-0.8 ms against
-# 0.1). One plan is right for every queue since migration 0014 (each part reads the one partial
-# index that holds its rows, and no other index holds them), so the claim asks for the generic plan
-# for its own statement only: the setting is saved and set before it, and restored after it (two
-# short statements, ~0.05 ms each here: psycopg's pipeline mode, one round trip, took longer), so
-# the session's own value, whatever it was, is back after the claim.
-GENERIC_PLAN_ON = """
-SELECT set_config('plan_cache_mode', 'force_generic_plan', false)
-FROM (SELECT set_config('forq.saved_plan_cache_mode', current_setting('plan_cache_mode'), false)) AS saved"""
-GENERIC_PLAN_OFF = "SELECT set_config('plan_cache_mode', current_setting('forq.saved_plan_cache_mode'), false)"
-
 PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attributes, dedup_id, sequence,
                    received_at, first_received_at, CASE WHEN status = {PROCESSING} THEN process_after END, state"""
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})" for order, pick in _picks(lock="").items()}
@@ -690,21 +677,6 @@ class PostgreSQLStore(Store):
         cur.close()
         return rows
 
-    def _fetchall_planned_once(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
-        """:meth:`_fetchall` with PostgreSQL's generic plan for ``sql`` once it is prepared (see
-        GENERIC_PLAN_ON). A connection that never prepares (``prepare_threshold`` None) plans every
-        call anyway: the statement alone."""
-        conn = self._conn()
-        if conn.prepare_threshold is None:
-            return self._fetchall(sql, params)
-        self._fetchall(GENERIC_PLAN_ON)
-        try:
-            return self._fetchall(sql, params)
-        finally:
-            # (In a transaction the statement failed, the setting goes back with its rollback.)
-            if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
-                self._fetchall(GENERIC_PLAN_OFF)
-
     def _batched(self, sql: str, params: dict[str, Any], batch: int) -> int:
         total = 0
         while True:
@@ -820,7 +792,7 @@ class PostgreSQLStore(Store):
         deliveries: list[Delivery] = []
         redriven: list[Delivery] = []
         for _ in range(MAX_REDRIVE_ROUNDS):
-            rows = self._fetchall_planned_once(sql, params)
+            rows = self._fetchall(sql, params)
             live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
             redriven += [Delivery._make(r[:13])._replace(receipt=None, lease_expires_at=None)
                          for r in rows if r[13] != PROCESSING]
