@@ -92,7 +92,7 @@ class Message(models.Model):
                 name="idx_queue_timed",
             ),
             models.Index(
-                fields=["queue", "process_after", "priority", "sequence"],
+                fields=["queue", "status", "process_after", "priority", "sequence"],
                 condition=Q(status=1),
                 name="idx_leases",
             ),

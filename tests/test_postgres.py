@@ -103,7 +103,7 @@ def test_migration_creates_table_and_partial_index():
                                                "WHERE ((process_after <= received_at) AND (status = 0))")
     assert indexes["idx_queue_timed"].endswith("(queue, process_after, priority DESC, sequence) "
                                                "WHERE ((process_after > received_at) AND (status = 0))")
-    assert indexes["idx_leases"].endswith("(queue, process_after, priority, sequence) WHERE (status = 1)")
+    assert indexes["idx_leases"].endswith("(queue, status, process_after, priority, sequence) WHERE (status = 1)")
     assert indexes["idx_expired"].endswith("(status, is_dlq, expires_after) WHERE ((status = 0) OR (status = 2))")
     assert collations == {"id": "C", "queue": "C"}
 

@@ -6,8 +6,9 @@ queue's concurrency limit counts, the stale-lease job). Each send wrote an entry
 priorities those entries went in by (process_after, priority): not at the index's end but at as many
 places as a batch has priorities, which costs SQLite a B-tree split where an append would do. Now:
 
-- ``idx_leases`` (queue, process_after, priority, sequence) holds the leased rows alone (``status =
-  1``). A send writes nothing there; a claim adds the entry, an ack removes it.
+- ``idx_leases`` (queue, status, process_after, priority, sequence) holds the leased rows alone
+  (``status = 1``; the column kept so that SQLite reads the ended leases from the index alone). A
+  send writes nothing there; a claim adds the entry, an ack removes it.
 - ``idx_expired`` (the jobs' index: expired and failed messages) holds the ready and failed rows on
   PostgreSQL too (SQLite's has since 0011): a claim and an ack write nothing there.
 
@@ -52,8 +53,8 @@ class Migration(migrations.Migration):
         migrations.RemoveIndex(model_name="message", name="idx_for_requeueing"),
         migrations.AddIndex(
             model_name="message",
-            index=models.Index(condition=models.Q(status=1), fields=["queue", "process_after", "priority", "sequence"],
-                               name="idx_leases"),
+            index=models.Index(condition=models.Q(status=1),
+                               fields=["queue", "status", "process_after", "priority", "sequence"], name="idx_leases"),
         ),
         migrations.SeparateDatabaseAndState(
             state_operations=[

@@ -147,13 +147,13 @@ SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
 # Three indexes answer it, so that no part passes over another's rows: ``idx_queue_claim`` holds the
 # ready rows that were due when written (partial: ``process_after <= received_at``, migration 0013) in
 # claim order; ``idx_queue_timed`` the ready rows written to come due later (sent with a delay, backed
-# off, deferred, released, requeued), by the time they come due; and ``idx_leases``
-# (queue, process_after, …: the leased rows alone, migration 0014) finds the ended leases by their end. Each part takes and locks its first
-# rows in claim order, and the pick keeps the first of them all: a claim walks past neither the
-# deliveries in flight nor the messages not yet due. The rows that came due by time (usually few) are
-# sorted, not walked to: a window of ENDED_AMONG of each kind (below), so that thousands due at once
-# cost a claim no more than that. (A row of one part locked and not kept is free again when the
-# claim's transaction ends; another claim meanwhile passes over it.)
+# off, deferred, released, requeued), by the time they come due; and ``idx_leases`` (queue, status,
+# process_after, …: the leased rows alone, migration 0014) finds the ended leases by their end. Each part
+# takes and locks its first rows in claim order, and the pick keeps the first of them all: a claim walks
+# past neither the deliveries in flight nor the messages not yet due. The rows that came due by time
+# (usually few) are sorted, not walked to: a window of ENDED_AMONG of each kind (below), so that
+# thousands due at once cost a claim no more than that. (A row of one part locked and not kept is free
+# again when the claim's transaction ends; another claim meanwhile passes over it.)
 READY_DUE = f"queue = %(queue)s AND status = {READY} AND process_after <= received_at AND process_after <= %(now)s"
 TIMED_DUE = f"queue = %(queue)s AND status = {READY} AND process_after > received_at AND process_after <= %(now)s"
 LEASE_ENDED = f"queue = %(queue)s AND status = {PROCESSING} AND process_after <= %(now)s"
