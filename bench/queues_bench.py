@@ -39,7 +39,8 @@ ended (claimed with a 0 s lease: due again, each claim takes one of them). The d
 12 (``--before-ref``: no leases in the claim), one claim index for ready and leased rows
 (``--one-index-ref``, migration 0011), leases in an index of their own but the ready rows due or not
 in the claim index (``--leases-apart-ref``, migration 0012), and this checkout (the ready rows
-written to come due later in an index of their own, by the time they come due: migration 0013).
+written to come due later in an index of their own, by the time they come due: migration 0013; the
+lease index holding the leased rows alone: migration 0014).
 With ``--database-url`` (a PostgreSQL server), part 3 runs there instead, a fresh database per
 design, per second of wall time.
 """
