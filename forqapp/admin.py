@@ -27,7 +27,7 @@ from django.utils.http import urlencode
 from . import schedules, services, validation, vocab
 from .errors import ForqError
 from .keys import admin as keys_admin  # noqa: F401 - registers the API keys' admin (issue 16)
-from .models import DeadLetter, Message, Queue, Schedule
+from .models import DeadLetter, Message, Queue, Schedule, Status
 from .tasks import admin as tasks_admin  # noqa: F401 - registers the task results' admin (issue 14)
 from .ui import display, flow, freshness, queries, scheduling
 from .utils import ms_to_datetime, now_ms, pretty_json
@@ -125,7 +125,7 @@ def delete_messages(modeladmin, request, queryset):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    list_display = ["id", "queue", "status", "priority", "attempts", "due", "received", "failure_reason", "error"]
+    list_display = ["id", "queue", "message_status", "priority", "attempts", "due", "received", "failure_reason", "error"]
     list_filter = [QueueFilter, "status", DlqFilter]
     search_fields = ["id"]
     search_help_text = "A message id (exact)."
@@ -133,7 +133,7 @@ class MessageAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False
     actions = [requeue_messages, delete_messages]
-    fields = ["id", "queue", "is_dlq", "status", "priority", "sequence", "attempts", "due", "lease_end",
+    fields = ["id", "queue", "is_dlq", "message_status", "priority", "sequence", "attempts", "due", "lease_end",
               "received", "first_received", "updated", "expires", "processing_started", "dedup_id",
               "attributes_table", "failure_reason", "last_error", "pretty_content"]
     # mypy types `fields` as the base class's field groups; it holds plain names here.
@@ -175,6 +175,19 @@ class MessageAdmin(admin.ModelAdmin):
 
     def has_forq_delete_permission(self, request):
         return request.user.has_perm("forqapp.delete_deadletter")
+
+    @admin.display(description="status", ordering="status")
+    def message_status(self, obj):
+        """As the queue pages say it: a dead letter (stored as ready, waiting for a requeue or a
+        delete) is "dead", a ready message not yet due "delayed"; a lease ended says so."""
+        now = now_ms()
+        if obj.is_dlq and obj.status != Status.PROCESSING:
+            return format_html('<span title="{}">dead</span>', "A dead letter: requeue it or delete it.")
+        if obj.status == Status.READY and obj.process_after > now:
+            return "delayed"
+        if obj.status == Status.PROCESSING and obj.process_after <= now:
+            return format_html('<span title="{}">processing (lease ended)</span>', "The next receive takes it.")
+        return Status(obj.status).label
 
     @admin.display(description="due", ordering="process_after")
     def due(self, obj):

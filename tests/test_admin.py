@@ -53,6 +53,24 @@ def test_changelists_filters_and_search(admin_client_):
     assert mid.encode() not in dl.content and d[1].encode() in dl.content
 
 
+def test_the_lists_say_each_messages_state_as_the_queue_pages_do(admin_client_):
+    """A dead letter is stored as ready (waiting for a requeue): the lists say "dead", as the
+    queue pages do; a message not yet due "delayed"; a lease that ended says so."""
+    import re
+
+    ready, later = forqapp.send("emails", "a"), forqapp.send("emails", "b", delay=3600)
+    forqapp.send("lapsed", "c")
+    lapsed = services.claim("lapsed", visibility_timeout=0)
+    d = dead("emails", 1)[0]
+    page = admin_client_.get("/admin/forqapp/message/").content.decode()
+    cells = {mid: re.sub("<[^>]*>", "", re.search(rf"{mid}.*?field-message_status\">(.*?)</td>", page, re.S).group(1))
+             for mid in (ready, later, lapsed.id, d)}
+    assert cells == {ready: "ready", later: "delayed", lapsed.id: "processing (lease ended)", d: "dead"}, cells
+    dead_letter = '<span title="A dead letter: requeue it or delete it.">dead</span>'
+    assert dead_letter in admin_client_.get("/admin/forqapp/deadletter/").content.decode()
+    assert dead_letter in admin_client_.get(f"/admin/forqapp/deadletter/{d}/change/").content.decode()
+
+
 def test_detail_is_read_only_escaped_and_pretty(admin_client_):
     d = dead("emails", 1)[0]
     page = admin_client_.get(f"/admin/forqapp/message/{d}/change/")
