@@ -22,7 +22,7 @@ from . import policy as policy_module
 from .conf import forq_settings
 from .errors import ForqError
 from .policy import Policy
-from .store import POLICY_COLUMNS, Delivery, NewMessage, QueueRow, StagedMessage, Store
+from .store import POLICY_COLUMNS, Delivery, NewMessage, QueueCounts, QueueRow, StagedMessage, Store
 from .vocab import SNAPSHOT_COLUMNS, base_of
 
 T = TypeVar("T")
@@ -669,10 +669,10 @@ class QueueInfo:
         return asdict(self)
 
 
-def _info(st: Store, name: str, row: QueueRow | None, now: int) -> QueueInfo:
+def _info(st: Store, name: str, row: QueueRow | None, now: int, counts: QueueCounts | None = None) -> QueueInfo:
     pol = policy_module.resolve(row)
-    counts = st.queue_counts(name, now)._asdict()
-    return QueueInfo(name, pol.public(), pol.overrides, pol.paused, counts,
+    by_state = (st.queue_counts(name, now) if counts is None else counts)._asdict()
+    return QueueInfo(name, pol.public(), pol.overrides, pol.paused, by_state,
                      row.last_sequence if row else 0, row.created_at if row else None)
 
 
@@ -723,7 +723,8 @@ def list_queues(*, using: str | None = None) -> list[QueueInfo]:
     now = now_ms()
     rows = {r.name: r for r in st.queue_list()}
     names = set(rows) | {base_of(d.queue) for d in st.queue_depths()}
-    return [_info(st, n, rows.get(n), now) for n in sorted(names)]
+    counts = st.state_counts(now, [q for n in names for q in (n, n + vocab.DLQ_SUFFIX)])  # one read for all
+    return [_info(st, n, rows.get(n), now, store.queue_counts_of(counts, n)) for n in sorted(names)]
 
 
 def purge(name: str, *, using: str | None = None) -> int:

@@ -22,6 +22,7 @@ from django.db import connection, connections, transaction
 
 import forqapp
 from forqapp import services, store
+from forqapp.models import Message, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "rehearsal-secret-0123456789abcdef-0123456789"  # noqa: S105
@@ -151,6 +152,29 @@ def test_has_due_and_lifo_read_indexes_whatever_the_queue():
             plans[name] = "\n".join(r[0] for r in cur.fetchall())
     assert "Seq Scan on messages" not in plans["has_due"], plans["has_due"]
     assert "Seq Scan on messages" not in plans["lifo"] and "Bitmap Heap Scan" not in plans["lifo"], plans["lifo"]
+
+
+@pytest.mark.django_db
+def test_the_stale_lease_job_reads_the_leases_not_the_table():
+    """recover_stale (the safety net behind precise leases) finds the leases of every queue in
+    idx_leases and their rows by primary key: after migration 0014 (no lease left in idx_expired)
+    it read the whole table for them."""
+    from forqapp.store.postgresql import COUNT_STALE, RECOVER_STALE
+
+    for queue in ("stale-a", "stale-b"):
+        forqapp.send_many(queue, ["x"] * 4_000)
+        services.claim_many(queue, 600, visibility_timeout=3_600)  # live leases
+        services.claim_many(queue, 600, visibility_timeout=0)  # leases ended
+    now = services.now_ms()
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE messages")
+        cur.execute("EXPLAIN " + RECOVER_STALE, {"now": now, "max": 5, "cutoff": now, "batch": 1000})  # (not run)
+        plan = "\n".join(r[0] for r in cur.fetchall())
+        cur.execute(COUNT_STALE, [now + 1])
+        assert cur.fetchone()[0] == 1_200
+    assert "Seq Scan on messages" not in plan and "idx_leases" in plan, plan
+    assert services.recover_stale() == 1_200  # the ended leases, and none of the live ones
+    assert Message.objects.filter(status=Status.PROCESSING).count() == 1_200
 
 
 @pytest.mark.django_db

@@ -31,6 +31,7 @@ from .base import (
     StateCounts,
     Store,
     ThrottleState,
+    queue_counts_of,
 )
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "StateCounts",
     "Store",
     "ThrottleState",
+    "queue_counts_of",
     "for_alias",
     "configure_connection",
     "store_class",

@@ -213,6 +213,14 @@ def state_counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, StateCounts]:
     return {queue: StateCounts(*c) for queue, c in counts.items() if c[0]}
 
 
+def queue_counts_of(counts: dict[str, StateCounts], queue: str) -> QueueCounts:
+    """``queue``'s :class:`QueueCounts` from :meth:`Store.state_counts` of it and its DLQ (a
+    message sent due counts as ready, even when a clock ahead of this one's wrote it)."""
+    q = counts.get(queue, NO_MESSAGES)
+    return QueueCounts(q.total - q.failed - q.delayed - q.processing, q.delayed, q.processing, q.failed,
+                       counts.get(queue + DLQ_SUFFIX, NO_MESSAGES).total)
+
+
 class LeaseHolder(NamedTuple):
     """Who holds a lease, and until when (Unix ms)."""
 
@@ -485,10 +493,7 @@ class Store(abc.ABC):
     def queue_counts(self, queue: str, now: int) -> QueueCounts:
         """``queue``'s messages by state (an expired lease counts as ready), from
         :meth:`state_counts` of it and its DLQ."""
-        counts = self.state_counts(now, [queue, queue + DLQ_SUFFIX])
-        q = counts.get(queue, NO_MESSAGES)
-        return QueueCounts(q.total - q.failed - q.delayed - q.processing, q.delayed, q.processing, q.failed,
-                           counts.get(queue + DLQ_SUFFIX, NO_MESSAGES).total)
+        return queue_counts_of(self.state_counts(now, [queue, queue + DLQ_SUFFIX]), queue)
 
     # -- wake-ups and health -----------------------------------------------------------------
 

@@ -435,14 +435,18 @@ SELECT (SELECT COUNT(*) FROM moved), (SELECT COUNT(*) FROM woken)"""
 # max_attempts, or %(max)s; 0 is unlimited).
 MAX_ATTEMPTS_OF_QUEUE = "COALESCE((SELECT q.max_attempts FROM forq_queues AS q WHERE q.name = messages.queue), %(max)s)"
 
+# The leases are read in idx_leases' order (it holds them alone: the ones of every queue, however
+# many messages the queues hold), and their rows looked up by primary key: without the order,
+# PostgreSQL read the whole table for them.
 RECOVER_STALE = f"""
 WITH r AS (
     UPDATE messages
     SET status = CASE WHEN {MAX_ATTEMPTS_OF_QUEUE} BETWEEN 1 AND attempts THEN {FAILED} ELSE {READY} END,
         process_after = %(now)s, processing_started_at = NULL, updated_at = GREATEST(%(now)s, updated_at)
-    WHERE id IN (SELECT id FROM messages
-                 WHERE status = {PROCESSING} AND process_after < %(cutoff)s
-                 LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+    WHERE id = ANY(ARRAY(SELECT id FROM messages
+                         WHERE status = {PROCESSING} AND process_after < %(cutoff)s
+                         ORDER BY queue, status, process_after
+                         LIMIT %(batch)s FOR UPDATE SKIP LOCKED))
     RETURNING queue, status
 ), woken AS (
     SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM r WHERE status = {READY}) AS q
