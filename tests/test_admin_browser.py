@@ -76,6 +76,12 @@ def test_admin_login_and_dead_letter_actions_in_a_browser(live_ui, browser_page,
     page.click("a[href='/admin/forqapp/deadletter/']")
     page.wait_for_selector("#result_list")
     assert page.locator("#result_list tbody tr").count() == 6
+    # Each row's status as the queue pages say it (stored as ready, waiting for a requeue), its
+    # meaning in a tooltip; the status column's header sorts.
+    statuses = page.locator("#result_list tbody td.field-message_status")
+    assert statuses.all_inner_texts() == ["dead"] * 6
+    assert statuses.first.locator("span").get_attribute("title") == "A dead letter: requeue it or delete it."
+    assert page.locator("#result_list thead th.column-message_status a").count() == 1
     shot(page, "admin-dead-letters")
 
     # "No, take me back" on the confirmation page goes back to the list, nothing done (Django's
