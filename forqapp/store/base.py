@@ -582,7 +582,8 @@ class Store(abc.ABC):
     def state_counts(self, now: int, queues: Sequence[str] | None = None) -> dict[str, StateCounts]:
         """{queue: counts} for every queue that has messages (or for those of ``queues`` that do;
         a DLQ is named as a queue), each kind of row counted in the index it lives in: one read
-        for every queue at once, never the table."""
+        for every queue at once. (SQLite's statement names the indexes; PostgreSQL's planner may
+        read the table for the totals while its visibility map is not set, before a VACUUM.)"""
 
     # -- bulk: staged writes and snapshot reads ----------------------------------------------
 
