@@ -181,13 +181,12 @@ class MessageAdmin(admin.ModelAdmin):
         """As the queue pages say it: a dead letter (stored as ready, waiting for a requeue or a
         delete) is "dead", a ready message not yet due "delayed"; a lease ended says so."""
         now = now_ms()
-        if obj.is_dlq and obj.status != Status.PROCESSING:
+        state = display.message_state(obj.status, obj.is_dlq, obj.process_after, now)
+        if state == "dead":
             return format_html('<span title="{}">dead</span>', "A dead letter: requeue it or delete it.")
-        if obj.status == Status.READY and obj.process_after > now:
-            return "delayed"
         if obj.status == Status.PROCESSING and obj.process_after <= now:
             return format_html('<span title="{}">processing (lease ended)</span>', "The next receive takes it.")
-        return Status(obj.status).label
+        return state
 
     @admin.display(description="due", ordering="process_after")
     def due(self, obj):

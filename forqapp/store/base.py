@@ -200,6 +200,11 @@ class StateCounts(NamedTuple):
     delayed: int  # ready, written to come due later, and not due yet
     processing: int  # under a live lease
 
+    @property
+    def ready(self) -> int:
+        """Due now (an ended lease included): the others."""
+        return self.total - self.failed - self.delayed - self.processing
+
 
 NO_MESSAGES = StateCounts(0, 0, 0, 0)
 
@@ -217,8 +222,7 @@ def queue_counts_of(counts: dict[str, StateCounts], queue: str) -> QueueCounts:
     """``queue``'s :class:`QueueCounts` from :meth:`Store.state_counts` of it and its DLQ (a
     message sent due counts as ready, even when a clock ahead of this one's wrote it)."""
     q = counts.get(queue, NO_MESSAGES)
-    return QueueCounts(q.total - q.failed - q.delayed - q.processing, q.delayed, q.processing, q.failed,
-                       counts.get(queue + DLQ_SUFFIX, NO_MESSAGES).total)
+    return QueueCounts(q.ready, q.delayed, q.processing, q.failed, counts.get(queue + DLQ_SUFFIX, NO_MESSAGES).total)
 
 
 class LeaseHolder(NamedTuple):

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import vocab
+
 #: (field, label, what it does), in the order the pages show them.
 FIELDS: tuple[tuple[str, str, str], ...] = (
     ("max_attempts", "Max attempts", "deliveries before a message goes to the dead-letter queue"),
@@ -35,6 +37,17 @@ class PolicyItem:
     value: str  # in words
     overridden: bool  # set on the queue (else: the global setting)
     help: str
+
+
+def message_state(status: int, is_dlq: bool, process_after: int, now: int) -> str:
+    """A message's state as staff read it (the queue pages and the admin): a dead letter, stored as
+    ready while it waits for a requeue or a delete, is "dead"; a ready message not yet due
+    "delayed"; otherwise its status."""
+    if is_dlq and status != vocab.Status.PROCESSING:
+        return "dead"
+    if status == vocab.Status.READY and process_after > now:
+        return "delayed"
+    return vocab.Status(status).label
 
 
 def duration(seconds: float | None) -> str:

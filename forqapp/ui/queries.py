@@ -100,8 +100,7 @@ def queue_stats(now: int, queue: str | Sequence[str] | None = None, *,
     (the next receive takes it), only a live lease is in flight; a message sent due is ready."""
     names = [queue] if isinstance(queue, str) else None if queue is None else list(queue)
     counts = store.for_alias(using or forq_settings.FORQ_DATABASE).state_counts(now, names)
-    return {name: QueueStats(name, ready=c.total - c.failed - c.delayed - c.processing, delayed=c.delayed,
-                             processing=c.processing, failed=c.failed)
+    return {name: QueueStats(name, ready=c.ready, delayed=c.delayed, processing=c.processing, failed=c.failed)
             for name, c in counts.items()}
 
 

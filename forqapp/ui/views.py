@@ -227,12 +227,7 @@ def _decorate(message, now: int):
     leased = message.status == Status.PROCESSING
     message.lease_dt = message.due_dt if leased else None  # a delivery's process_after is its lease end
     message.lease_ended = leased and message.process_after <= now
-    if message.is_dlq and message.status != Status.PROCESSING:  # stored as ready: waiting for a requeue
-        message.state = "dead"  # (a word that fits the table's status column)
-    elif message.status == Status.READY and message.process_after > now:
-        message.state = "delayed"
-    else:
-        message.state = Status(message.status).label
+    message.state = display.message_state(message.status, message.is_dlq, message.process_after, now)
     return message
 
 
