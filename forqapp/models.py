@@ -92,7 +92,9 @@ class Message(models.Model):
                 name="idx_queue_timed",
             ),
             models.Index(
-                fields=["queue", "status", "process_after", "priority", "sequence"],
+                # (status last: SQLite reads a lease's status from here; PostgreSQL, which takes
+                # status = 1 from the condition, can then range over process_after: migration 0016)
+                fields=["queue", "process_after", "priority", "sequence", "status"],
                 condition=Q(status=1),
                 name="idx_leases",
             ),

@@ -454,3 +454,79 @@ def test_0014_keeps_the_leases_alone_in_idx_leases(tmp_path, django_db_blocker):
         if conn.vendor == "sqlite":
             assert sqlite_schema(conn) == before_schema
         assert len(messages(conn)) == 5
+
+
+CLAIM_FUNCTION = ("forqapp", "0015_postgresql_claim_function")
+
+
+def claim_function(conn: BaseDatabaseWrapper) -> tuple[str, list[str]] | None:
+    """``forq_claim``'s body and settings as PostgreSQL holds them (None: not there)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT prosrc, proconfig FROM pg_proc WHERE proname = 'forq_claim'")
+        rows = cur.fetchall()
+    assert len(rows) <= 1, rows  # never two versions side by side
+    return (rows[0][0], list(rows[0][1] or [])) if rows else None
+
+
+def test_0015_installs_the_claim_function_on_postgresql_and_takes_it_back(tmp_path, django_db_blocker):
+    """0015: on PostgreSQL the claim becomes the function ``forq_claim`` (its own plan_cache_mode),
+    the claim on the result takes messages as before, and the migration back removes the function.
+    On SQLite it changes nothing."""
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, LEASES)
+        before_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
+        if conn.vendor == "postgresql":
+            assert claim_function(conn) is None
+        migrate(conn, CLAIM_FUNCTION)
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) == before_schema
+        else:
+            body, config = claim_function(conn)
+            assert "FOR UPDATE SKIP LOCKED" in body and config == ["plan_cache_mode=force_generic_plan"]
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+        first, second = ids.new_ids(2)
+        st.insert([NewMessage(first, "jobs", "first", NOW, NOW, NOW + 3_600_000),
+                   NewMessage(second, "jobs", "second", NOW, NOW, NOW + 3_600_000, 5)])
+        got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
+        assert [(d.id, d.attempts) for d in got.deliveries] == [(second, 1), (first, 1)]  # by priority
+        migrate(conn, LEASES)
+        if conn.vendor == "postgresql":
+            assert claim_function(conn) is None
+        else:
+            assert sqlite_schema(conn) == before_schema
+        assert len(messages(conn)) == 2
+
+
+LEASE_END = ("forqapp", "0016_lease_index_by_lease_end")
+
+
+def test_0016_orders_idx_leases_by_lease_end(tmp_path, django_db_blocker):
+    """0016: idx_leases becomes (queue, process_after, priority, sequence, status), still the leased
+    rows alone; the leases are kept, a claim takes the ended one, and the migration goes back to
+    0015's index."""
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, CLAIM_FUNCTION)
+        before = index_definitions(conn)
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+        ended, running = ids.new_ids(2)
+        st.insert([NewMessage(message_id, "jobs", message_id, NOW, NOW, NOW + 3_600_000)
+                   for message_id in (ended, running)])
+        with conn.cursor() as cur:
+            for message_id, lease_end in ((ended, NOW + 5), (running, NOW + 3_600_000)):
+                cur.execute("UPDATE messages SET status = 1, attempts = 1, processing_started_at = %s, "
+                            "process_after = %s WHERE id = %s", [NOW + 1, lease_end, message_id])
+        kept = messages(conn, COLUMNS_0005 + NEW_COLUMNS)
+
+        migrate(conn, LEASE_END)
+        assert messages(conn, COLUMNS_0005 + NEW_COLUMNS) == kept
+        leases = index_definitions(conn)["idx_leases"].replace(" ", "")
+        assert "(queue,process_after,priority,sequence,status)" in leases and "status=1" in leases.replace("(", "")
+        got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
+        assert [(d.id, d.attempts) for d in got.deliveries] == [(ended, 2)]
+        assert st.queue_counts("jobs", NOW + 10).in_flight == 2
+
+        migrate(conn, CLAIM_FUNCTION)
+        assert index_definitions(conn) == before
+        assert len(messages(conn)) == 2

@@ -104,7 +104,7 @@ def test_migration_creates_table_and_partial_index():
                                                "WHERE ((process_after <= received_at) AND (status = 0))")
     assert indexes["idx_queue_timed"].endswith("(queue, process_after, priority DESC, sequence) "
                                                "WHERE ((process_after > received_at) AND (status = 0))")
-    assert indexes["idx_leases"].endswith("(queue, status, process_after, priority, sequence) WHERE (status = 1)")
+    assert indexes["idx_leases"].endswith("(queue, process_after, priority, sequence, status) WHERE (status = 1)")
     assert indexes["idx_expired"].endswith("(status, is_dlq, expires_after) WHERE ((status = 0) OR (status = 2))")
     assert collations == {"id": "C", "queue": "C"}
 
@@ -664,3 +664,67 @@ def test_a_job_whose_connection_was_terminated_runs_again_at_its_next_turn(caplo
     scheduler._run_one(jobs.JOBS["failed"])  # the next turn
     assert Message.objects.get(id=failed).queue == "jobs-lost-dlq"
     assert connection.connection.info.backend_pid != pid
+
+
+@pytest.mark.django_db
+def test_the_installed_claim_function_is_the_stores():
+    """A receive calls ``forq_claim`` (migration 0015), which holds the store's CLAIM: the function
+    the migrations installed must be the one the store's text makes. A change to CLAIM without a
+    migration that installs it fails here."""
+    from forqapp.store.postgresql import CLAIM_FUNCTION
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT prosrc, proconfig, pg_get_function_arguments(oid) FROM pg_proc"
+                    " WHERE proname = 'forq_claim'")
+        (body, config, arguments), = cur.fetchall()
+    assert body == CLAIM_FUNCTION.split("$claim$")[1], "CLAIM changed: add a migration that installs it"
+    assert f"forq_claim({arguments})" in CLAIM_FUNCTION and config == ["plan_cache_mode=force_generic_plan"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_leaves_the_sessions_plan_cache_mode_as_it_was():
+    """The claim's generic plan is the function's own setting: the caller's session keeps its own
+    (which would otherwise govern the caller's prepared statements and functions too)."""
+    with connection.cursor() as cur:
+        cur.execute("SET plan_cache_mode = force_custom_plan")
+    try:
+        forqapp.send_many("plan", ["a", "b", "c"])
+        taken = [forqapp.receive("plan") for _ in range(3)]
+        assert [m.content for m in taken] == ["a", "b", "c"]
+        with connection.cursor() as cur:
+            cur.execute("SHOW plan_cache_mode")
+            assert cur.fetchone()[0] == "force_custom_plan"
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("RESET plan_cache_mode")
+
+
+@pytest.mark.django_db
+def test_a_claim_finds_the_ended_leases_without_reading_the_live_ones():
+    """With thousands of deliveries in flight, the claim's look for ended leases reads the first
+    page of idx_leases, not every lease of the queue: PostgreSQL takes ``status = 1`` from the
+    index's condition, so the index ranges over process_after right after the queue (migration
+    0016; with 0014's (queue, status, process_after, …) it read all 5,000 leases here)."""
+    import json
+
+    from forqapp.store.postgresql import PICK
+
+    forqapp.send_many("flying", ["x"] * 6_000)
+    services.claim_many("flying", 5_000, visibility_timeout=3_600)  # in flight: not ended
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE messages")
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + PICK["fifo"],
+                    {"queue": "flying", "now": services.now_ms(), "limit": 1, "ended_among": 100})
+        plan = cur.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def nodes(node: dict):
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    leases = [n for n in nodes(plan[0]["Plan"]) if n.get("Index Name") == "idx_leases"]
+    assert leases, plan
+    for node in leases:
+        assert node["Actual Rows"] == 0
+        assert node["Shared Hit Blocks"] + node["Shared Read Blocks"] <= 3, node

@@ -1014,7 +1014,7 @@ def test_sqlite_state_counts_read_each_kind_from_its_index(named, db):
         ["idx_for_queue_depth", "idx_expired", "idx_queue_timed", "idx_leases"], plan
     assert "status=?" in reads[1], plan
     if named:  # (every queue's: the delayed rows' whole index, or a skip-scan once ANALYZE has run)
-        assert "queue=? AND process_after>?" in reads[2] and "queue=? AND status=? AND process_after>?" in reads[3], plan
+        assert all("queue=? AND process_after>?" in step for step in reads[2:]), plan
 
 
 @pytest.mark.parametrize("order", ["fifo", "lifo", "random"])
@@ -1042,7 +1042,7 @@ def test_sqlite_a_status_filter_of_the_orm_still_uses_idx_expired(status, db):
     answered by idx_expired for ready and failed messages: SQLite proves ``status = ?`` implies the
     partial index's ``status = 0 OR status = 2`` (it would not prove ``status != 1``)."""
     if connection.vendor != "sqlite":
-        pytest.skip("SQLite's partial index (PostgreSQL keeps idx_expired whole)")
+        pytest.skip("SQLite's planner (PostgreSQL chooses its own plans)")
     sql, params = Message.objects.filter(status=status).order_by("-id").values_list("id").query.sql_with_params()
     connection.ensure_connection()
     plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + sql.replace("%s", "?"), params)]

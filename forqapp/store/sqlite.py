@@ -166,12 +166,12 @@ SET status = CASE WHEN {USED_UP} THEN {REDRIVING} ELSE {PROCESSING} END,
 # Three indexes answer it, so that no part passes over another's rows: ``idx_queue_claim`` holds the
 # ready rows that were due when written (partial: ``process_after <= received_at``, migration 0013) in
 # claim order; ``idx_queue_timed`` the ready rows written to become due later (sent with a delay, backed
-# off, deferred, released, requeued), by the time they come due; and ``idx_leases`` (queue, status,
-# process_after, …: the leased rows alone, migration 0014) finds the ended leases by their end. Each part
-# gives its first rows in claim order, and the pick keeps the first of them all: a claim walks past
-# neither the deliveries in flight nor the messages not yet due. The rows that came due by time (usually
-# few) are sorted, not walked to: a window of ENDED_AMONG (:ended_among) of each kind (below), so that
-# thousands due at once cost a claim no more than that.
+# off, deferred, released, requeued), by the time they come due; and ``idx_leases`` (queue,
+# process_after, …, status: the leased rows alone, migrations 0014 and 0016) finds the ended leases
+# by their end. Each part gives its first rows in claim order, and the pick keeps the first of them
+# all: a claim walks past neither the deliveries in flight nor the messages not yet due. The rows that
+# came due by time (usually few) are sorted, not walked to: a window of ENDED_AMONG (:ended_among) of
+# each kind (below), so that thousands due at once cost a claim no more than that.
 READY_DUE = f"queue = :queue AND status = {READY} AND process_after <= received_at AND process_after <= :now"
 TIMED_DUE = f"queue = :queue AND status = {READY} AND process_after > received_at AND process_after <= :now"
 LEASE_ENDED = f"queue = :queue AND status = {PROCESSING} AND process_after <= :now"
