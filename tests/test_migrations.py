@@ -104,6 +104,14 @@ def index_names(conn: BaseDatabaseWrapper, table: str) -> set[str]:
         return set(conn.introspection.get_constraints(cur, table))
 
 
+def lease(conn: BaseDatabaseWrapper, lease_ends: dict[str, int]) -> None:
+    """Deliveries as any schema stores them: each message leased once (at NOW + 1), until its end."""
+    with conn.cursor() as cur:
+        for message_id, lease_end in lease_ends.items():
+            cur.execute("UPDATE messages SET status = 1, attempts = 1, processing_started_at = %s, "
+                        "process_after = %s WHERE id = %s", [NOW + 1, lease_end, message_id])
+
+
 def index_definitions(conn: BaseDatabaseWrapper, table: str = "messages") -> dict[str, str]:
     """Each index of ``table`` as its database states it (unquoted)."""
     with conn.cursor() as cur:
@@ -329,10 +337,7 @@ def test_0012_moves_leases_out_of_the_claim_index_keeping_every_message(tmp_path
                    NewMessage(running, "jobs", "running", NOW, NOW, NOW + 3_600_000),
                    NewMessage(urgent, "jobs", "urgent", NOW, NOW, NOW + 3_600_000, 7),
                    NewMessage(delayed, "jobs", "delayed", NOW + 60_000, NOW, NOW + 3_600_000, 9)])
-        with conn.cursor() as cur:  # two deliveries of 0011's time: one lease ended, one running
-            for message_id, lease_end in ((ended, NOW + 5), (running, NOW + 3_600_000)):
-                cur.execute("UPDATE messages SET status = 1, attempts = 1, processing_started_at = %s, "
-                            "process_after = %s WHERE id = %s", [NOW + 1, lease_end, message_id])
+        lease(conn, {ended: NOW + 5, running: NOW + 3_600_000})  # deliveries of 0011's time
         kept = messages(conn, COLUMNS_0005 + NEW_COLUMNS)
 
         migrate(conn, SPLIT)
@@ -426,10 +431,8 @@ def test_0014_keeps_the_leases_alone_in_idx_leases(tmp_path, django_db_blocker):
         ready, ended, running, stale, failed = ids.new_ids(5)
         st.insert([NewMessage(message_id, "jobs", message_id, NOW, NOW, NOW + 3_600_000)
                    for message_id in (ready, ended, running, stale, failed)])
-        with conn.cursor() as cur:  # deliveries of 0013's time (one lease ended, one running, one stale)
-            for message_id, lease_end in ((ended, NOW + 5), (running, NOW + 3_600_000), (stale, NOW - 3_600_000)):
-                cur.execute("UPDATE messages SET status = 1, attempts = 1, processing_started_at = %s, "
-                            "process_after = %s WHERE id = %s", [NOW + 1, lease_end, message_id])
+        lease(conn, {ended: NOW + 5, running: NOW + 3_600_000, stale: NOW - 3_600_000})  # of 0013's time
+        with conn.cursor() as cur:
             cur.execute("UPDATE messages SET status = 2, attempts = 5 WHERE id = %s", [failed])
         kept = messages(conn, COLUMNS_0005 + NEW_COLUMNS)
 
@@ -513,10 +516,7 @@ def test_0016_orders_idx_leases_by_lease_end(tmp_path, django_db_blocker):
         ended, running = ids.new_ids(2)
         st.insert([NewMessage(message_id, "jobs", message_id, NOW, NOW, NOW + 3_600_000)
                    for message_id in (ended, running)])
-        with conn.cursor() as cur:
-            for message_id, lease_end in ((ended, NOW + 5), (running, NOW + 3_600_000)):
-                cur.execute("UPDATE messages SET status = 1, attempts = 1, processing_started_at = %s, "
-                            "process_after = %s WHERE id = %s", [NOW + 1, lease_end, message_id])
+        lease(conn, {ended: NOW + 5, running: NOW + 3_600_000})
         kept = messages(conn, COLUMNS_0005 + NEW_COLUMNS)
 
         migrate(conn, LEASE_END)
