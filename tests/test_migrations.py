@@ -496,6 +496,11 @@ def test_0015_installs_the_claim_function_on_postgresql_and_takes_it_back(tmp_pa
         migrate(conn, LEASES)
         if conn.vendor == "postgresql":
             assert claim_function(conn) is None
+            # This code on 0014's schema: its claim calls a function that is not there (said so).
+            import psycopg
+
+            with pytest.raises(psycopg.errors.UndefinedFunction, match="run `manage.py migrate`"):
+                st.claim("jobs", NOW + 10, 1, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         else:
             assert sqlite_schema(conn) == before_schema
         assert len(messages(conn)) == 2

@@ -8,6 +8,7 @@ Runs when DATABASE_URL is a postgres:// URL (the test command's second run:
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +38,18 @@ pytestmark = [
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+
+def numbered(sql: str) -> tuple[str, list[str]]:
+    """``sql``'s named parameters (``%(name)s``) as PREPARE's $1, $2, …, and their names in order."""
+    names: list[str] = []
+
+    def placeholder(match: re.Match) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return re.sub(r"%\((\w+)\)s", placeholder, sql), names
 
 
 def dsn() -> str:
@@ -180,21 +193,12 @@ def test_the_stale_lease_job_reads_the_leases_not_the_table():
 @pytest.mark.django_db
 @pytest.mark.parametrize("order", ["fifo", "lifo", "random"])
 def test_the_claims_generic_plan_reads_each_part_from_its_own_index(order):
-    """The claim's generic plan (the one PostgreSQL may cache once psycopg prepares it, for any
-    queue): each part reads the index of its rows. Before migration 0014 it read the ended leases
-    through idx_expired, every lease of every queue, since idx_expired held them all."""
-    import re
-
+    """The claim's generic plan (the one ``forq_claim`` keeps for the session, for any queue): each
+    part reads the index of its rows. Before migration 0014 it read the ended leases through
+    idx_expired, every lease of every queue, since idx_expired held them all."""
     from forqapp.store.postgresql import CLAIM
 
-    names: list[str] = []
-
-    def placeholder(match: re.Match) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    sql = re.sub(r"%\((\w+)\)s", placeholder, CLAIM[order])
+    sql, names = numbered(CLAIM[order])
     types = {"queue": "text", "delivered": "text[]"}
     values = {"queue": "'q'", "now": "1", "limit": "1", "ended_among": "100", "among": "1000", "visibility": "1000",
               "max": "5", "dlq_ttl": "1000"}
@@ -700,31 +704,42 @@ def test_a_claim_leaves_the_sessions_plan_cache_mode_as_it_was():
 
 
 @pytest.mark.django_db
-def test_a_claim_finds_the_ended_leases_without_reading_the_live_ones():
+@pytest.mark.parametrize("plan", ["force_custom_plan", "force_generic_plan"])
+def test_a_claim_finds_the_ended_leases_without_reading_the_live_ones(plan):
     """With thousands of deliveries in flight, the claim's look for ended leases reads the first
     page of idx_leases, not every lease of the queue: PostgreSQL takes ``status = 1`` from the
     index's condition, so the index ranges over process_after right after the queue (migration
-    0016; with 0014's (queue, status, process_after, …) it read all 5,000 leases here)."""
+    0016; with 0014's (queue, status, process_after, …) it read all 5,000 leases here, 37 pages).
+    Both plans: the one PostgreSQL makes for the values at hand, and the generic one ``forq_claim``
+    keeps for the session."""
     import json
 
     from forqapp.store.postgresql import PICK
 
     forqapp.send_many("flying", ["x"] * 6_000)
     services.claim_many("flying", 5_000, visibility_timeout=3_600)  # in flight: not ended
+    sql, names = numbered(PICK["fifo"])
+    values = {"queue": "'flying'", "now": str(services.now_ms()), "limit": "1", "ended_among": "100"}
     with connection.cursor() as cur:
         cur.execute("ANALYZE messages")
-        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + PICK["fifo"],
-                    {"queue": "flying", "now": services.now_ms(), "limit": 1, "ended_among": 100})
-        plan = cur.fetchone()[0]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
+        cur.execute(f"SET plan_cache_mode = {plan}")
+        try:
+            cur.execute(f"PREPARE pick ({', '.join('text' if n == 'queue' else 'bigint' for n in names)}) AS {sql}")
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                        f"EXECUTE pick ({', '.join(values[n] for n in names)})")
+            found = cur.fetchone()[0]
+        finally:
+            cur.execute("DEALLOCATE ALL")
+            cur.execute("RESET plan_cache_mode")
+    found = json.loads(found) if isinstance(found, str) else found
 
     def nodes(node: dict):
         yield node
         for child in node.get("Plans", []):
             yield from nodes(child)
 
-    leases = [n for n in nodes(plan[0]["Plan"]) if n.get("Index Name") == "idx_leases"]
-    assert leases, plan
+    leases = [n for n in nodes(found[0]["Plan"]) if n.get("Index Name") == "idx_leases"]
+    assert leases, found
     for node in leases:
         assert node["Actual Rows"] == 0
         assert node["Shared Hit Blocks"] + node["Shared Read Blocks"] <= 3, node

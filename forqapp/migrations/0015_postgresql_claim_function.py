@@ -137,17 +137,20 @@ $claim$
 DROP_CLAIM_FUNCTION = "DROP FUNCTION IF EXISTS forq_claim(text, text, bigint, bigint, bigint, bigint, bigint, bigint, bigint)"
 
 
-def install(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(CLAIM_FUNCTION, params=None)
+class PostgreSQLOnly(migrations.RunSQL):
+    """SQL run on PostgreSQL alone (``sqlmigrate`` prints it there); nothing on SQLite. Each
+    statement is given whole (a list), never split at its semicolons."""
 
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
 
-def uninstall(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP_CLAIM_FUNCTION, params=None)
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
 
 
 class Migration(migrations.Migration):
     dependencies = [("forqapp", "0014_leases_apart")]
 
-    operations = [migrations.RunPython(install, uninstall)]
+    operations = [PostgreSQLOnly([CLAIM_FUNCTION], reverse_sql=[DROP_CLAIM_FUNCTION])]

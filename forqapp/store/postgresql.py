@@ -852,7 +852,7 @@ class PostgreSQLStore(Store):
         deliveries: list[Delivery] = []
         redriven: list[Delivery] = []
         for _ in range(MAX_REDRIVE_ROUNDS):
-            rows = self._fetchall(sql, params)
+            rows = self._fetchall_claim(sql, params)
             live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
             redriven += [Delivery._make(r[:13])._replace(receipt=None, lease_expires_at=None)
                          for r in rows if r[13] != PROCESSING]
@@ -868,6 +868,19 @@ class PostgreSQLStore(Store):
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
         return Claim(deliveries, tuple(redriven))
+
+    def _fetchall_claim(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The claim's rows; without ``forq_claim`` (the database not migrated to 0015: code ahead of
+        ``migrate``, or ``migrate --fake``), an error that says what to do, not PostgreSQL's hint to
+        cast the arguments."""
+        try:
+            return self._fetchall(sql, params)
+        except psycopg.errors.UndefinedFunction as exc:
+            if "forq_claim" not in str(exc):
+                raise
+            raise psycopg.errors.UndefinedFunction(
+                f"{exc.diag.message_primary}: the database lacks forqapp's claim function "
+                "(migration 0015): run `manage.py migrate`") from exc
 
     def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
         rows = self._fetchall(PEEK[order], {"queue": queue, "now": now, "limit": 1, "among": RANDOM_AMONG,
