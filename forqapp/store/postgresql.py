@@ -20,7 +20,8 @@ it received.
 Statements are complete module constants (status codes and failure reasons formatted in once, at
 import, from :mod:`forqapp.vocab`), sent with server-side parameter binding (``psycopg.Cursor``),
 whatever cursor class Django configured, so they can be prepared when the connection's
-``prepare_threshold`` allows it.
+``prepare_threshold`` allows it. The claim is the exception: it runs inside ``forq_claim``, a PL/pgSQL
+function that holds it (migration 0015; see CLAIM_FUNCTION), so that it is planned once per connection.
 """
 
 from __future__ import annotations
