@@ -669,10 +669,9 @@ class QueueInfo:
         return asdict(self)
 
 
-def _info(st: Store, name: str, row: QueueRow | None, now: int, counts: QueueCounts | None = None) -> QueueInfo:
+def _info(name: str, row: QueueRow | None, counts: QueueCounts) -> QueueInfo:
     pol = policy_module.resolve(row)
-    by_state = (st.queue_counts(name, now) if counts is None else counts)._asdict()
-    return QueueInfo(name, pol.public(), pol.overrides, pol.paused, by_state,
+    return QueueInfo(name, pol.public(), pol.overrides, pol.paused, counts._asdict(),
                      row.last_sequence if row else 0, row.created_at if row else None)
 
 
@@ -711,7 +710,7 @@ def queue_info(name: str, *, using: str | None = None) -> QueueInfo:
     name = validation.queue_name(name, produce=True)
     st = _store(using)
     row = st.queue_get(name)
-    info = _info(st, name, row, now_ms())
+    info = _info(name, row, st.queue_counts(name, now_ms()))
     if row is None and not any(info.counts.values()):
         raise ForqError(errors.NOT_FOUND_QUEUE, f"no queue {name!r}")
     return info
@@ -724,7 +723,7 @@ def list_queues(*, using: str | None = None) -> list[QueueInfo]:
     rows = {r.name: r for r in st.queue_list()}
     names = set(rows) | {base_of(d.queue) for d in st.queue_depths()}
     counts = st.state_counts(now, [q for n in names for q in (n, n + vocab.DLQ_SUFFIX)])  # one read for all
-    return [_info(st, n, rows.get(n), now, store.queue_counts_of(counts, n)) for n in sorted(names)]
+    return [_info(n, rows.get(n), store.queue_counts_of(counts, n)) for n in sorted(names)]
 
 
 def purge(name: str, *, using: str | None = None) -> int:
