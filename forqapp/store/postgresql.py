@@ -45,6 +45,7 @@ from .base import (
     Claim,
     Delivery,
     LeaseHolder,
+    MessageRow,
     NewMessage,
     QueueDepth,
     QueueRow,
@@ -756,7 +757,7 @@ class PostgreSQLStore(Store):
 
     # -- produce -----------------------------------------------------------------------------
 
-    def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> list[int]:
+    def insert(self, rows: Sequence[MessageRow], *, is_dlq: bool = False) -> list[int]:
         """One statement per queue (rows are batched through arrays), which also notifies
         listeners — on commit of the caller's transaction, if there is one."""
         if not rows:

@@ -19,6 +19,7 @@ import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast
 
@@ -35,6 +36,7 @@ from .base import (
     Claim,
     Delivery,
     LeaseHolder,
+    MessageRow,
     NewMessage,
     QueueDepth,
     QueueRow,
@@ -106,7 +108,44 @@ def insert_values(rows: int, is_dlq: int) -> str:
     return f"INSERT INTO messages ({_VALUES_COLUMNS}) VALUES " + ", ".join([row] * rows)
 
 
-def _insert_rows(conn: sqlite3.Connection, rows: Sequence[NewMessage], sequences: Sequence[int],
+@functools.cache
+def insert_shared(rows: int, is_dlq: int) -> str:
+    """:func:`insert_values` for one queue's rows that share their due time, time received and
+    expiry, carry no dedup id and take consecutive sequences (send_many's usual batch): those are
+    bound once (?1 to ?5, each row's sequence ?5 plus its place), and each row binds only its id,
+    content, priority and attributes: 4 parameters rather than 11. The sqlite3 module binds them one
+    at a time; raw ``sqlite3``, 10,000 rows with priorities and attributes a transaction, 15
+    alternating trials: 13.0 µs a row against 15.6."""
+    values = ", ".join(f"(?{6 + 4 * k}, ?1, ?{7 + 4 * k}, ?2, ?3, ?4, ?{8 + 4 * k}, ?{9 + 4 * k}, NULL, ?3, ?5 + {k}, "
+                       f"{is_dlq}, {READY}, 0)" for k in range(rows))
+    return f"INSERT INTO messages ({_VALUES_COLUMNS}) VALUES " + values
+
+
+def _chunks(n: int) -> Iterator[tuple[int, int]]:
+    """(start, size) of the statements that insert ``n`` rows: INSERT_CHUNK rows, then powers of two."""
+    done = 0
+    while done < n:
+        left = n - done
+        size = INSERT_CHUNK if left >= INSERT_CHUNK else 1 << (left.bit_length() - 1)
+        yield done, size
+        done += size
+
+
+def _insert_queue_rows(conn: sqlite3.Connection, rows: Sequence[MessageRow], first: int, is_dlq: int) -> None:
+    """One queue's rows, numbered from ``first``: by :func:`insert_shared` when they share what it
+    binds once, else by :func:`_insert_rows`."""
+    columns = list(zip(*rows, strict=True))
+    if len(rows) > 1 and all(len(set(columns[i])) == 1 for i in (3, 4, 5)) and columns[8].count(None) == len(rows):
+        queue, due, received, expires = rows[0][1], rows[0][3], rows[0][4], rows[0][5]
+        params = list(chain.from_iterable(zip(columns[0], columns[2], columns[6], columns[7], strict=True)))
+        for done, size in _chunks(len(rows)):
+            conn.execute(insert_shared(size, is_dlq),
+                         [queue, due, received, expires, first + done, *params[4 * done:4 * (done + size)]])
+        return
+    _insert_rows(conn, rows, range(first, first + len(rows)), is_dlq)
+
+
+def _insert_rows(conn: sqlite3.Connection, rows: Sequence[MessageRow], sequences: Sequence[int],
                  is_dlq: int) -> None:
     params: list[Any] = []
     add, extend = params.append, params.extend
@@ -115,12 +154,8 @@ def _insert_rows(conn: sqlite3.Connection, rows: Sequence[NewMessage], sequences
         add(r[4])
         add(seq)
     width = len(params) // len(rows)
-    done, left = 0, len(rows)
-    while left:
-        size = INSERT_CHUNK if left >= INSERT_CHUNK else 1 << (left.bit_length() - 1)
+    for done, size in _chunks(len(rows)):
         conn.execute(insert_values(size, is_dlq), params[done * width:(done + size) * width])
-        done += size
-        left -= size
 
 
 # A deduplication id: recorded for this message unless a live one exists (whose message id comes
@@ -657,7 +692,7 @@ class SQLiteStore(Store):
         """Take ``n`` numbers of ``queue``'s counter; returns the first."""
         return _take_sequence(conn, queue, n, now) - n + 1
 
-    def insert(self, rows: Sequence[NewMessage], *, is_dlq: bool = False) -> list[int]:
+    def insert(self, rows: Sequence[MessageRow], *, is_dlq: bool = False) -> list[int]:
         if not rows:
             return []
         flag = 1 if is_dlq else 0
@@ -674,11 +709,11 @@ class SQLiteStore(Store):
                 for r in rows:
                     sequences.append(nxt[r[1]])
                     nxt[r[1]] += 1
-            else:
-                first = self._next_sequence(conn, base_of(queue) if is_dlq else queue, len(rows), now)
-                sequences = list(range(first, first + len(rows)))
-            _insert_rows(conn, rows, sequences, flag)
-            return sequences
+                _insert_rows(conn, rows, sequences, flag)
+                return sequences
+            first = self._next_sequence(conn, base_of(queue) if is_dlq else queue, len(rows), now)
+            _insert_queue_rows(conn, rows, first, flag)
+            return list(range(first, first + len(rows)))
 
     def insert_one(self, row: NewMessage) -> int:
         """Two statements (the counter, the row) in one transaction: the caller's, or ``BEGIN
