@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import partial
+from itertools import chain, repeat
 from typing import Any, NoReturn, TypeVar
 
 from django.db import connections, transaction
@@ -22,7 +23,16 @@ from . import policy as policy_module
 from .conf import forq_settings
 from .errors import ForqError
 from .policy import Policy
-from .store import POLICY_COLUMNS, Delivery, NewMessage, QueueCounts, QueueRow, StagedMessage, Store
+from .store import (
+    POLICY_COLUMNS,
+    Delivery,
+    MessageRow,
+    NewMessage,
+    QueueCounts,
+    QueueRow,
+    StagedMessage,
+    Store,
+)
 from .vocab import SNAPSHOT_COLUMNS, base_of
 
 T = TypeVar("T")
@@ -152,6 +162,52 @@ def _after_produce(using: str, queue: str, count: int) -> None:
 SEND_OPTIONS = ("process_after", "delay", "priority", "attributes", "dedup_id", "dedup_window", "retention")
 _ITEM_KEYS = frozenset({"content", "processAfter", *SEND_OPTIONS})
 _PLAIN_KEYS = frozenset({"content", "priority", "attributes"})
+_get = dict.get
+
+
+def _usual_batch(queue: str, items: list[Any], now: int, pol: Policy,
+                 limit: int) -> tuple[list[MessageRow], list[int] | None] | None:
+    """send_many's usual batch, checked a column at a time rather than item by item (the
+    per-item path costs more in Python than SQLite takes to store the row): every item an ASCII
+    string, or every item a dict of ``content`` and at most ``priority`` and ``attributes``, all
+    within bounds. None for any other batch; :func:`_entry` then checks each item (and raises the
+    exact error).
+
+    Returns the rows, in the items' order, and with mixed priorities the order to insert them in:
+    by priority, highest first, each priority's rows in the items' order, the ids ascending in
+    that order. A batch's rows then go into the claim index (ordered by priority) a run at a time
+    rather than at one place per priority in turn (SQLite: 14.9 µs a row against 16.6, raw
+    ``sqlite3``, 10,000 rows a transaction, priorities -10..10). Their sequences follow it too: the
+    order of delivery, by priority then sequence, is the items' order within each priority."""
+    priorities: list[int] | None = None
+    texts: list[str | None] | None = None
+    kinds = set(map(type, items))
+    if kinds == {str}:
+        contents = items
+    elif kinds == {dict} and _PLAIN_KEYS.issuperset(chain.from_iterable(items)):
+        contents = list(map(_get, items, repeat("content")))
+        priorities = list(map(_get, items, repeat("priority"), repeat(0)))
+        if set(map(type, priorities)) != {int} or min(priorities) < vocab.PRIORITY_MIN \
+                or max(priorities) > vocab.PRIORITY_MAX:
+            return None
+        texts = validation.attributes_many(list(map(_get, items, repeat("attributes"))))
+        if texts is None:
+            return None
+    else:
+        return None
+    if set(map(type, contents)) != {str} or not all(map(str.isascii, contents)) or max(map(len, contents)) > limit:
+        return None
+    message_ids = ids.new_ids(len(items))
+    order = None
+    if priorities is not None and min(priorities) != max(priorities):
+        order = sorted(range(len(items)), key=priorities.__getitem__, reverse=True)  # (stable)
+        in_order, message_ids = message_ids, [""] * len(items)
+        for message_id, i in zip(in_order, order, strict=True):
+            message_ids[i] = message_id
+    # Plain tuples, not NewMessage: see forqapp.store.MessageRow.
+    rows = list(zip(message_ids, repeat(queue), contents, repeat(now), repeat(now), repeat(now + pol.retention_ms),
+                    priorities or repeat(0), texts or repeat(None), repeat(None)))
+    return rows, order
 
 
 def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int) -> NewMessage:
@@ -162,17 +218,6 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
         return _new_message((message_id, queue, validation.content(item, limit), due, now, due + pol.retention_ms,
                              0, None, None))
     get = item.get
-    if item.keys() <= _PLAIN_KEYS:  # no time, retention or dedup id: send_many's usual rich item
-        content, priority = get("content"), get("priority")
-        if type(content) is not str or not content.isascii() or len(content) > limit:
-            content = validation.content(content, limit)  # (its error, or text that is not ASCII)
-        if priority is None:
-            priority = 0
-        elif type(priority) is not int or not vocab.PRIORITY_MIN <= priority <= vocab.PRIORITY_MAX:
-            priority = validation.priority(priority)  # (its error, or an int subclass)
-        attributes = get("attributes")
-        return _new_message((message_id, queue, content, now, now, now + pol.retention_ms, priority,
-                             None if attributes is None else validation.attributes(attributes), None))
     if not item.keys() <= _ITEM_KEYS:
         unknown = set(item) - _ITEM_KEYS
         raise ForqError(errors.BODY_INVALID, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
@@ -285,34 +330,43 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
     st = _store(using)
     pol = policy(queue, using=st.alias)
     limit = _hot_setting("FORQ_MAX_CONTENT_BYTES")
-    rows = [_entry(mid, queue, item, now, pol, limit)
-            for mid, item in zip(ids.new_ids(len(items)), items, strict=True)]
-    _refuse_nul(st, (r.content for r in rows))
-    windows = [_dedup_window(item, dedup_window, pol) for item in items] if any(r.dedup_id for r in rows) else None
-    if windows is None and pol.max_length is None:
-        sequences = st.insert(rows)  # atomic on its own, or part of the caller's transaction
+    usual = _usual_batch(queue, items, now, pol, limit)
+    windows = None
+    rows: list[MessageRow]  # (their fields by place: id 0, content 2, dedup_id 8)
+    if usual is not None:
+        rows, order = usual
+    else:
+        rows = [_entry(mid, queue, item, now, pol, limit)
+                for mid, item in zip(ids.new_ids(len(items)), items, strict=True)]
+        order = None
+        if any(r[8] for r in rows):
+            windows = [_dedup_window(item, dedup_window, pol) for item in items]
+    _refuse_nul(st, (r[2] for r in rows))
+    if windows is None and pol.max_length is None and (order is None or ids_only):
+        # (atomic on its own, or part of the caller's transaction)
+        sequences = st.insert(rows if order is None else [rows[i] for i in order])
         _after_produce(st.alias, queue, len(rows))
         if ids_only:
             return [r[0] for r in rows]
-        return [SendResult(r.id, seq) for r, seq in zip(rows, sequences, strict=True)]
+        return [SendResult(r[0], seq) for r, seq in zip(rows, sequences, strict=True)]
     results: list[SendResult | None] = [None] * len(rows)
     with transaction.atomic(using=st.alias):
-        fresh = []
+        fresh = []  # the items to insert, by index, in the order to insert them
         if windows is not None:
             for i, (row, window) in enumerate(zip(rows, windows, strict=True)):
-                original = st.dedup(queue, row.dedup_id, row.id, now, window) if row.dedup_id else None
+                original = st.dedup(queue, row[8], row[0], now, window) if row[8] else None
                 if original is None:
                     fresh.append(i)
                 else:
                     results[i] = SendResult(original, 0, deduplicated=True)
         else:
-            fresh = list(range(len(rows)))
+            fresh = list(range(len(rows))) if order is None else order
         if fresh and pol.max_length is not None and \
                 st.queue_length(queue, pol.max_length) + len(fresh) > pol.max_length:
             _refuse_full(queue, pol.max_length, len(fresh))
         sequences = st.insert([rows[i] for i in fresh]) if fresh else []
     for i, seq in zip(fresh, sequences, strict=True):
-        results[i] = SendResult(rows[i].id, seq)
+        results[i] = SendResult(rows[i][0], seq)
     metrics.deduplicated(queue, len(rows) - len(fresh))
     if fresh:
         _after_produce(st.alias, queue, len(fresh))

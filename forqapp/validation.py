@@ -8,6 +8,7 @@ import re
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from itertools import chain, repeat
 from typing import Any
 
 from . import errors, vocab
@@ -256,6 +257,38 @@ def attributes(value: object) -> str | None:
         else:
             return "{" + ",".join(parts) + "}" if parts else None
     return _attributes_checked(value)
+
+
+def attributes_many(values: list[Any]) -> list[str | None] | None:
+    """:func:`attributes` of each of ``values`` (dicts or None), checked a column at a time, for
+    send_many's usual batch: None unless every dict holds 1 to 10 pairs of printable ASCII
+    strings within bounds and without ``"`` or ``\\``, whose JSON is the text between quotes.
+    The caller then checks each value on its own (and raises the exact error)."""
+    sets = [v for v in values if v is not None]
+    if not sets:
+        return values
+    if set(map(type, sets)) != {dict} or min(map(len, sets)) < 1 or max(map(len, sets)) > vocab.MAX_ATTRIBUTES:
+        return None
+    try:  # (str.join refuses a key or value that is not a string)
+        texts = [None if v is None else '{"' + '","'.join(map(_JSON_PAIR, v.items())) + '"}' for v in values]
+    except TypeError:
+        return None
+    made = [t for t in texts if t is not None]
+    # Printable ASCII, four quotes a pair and no backslash: no key or value holds a quote or
+    # anything JSON escapes. Then '"":' marks an empty key, and no value is longer than its text.
+    if not (all(map(str.isascii, made)) and all(map(str.isprintable, made))
+            and sum(map(str.count, made, repeat('"'))) == 4 * sum(map(len, sets))
+            and not any(map(str.__contains__, made, repeat("\\")))
+            and not any(map(str.__contains__, made, repeat('"":')))
+            and max(map(len, chain.from_iterable(sets))) <= vocab.ATTRIBUTE_KEY_MAX):
+        return None
+    if max(map(len, made)) > vocab.ATTRIBUTE_VALUE_MAX \
+            and max(map(len, chain.from_iterable(map(dict.values, sets)))) > vocab.ATTRIBUTE_VALUE_MAX:
+        return None
+    return texts
+
+
+_JSON_PAIR: Callable[[tuple[str, str]], str] = '":"'.join
 
 
 # The decoder's own scanner (C): it keeps no state between calls. (Set by JSONDecoder.__init__, not

@@ -1,0 +1,188 @@
+"""``send_many``'s usual batch, checked a column at a time (``services._usual_batch``) and inserted
+by priority: it must accept only what the item-by-item path (``services._entry``) accepts, store
+exactly what that path stores, and keep the order of delivery and the ids' order, on both
+databases."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import forqapp
+from forqapp import errors, services, validation
+from forqapp import policy as policy_module
+from forqapp.errors import ForqError
+from forqapp.models import Message
+
+from .conftest import refused
+
+NOW = 1_800_000_000_000
+LIMIT = 300  # bytes of content, small so that the limit is reached
+
+
+def policy():
+    return policy_module.resolve(None)  # the settings' policy: a queue without a row of its own
+
+
+def one_by_one(items):
+    """What the item-by-item path makes of ``items``: the rows without their ids, or its error."""
+    try:
+        return [services._entry("id", "q", item, NOW, policy(), LIMIT)[1:] for item in items]
+    except ForqError as e:
+        return e.code
+
+
+# Text that is mostly fine, now and then with one character that is not: what JSON escapes,
+# non-ASCII, DEL, a lone surrogate; and the length bounds.
+plain_text = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E, exclude_characters='"\\'),
+                     max_size=6)
+tricky_text = st.one_of(
+    plain_text, plain_text, plain_text,
+    st.builds("{}{}{}".format, plain_text, st.sampled_from('"\\\n\t\x00\x7f\x1féЖ€\ud800'), plain_text),
+    st.sampled_from(["", "k" * 64, "k" * 65, "v" * 1024, "v" * 1025]),
+)
+attribute_sets = st.one_of(
+    st.none(),
+    st.dictionaries(tricky_text, tricky_text, max_size=11),
+    st.dictionaries(plain_text.filter(bool), tricky_text, min_size=1, max_size=3),
+    st.dictionaries(st.sampled_from(["a", "b"]), st.text(max_size=3), min_size=1, max_size=2),
+    st.dictionaries(st.one_of(st.integers(0, 3), st.just("k")), st.one_of(st.integers(), st.none(), tricky_text),
+                    min_size=1, max_size=2),
+    st.just(["not", "a", "dict"]),
+)
+priorities = st.one_of(st.integers(-1001, 1001), st.integers(-3, 3), st.just(True), st.none(), st.just(1.0),
+                       st.just("1"))
+contents = st.one_of(st.text(max_size=5), st.just("x" * LIMIT), st.just("x" * (LIMIT + 1)), st.just("é" * 200),
+                     st.just(None), st.integers())
+
+
+valid_items = st.fixed_dictionaries({"content": plain_text}, optional={
+    "priority": st.integers(-3, 3),
+    "attributes": st.one_of(st.none(), st.dictionaries(plain_text.filter(bool), plain_text, min_size=1, max_size=3)),
+})
+any_items = st.fixed_dictionaries({}, optional={"content": contents, "priority": priorities, "attributes": attribute_sets})
+odd_items = st.one_of(  # a usual item but for one field, or anything
+    st.fixed_dictionaries({"content": plain_text, "attributes": st.dictionaries(plain_text.filter(bool), tricky_text,
+                                                                                min_size=1, max_size=2)}),
+    st.fixed_dictionaries({"content": plain_text, "attributes": st.dictionaries(tricky_text, plain_text,
+                                                                                min_size=1, max_size=2)}),
+    st.fixed_dictionaries({"content": plain_text, "attributes": attribute_sets}),
+    st.fixed_dictionaries({"content": plain_text, "priority": priorities}),
+    st.fixed_dictionaries({"content": contents}),
+    any_items, contents, st.just({"content": "a", "delay": 5}), st.just({"content": "a", "x": 1}),
+)
+
+
+def with_one_odd(batch, odd, at):
+    return [*batch[:at], odd, *batch[at:]]
+
+
+batches = st.one_of(
+    st.lists(valid_items, min_size=1, max_size=8),  # the usual batch
+    st.builds(with_one_odd, st.lists(valid_items, max_size=6), odd_items, st.integers(0, 6)),  # and one odd item
+    st.lists(contents, min_size=1, max_size=8),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(st.none(), st.dictionaries(tricky_text, tricky_text, min_size=1, max_size=11)),
+                       min_size=1, max_size=4))
+def test_the_column_check_of_attributes_stores_what_the_item_check_stores(values):
+    texts = validation.attributes_many(values)
+    try:
+        one_by_one = [validation.attributes(v) for v in values]
+    except ForqError:
+        assert texts is None
+        return
+    assert texts is None or texts == one_by_one
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches)
+def test_the_column_check_takes_only_what_the_item_check_takes_and_stores_the_same(batch):
+    usual = services._usual_batch("q", batch, NOW, policy(), LIMIT)
+    event("column check" if usual is not None else "item check")
+    if usual is None:
+        return  # the item-by-item path decides (and raises its exact error)
+    rows, order = usual
+    assert [r[1:] for r in rows] == one_by_one(batch)
+    event("mixed priorities" if order is not None else "one priority")
+    in_insert_order = [rows[i][0] for i in (order or range(len(rows)))]
+    assert in_insert_order == sorted(in_insert_order)  # the ids ascend in the order they are inserted
+    if order is not None:
+        assert [rows[i][6] for i in order] == sorted((r[6] for r in rows), reverse=True)
+        for p in {r[6] for r in rows}:  # within a priority: the items' order
+            same = [i for i in order if rows[i][6] == p]
+            assert same == sorted(same)
+
+
+def test_the_usual_batches_take_the_column_check():
+    """The point of it: plain strings, and dicts of content, priority and attributes, never fall
+    back to the item-by-item path (a test that would pass with the fast path gone must not)."""
+    rich = [{"content": f"m{i}", "priority": i % 21 - 10,
+             "attributes": {"tenant": f"t-{i}", "kind": "email", "trace": f"{i:016x}"}} for i in range(50)]
+    for batch in (["a", "b", ""], rich, [{"content": "c"}, {"content": "d", "priority": 3}],
+                  [{"content": "e", "attributes": None}, {"content": "f", "attributes": {"k": ""}}]):
+        assert services._usual_batch("q", batch, NOW, policy(), LIMIT) is not None, batch
+    rows, order = services._usual_batch("q", rich, NOW, policy(), LIMIT)
+    assert rows[0][7] == '{"tenant":"t-0","kind":"email","trace":"0000000000000000"}'
+    # Plain tuples, which the cycle collector stops tracking (forqapp.store.MessageRow)
+    gc.collect()
+    assert {type(r) for r in rows} == {tuple} and not any(map(gc.is_tracked, rows))
+    assert order is not None and services._usual_batch("q", ["a", "b"], NOW, policy(), LIMIT)[1] is None
+
+
+@pytest.mark.parametrize("attributes", [
+    {"k": 'a"b'}, {"k": "a\\b"}, {"k": "a\nb"}, {"k": "é"}, {"k": "\x7f"}, {"": "v"}, {"k" * 65: "v"},
+    {"k": "v" * 1025}, {f"k{i}": "v" for i in range(11)}, {"k": 1}, {1: "v"}, {}, {"k": "\ud800"},
+])
+def test_attributes_off_the_usual_kind_go_the_checked_way(attributes):
+    """Each of these leaves the column check; the item check then stores or refuses it as it
+    always did (an escaped or non-ASCII text, an error, or nothing for an empty set)."""
+    batch = [{"content": "a", "attributes": {"x": "y"}}, {"content": "b", "attributes": attributes}]
+    assert services._usual_batch("q", batch, NOW, policy(), LIMIT) is None
+
+
+pytestmark_db = pytest.mark.django_db(transaction=True)
+
+
+@pytestmark_db
+def test_mixed_priorities_are_delivered_by_priority_then_in_the_items_order():
+    items = [{"content": f"m{i}", "priority": p} for i, p in enumerate([0, 5, 0, -5, 5, 0, 10])]
+    sent = forqapp.send_many("mixed", items)
+    rows = {m.id: m for m in Message.objects.filter(queue="mixed")}
+    assert [rows[i].content for i in sent] == [f"m{i}" for i in range(7)]  # ids in the items' order
+    order = ["m6", "m1", "m4", "m0", "m2", "m5", "m3"]
+    by_sequence = sorted(rows.values(), key=lambda m: m.sequence)
+    assert [m.content for m in by_sequence] == order
+    assert sorted(rows) == [m.id for m in by_sequence]  # ids ascend with the sequences
+    received = []
+    while (m := forqapp.receive("mixed")) is not None:
+        received.append(m.content)
+        forqapp.ack(m)
+    assert received == order
+
+
+@pytestmark_db
+def test_send_entries_results_follow_the_items_with_mixed_priorities_and_a_max_length():
+    forqapp.configure_queue("capped", max_length=4)
+    results = services.send_entries("capped", [{"content": "low", "priority": -1}, {"content": "high", "priority": 9},
+                                               {"content": "mid"}])
+    stored = {m.id: m for m in Message.objects.filter(queue="capped")}
+    assert [stored[r.id].content for r in results] == ["low", "high", "mid"]
+    assert [stored[r.id].sequence for r in results] == [r.sequence for r in results]
+    assert results[1].sequence < results[2].sequence < results[0].sequence  # by priority, then order
+    refused(errors.QUEUE_FULL, forqapp.send_many, "capped", [{"content": "a", "priority": 1}, "b"])
+    assert Message.objects.filter(queue="capped").count() == 3
+
+
+@pytestmark_db
+def test_a_batch_refused_by_the_item_check_stores_nothing():
+    good = [{"content": "a", "priority": 2, "attributes": {"k": "v"}}] * 3
+    refused(errors.BODY_INVALID, forqapp.send_many, "strict", [*good, {"content": "b", "priority": True}])
+    refused(errors.CONTENT_EXCEEDS_LIMIT, forqapp.send_many, "strict",
+            [*good, {"content": "x" * (services._hot_setting("FORQ_MAX_CONTENT_BYTES") + 1)}])
+    assert not Message.objects.filter(queue="strict").exists()
