@@ -165,20 +165,12 @@ _PLAIN_KEYS = frozenset({"content", "priority", "attributes"})
 _get = dict.get
 
 
-def _usual_batch(queue: str, items: list[Any], now: int, pol: Policy,
-                 limit: int) -> tuple[list[MessageRow], list[int] | None] | None:
+def _usual_batch(queue: str, items: list[Any], now: int, pol: Policy, limit: int) -> list[MessageRow] | None:
     """send_many's usual batch, checked a column at a time rather than item by item (the
     per-item path costs more in Python than SQLite takes to store the row): every item an ASCII
     string, or every item a dict of ``content`` and at most ``priority`` and ``attributes``, all
-    within bounds. None for any other batch; :func:`_entry` then checks each item (and raises the
-    exact error).
-
-    Returns the rows, in the items' order, and with mixed priorities the order to insert them in:
-    by priority, highest first, each priority's rows in the items' order, the ids ascending in
-    that order. A batch's rows then go into the claim index (ordered by priority) a run at a time
-    rather than at one place per priority in turn (SQLite: 14.9 µs a row against 16.6, raw
-    ``sqlite3``, 10,000 rows a transaction, priorities -10..10). Their sequences follow it too: the
-    order of delivery, by priority then sequence, is the items' order within each priority."""
+    within bounds. Its rows, in the items' order; None for any other batch, which :func:`_entry`
+    then checks item by item (and raises the exact error)."""
     priorities: list[int] | None = None
     texts: list[str | None] | None = None
     kinds = set(map(type, items))
@@ -197,17 +189,9 @@ def _usual_batch(queue: str, items: list[Any], now: int, pol: Policy,
         return None
     if set(map(type, contents)) != {str} or not all(map(str.isascii, contents)) or max(map(len, contents)) > limit:
         return None
-    message_ids = ids.new_ids(len(items))
-    order = None
-    if priorities is not None and min(priorities) != max(priorities):
-        order = sorted(range(len(items)), key=priorities.__getitem__, reverse=True)  # (stable)
-        in_order, message_ids = message_ids, [""] * len(items)
-        for message_id, i in zip(in_order, order, strict=True):
-            message_ids[i] = message_id
     # Plain tuples, not NewMessage: see forqapp.store.MessageRow.
-    rows = list(zip(message_ids, repeat(queue), contents, repeat(now), repeat(now), repeat(now + pol.retention_ms),
-                    priorities or repeat(0), texts or repeat(None), repeat(None)))
-    return rows, order
+    return list(zip(ids.new_ids(len(items)), repeat(queue), contents, repeat(now), repeat(now),
+                    repeat(now + pol.retention_ms), priorities or repeat(0), texts or repeat(None), repeat(None)))
 
 
 def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int) -> NewMessage:
@@ -330,28 +314,23 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
     st = _store(using)
     pol = policy(queue, using=st.alias)
     limit = _hot_setting("FORQ_MAX_CONTENT_BYTES")
-    usual = _usual_batch(queue, items, now, pol, limit)
+    rows: list[MessageRow] | None = _usual_batch(queue, items, now, pol, limit)  # (fields by place: id 0, …)
     windows = None
-    rows: list[MessageRow]  # (their fields by place: id 0, content 2, dedup_id 8)
-    if usual is not None:
-        rows, order = usual
-    else:
+    if rows is None:
         rows = [_entry(mid, queue, item, now, pol, limit)
                 for mid, item in zip(ids.new_ids(len(items)), items, strict=True)]
-        order = None
-        if any(r[8] for r in rows):
+        if any(r[8] for r in rows):  # a dedup id
             windows = [_dedup_window(item, dedup_window, pol) for item in items]
     _refuse_nul(st, (r[2] for r in rows))
-    if windows is None and pol.max_length is None and (order is None or ids_only):
-        # (atomic on its own, or part of the caller's transaction)
-        sequences = st.insert(rows if order is None else [rows[i] for i in order])
+    if windows is None and pol.max_length is None:
+        sequences = st.insert(rows)  # atomic on its own, or part of the caller's transaction
         _after_produce(st.alias, queue, len(rows))
         if ids_only:
             return [r[0] for r in rows]
         return [SendResult(r[0], seq) for r, seq in zip(rows, sequences, strict=True)]
     results: list[SendResult | None] = [None] * len(rows)
     with transaction.atomic(using=st.alias):
-        fresh = []  # the items to insert, by index, in the order to insert them
+        fresh = []
         if windows is not None:
             for i, (row, window) in enumerate(zip(rows, windows, strict=True)):
                 original = st.dedup(queue, row[8], row[0], now, window) if row[8] else None
@@ -360,7 +339,7 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
                 else:
                     results[i] = SendResult(original, 0, deduplicated=True)
         else:
-            fresh = list(range(len(rows))) if order is None else order
+            fresh = list(range(len(rows)))
         if fresh and pol.max_length is not None and \
                 st.queue_length(queue, pol.max_length) + len(fresh) > pol.max_length:
             _refuse_full(queue, pol.max_length, len(fresh))

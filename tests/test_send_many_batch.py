@@ -1,7 +1,6 @@
-"""``send_many``'s usual batch, checked a column at a time (``services._usual_batch``) and inserted
-by priority: it must accept only what the item-by-item path (``services._entry``) accepts, store
-exactly what that path stores, and keep the order of delivery and the ids' order, on both
-databases."""
+"""``send_many``'s usual batch, checked a column at a time (``services._usual_batch``): it must
+accept only what the item-by-item path (``services._entry``) accepts and store exactly what that
+path stores, in the items' order, on both databases."""
 
 from __future__ import annotations
 
@@ -103,20 +102,12 @@ def test_the_column_check_of_attributes_stores_what_the_item_check_stores(values
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=batches)
 def test_the_column_check_takes_only_what_the_item_check_takes_and_stores_the_same(batch):
-    usual = services._usual_batch("q", batch, NOW, policy(), LIMIT)
-    event("column check" if usual is not None else "item check")
-    if usual is None:
+    rows = services._usual_batch("q", batch, NOW, policy(), LIMIT)
+    event("column check" if rows is not None else "item check")
+    if rows is None:
         return  # the item-by-item path decides (and raises its exact error)
-    rows, order = usual
     assert [r[1:] for r in rows] == one_by_one(batch)
-    event("mixed priorities" if order is not None else "one priority")
-    in_insert_order = [rows[i][0] for i in (order or range(len(rows)))]
-    assert in_insert_order == sorted(in_insert_order)  # the ids ascend in the order they are inserted
-    if order is not None:
-        assert [rows[i][6] for i in order] == sorted((r[6] for r in rows), reverse=True)
-        for p in {r[6] for r in rows}:  # within a priority: the items' order
-            same = [i for i in order if rows[i][6] == p]
-            assert same == sorted(same)
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows)  # new ids, ascending in the items' order
 
 
 def test_the_usual_batches_take_the_column_check():
@@ -127,12 +118,11 @@ def test_the_usual_batches_take_the_column_check():
     for batch in (["a", "b", ""], rich, [{"content": "c"}, {"content": "d", "priority": 3}],
                   [{"content": "e", "attributes": None}, {"content": "f", "attributes": {"k": ""}}]):
         assert services._usual_batch("q", batch, NOW, policy(), LIMIT) is not None, batch
-    rows, order = services._usual_batch("q", rich, NOW, policy(), LIMIT)
+    rows = services._usual_batch("q", rich, NOW, policy(), LIMIT)
     assert rows[0][7] == '{"tenant":"t-0","kind":"email","trace":"0000000000000000"}'
     # Plain tuples, which the cycle collector stops tracking (forqapp.store.MessageRow)
     gc.collect()
     assert {type(r) for r in rows} == {tuple} and not any(map(gc.is_tracked, rows))
-    assert order is not None and services._usual_batch("q", ["a", "b"], NOW, policy(), LIMIT)[1] is None
 
 
 @pytest.mark.parametrize("attributes", [
@@ -150,31 +140,31 @@ pytestmark_db = pytest.mark.django_db(transaction=True)
 
 
 @pytestmark_db
-def test_mixed_priorities_are_delivered_by_priority_then_in_the_items_order():
-    items = [{"content": f"m{i}", "priority": p} for i, p in enumerate([0, 5, 0, -5, 5, 0, 10])]
+def test_mixed_priorities_are_numbered_in_the_items_order_and_delivered_by_priority():
+    items = [{"content": f"m{i}", "priority": p, "attributes": {"i": str(i)}}
+             for i, p in enumerate([0, 5, 0, -5, 5, 0, 10])]
     sent = forqapp.send_many("mixed", items)
     rows = {m.id: m for m in Message.objects.filter(queue="mixed")}
-    assert [rows[i].content for i in sent] == [f"m{i}" for i in range(7)]  # ids in the items' order
-    order = ["m6", "m1", "m4", "m0", "m2", "m5", "m3"]
-    by_sequence = sorted(rows.values(), key=lambda m: m.sequence)
-    assert [m.content for m in by_sequence] == order
-    assert sorted(rows) == [m.id for m in by_sequence]  # ids ascend with the sequences
+    assert [rows[i].content for i in sent] == [f"m{i}" for i in range(7)]
+    assert [rows[i].attributes_dict for i in sent] == [{"i": str(i)} for i in range(7)]
+    sequences = [rows[i].sequence for i in sent]
+    assert sequences == sorted(sequences) and sent == sorted(sent)  # both in the items' order
     received = []
     while (m := forqapp.receive("mixed")) is not None:
         received.append(m.content)
         forqapp.ack(m)
-    assert received == order
+    assert received == ["m6", "m1", "m4", "m0", "m2", "m5", "m3"]
 
 
 @pytestmark_db
-def test_send_entries_results_follow_the_items_with_mixed_priorities_and_a_max_length():
+def test_send_entries_results_follow_the_items_with_a_max_length():
     forqapp.configure_queue("capped", max_length=4)
     results = services.send_entries("capped", [{"content": "low", "priority": -1}, {"content": "high", "priority": 9},
                                                {"content": "mid"}])
     stored = {m.id: m for m in Message.objects.filter(queue="capped")}
     assert [stored[r.id].content for r in results] == ["low", "high", "mid"]
     assert [stored[r.id].sequence for r in results] == [r.sequence for r in results]
-    assert results[1].sequence < results[2].sequence < results[0].sequence  # by priority, then order
+    assert results[0].sequence < results[1].sequence < results[2].sequence
     refused(errors.QUEUE_FULL, forqapp.send_many, "capped", [{"content": "a", "priority": 1}, "b"])
     assert Message.objects.filter(queue="capped").count() == 3
 
