@@ -273,19 +273,16 @@ def attributes_many(values: list[Any]) -> list[str | None] | None:
         texts = [None if v is None else '{"' + '","'.join(map(_JSON_PAIR, v.items())) + '"}' for v in values]
     except TypeError:
         return None
-    # Checked in one string (a copy of the batch's attribute texts: one C call each check rather
-    # than one a text). Printable ASCII, four quotes a pair and no backslash: no key or value holds
-    # a quote or anything JSON escapes. Then '"":' marks an empty key, and no value is longer than
-    # its text.
+    # The texts checked in one string (a copy of them: one C call each check rather than one a
+    # text). Printable ASCII, four quotes a pair and no backslash: no key or value holds a quote or
+    # anything JSON escapes. The lengths by len(), as attributes() measures them.
     every = "".join(filter(None, texts))
-    if not (every.isascii() and every.isprintable() and every.count('"') == 4 * sum(map(len, sets))
-            and "\\" not in every and '"":' not in every
-            and max(map(len, chain.from_iterable(sets))) <= vocab.ATTRIBUTE_KEY_MAX):
-        return None
-    if max(map(len, filter(None, texts))) > vocab.ATTRIBUTE_VALUE_MAX \
-            and max(map(len, chain.from_iterable(map(dict.values, sets)))) > vocab.ATTRIBUTE_VALUE_MAX:
-        return None
-    return texts
+    keys = list(chain.from_iterable(sets))
+    if every.isascii() and every.isprintable() and every.count('"') == 4 * len(keys) and "\\" not in every \
+            and min(map(len, keys)) >= 1 and max(map(len, keys)) <= vocab.ATTRIBUTE_KEY_MAX \
+            and max(map(len, chain.from_iterable(map(dict.values, sets)))) <= vocab.ATTRIBUTE_VALUE_MAX:
+        return texts
+    return None
 
 
 _JSON_PAIR: Callable[[tuple[str, str]], str] = '":"'.join

@@ -176,3 +176,17 @@ def test_a_batch_refused_by_the_item_check_stores_nothing():
     refused(errors.CONTENT_EXCEEDS_LIMIT, forqapp.send_many, "strict",
             [*good, {"content": "x" * (services._hot_setting("FORQ_MAX_CONTENT_BYTES") + 1)}])
     assert not Message.objects.filter(queue="strict").exists()
+
+
+class Measured(str):
+    """A string that reports another length, as a str subclass may: both checks must ask len()."""
+
+    def __len__(self):
+        return 5000
+
+
+@pytest.mark.parametrize("attributes", [{"k": Measured("short")}, {Measured("k"): "v"}])
+def test_the_column_check_measures_what_the_item_check_measures(attributes):
+    with pytest.raises(ForqError):
+        validation.attributes(attributes)
+    assert validation.attributes_many([attributes]) is None  # found by an audit: it read the text's length
