@@ -166,10 +166,9 @@ _get = dict.get
 
 
 def _usual_batch(queue: str, items: list[Any], now: int, pol: Policy, limit: int) -> list[MessageRow] | None:
-    """send_many's usual batch, checked a column at a time rather than item by item (the
-    per-item path costs more in Python than SQLite takes to store the row): every item an ASCII
-    string, or every item a dict of ``content`` and at most ``priority`` and ``attributes``, all
-    within bounds. Its rows, in the items' order; None for any other batch, which :func:`_entry`
+    """send_many's usual batch, checked a column at a time (one C-level pass a field) rather than
+    item by item: every item an ASCII string, or every item a dict of ``content`` and at most
+    ``priority`` and ``attributes``, all within bounds. Its rows, in the items' order; None for any other batch, which :func:`_entry`
     then checks item by item (and raises the exact error)."""
     priorities: list[int] | None = None
     texts: list[str | None] | None = None
