@@ -198,10 +198,11 @@ def send_many(batches):  # a call's rows share queue, times and expiry: the stor
     for batch in batches:
         conn.execute("BEGIN IMMEDIATE")
         first = counter(batch[0][1], len(batch)) - len(batch) + 1
-        shared = [batch[0][1], now, now, now + 86_400_000]
         params = [v for r in batch for v in (r[0], r[2], r[6], r[7])]
-        for done, size in S._chunks(len(batch)):
-            conn.execute(S.insert_shared(size, 0), [*shared, first + done, *params[4 * done:4 * (done + size)]])
+        for done, size in S._chunks(len(batch), S.SHARED_CHUNK):
+            conn.execute(S.insert_shared(size, 0), [*S.shared_values(batch[0][1], now, now, now + 86_400_000,
+                                                                     first + done),
+                                                    *params[4 * done:4 * (done + size)]])
         conn.execute("COMMIT")
 
 """ + TIMED + r"""

@@ -170,7 +170,7 @@ def test_insert_every_batch_shape(st):
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["rows-apart", "shared-times"])
-@pytest.mark.parametrize("count", [1_300, 517])  # SQLite: 512 + 512 + 256 + 16 + 4 rows a statement; 512 + 4 + 1
+@pytest.mark.parametrize("count", [1_300, 517])  # SQLite, rows a statement: 512 + 512 + 256 + 16 + 4 (shared: 1,024 + 256 + 16 + 4); 512 + 4 + 1
 def test_a_large_batch_keeps_every_row_and_its_order(st, count, shared):
     """Rows apart (due times, expiries, dedup ids of their own), or sharing everything but id,
     content, priority and attributes (send_many's usual batch: SQLite binds the shared values once)."""
