@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import partial
 from itertools import chain, repeat
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from django.db import connections, transaction
 
@@ -165,32 +165,46 @@ _PLAIN_KEYS = frozenset({"content", "priority", "attributes"})
 _get = dict.get
 
 
-def _usual_batch(queue: str, items: list[Any], now: int, pol: Policy, limit: int) -> list[MessageRow] | None:
+class _Batch(NamedTuple):
+    """send_many's usual batch, a column at a time (:func:`_usual_batch`)."""
+    ids: list[str]
+    contents: list[str]
+    priorities: list[int]
+    attributes: list[str | None]
+
+
+def _usual_batch(items: list[Any], limit: int) -> _Batch | None:
     """send_many's usual batch, checked a column at a time (one C-level pass a field) rather than
     item by item: every item an ASCII string, or every item a dict of ``content`` and at most
-    ``priority`` and ``attributes``, all within bounds. Its rows, in the items' order; None for any other batch, which :func:`_entry`
-    then checks item by item (and raises the exact error)."""
-    priorities: list[int] | None = None
-    texts: list[str | None] | None = None
+    ``priority`` and ``attributes``, all within bounds. Its columns, in the items' order (no tuple
+    a message: :meth:`~forqapp.store.Store.insert_batch`); None for any other batch, which
+    :func:`_entry` then checks item by item (and raises the exact error)."""
     kinds = set(map(type, items))
     if kinds == {str}:
         contents = items
+        priorities = [0] * len(items)
+        texts: list[str | None] = [None] * len(items)
     elif kinds == {dict} and _PLAIN_KEYS.issuperset(chain.from_iterable(items)):
         contents = list(map(_get, items, repeat("content")))
         priorities = list(map(_get, items, repeat("priority"), repeat(0)))
         if set(map(type, priorities)) != {int} or min(priorities) < vocab.PRIORITY_MIN \
                 or max(priorities) > vocab.PRIORITY_MAX:
             return None
-        texts = validation.attributes_many(list(map(_get, items, repeat("attributes"))))
-        if texts is None:
+        checked = validation.attributes_many(list(map(_get, items, repeat("attributes"))))
+        if checked is None:
             return None
+        texts = checked
     else:
         return None
     if set(map(type, contents)) != {str} or not all(map(str.isascii, contents)) or max(map(len, contents)) > limit:
         return None
-    # Plain tuples, not NewMessage: see forqapp.store.MessageRow.
-    return list(zip(ids.new_ids(len(items)), repeat(queue), contents, repeat(now), repeat(now),
-                    repeat(now + pol.retention_ms), priorities or repeat(0), texts or repeat(None), repeat(None)))
+    return _Batch(ids.new_ids(len(items)), contents, priorities, texts)
+
+
+def _batch_rows(queue: str, batch: _Batch, now: int, pol: Policy) -> list[MessageRow]:
+    """The rows of a usual batch (plain tuples, not NewMessage: see forqapp.store.MessageRow)."""
+    return list(zip(batch.ids, repeat(queue), batch.contents, repeat(now), repeat(now),
+                    repeat(now + pol.retention_ms), batch.priorities, batch.attributes, repeat(None)))
 
 
 def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int) -> NewMessage:
@@ -313,9 +327,21 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
     st = _store(using)
     pol = policy(queue, using=st.alias)
     limit = _hot_setting("FORQ_MAX_CONTENT_BYTES")
-    rows: list[MessageRow] | None = _usual_batch(queue, items, now, pol, limit)  # (fields by place: id 0, …)
+    batch = _usual_batch(items, limit)
+    if batch is not None and pol.max_length is None:
+        _refuse_nul(st, batch.contents)
+        # atomic on its own, or part of the caller's transaction
+        sequences = st.insert_batch(queue, batch.ids, batch.contents, batch.priorities, batch.attributes,
+                                    due=now, received=now, expires=now + pol.retention_ms)
+        _after_produce(st.alias, queue, len(items))
+        if ids_only:
+            return batch.ids
+        return [SendResult(i, seq) for i, seq in zip(batch.ids, sequences, strict=True)]
     windows = None
-    if rows is None:
+    rows: list[MessageRow]  # (fields by place: id 0, …)
+    if batch is not None:
+        rows = _batch_rows(queue, batch, now, pol)
+    else:
         rows = [_entry(mid, queue, item, now, pol, limit)
                 for mid, item in zip(ids.new_ids(len(items)), items, strict=True)]
         if any(r[8] for r in rows):  # a dedup id

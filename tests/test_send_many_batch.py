@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import forqapp
-from forqapp import errors, services, validation
+from forqapp import errors, services, store, validation
 from forqapp import policy as policy_module
 from forqapp.errors import ForqError
 from forqapp.models import Message
@@ -102,10 +102,11 @@ def test_the_column_check_of_attributes_stores_what_the_item_check_stores(values
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=batches)
 def test_the_column_check_takes_only_what_the_item_check_takes_and_stores_the_same(batch):
-    rows = services._usual_batch("q", batch, NOW, policy(), LIMIT)
-    event("column check" if rows is not None else "item check")
-    if rows is None:
+    columns = services._usual_batch(batch, LIMIT)
+    event("column check" if columns is not None else "item check")
+    if columns is None:
         return  # the item-by-item path decides (and raises its exact error)
+    rows = services._batch_rows("q", columns, NOW, policy())
     assert [r[1:] for r in rows] == one_by_one(batch)
     assert [r[0] for r in rows] == sorted(r[0] for r in rows)  # new ids, ascending in the items' order
 
@@ -117,10 +118,12 @@ def test_the_usual_batches_take_the_column_check():
              "attributes": {"tenant": f"t-{i}", "kind": "email", "trace": f"{i:016x}"}} for i in range(50)]
     for batch in (["a", "b", ""], rich, [{"content": "c"}, {"content": "d", "priority": 3}],
                   [{"content": "e", "attributes": None}, {"content": "f", "attributes": {"k": ""}}]):
-        assert services._usual_batch("q", batch, NOW, policy(), LIMIT) is not None, batch
-    rows = services._usual_batch("q", rich, NOW, policy(), LIMIT)
-    assert rows[0][7] == '{"tenant":"t-0","kind":"email","trace":"0000000000000000"}'
-    # Plain tuples, which the cycle collector stops tracking (forqapp.store.MessageRow)
+        assert services._usual_batch(batch, LIMIT) is not None, batch
+    columns = services._usual_batch(rich, LIMIT)
+    assert columns.attributes[0] == '{"tenant":"t-0","kind":"email","trace":"0000000000000000"}'
+    # When it needs rows (a queue with a max_length), plain tuples, which the cycle collector
+    # stops tracking (forqapp.store.MessageRow)
+    rows = services._batch_rows("q", columns, NOW, policy())
     gc.collect()
     assert {type(r) for r in rows} == {tuple} and not any(map(gc.is_tracked, rows))
 
@@ -133,7 +136,7 @@ def test_attributes_off_the_usual_kind_go_the_checked_way(attributes):
     """Each of these leaves the column check; the item check then stores or refuses it as it
     always did (an escaped or non-ASCII text, an error, or nothing for an empty set)."""
     batch = [{"content": "a", "attributes": {"x": "y"}}, {"content": "b", "attributes": attributes}]
-    assert services._usual_batch("q", batch, NOW, policy(), LIMIT) is None
+    assert services._usual_batch(batch, LIMIT) is None
 
 
 pytestmark_db = pytest.mark.django_db(transaction=True)
@@ -154,6 +157,31 @@ def test_mixed_priorities_are_numbered_in_the_items_order_and_delivered_by_prior
         received.append(m.content)
         forqapp.ack(m)
     assert received == ["m6", "m1", "m4", "m0", "m2", "m5", "m3"]
+
+
+@pytestmark_db
+def test_the_usual_batch_is_stored_a_column_at_a_time(monkeypatch):
+    """Through Store.insert_batch (no tuple a message), with what send stores and its sequences."""
+    st = store.for_alias("default")
+    calls = []
+    real = type(st).insert_batch
+
+    def spy(self, queue, *args, **kwargs):
+        calls.append(queue)
+        return real(self, queue, *args, **kwargs)
+
+    monkeypatch.setattr(type(st), "insert_batch", spy)
+    forqapp.configure_queue("columns", retention=60)
+    items = [{"content": "a", "priority": 3, "attributes": {"k": "v"}}, {"content": "b"}]
+    results = services.send_entries("columns", items)
+    assert calls == ["columns"]
+    stored = {m.id: m for m in Message.objects.filter(queue="columns")}
+    assert [(stored[r.id].content, stored[r.id].priority, stored[r.id].attributes_dict, stored[r.id].sequence)
+            for r in results] == [("a", 3, {"k": "v"}, results[0].sequence), ("b", 0, {}, results[1].sequence)]
+    assert results[1].sequence == results[0].sequence + 1
+    m = stored[results[0].id]
+    assert m.process_after == m.received_at == m.updated_at and m.expires_after == m.received_at + 60_000
+    assert forqapp.send_many("columns", ["c", "d"]) and calls == ["columns"] * 2
 
 
 @pytestmark_db

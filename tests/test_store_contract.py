@@ -193,6 +193,30 @@ def test_a_large_batch_keeps_every_row_and_its_order(st, count, shared):
     assert Message.objects.filter(queue="big-dlq", is_dlq=True, status=READY, attempts=0).count() == 600
 
 
+@pytest.mark.parametrize("count", [1, 1_300])  # SQLite: 1; 1,024 + 256 + 16 + 4 rows a statement
+def test_insert_batch_stores_what_insert_stores(st, count):
+    """A batch by columns (send_many's usual batch) becomes the rows :meth:`Store.insert` would
+    store, numbered after what the queue holds, in the columns' order."""
+    before = st.insert([NewMessage(ids.new_id(), "cols", "first", NOW, NOW, NOW + HOUR)])[0]
+    message_ids = ids.new_ids(count)
+    contents = [f"m-{i}" + ("\x00" if st.text_holds_nul and i % 97 == 0 else "") for i in range(count)]
+    priorities = [i % 21 - 10 for i in range(count)]
+    attributes = [json.dumps({"i": str(i)}) if i % 3 else None for i in range(count)]
+    sequences = st.insert_batch("cols", message_ids, contents, priorities, attributes,
+                                due=NOW + 5, received=NOW, expires=NOW + HOUR)
+    assert sequences == list(range(before + 1, before + 1 + count))
+    got = {m.id: m for m in Message.objects.filter(queue="cols").exclude(content="first")}
+    assert len(got) == count
+    for i, (mid, seq) in enumerate(zip(message_ids, sequences, strict=True)):
+        m = got[mid]
+        assert (m.content, m.process_after, m.received_at, m.updated_at, m.expires_after, m.priority, m.attributes,
+                m.dedup_id, m.sequence, m.status, m.attempts, m.is_dlq) == (
+            contents[i], NOW + 5, NOW, NOW, NOW + HOUR, priorities[i], attributes[i], None, seq, READY, 0, False)
+    with pytest.raises(ValueError):
+        st.insert_batch("cols", ids.new_ids(2), ["a"], [0, 0], [None, None], due=NOW, received=NOW, expires=NOW)
+    assert st.insert_batch("cols", [], [], [], [], due=NOW, received=NOW, expires=NOW) == []
+
+
 def test_insert_numbers_each_queue_strictly_increasing_and_a_dlq_with_its_queue(st):
     def new(queue: str, **kw) -> NewMessage:
         return NewMessage(ids.new_id(), queue, "x", NOW, NOW, NOW + HOUR, **kw)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any, ClassVar, Literal, NamedTuple
 
 from django.core.checks import CheckMessage
@@ -335,6 +336,17 @@ class Store(abc.ABC):
         (a DLQ's messages number with their regular queue). Atomic on its own (the numbers and the
         rows commit together), or part of the caller's transaction. A write that makes messages
         ready wakes listeners on commit where :attr:`wakeups` is ``"listen"``."""
+
+    def insert_batch(self, queue: str, ids: Sequence[str], contents: Sequence[str], priorities: Sequence[int],
+                     attributes: Sequence[str | None], *, due: int, received: int, expires: int) -> list[int]:
+        """:meth:`insert` of one regular queue's messages given a column at a time (the same length
+        each), which share their due time, time received and expiry and carry no dedup id:
+        send_many's usual batch, without a tuple a message. Returns their sequence numbers, as
+        :meth:`insert` does."""
+        if not len(ids) == len(contents) == len(priorities) == len(attributes):
+            raise ValueError("insert_batch: columns of different lengths")
+        return self.insert(list(zip(ids, repeat(queue), contents, repeat(due), repeat(received), repeat(expires),
+                                    priorities, attributes, repeat(None))))
 
     def insert_one(self, row: NewMessage) -> int:
         """:meth:`insert` of one regular message (a single send: the hot path, which a store may

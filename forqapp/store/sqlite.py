@@ -149,14 +149,19 @@ def _insert_queue_rows(conn: sqlite3.Connection, rows: Sequence[MessageRow], fir
     binds once, else by :func:`_insert_rows`."""
     columns = list(zip(*rows, strict=True))
     if len(rows) > 1 and all(len(set(columns[i])) == 1 for i in (3, 4, 5)) and columns[8].count(None) == len(rows):
-        queue, due, received, expires = rows[0][1], rows[0][3], rows[0][4], rows[0][5]
-        params = list(chain.from_iterable(zip(columns[0], columns[2], columns[6], columns[7], strict=True)))
-        for done, size in _chunks(len(rows), SHARED_CHUNK):
-            conn.execute(insert_shared(size, is_dlq),
-                         [*shared_values(queue, due, received, expires, first + done),
-                          *params[4 * done:4 * (done + size)]])
+        _insert_shared_rows(conn, rows[0][1], rows[0][3], rows[0][4], rows[0][5], first,
+                            list(chain.from_iterable(zip(columns[0], columns[2], columns[6], columns[7], strict=True))),
+                            is_dlq)
         return
     _insert_rows(conn, rows, range(first, first + len(rows)), is_dlq)
+
+
+def _insert_shared_rows(conn: sqlite3.Connection, queue: str, due: int, received: int, expires: int, first: int,
+                        params: list[Any], is_dlq: int) -> None:
+    """Rows by :func:`insert_shared`: ``params`` holds each row's id, content, priority and attributes."""
+    for done, size in _chunks(len(params) // 4, SHARED_CHUNK):
+        conn.execute(insert_shared(size, is_dlq),
+                     [*shared_values(queue, due, received, expires, first + done), *params[4 * done:4 * (done + size)]])
 
 
 def _insert_rows(conn: sqlite3.Connection, rows: Sequence[MessageRow], sequences: Sequence[int],
@@ -728,6 +733,17 @@ class SQLiteStore(Store):
             first = self._next_sequence(conn, base_of(queue) if is_dlq else queue, len(rows), now)
             _insert_queue_rows(conn, rows, first, flag)
             return list(range(first, first + len(rows)))
+
+    def insert_batch(self, queue: str, ids: Sequence[str], contents: Sequence[str], priorities: Sequence[int],
+                     attributes: Sequence[str | None], *, due: int, received: int, expires: int) -> list[int]:
+        """:func:`insert_shared`'s statements, their parameters laid out from the columns."""
+        if not ids:
+            return []
+        params = list(chain.from_iterable(zip(ids, contents, priorities, attributes, strict=True)))
+        with self._transaction() as conn:
+            first = self._next_sequence(conn, queue, len(ids), received)
+            _insert_shared_rows(conn, queue, due, received, expires, first, params, 0)
+        return list(range(first, first + len(ids)))
 
     def insert_one(self, row: NewMessage) -> int:
         """Two statements (the counter, the row) in one transaction: the caller's, or ``BEGIN
