@@ -183,7 +183,7 @@ def test_a_database_that_cannot_write_is_a_503_to_retry_not_a_500(apps, monkeypa
         raise sqlite3.OperationalError(failure)
 
     kind = type(store.for_alias("default"))
-    for method in ("insert", "insert_one", "claim"):
+    for method in ("insert", "insert_one", "insert_batch", "claim"):
         monkeypatch.setattr(kind, method, refuse)
     errors._said.clear()
     json_body = [(b"x-api-key", KEY), (b"content-type", b"application/json")]
@@ -220,6 +220,7 @@ def test_the_sqs_endpoint_says_service_unavailable_when_the_database_cannot_writ
     forqapp.configure_queue("sqs-full")
     monkeypatch.setattr(type(store.for_alias("default")), "insert_one", refuse)
     monkeypatch.setattr(type(store.for_alias("default")), "insert", refuse)
+    monkeypatch.setattr(type(store.for_alias("default")), "insert_batch", refuse)
     body = json.dumps({"QueueUrl": "http://testserver/000000000000/sqs-full", "MessageBody": "x"}).encode()
     request = AWSRequest("POST", "http://testserver/", data=body, headers={
         "X-Amz-Target": "AmazonSQS.SendMessage", "Content-Type": "application/x-amz-json-1.0"})

@@ -212,8 +212,9 @@ def test_insert_batch_stores_what_insert_stores(st, count):
         assert (m.content, m.process_after, m.received_at, m.updated_at, m.expires_after, m.priority, m.attributes,
                 m.dedup_id, m.sequence, m.status, m.attempts, m.is_dlq) == (
             contents[i], NOW + 5, NOW, NOW, NOW + HOUR, priorities[i], attributes[i], None, seq, READY, 0, False)
-    with pytest.raises(ValueError):
-        st.insert_batch("cols", ids.new_ids(2), ["a"], [0, 0], [None, None], due=NOW, received=NOW, expires=NOW)
+    for columns in ((ids.new_ids(2), ["a"], [0, 0], [None, None]), ([], ["a"], [0], [None])):
+        with pytest.raises(ValueError):
+            st.insert_batch("cols", *columns, due=NOW, received=NOW, expires=NOW)
     assert st.insert_batch("cols", [], [], [], [], due=NOW, received=NOW, expires=NOW) == []
 
 

@@ -737,9 +737,9 @@ class SQLiteStore(Store):
     def insert_batch(self, queue: str, ids: Sequence[str], contents: Sequence[str], priorities: Sequence[int],
                      attributes: Sequence[str | None], *, due: int, received: int, expires: int) -> list[int]:
         """:func:`insert_shared`'s statements, their parameters laid out from the columns."""
-        if not ids:
-            return []
         params = list(chain.from_iterable(zip(ids, contents, priorities, attributes, strict=True)))
+        if not params:
+            return []
         with self._transaction() as conn:
             first = self._next_sequence(conn, queue, len(ids), received)
             _insert_shared_rows(conn, queue, due, received, expires, first, params, 0)
