@@ -90,6 +90,9 @@ class Worker:
         self._work: queue_module.Queue = queue_module.Queue()
         self._results: queue_module.Queue = queue_module.Queue()
         self._held: dict[str, _Held] = {}
+        # Acks a database that could not write refused (a full disk, a lock held too long): still
+        # held (the heartbeat renews their leases), tried again each turn until their leases end.
+        self._acks_due: list[_Held] = []
         self._threads: list[threading.Thread] = []
         self._next_queue = 0
         self.claimed = 0
@@ -153,7 +156,7 @@ class Worker:
                 if self._stop.is_set() or self._claims_left() == 0:
                     if self._stop.is_set():
                         self._release_unstarted()
-                    if not self._held:
+                    if len(self._held) <= len(self._acks_due):  # (a refused ack gets one more try, at shutdown)
                         break
                     self._wait_result(0.1)
                     continue
@@ -230,11 +233,20 @@ class Worker:
                 return items
 
     def _settle(self, results: list) -> None:
-        if not results:
+        if not results and not self._acks_due:
             return
         acks: dict[str, list[_Held]] = defaultdict(list)
+        for held in self._acks_due:
+            acks[held.message.queue].append(held)
+        self._acks_due = []
         own: dict[str, list] = defaultdict(list)
         for held, outcome, error in results:
+            if outcome == ACK and not held.lost and not getattr(held.consumer, "settles", False):
+                # held until the ack lands (or its lease ends, if the database cannot take it)
+                metrics.in_flight(held.message.queue, -1)
+                self.processed += 1
+                acks[held.message.queue].append(held)
+                continue
             self._held.pop(held.message.id, None)
             queue = held.message.queue
             metrics.in_flight(queue, -1)
@@ -246,9 +258,6 @@ class Worker:
                 continue
             if getattr(held.consumer, "settles", False):  # e.g. forqapp.tasks' runners: results with the settles
                 own[queue].append((held.message, outcome, error))
-                continue
-            if outcome == ACK:
-                acks[queue].append(held)
                 continue
             try:
                 # The consumer's error goes with the message (last_error), into the DLQ and the admin.
@@ -284,13 +293,20 @@ class Worker:
                 n = services.ack_many([h.message for h in helds], using=self.using)
             except DATABASE_ERRORS:
                 self._database_trouble("acking")
-                n = 0  # not settled: they come back when their leases end
+                # Again next turn, while their leases last; after that the message comes back to
+                # be handled again (an ack is fenced by its receipt: a late one settles nothing).
+                now = services.now_ms()
+                ended: list[_Held] = []
+                for held in helds:
+                    (self._acks_due if (held.message.lease_expires_at or 0) > now else ended).append(held)
+                helds, n = ended, 0
             else:
                 if n < len(helds):
                     logger.warning("forq_worker: %d of %d acks on %s came too late (lease lost)",
                                    len(helds) - n, len(helds), queue)
             # (each ack is fenced on its own: the others of the batch were acked)
-            for i in range(len(helds)):
+            for i, held in enumerate(helds):
+                self._held.pop(held.message.id, None)
                 self._count(queue, ACK if i < n else "lost")
 
     def _count(self, queue: str, outcome: str) -> None:
@@ -333,6 +349,13 @@ class Worker:
         for thread in self._threads:
             thread.join(1.0)
         self._settle(self._drain_results())
+        if self._acks_due:
+            logger.warning("forq_worker: stopping with %d ack(s) the database refused; those messages come back "
+                           "when their leases end", len(self._acks_due))
+            for held in self._acks_due:
+                self._held.pop(held.message.id, None)
+                self._count(held.message.queue, "lost")
+            self._acks_due = []
         logger.info("forq_worker: stopped after %d messages (%s)", self.processed,
                     ", ".join(f"{k} {v}" for k, v in sorted(self._counts.items())) or "none")
         connections[self.using].close()

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import forqapp
-from forqapp import jobs, services
+from forqapp import jobs, services, vocab
 from forqapp.models import Message
 
 from .workerproc import WorkerProc
@@ -336,6 +336,59 @@ def test_a_batch_ack_with_one_lost_lease_counts_the_others_acked():
     assert dict(w._counts) == {"ack": 2, "lost": 1}
     assert list(Message.objects.filter(queue="w-partial").values_list("id", flat=True)) == [taken.id]
     w._shutdown()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_ack_the_database_refused_is_tried_again_and_the_message_handled_once(monkeypatch):
+    """Audit: an ack refused by a database that could not write (a full disk) was dropped, and the
+    message came back to be handled a second time when its lease ended, although the disk was
+    writable again long before. The worker holds it and acks it again each turn."""
+    import sqlite3
+
+    from forqapp.consumers import Consumer
+    from forqapp.worker import Worker
+
+    handled = []
+    message_id = forqapp.send("w-refused", "x")
+    real, refusals = services.ack_many, []
+
+    def full_disk_twice(*args, **kwargs):
+        if len(refusals) < 2:
+            refusals.append(1)
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "ack_many", full_disk_twice)
+    w = Worker({"w-refused": Consumer("w-refused", handled.append)}, concurrency=1, burst=True)
+    assert w.run() == {"ack": 1}
+    assert [m.id for m in handled] == [message_id] and len(refusals) == 2
+    assert not Message.objects.filter(queue="w-refused").exists() and not w._held
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_ack_is_given_up_when_its_lease_ends_or_the_worker_stops(monkeypatch, caplog):
+    import sqlite3
+
+    from forqapp.consumers import Consumer
+    from forqapp.worker import ACK, Worker, _Held
+
+    def full_disk(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    forqapp.send_many("w-given-up", ["a", "b"])
+    consumer = Consumer("w-given-up", lambda m: None)
+    w = Worker({"w-given-up": consumer}, concurrency=1)
+    w._stop.set()  # (no waiting after a refusal)
+    ended, live = (_Held(m, consumer) for m in services.claim_many("w-given-up", 2))
+    ended.message.lease_expires_at = services.now_ms() - 1  # its lease is over: the ack would be too late
+    w._held = {h.message.id: h for h in (ended, live)}
+    monkeypatch.setattr(services, "ack_many", full_disk)
+    w._settle([(ended, ACK, None), (live, ACK, None)])
+    assert dict(w._counts) == {"lost": 1} and w._acks_due == [live] and list(w._held) == [live.message.id]
+    w._shutdown()  # one more try, refused: given up, and said
+    assert dict(w._counts) == {"lost": 2} and not w._acks_due and not w._held
+    assert any("ack(s) the database refused" in r.getMessage() for r in caplog.records)
+    assert Message.objects.filter(queue="w-given-up", status=vocab.Status.PROCESSING).count() == 2
 
 
 def test_a_full_disk_is_one_line_a_second_not_a_traceback_each_retry(caplog):
