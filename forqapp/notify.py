@@ -21,7 +21,7 @@ from collections import deque
 
 from django.db import connections
 
-from . import services
+from . import errors, services
 from .conf import forq_settings
 
 logger = logging.getLogger(__name__)
@@ -165,8 +165,12 @@ class Notifier:
                 with self._cond:
                     if not self._kicked and self._waiters:
                         self._cond.wait(services.wake_poll_interval(using=self.alias))
-            except Exception:
-                logger.exception("forqapp notifier: checking for due messages failed; retrying")
+            except Exception as e:
+                reason = errors.unavailable(e)  # a full disk: one line a second, not a traceback each try
+                if reason:
+                    errors.say_unavailable(logger, "forqapp notifier (checking for due messages)", reason, "retrying")
+                else:
+                    logger.exception("forqapp notifier: checking for due messages failed; retrying")
                 with contextlib.suppress(Exception):
                     connections[self.alias].close()
                 time.sleep(0.5)

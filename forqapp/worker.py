@@ -285,7 +285,12 @@ class Worker:
                 self._count(queue, "lost")
                 self._database_trouble(f"settling {held.message.id}")
         for queue, items in own.items():  # the consumer settles its batch itself, in one transaction
-            for outcome, n in self.consumers[queue].settle(items, using=self.using).items():  # type: ignore[attr-defined]
+            try:
+                settled = self.consumers[queue].settle(items, using=self.using)  # type: ignore[attr-defined]
+            except DATABASE_ERRORS:
+                self._database_trouble("settling tasks")
+                settled = {"lost": len(items)}  # not settled: they come back when their leases end
+            for outcome, n in settled.items():
                 for _ in range(n):
                     self._count(queue, outcome)
         for queue, helds in acks.items():
@@ -300,6 +305,9 @@ class Worker:
                 for held in helds:
                     (self._acks_due if (held.message.lease_expires_at or 0) > now else ended).append(held)
                 helds, n = ended, 0
+                if ended:
+                    logger.warning("forq_worker: gave up %d ack(s) on %s that the database refused until their "
+                                   "leases ended; those messages come back", len(ended), queue)
             else:
                 if n < len(helds):
                     logger.warning("forq_worker: %d of %d acks on %s came too late (lease lost)",
@@ -317,16 +325,15 @@ class Worker:
         if not self._held:
             return
         now = time.monotonic()
-        for held in list(self._held.values()):
-            if held.lost or held.renewed > now - self.heartbeat_of(held.message.queue):
-                continue
-            try:
+        try:  # (the queue's policy is read from the database too, once a second)
+            for held in list(self._held.values()):
+                if held.lost or held.renewed > now - self.heartbeat_of(held.message.queue):
+                    continue
                 if not services.extend(held.message, using=self.using):
                     held.lost = True
-            except DATABASE_ERRORS:
-                self._database_trouble("renewing leases")
-                return
-            held.renewed = time.monotonic()
+                held.renewed = time.monotonic()
+        except DATABASE_ERRORS:
+            self._database_trouble("renewing leases")
 
     def _database_trouble(self, doing: str) -> None:
         """Called in an ``except``: say what failed, reconnect, wait a little. A database that

@@ -140,3 +140,24 @@ def test_nobody_waiting_nothing_is_kicked(monkeypatch):
         forqapp.send("quiet", "y")
     assert kicks == []
     assert forqapp.receive("quiet", wait=1).content == "x"  # and a waiter still finds what is there
+
+
+def test_the_notifier_says_a_database_that_cannot_serve_in_one_line(monkeypatch, caplog):
+    """Audit (a full disk): the notifier logged a whole traceback each try (every 0.5 s)."""
+    import logging
+    import sqlite3
+
+    from forqapp import errors
+
+    def disk_io_error(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    errors._said.clear()
+    caplog.set_level(logging.WARNING, logger="forqapp")
+    monkeypatch.setattr(services, "wake_version", disk_io_error)
+    notifier = Notifier("default")
+    notifier.wait("cannot-serve", 1.3)  # the watching thread fails about three times meanwhile
+    lines = [r for r in caplog.records if r.name == "forqapp.notify"]
+    assert lines and all(r.exc_info is None for r in lines), [r.getMessage() for r in lines]
+    assert "the database's disk failed a read or write; retrying" in lines[0].getMessage()
+    assert len(lines) <= 2  # at most one a second

@@ -391,6 +391,36 @@ def test_a_refused_ack_is_given_up_when_its_lease_ends_or_the_worker_stops(monke
     assert Message.objects.filter(queue="w-given-up", status=vocab.Status.PROCESSING).count() == 2
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_survives_a_database_that_cannot_serve(monkeypatch):
+    """Audit (a real full disk, nothing else holding the SQLite file open): the heartbeat read the
+    queue's policy outside its ``try``, the reconnect failed with "disk I/O error", and the worker
+    died. With a refused ack held for a retry, that came within a second of the first refusal."""
+    import sqlite3
+
+    from forqapp.consumers import Consumer
+    from forqapp.worker import Worker, _Held
+
+    forqapp.send("w-beat", "x")
+    consumer = Consumer("w-beat", lambda m: None)
+    w = Worker({"w-beat": consumer}, concurrency=1)
+    w._stop.set()  # (no waiting after the failure)
+    (message,) = services.claim_many("w-beat", 1)
+    w._held = {message.id: _Held(message, consumer, renewed=0.0)}
+
+    def disk_io_error(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(services, "policy", disk_io_error)
+    w._heartbeat()  # said, not raised
+    monkeypatch.undo()
+    before = message.lease_expires_at
+    w._heartbeat()  # the database is back: the lease is renewed
+    assert message.lease_expires_at > before and not w._held[message.id].lost
+    w._held.clear()
+    w._shutdown()
+
+
 def test_a_full_disk_is_one_line_a_second_not_a_traceback_each_retry(caplog):
     """Audit: on a full disk the worker logged a whole traceback every 0.5 s (126 in 90 s), where
     the server says it in one line a second. It does the same now; other errors keep theirs."""
