@@ -90,9 +90,9 @@ class Worker:
         self._work: queue_module.Queue = queue_module.Queue()
         self._results: queue_module.Queue = queue_module.Queue()
         self._held: dict[str, _Held] = {}
-        # Acks a database that could not write refused (a full disk, a lock held too long): still
-        # held (the heartbeat renews their leases), tried again each turn until their leases end.
-        self._acks_due: list[_Held] = []
+        # Settles (ack, nack, fail, defer) a database that could not write refused (a full disk, a
+        # lock held too long): still held, tried again each turn until their leases end (_keep).
+        self._due: list[tuple[_Held, str, BaseException | None]] = []
         self._threads: list[threading.Thread] = []
         self._next_queue = 0
         self.claimed = 0
@@ -156,7 +156,7 @@ class Worker:
                 if self._stop.is_set() or self._claims_left() == 0:
                     if self._stop.is_set():
                         self._release_unstarted()
-                    if len(self._held) <= len(self._acks_due):  # (a refused ack gets one more try, at shutdown)
+                    if len(self._held) <= len(self._due):  # (a refused settle gets one more try, at shutdown)
                         break
                     self._wait_result(0.1)
                     continue
@@ -233,31 +233,31 @@ class Worker:
                 return items
 
     def _settle(self, results: list) -> None:
-        if not results and not self._acks_due:
+        if not results and not self._due:
             return
-        acks: dict[str, list[_Held]] = defaultdict(list)
-        for held in self._acks_due:
-            acks[held.message.queue].append(held)
-        self._acks_due = []
-        own: dict[str, list] = defaultdict(list)
-        for held, outcome, error in results:
-            if outcome == ACK and not held.lost and not getattr(held.consumer, "settles", False):
-                # held until the ack lands (or its lease ends, if the database cannot take it)
-                metrics.in_flight(held.message.queue, -1)
-                self.processed += 1
-                acks[held.message.queue].append(held)
-                continue
-            self._held.pop(held.message.id, None)
-            queue = held.message.queue
-            metrics.in_flight(queue, -1)
+        for held, _, _ in results:  # the handler is done with it
+            metrics.in_flight(held.message.queue, -1)
             self.processed += 1
+        todo, self._due = [*self._due, *results], []
+        acks: dict[str, list[_Held]] = defaultdict(list)
+        own: dict[str, list] = defaultdict(list)
+        refused = False  # the database refused a write this turn: the rest waits for the next turn
+        for held, outcome, error in todo:
+            queue = held.message.queue
             if held.lost:
-                self._count(queue, "lost")
+                self._settled(held, "lost")
                 logger.warning("forq_worker: lost the lease of %s on %s before it finished; not settled",
                                held.message.id, queue)
                 continue
             if getattr(held.consumer, "settles", False):  # e.g. forqapp.tasks' runners: results with the settles
+                self._held.pop(held.message.id, None)
                 own[queue].append((held.message, outcome, error))
+                continue
+            if outcome == ACK:
+                acks[queue].append(held)
+                continue
+            if refused:
+                self._keep(held, outcome, error)
                 continue
             try:
                 # The consumer's error goes with the message (last_error), into the DLQ and the admin.
@@ -266,24 +266,25 @@ class Worker:
                     try:
                         services.defer(held.message, error.delay, state=error.state,  # type: ignore[arg-type]
                                        using=self.using)
-                    except ForqError as refused:
-                        if refused.code == errors.NOT_FOUND_MESSAGE:
+                    except ForqError as invalid:
+                        if invalid.code == errors.NOT_FOUND_MESSAGE:
                             raise
                         # the consumer's Defer was invalid (its delay, its state): retry, and say why
                         logger.warning("forq_worker: %s on %s raised an invalid Defer (%s); nacking",
-                                       held.message.id, queue, refused)
-                        services.nack(held.message, refused, using=self.using)
+                                       held.message.id, queue, invalid)
+                        services.nack(held.message, invalid, using=self.using)
                         outcome = NACK
                 elif outcome == FAIL:
                     services.fail(held.message, error, using=self.using)
                 else:
                     services.nack(held.message, error, using=self.using)
-                self._count(queue, outcome)
+                self._settled(held, outcome)
             except ForqError:
-                self._count(queue, "lost")
+                self._settled(held, "lost")
             except DATABASE_ERRORS:
-                self._count(queue, "lost")
                 self._database_trouble(f"settling {held.message.id}")
+                refused = True
+                self._keep(held, outcome, error)
         for queue, items in own.items():  # the consumer settles its batch itself, in one transaction
             try:
                 settled = self.consumers[queue].settle(items, using=self.using)  # type: ignore[attr-defined]
@@ -294,28 +295,38 @@ class Worker:
                 for _ in range(n):
                     self._count(queue, outcome)
         for queue, helds in acks.items():
-            try:
-                n = services.ack_many([h.message for h in helds], using=self.using)
-            except DATABASE_ERRORS:
-                self._database_trouble("acking")
-                # Again next turn, while their leases last; after that the message comes back to
-                # be handled again (an ack is fenced by its receipt: a late one settles nothing).
-                now = services.now_ms()
-                ended: list[_Held] = []
+            n = -1  # not acked: the database refused this write, or one earlier this turn
+            if not refused:
+                try:
+                    n = services.ack_many([h.message for h in helds], using=self.using)
+                except DATABASE_ERRORS:
+                    self._database_trouble("acking")
+                    refused = True
+            if n < 0:
                 for held in helds:
-                    (self._acks_due if (held.message.lease_expires_at or 0) > now else ended).append(held)
-                helds, n = ended, 0
-                if ended:
-                    logger.warning("forq_worker: gave up %d ack(s) on %s that the database refused until their "
-                                   "leases ended; those messages come back", len(ended), queue)
-            else:
-                if n < len(helds):
-                    logger.warning("forq_worker: %d of %d acks on %s came too late (lease lost)",
-                                   len(helds) - n, len(helds), queue)
+                    self._keep(held, ACK, None)
+                continue
+            if n < len(helds):
+                logger.warning("forq_worker: %d of %d acks on %s came too late (lease lost)",
+                               len(helds) - n, len(helds), queue)
             # (each ack is fenced on its own: the others of the batch were acked)
             for i, held in enumerate(helds):
-                self._held.pop(held.message.id, None)
-                self._count(queue, ACK if i < n else "lost")
+                self._settled(held, ACK if i < n else "lost")
+
+    def _settled(self, held: _Held, outcome: str) -> None:
+        self._held.pop(held.message.id, None)
+        self._count(held.message.queue, outcome)
+
+    def _keep(self, held: _Held, outcome: str, error: BaseException | None) -> None:
+        """A settle the database refused (a full disk, a lock held too long): tried again next turn
+        while the lease lasts (the heartbeat renews it). After that the message comes back to be
+        handled again: a late settle is fenced by its receipt."""
+        if (held.message.lease_expires_at or 0) > services.now_ms():
+            self._due.append((held, outcome, error))
+            return
+        logger.warning("forq_worker: gave up the %s of %s on %s: the database refused it until its lease ended; "
+                       "the message comes back", outcome, held.message.id, held.message.queue)
+        self._settled(held, "lost")
 
     def _count(self, queue: str, outcome: str) -> None:
         self._counts[outcome] += 1
@@ -356,13 +367,12 @@ class Worker:
         for thread in self._threads:
             thread.join(1.0)
         self._settle(self._drain_results())
-        if self._acks_due:
-            logger.warning("forq_worker: stopping with %d ack(s) the database refused; those messages come back "
-                           "when their leases end", len(self._acks_due))
-            for held in self._acks_due:
-                self._held.pop(held.message.id, None)
-                self._count(held.message.queue, "lost")
-            self._acks_due = []
+        if self._due:
+            logger.warning("forq_worker: stopping with %d settle(s) the database refused (%s); those messages come "
+                           "back when their leases end", len(self._due), ", ".join(sorted({o for _, o, _ in self._due})))
+            for held, _, _ in self._due:
+                self._settled(held, "lost")
+            self._due = []
         logger.info("forq_worker: stopped after %d messages (%s)", self.processed,
                     ", ".join(f"{k} {v}" for k, v in sorted(self._counts.items())) or "none")
         connections[self.using].close()

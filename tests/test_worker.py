@@ -366,6 +366,48 @@ def test_an_ack_the_database_refused_is_tried_again_and_the_message_handled_once
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("outcome", ["nack", "fail", "defer"])
+def test_a_nack_fail_or_defer_the_database_refused_is_tried_again(monkeypatch, outcome):
+    """As an ack: a fail refused and dropped would have had a fatal error handled again, a defer
+    its message back at its lease's end rather than after its delay."""
+    import sqlite3
+
+    from forqapp.consumers import Consumer
+    from forqapp.errors import Defer, FatalError
+    from forqapp.worker import Worker
+
+    handled = []
+
+    def handler(message):
+        handled.append(message.id)
+        if outcome == "fail":
+            raise FatalError("fatal")
+        if outcome == "defer":
+            raise Defer(60)
+        raise RuntimeError("again")
+
+    message_id = forqapp.send("w-settle", "x")
+    real, refusals = getattr(services, outcome), []
+
+    def full_disk_twice(*args, **kwargs):
+        if len(refusals) < 2:
+            refusals.append(1)
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, outcome, full_disk_twice)
+    w = Worker({"w-settle": Consumer("w-settle", handler)}, concurrency=1, burst=True)
+    assert w.run() == {outcome: 1}
+    assert handled == [message_id] and len(refusals) == 2 and not w._held
+    m = Message.objects.get(id=message_id)
+    if outcome == "fail":
+        assert m.status == vocab.Status.FAILED  # (the failed job moves it to the DLQ)
+    else:
+        assert m.status == vocab.Status.READY and m.process_after > services.now_ms() + 500
+        assert m.attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_refused_ack_is_given_up_when_its_lease_ends_or_the_worker_stops(monkeypatch, caplog):
     import sqlite3
 
@@ -384,10 +426,11 @@ def test_a_refused_ack_is_given_up_when_its_lease_ends_or_the_worker_stops(monke
     w._held = {h.message.id: h for h in (ended, live)}
     monkeypatch.setattr(services, "ack_many", full_disk)
     w._settle([(ended, ACK, None), (live, ACK, None)])
-    assert dict(w._counts) == {"lost": 1} and w._acks_due == [live] and list(w._held) == [live.message.id]
+    assert dict(w._counts) == {"lost": 1} and w._due == [(live, ACK, None)] and list(w._held) == [live.message.id]
+    assert any(f"gave up the ack of {ended.message.id}" in r.getMessage() for r in caplog.records)
     w._shutdown()  # one more try, refused: given up, and said
-    assert dict(w._counts) == {"lost": 2} and not w._acks_due and not w._held
-    assert any("ack(s) the database refused" in r.getMessage() for r in caplog.records)
+    assert dict(w._counts) == {"lost": 2} and not w._due and not w._held
+    assert any("settle(s) the database refused (ack)" in r.getMessage() for r in caplog.records)
     assert Message.objects.filter(queue="w-given-up", status=vocab.Status.PROCESSING).count() == 2
 
 
