@@ -156,7 +156,9 @@ class Worker:
                 if self._stop.is_set() or self._claims_left() == 0:
                     if self._stop.is_set():
                         self._release_unstarted()
-                    if len(self._held) <= len(self._due):  # (a refused settle gets one more try, at shutdown)
+                    # Stopping, a refused settle gets one more try, at shutdown; at --max-messages, its
+                    # tries until its lease ends.
+                    if len(self._held) <= (len(self._due) if self._stop.is_set() else 0):
                         break
                     self._wait_result(0.1)
                     continue

@@ -408,6 +408,30 @@ def test_a_nack_fail_or_defer_the_database_refused_is_tried_again(monkeypatch, o
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_worker_at_max_messages_waits_for_a_refused_settle(monkeypatch):
+    """Audit: reaching --max-messages stopped the worker as a signal does, so a settle refused a
+    moment before got one more try, not the rest of its lease (an ack: handled again later)."""
+    import sqlite3
+
+    from forqapp.consumers import Consumer
+    from forqapp.worker import Worker
+
+    message_id = forqapp.send("w-max", "x")
+    real, refusals = services.ack_many, []
+
+    def full_disk_thrice(*args, **kwargs):
+        if len(refusals) < 3:
+            refusals.append(1)
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "ack_many", full_disk_thrice)
+    w = Worker({"w-max": Consumer("w-max", lambda m: None)}, concurrency=1, max_messages=1)
+    assert w.run() == {"ack": 1} and len(refusals) == 3
+    assert not Message.objects.filter(id=message_id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_refused_ack_is_given_up_when_its_lease_ends_or_the_worker_stops(monkeypatch, caplog):
     import sqlite3
 
