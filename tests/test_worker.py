@@ -338,27 +338,35 @@ def test_a_batch_ack_with_one_lost_lease_counts_the_others_acked():
     w._shutdown()
 
 
+def refuse_first(monkeypatch, name: str, times: int) -> list[int]:
+    """Make ``services.<name>`` fail ``times`` times as a full disk does, then work; the list
+    grows by one each refusal."""
+    import sqlite3
+
+    real, refusals = getattr(services, name), []
+
+    def full_disk_first(*args, **kwargs):
+        if len(refusals) < times:
+            refusals.append(1)
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, name, full_disk_first)
+    return refusals
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_ack_the_database_refused_is_tried_again_and_the_message_handled_once(monkeypatch):
     """Audit: an ack refused by a database that could not write (a full disk) was dropped, and the
     message came back to be handled a second time when its lease ended, although the disk was
     writable again long before. The worker holds it and acks it again each turn."""
-    import sqlite3
 
     from forqapp.consumers import Consumer
     from forqapp.worker import Worker
 
     handled = []
     message_id = forqapp.send("w-refused", "x")
-    real, refusals = services.ack_many, []
-
-    def full_disk_twice(*args, **kwargs):
-        if len(refusals) < 2:
-            refusals.append(1)
-            raise sqlite3.OperationalError("database or disk is full")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(services, "ack_many", full_disk_twice)
+    refusals = refuse_first(monkeypatch, "ack_many", 2)
     w = Worker({"w-refused": Consumer("w-refused", handled.append)}, concurrency=1, burst=True)
     assert w.run() == {"ack": 1}
     assert [m.id for m in handled] == [message_id] and len(refusals) == 2
@@ -370,7 +378,6 @@ def test_an_ack_the_database_refused_is_tried_again_and_the_message_handled_once
 def test_a_nack_fail_or_defer_the_database_refused_is_tried_again(monkeypatch, outcome):
     """As an ack: a fail refused and dropped would have had a fatal error handled again, a defer
     its message back at its lease's end rather than after its delay."""
-    import sqlite3
 
     from forqapp.consumers import Consumer
     from forqapp.errors import Defer, FatalError
@@ -387,15 +394,7 @@ def test_a_nack_fail_or_defer_the_database_refused_is_tried_again(monkeypatch, o
         raise RuntimeError("again")
 
     message_id = forqapp.send("w-settle", "x")
-    real, refusals = getattr(services, outcome), []
-
-    def full_disk_twice(*args, **kwargs):
-        if len(refusals) < 2:
-            refusals.append(1)
-            raise sqlite3.OperationalError("database or disk is full")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(services, outcome, full_disk_twice)
+    refusals = refuse_first(monkeypatch, outcome, 2)
     w = Worker({"w-settle": Consumer("w-settle", handler)}, concurrency=1, burst=True)
     assert w.run() == {outcome: 1}
     assert handled == [message_id] and len(refusals) == 2 and not w._held
@@ -411,21 +410,12 @@ def test_a_nack_fail_or_defer_the_database_refused_is_tried_again(monkeypatch, o
 def test_a_worker_at_max_messages_waits_for_a_refused_settle(monkeypatch):
     """Audit: reaching --max-messages stopped the worker as a signal does, so a settle refused a
     moment before got one more try, not the rest of its lease (an ack: handled again later)."""
-    import sqlite3
 
     from forqapp.consumers import Consumer
     from forqapp.worker import Worker
 
     message_id = forqapp.send("w-max", "x")
-    real, refusals = services.ack_many, []
-
-    def full_disk_thrice(*args, **kwargs):
-        if len(refusals) < 3:
-            refusals.append(1)
-            raise sqlite3.OperationalError("database or disk is full")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(services, "ack_many", full_disk_thrice)
+    refusals = refuse_first(monkeypatch, "ack_many", 3)
     w = Worker({"w-max": Consumer("w-max", lambda m: None)}, concurrency=1, max_messages=1)
     assert w.run() == {"ack": 1} and len(refusals) == 3
     assert not Message.objects.filter(id=message_id).exists()
