@@ -321,7 +321,8 @@ class Worker:
 
     def _keep(self, held: _Held, outcome: str, error: BaseException | None) -> None:
         """A settle the database refused (a full disk, a lock held too long): tried again next turn
-        while the lease lasts (the heartbeat renews it). After that the message comes back to be
+        while the lease lasts (the heartbeat renews it when the database lets it: on a full disk
+        with nothing else holding the SQLite file, it cannot). After that the message comes back to be
         handled again: a late settle is fenced by its receipt."""
         if (held.message.lease_expires_at or 0) > services.now_ms():
             self._due.append((held, outcome, error))
