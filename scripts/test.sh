@@ -12,6 +12,10 @@ echo "==> ruff"
 .venv/bin/ruff check .
 echo "==> mypy"
 .venv/bin/mypy forqapp
+# --- docs: the site builds strictly (a broken link or reference is an error) --------------------
+echo "==> docs (mkdocs build --strict)"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site
+# ------------------------------------------------------------------------------------------------
 echo "==> migrations match the models"
 FORQ_DB_PATH=:memory: DJANGO_SETTINGS_MODULE=tests.settings $PY manage.py makemigrations --check --dry-run
 echo "==> tests on SQLite"
