@@ -955,7 +955,7 @@ def healthy(*, using: str | None = None) -> bool:
         return False
 
 
-# --- background jobs (README, "Background jobs"): thin wrappers over the store's job SQL, counting metrics ---------
+# --- background jobs (docs: how-to/jobs.md): thin wrappers over the store's job SQL, counting metrics ---------
 
 
 def move_expired_to_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
