@@ -3,8 +3,8 @@ every build, so they cannot drift from it.
 
 A page asks for a generated part with a marker on a line of its own:
 
-* ``<!-- generated:settings -->``: every ``FORQ_*`` setting of ``forqapp/conf.py`` (name, default,
-  environment fallback, meaning), in declaration order. A setting added there shows up here.
+* ``<!-- generated:settings -->``: every ``FORQ_*`` setting of ``forqapp/conf.py`` (name, meaning,
+  default, environment fallback), in declaration order. A setting added there shows up here.
 * ``<!-- generated:commands -->``: each management command's ``--help``, from its argparse parser.
 * ``<!-- generated:openapi -->``: every operation of the served OpenAPI document
   (``forqapp.api.meta.openapi_document()``: v1, the bulk endpoints and v2), with its parameters,
@@ -77,11 +77,19 @@ def settings_rows() -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def settings_table() -> str:
-    lines = ["| setting | default | environment | meaning |", "| --- | --- | --- | --- |"]
+def settings_page() -> str:
+    """One heading per setting (so each has its anchor and a line in the page's contents), with its
+    meaning, default and environment fallback."""
+    parts = []
+    lead = ""
     for name, default, env, doc in settings_rows():
-        lines.append(f"| <a id=\"{name}\"></a>`{name}` | {_cell(default)} | {env} | {_cell(doc)} |")
-    return "\n".join(lines)
+        if doc.startswith("… "):  # continues the setting before it ("… within this many seconds")
+            doc = f"with `{lead}`: {doc[2:]}"
+        else:
+            lead = name
+        where = f" · environment: {env}" if env else ""
+        parts.append(f"### `{name}`\n\n{doc[:1].upper()}{doc[1:]}.\n\nDefault: {default}{where}\n")
+    return "\n".join(parts)
 
 
 # --- management commands -------------------------------------------------------------------------
@@ -191,7 +199,7 @@ def openapi_page() -> str:
 # --- the hook ------------------------------------------------------------------------------------
 
 GENERATORS = {
-    "settings": settings_table,
+    "settings": settings_page,
     "commands": commands_page,
     "openapi": openapi_page,
 }
@@ -202,6 +210,12 @@ def on_page_markdown(markdown: str, **kwargs: Any) -> str:
         return GENERATORS[match.group(1)]()
 
     return re.sub(r"^<!-- generated:(\w+) -->$", replace, markdown, flags=re.M)
+
+
+def on_page_content(html: str, **kwargs: Any) -> str:
+    """Docstrings are written for Sphinx: drop the role of a ``:class:`Name``` rendered by mkdocstrings
+    (``:class:<code>Name</code>``), keeping the name."""
+    return re.sub(r":(?:func|class|mod|meth|attr|data|exc|obj):(?=<code>)", "", html)
 
 
 def openapi_json() -> str:  # for a quick look: python scripts/docs_hooks.py

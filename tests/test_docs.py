@@ -101,14 +101,11 @@ def test_every_page_is_in_the_nav():
 
 def test_the_settings_reference_is_generated_from_conf():
     assert "<!-- generated:settings -->" in (DOCS / "reference" / "settings.md").read_text()
-    table = hooks().settings_table()
-    rows = {}
-    for line in table.splitlines()[2:]:
-        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-        rows[re.sub(r"<a id=\"\w+\"></a>", "", cells[0]).strip("`")] = cells[1]
-    assert rows == {name: setting.shown_default for name, setting in SETTINGS.items()}
-    assert "| `'localhost:8080'` | any project |" in table  # FORQ_API_ADDR falls back to the environment
-    assert "| `5.0` | demo project |" in table  # FORQ_KEYS_CACHE_SECONDS: the demo project reads it
+    page = hooks().settings_page()
+    shown = dict(re.findall(r"^### `(FORQ_\w+)`\n\n.+\n\nDefault: (.+?)(?: · environment: .+)?$", page, flags=re.M))
+    assert shown == {name: setting.shown_default for name, setting in SETTINGS.items()}
+    assert "Default: `'localhost:8080'` · environment: any project" in page  # FORQ_API_ADDR: any project
+    assert "Default: `5.0` · environment: demo project" in page  # FORQ_KEYS_CACHE_SECONDS: the demo's
 
 
 def test_the_commands_and_the_http_apis_are_generated_from_the_code():
