@@ -33,7 +33,9 @@ def _importable() -> None:
         sys.path.insert(0, str(ROOT))
 
 
-COMMANDS = ("forq_serve", "forq_worker", "forq_jobs", "forq_queues", "forq_keys")
+# forq_serve first, then the others by name; a command added to forqapp shows up by itself.
+COMMANDS = sorted((p.stem for p in (ROOT / "forqapp" / "management" / "commands").glob("forq_*.py")),
+                  key=lambda name: (name != "forq_serve", name))
 
 
 def _django() -> None:
