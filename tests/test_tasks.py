@@ -284,10 +284,15 @@ def test_arguments_round_trip_strictly_through_json():
                                                                 "kwargs": {"when": None, "n": 1.5}}
 
 
-@pytest.mark.parametrize("bad", [datetime.now(UTC), {1, 2}, b"bytes", math.nan, math.inf, object()])
-def test_arguments_that_are_not_json_are_refused_with_a_clear_error(bad):
-    with pytest.raises(TaskArgumentsError, match="a task's arguments must be JSON") as exc:
+@pytest.mark.parametrize(("bad", "said"), [
+    (datetime.now(UTC), "Unsupported type: <class 'datetime.datetime'>"), ({1, 2}, "Unsupported type: <class 'set'>"),
+    (b"bytes", "Unsupported type: <class 'bytes'>"), (object(), "Unsupported type: <class 'object'>"),
+    (math.nan, "Out of range float values"), (math.inf, "Out of range float values")])
+def test_arguments_that_are_not_json_are_refused_with_a_clear_error(bad, said):
+    """In Django's words (its normalize_json's ``TypeError``), then what a task's arguments may be."""
+    with pytest.raises(TaskArgumentsError) as exc:
         tasks.echo.enqueue(bad)
+    assert str(exc.value).startswith(said) and "a task's arguments must be JSON" in str(exc.value)
     assert isinstance(exc.value, TypeError) and isinstance(exc.value, InvalidTaskError)
     assert not Message.objects.exists()
 
@@ -423,7 +428,10 @@ def test_a_return_value_that_is_not_json_fails_the_task_for_good():
     assert drain() == {"fail": 1}
     failed = tasks.unencodable.get_result(result.id)
     assert failed.status == TaskResultStatus.FAILED
-    assert failed.errors[0].exception_class_path == "forqapp.tasks.backend.TaskArgumentsError"
+    # As Django's backends record it: a TypeError, in normalize_json's words.
+    assert failed.errors[0].exception_class_path == "builtins.TypeError"
+    assert failed.errors[0].exception_class is TypeError
+    assert "TypeError: Unsupported type: <class 'set'>" in failed.errors[0].traceback
     assert "the return value of tests.tasksapp.tasks.unencodable must be JSON" in failed.errors[0].traceback
     assert Message.objects.get(id=result.id).failure_reason == "fatal_error"  # no retry mends it
     with pytest.raises(ValueError, match="failed"):

@@ -42,19 +42,30 @@ OPTION_NAMES = ("queue_prefix", "result_retention", "max_attempts", "backoff")
 
 
 class TaskArgumentsError(InvalidTaskError, TypeError):
-    """A task's arguments (or its return value) that do not survive a strict JSON round trip, or
-    whose JSON is over ``FORQ_MAX_CONTENT_BYTES``. A ``TypeError`` too, as the framework's own
-    ``normalize_json`` raises."""
+    """A task's arguments that do not survive a strict JSON round trip, or whose JSON is over
+    ``FORQ_MAX_CONTENT_BYTES``. A ``TypeError`` too, as the framework's own ``normalize_json``
+    raises, with its wording (``Unsupported type: <class 'datetime.datetime'>``)."""
+
+
+def _unsupported(value: Any) -> Any:
+    raise TypeError(f"Unsupported type: {type(value)}")  # Django's normalize_json's wording
+
+
+def dumps(value: Any) -> str:
+    """``value`` as strict JSON text (no NaN, no infinity, no object that is not JSON). Raises
+    ``TypeError("Unsupported type: <class …>")`` (Django's words) for an object JSON has no type
+    for, ``ValueError`` for NaN or infinity, ``RecursionError`` when nested ~1,000 deep."""
+    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False, default=_unsupported)
 
 
 def to_json(value: Any, what: str) -> str:
-    """``value`` as strict JSON text (no NaN, no infinity, no object that is not JSON); raises
-    :class:`TaskArgumentsError` saying what was refused."""
+    """``value`` as strict JSON text; raises :class:`TaskArgumentsError` saying what was refused
+    (Django's ``Unsupported type: <class …>`` first)."""
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        return dumps(value)
     except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested ~1,000 deep
-        raise TaskArgumentsError(f"{what} must be JSON (str, int, float, bool, None, lists and dicts "
-                                 f"of them): {exc}") from None
+        raise TaskArgumentsError(f"{exc} ({what} must be JSON: str, int, float, bool, None, lists and dicts "
+                                 f"of them)") from None
 
 
 def round_trip(args: Iterable[Any], kwargs: dict[str, Any]) -> tuple[str, list[Any], dict[str, Any]]:

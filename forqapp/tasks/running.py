@@ -47,7 +47,7 @@ from django.db import transaction
 from .. import errors, services, utils
 from ..db import DATABASE_ERRORS
 from ..errors import ForqError
-from .backend import ForqBackend, TaskArgumentsError, decode, to_json
+from .backend import ForqBackend, decode, dumps
 from .compat import (
     TaskContext,
     TaskError,
@@ -170,8 +170,10 @@ class TaskRunner:
         except Exception as exc:  # noqa: BLE001 - a task's failure is its result
             return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc), task=task)
         try:
-            return_json = to_json(value, f"the return value of {task.module_path}")
-        except TaskArgumentsError as exc:
+            return_json = dumps(value)
+        except (TypeError, ValueError, RecursionError) as exc:  # as Django's backends: a TypeError, not retried
+            exc = type(exc)(f"{exc} (the return value of {task.module_path} must be JSON: str, int, float, bool, "
+                            "None, lists and dicts of them)")
             return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc), final=True,
                            task=task)
         return Outcome(True, started, services.now_ms(), data, return_json=return_json, task=task, result=result)
