@@ -438,6 +438,31 @@ def test_a_return_value_that_is_not_json_fails_the_task_for_good():
         _ = failed.return_value
 
 
+@pytest.mark.parametrize(("task", "args", "raised"), [
+    (tasks.leaves, ["sys.exit"], "builtins.SystemExit"), (tasks.leaves, ["exit()"], "builtins.SystemExit"),
+    (tasks.leaves, ["KeyboardInterrupt"], "builtins.KeyboardInterrupt"), (tasks.leaves_async, [], "builtins.SystemExit"),
+], ids=["sys.exit", "exit()", "KeyboardInterrupt", "async SystemExit"])
+def test_a_task_that_exits_or_raises_keyboardinterrupt_fails_like_any_other(task, args, raised, finished, caplog):
+    """Audit (Django's own tests): a SystemExit/KeyboardInterrupt in a task left the result FAILED with
+    no task_finished, no log line and the path "?". It is the task's own (the worker's handler threads
+    never get a signal's KeyboardInterrupt): a failure like another, and the worker goes on."""
+    result = task.enqueue(*args)
+    after = tasks.add.enqueue(1, 2)
+    with caplog.at_level("WARNING", logger="forqapp"):
+        assert drain(concurrency=1) == {"fail": 1, "ack": 1}
+    failed = task.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in failed.errors] == [raised]
+    assert sorted(finished) == sorted([(after.id, TaskResultStatus.SUCCESSFUL, 1), (result.id, TaskResultStatus.FAILED, 1)])
+    assert TaskRecord.objects.get(id=result.id).task_path == task.module_path
+    assert any(result.id in r.getMessage() and task.module_path in r.getMessage() and raised.split(".")[1] in
+               r.getMessage() for r in caplog.records)
+    assert tasks.add.get_result(after.id).return_value == 3
+    assert tasks.add.enqueue(2, 2) and drain() == {"ack": 1}  # the event loop of async tasks still runs
+    assert tasks.async_double.get_result(tasks.async_double.enqueue(4).id).status == TaskResultStatus.READY
+    assert drain() == {"ack": 1}
+
+
 def test_a_task_path_outside_the_apps_is_not_imported():
     """Audit: a message naming ``this.s`` (anyone may write one who can send to a task queue) made
     the worker, and a get_result, import ``this``, running its code, before refusing it as no task."""
