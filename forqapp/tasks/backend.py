@@ -207,8 +207,8 @@ class ForqBackend(BaseTaskBackend):
             if exc.code in (errors.PROCESS_AFTER_TOO_FAR, errors.PROCESS_AFTER_IN_PAST):
                 raise InvalidTaskError(f"run_after: {exc}") from None
             raise
-        result: TaskResult = TaskResult(
-            task=task, id=sent.id, status=TaskResultStatus.READY, enqueued_at=utils.ms_to_datetime(now),
+        result: TaskResult = TaskResult(  # enqueued_at: the message's received_at, as get_result shows it
+            task=task, id=sent.id, status=TaskResultStatus.READY, enqueued_at=utils.ms_to_datetime(sent.received_at),
             started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
             backend=self.alias, errors=[], worker_ids=[],
         )
