@@ -136,6 +136,16 @@ def test_check_reports_unknown_options_bad_retention_and_bad_retries(settings):
     assert ids_ == ["forqapp.E061", "forqapp.E062", "forqapp.E063"]
 
 
+def test_check_reports_forqapp_missing_from_installed_apps(settings):
+    """Audit: ``backend.check()`` said nothing without ``forqapp`` in ``INSTALLED_APPS`` (its tables,
+    its jobs and the worker command are the app's), as django-tasks-db's backend says of its app."""
+    assert task_backends["default"].check() == []
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a not in ("forqapp", "forqapp.apps.ForqConfig")]
+    problems = task_backends["default"].check()
+    assert [p.id for p in problems] == ["forqapp.E064"]
+    assert "'forqapp'" in problems[0].hint and "INSTALLED_APPS" in problems[0].hint
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"max_attempts": 0}, "max_attempts must be an integer >= 1"),
     ({"max_attempts": True}, "max_attempts must be an integer >= 1"),

@@ -166,6 +166,12 @@ class ForqBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         messages: list[checks.CheckMessage] = list(super().check(**kwargs))
+        from django.apps import apps
+
+        if not apps.is_installed("forqapp"):  # its tables, jobs and forq_worker are the app's
+            messages.append(checks.Error(
+                f"TASKS[{self.alias!r}]: forqapp.tasks.ForqBackend is configured, but the forqapp app is not installed",
+                hint="Insert 'forqapp' in INSTALLED_APPS", id="forqapp.E064"))
         for queue_name in sorted(self.queues or {DEFAULT_TASK_QUEUE_NAME}):
             if problem := self._queue_problem(queue_name):
                 messages.append(checks.Error(f"TASKS[{self.alias!r}]: {problem}", id="forqapp.E060"))
