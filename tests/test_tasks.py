@@ -868,6 +868,26 @@ def test_forq_worker_runs_the_task_queues_beside_consumers():
     assert tasks.add.get_result(result.id).return_value == 7
 
 
+def test_forq_worker_runs_a_forqbackend_subclass_of_the_projects_own(settings, clock):
+    """Audit: forq_worker (and the task-results job, and the checks on Django 5.2) looked for
+    ``forqapp.tasks`` at the start of the backend's path: a subclass in the project's own module was
+    ignored ("no consumers registered"). A backend is one when its class is a ForqBackend."""
+    from forqapp.tasks.discovery import uses_forq_backend
+
+    settings.TASKS = {"default": {"BACKEND": "tests.tasksapp.backends.OwnBackend", "QUEUES": ["default", "other"],
+                                  "OPTIONS": {"queue_prefix": "tasks-", "result_retention": 60}}}
+    assert uses_forq_backend() and sorted(with_consumers({})) == ["tasks-default", "tasks-other"]
+    result = tasks.add.enqueue(3, 4)
+    call_command("forq_worker", "--burst", verbosity=0)
+    assert tasks.add.get_result(result.id).return_value == 7
+    clock.advance(61)
+    assert jobs.task_results() == 1  # pruned after the subclass's result_retention
+    settings.TASKS = {"default": {"BACKEND": "tests.tasksapp.backends.NoSuchBackend"}}
+    assert not uses_forq_backend()  # a path that does not import is the framework's to report
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.compat.BaseTaskBackend"}}
+    assert not uses_forq_backend()  # under forqapp.tasks, but no ForqBackend
+
+
 def test_a_queue_with_a_consumer_and_tasks_is_refused():
     from django.core.exceptions import ImproperlyConfigured
 
