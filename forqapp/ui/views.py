@@ -34,12 +34,13 @@ from ..errors import ForqError
 from ..login_throttle import AdminLoginThrottleForm
 from ..models import Status
 from ..policy import Policy
+from ..tasks import browse
 from ..utils import ms_to_datetime as _dt
 from ..utils import now_ms as _now_ms
 from ..utils import pretty_json as _pretty
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
-from . import charts, confirm, csp, display, flow, freshness, queries, scheduling
+from . import charts, confirm, csp, display, flow, freshness, queries, scheduling, taskpolicy
 from . import dashboard as dashboard_table
 
 REFRESH_SECONDS = 5
@@ -107,7 +108,7 @@ def messages_of(queue: str) -> str:
 # The pages a staff user may land on, in the navigation's order: the first one their permissions
 # allow is their home (the dashboard needs view_queue; a keys-only account goes to the keys).
 HOMES = ((("view", "queue"), "forqapp-ui:dashboard"), (("view", "schedule"), "forqapp-ui:schedules"),
-         (("view", "apikey"), "forqapp-ui:keys"))
+         (("view", "taskrecord"), "forqapp-ui:tasks"), (("view", "apikey"), "forqapp-ui:keys"))
 
 
 def home_of(user: Any) -> str | None:
@@ -128,7 +129,7 @@ def permission_required(needs: Needs, *, home: bool = False):
             action, model = needs(request, **kwargs) if callable(needs) else needs
             if may(request.user, action, model):
                 return view(request, *args, **kwargs)
-            text = f"You do not have the permission to {action} {model.replace('deadletter', 'dead letter')}s."
+            text = f"You do not have the permission to {action} {_words(model)}."
             if request.htmx:
                 flash_context = {"flash": {"level": "error", "text": text}, "oob": True}
                 return reswap(render(request, "forqapp/_flash.html", flash_context), "none")
@@ -139,6 +140,10 @@ def permission_required(needs: Needs, *, home: bool = False):
         return wrapper
 
     return decorate
+
+
+def _words(model: str) -> str:
+    return {"deadletter": "dead letters", "taskrecord": "task results"}.get(model, f"{model}s")
 
 
 UNAVAILABLE_TEXT = "Not done: {reason}. Nothing was changed; try again in a few seconds."
@@ -315,7 +320,10 @@ def _policy_context(queue: str, info: services.QueueInfo | None = None,
     else:
         pol, configured = resolved or queries.queue_policy(queue)
         policy, overrides, paused = pol.public(), pol.overrides, pol.paused
-    return {"policy_items": display.policy_items(policy, overrides), "paused": paused, "configured": configured}
+    items = display.policy_items(policy, overrides)
+    backends = [] if vocab.is_dlq(queue) else browse.queue_retries(queue)  # a tasks queue: the backend's retries
+    return {"policy_items": taskpolicy.apply(items, backends), "task_notes": taskpolicy.notes(backends),
+            "paused": paused, "configured": configured}
 
 
 def _flow_context(queue: str, stats: queries.QueueStats, pol: Policy) -> dict:
