@@ -23,6 +23,7 @@ from .. import services
 from ..models import Message
 from ..vocab import Status
 from .models import TaskRecord, TaskStatus
+from .retrying import RetryPolicyError, backend_retries
 
 PAGE_SIZE = 50
 STATUSES = tuple(TaskStatus.values)
@@ -156,8 +157,6 @@ def queue_retries(queue: str) -> list[BackendRetries]:
         from .compat import task_backends
     except ImportError:
         return []
-    from .retrying import RetryPolicyError, backend_retries
-
     found = []
     for alias in aliases:
         try:
