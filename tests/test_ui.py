@@ -821,16 +821,28 @@ def test_dead_letter_details_show_the_failure_reason(staff_client):
     assert 'data-testid="failure-reason">max_attempts_reached<' in html
 
 
-def test_dead_letters_are_listed_as_dead_letters_not_ready(staff_client):
-    """A DLQ message is stored as ready (waiting for a requeue); the pages say what it is."""
-    dead_id = dead_letters("emails", ["x"])[0]
+def test_a_dead_letter_shows_its_real_status_and_the_dlq_page_its_failure_not_a_due_column(staff_client):
+    """A DLQ message is ready (consumable in its DLQ), as the API and Spark say: the page shows
+    that status, and marks the queue — not the message — as a dead-letter queue, with each row's
+    failure reason and when it moved there; a regular queue keeps its Due column."""
+    dead_id = dead_letters("emails", ["x" * 40])[0]
     forqapp.send("emails", "live")
-    dlq = staff_client.get("/ui/queues/emails-dlq/messages/", **HX).content.decode()
-    queue = staff_client.get("/ui/queues/emails/messages/", **HX).content.decode()
-    assert f'id="m-{dead_id}"' in dlq
-    assert 'class="status dead" data-testid="state" title="a dead letter: requeue it or delete it">dead<' in dlq
-    assert ">ready<" not in dlq
+    page = staff_client.get("/ui/queues/emails-dlq/")
+    dlq = page.content.decode()
+    assert 'data-testid="ready">1<' in dlq  # the card and the row agree
+    row = dlq.split(f'id="m-{dead_id}"')[1].split("</tbody>")[0]
+    assert 'class="status ready" data-testid="state">ready<' in row
+    assert ">dead<" not in dlq
+    assert 'data-testid="reason">max_attempts_reached<' in row
+    assert 'data-testid="moved-at"' in row
+    head = dlq.split('<table class="messages">')[1].split("</thead>")[0]
+    assert ">Failure reason<" in head and ">Moved at<" in head and ">Due<" not in head
+    assert '<span class="badge danger">dead-letter queue</span>' in dlq
+    assert "x" * 40 in row  # the preview is not cut short in the HTML
+    queue = staff_client.get("/ui/queues/emails/").content.decode()
     assert 'class="status ready" data-testid="state">ready<' in queue
+    head = queue.split('<table class="messages">')[1].split("</thead>")[0]
+    assert ">Due<" in head and ">Failure reason<" not in head
 
 
 # --- flow control (issue 13) ----------------------------------------------------------------------------

@@ -49,13 +49,20 @@ def sparkline(series: Sequence[Sequence[int | None] | None], *, label: str, widt
     )
 
 
+def collecting(label: str, when: str) -> SafeString:
+    """The 24-hour column before a line can be drawn: it says so, and ``when`` one comes."""
+    return format_html(
+        '<span class="collecting" data-testid="collecting" title="{label}: the queue-depth job keeps one sample '
+        'per 5 minutes">collecting · {when}</span>', label=label, when=when)
+
+
 def chart(values: Sequence[int | None] | None, *, label: str, width: int = 720, height: int = 160,
-          css: str = "line-queue") -> SafeString:
+          css: str = "line-queue", minutes: int = 5) -> SafeString:
     """A larger chart for a queue page: the line, its maximum and the time axis (24 h ago → now)."""
     if not values or sum(v is not None for v in values) < 2:  # a line needs two samples
-        return format_html('<p class="muted chart-empty" title="{}">No depth history yet: the '
-                           "queue-depth job keeps one sample of every queue per 5 minutes, and the "
-                           "chart draws from the second.</p>", label)
+        return format_html('<p class="muted chart-empty" data-testid="collecting" title="{}">Collecting depth '
+                           "history: the queue-depth job keeps one sample of every queue per 5 minutes, and "
+                           "the chart draws from the second (in about {} min).</p>", label, minutes)
     top = max(v or 0 for v in values) or 1
     plot_h = height - 22
     pts = _points(values, width, plot_h, top, 4)

@@ -3,7 +3,7 @@ root of the UI listener by ``project.urls_ui``."""
 
 from django.urls import path
 
-from . import keys, views
+from . import keys, tasks, views
 
 app_name = "forqapp-ui"
 
@@ -23,6 +23,8 @@ urlpatterns = [
     path("schedules/<str:name>/pause/", views.pause_schedule, name="schedule-pause"),
     path("schedules/<str:name>/resume/", views.resume_schedule, name="schedule-resume"),
     path("schedules/<str:name>/run/", views.run_schedule, name="schedule-run"),
+    path("tasks/", tasks.tasks_page, name="tasks"),
+    path("tasks/<str:result_id>/", tasks.task_detail, name="task"),
     path("keys/", keys.keys_page, name="keys"),
     path("keys/create/", keys.create_key, name="key-create"),
     path("keys/<str:access_key_id>/revoke/", keys.revoke_key, name="key-revoke"),

@@ -10,7 +10,6 @@ page confirms with ``hx-confirm`` asks on a page of its own when posted without 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 from collections.abc import Callable
@@ -35,12 +34,14 @@ from ..errors import ForqError
 from ..login_throttle import AdminLoginThrottleForm
 from ..models import Status
 from ..policy import Policy
+from ..tasks import browse
 from ..utils import ms_to_datetime as _dt
 from ..utils import now_ms as _now_ms
 from ..utils import pretty_json as _pretty
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
-from . import charts, confirm, display, flow, freshness, queries, scheduling
+from . import charts, confirm, csp, display, flow, freshness, queries, scheduling, taskpolicy
+from . import dashboard as dashboard_table
 
 REFRESH_SECONDS = 5
 logger = logging.getLogger("forqapp.ui")
@@ -107,7 +108,7 @@ def messages_of(queue: str) -> str:
 # The pages a staff user may land on, in the navigation's order: the first one their permissions
 # allow is their home (the dashboard needs view_queue; a keys-only account goes to the keys).
 HOMES = ((("view", "queue"), "forqapp-ui:dashboard"), (("view", "schedule"), "forqapp-ui:schedules"),
-         (("view", "apikey"), "forqapp-ui:keys"))
+         (("view", "taskrecord"), "forqapp-ui:tasks"), (("view", "apikey"), "forqapp-ui:keys"))
 
 
 def home_of(user: Any) -> str | None:
@@ -128,7 +129,7 @@ def permission_required(needs: Needs, *, home: bool = False):
             action, model = needs(request, **kwargs) if callable(needs) else needs
             if may(request.user, action, model):
                 return view(request, *args, **kwargs)
-            text = f"You do not have the permission to {action} {model.replace('deadletter', 'dead letter')}s."
+            text = f"You do not have the permission to {action} {_words(model)}."
             if request.htmx:
                 flash_context = {"flash": {"level": "error", "text": text}, "oob": True}
                 return reswap(render(request, "forqapp/_flash.html", flash_context), "none")
@@ -139,6 +140,10 @@ def permission_required(needs: Needs, *, home: bool = False):
         return wrapper
 
     return decorate
+
+
+def _words(model: str) -> str:
+    return {"deadletter": "dead letters", "taskrecord": "task results"}.get(model, f"{model}s")
 
 
 UNAVAILABLE_TEXT = "Not done: {reason}. Nothing was changed; try again in a few seconds."
@@ -183,13 +188,14 @@ def server_error(request: HttpRequest) -> HttpResponse:
     anything else is Django's own 500 page."""
     exc = sys.exc_info()[1]
     if exc is not None and (reason := errors.unavailable(exc)) is not None:
-        return unavailable_response(request, reason)
+        return csp.add_policy(unavailable_response(request, reason))
     return defaults.server_error(request)
 
 
 def ui_view(*methods: str, needs: Needs, home: bool = False):
-    """Staff with ``needs``' permission only, the allowed methods, DENY framing, a cache key that
-    varies on HX-Request, and a 503 when the database cannot serve."""
+    """Staff with ``needs``' permission only, the allowed methods, DENY framing, the staff pages'
+    Content-Security-Policy, a cache key that varies on HX-Request, and a 503 when the database
+    cannot serve."""
 
     def decorate(view):
         view = answers_unavailable(view)
@@ -197,7 +203,7 @@ def ui_view(*methods: str, needs: Needs, home: bool = False):
         view = staff_required(view)
         view = require_http_methods(list(methods))(view)
         view = vary_on_headers("HX-Request")(view)
-        return same_origin_referrer(xframe_options_deny(view))
+        return csp.protect(same_origin_referrer(xframe_options_deny(view)))
 
     return decorate
 
@@ -217,8 +223,9 @@ def _message_id(message_id: str) -> str:
 
 
 def _decorate(message, now: int):
-    """Display values for a message row (times as datetimes, ready-but-not-due as delayed, a DLQ's
-    as dead letters)."""
+    """Display values for a message row (times as datetimes, ready-but-not-due as delayed). A dead
+    letter shows its real status, as the API and Spark say it (ready: consumable in its DLQ); the
+    page marks the queue as a dead-letter queue instead."""
     message.received_dt = _dt(message.received_at)
     message.due_dt = _dt(message.process_after)
     message.updated_dt = _dt(message.updated_at)
@@ -227,7 +234,7 @@ def _decorate(message, now: int):
     leased = message.status == Status.PROCESSING
     message.lease_dt = message.due_dt if leased else None  # a delivery's process_after is its lease end
     message.lease_ended = leased and message.process_after <= now
-    message.state = display.message_state(message.status, message.is_dlq, message.process_after, now)
+    message.state = display.message_state(message.status, False, message.process_after, now)
     return message
 
 
@@ -246,32 +253,28 @@ def _details(message):
 
 # Both write (a new session, a failure counted, a session deleted): a 503 on a full disk, with or
 # without the project's handler500.
-login = same_origin_referrer(xframe_options_deny(answers_unavailable(
+login = csp.protect(same_origin_referrer(xframe_options_deny(answers_unavailable(
     auth_views.LoginView.as_view(
         template_name="forqapp/login.html",
         authentication_form=AdminLoginThrottleForm,  # active staff only; failed logins throttled
         next_page=reverse_lazy("forqapp-ui:dashboard"),
     )
-)))
-logout = same_origin_referrer(xframe_options_deny(answers_unavailable(
+))))
+logout = csp.protect(same_origin_referrer(xframe_options_deny(answers_unavailable(
     auth_views.LogoutView.as_view(next_page=reverse_lazy("forqapp-ui:login"))
-)))
+))))
 
 
 # --- dashboard --------------------------------------------------------------------------------
 
 
-def _overview_context(now: int) -> dict:
+def _overview_context(request: HttpRequest, now: int) -> dict:
+    """The cards count every queue; the table lists a page of them (:mod:`.dashboard`)."""
     overview = freshness.counts("overview", lambda: queries.overview(_now_ms()),
                                 placeholder=queries.Overview(counting=True))
-    overview = dataclasses.replace(overview, rows=[dataclasses.replace(r) for r in overview.rows])  # shared
-    names = [r.name for r in overview.rows] + [r.dlq_name for r in overview.rows]
-    series = history.depth_series(names, now=now, buckets=96) if names else {}
-    for row in overview.rows:
-        row.chart = charts.sparkline(
-            [series.get(row.name), series.get(row.dlq_name)], label=f"{row.name} depth, last 24 hours"
-        )
-    return {"overview": overview, "refresh": REFRESH_SECONDS, "now": _dt(now), "api_base": _api_base()}
+    listing = dashboard_table.Listing.parse(request.GET)
+    return {"overview": overview, "table": dashboard_table.table(overview, listing, now),
+            "refresh": REFRESH_SECONDS, "now": _dt(now), "api_base": _api_base()}
 
 
 def _api_base() -> str:
@@ -288,7 +291,7 @@ def _api_base() -> str:
 
 @ui_view("GET", needs=("view", "queue"), home=True)
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
-    context = _overview_context(_now_ms())
+    context = _overview_context(request, _now_ms())
     if _partial(request):
         return render(request, "forqapp/_overview.html", context)
     return render(request, "forqapp/dashboard.html", context)
@@ -317,7 +320,10 @@ def _policy_context(queue: str, info: services.QueueInfo | None = None,
     else:
         pol, configured = resolved or queries.queue_policy(queue)
         policy, overrides, paused = pol.public(), pol.overrides, pol.paused
-    return {"policy_items": display.policy_items(policy, overrides), "paused": paused, "configured": configured}
+    items = display.policy_items(policy, overrides)
+    backends = [] if vocab.is_dlq(queue) else browse.queue_retries(queue)  # a tasks queue: the backend's retries
+    return {"policy_items": taskpolicy.apply(items, backends), "task_notes": taskpolicy.notes(backends),
+            "paused": paused, "configured": configured}
 
 
 def _flow_context(queue: str, stats: queries.QueueStats, pol: Policy) -> dict:
@@ -353,7 +359,8 @@ def _queue_context(queue: str, now: int) -> dict:
         "regular_queue": vocab.base_of(queue) if is_dlq else queue,
         "dlq_name": queue if is_dlq else vocab.dlq_of(queue),
         "chart": charts.chart(series, label=f"{queue} depth, last 24 hours",
-                              css="line-dlq" if is_dlq else "line-queue"),
+                              css="line-dlq" if is_dlq else "line-queue",
+                              minutes=dashboard_table.minutes_to_next_sample(now) + (0 if series else 5)),
     }
 
 

@@ -18,6 +18,14 @@ document.addEventListener("htmx:confirm", function (evt) {
   }, { once: true });
   dialog.showModal();
 });
+// A refresh marked data-hold-while-dialog waits while a confirmation is open (it would replace the
+// row being confirmed). Here rather than as an hx-trigger filter: htmx evaluates filters, and the
+// pages' Content-Security-Policy allows no eval (forqapp.ui.csp).
+document.addEventListener("htmx:beforeRequest", function (evt) {
+  if (evt.detail.elt.hasAttribute("data-hold-while-dialog") && document.querySelector("dialog[open]")) {
+    evt.preventDefault();
+  }
+});
 // Flash messages fade after a while; errors stay.
 document.addEventListener("htmx:afterSettle", function () {
   document.querySelectorAll(".flash.success").forEach(function (el) {
@@ -45,4 +53,18 @@ document.addEventListener("htmx:responseError", function (evt) {
 });
 document.addEventListener("htmx:sendError", function () {
   forqFlashError("Not done: the server could not be reached. Check the connection and try again.");
+});
+// Copy buttons (the new key's secret): the text of the element data-copy-from names.
+document.addEventListener("click", function (evt) {
+  var button = evt.target.closest ? evt.target.closest("[data-copy-from]") : null;
+  if (!button) return;
+  var source = document.querySelector(button.getAttribute("data-copy-from"));
+  if (!source) return;
+  var done = function () { button.textContent = "Copied"; };
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(source.textContent).then(done);
+  } else {  // plain http on another host: select it, copy the old way
+    window.getSelection().selectAllChildren(source);
+    if (document.execCommand("copy")) done();
+  }
 });
