@@ -449,7 +449,7 @@ def test_a_refused_ack_is_given_up_when_its_lease_ends_or_the_worker_stops(monke
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_heartbeat_survives_a_database_that_cannot_serve(monkeypatch):
+def test_the_heartbeat_survives_a_database_that_cannot_serve(monkeypatch, clock):
     """Audit (a real full disk, nothing else holding the SQLite file open): the heartbeat read the
     queue's policy outside its ``try``, the reconnect failed with "disk I/O error", and the worker
     died. With a refused ack held for a retry, that came within a second of the first refusal."""
@@ -468,12 +468,19 @@ def test_the_heartbeat_survives_a_database_that_cannot_serve(monkeypatch):
     def disk_io_error(*args, **kwargs):
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(services, "policy", disk_io_error)
-    w._heartbeat()  # said, not raised
-    monkeypatch.undo()
-    before = message.lease_expires_at
-    w._heartbeat()  # the database is back: the lease is renewed
-    assert message.lease_expires_at > before and not w._held[message.id].lost
+    with monkeypatch.context() as patched:
+        patched.setattr(services, "policy", disk_io_error)
+        w._heartbeat()  # said, not raised
+    assert w._held[message.id].renewed == 0.0  # (not renewed while the database could not serve)
+    # The database is back: the lease is renewed for the visibility timeout from now. Not "later than
+    # the claim's lease end": a claim and its renewal can share a millisecond (a flaky run saw that;
+    # the frozen clock makes it so every time).
+    renewing_at = services.now_ms()
+    w._heartbeat()
+    held = w._held[message.id]
+    assert held.renewed > 0.0 and not held.lost
+    assert message.lease_expires_at >= renewing_at + services.policy("w-beat").visibility_timeout_ms
+    assert Message.objects.get(id=message.id).lease_expires_at == message.lease_expires_at
     w._held.clear()
     w._shutdown()
 
