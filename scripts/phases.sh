@@ -7,12 +7,18 @@
 # A phase passes on exit status 0 and fails on any other, except PHASE_SKIP (75): "not available
 # here" (no PostgreSQL, no Java, no Python 3.12): "skipped" (the command says why), and a
 # failure under CI=true, where everything must run. Ctrl-C stops the run: the
-# phases not started yet are listed as not run.
+# phases not started yet are listed as not run. A phase's output is shown as it comes (and kept,
+# so that the summary can repeat pytest's closing line under its phase).
 
 PHASE_SKIP=75
 _phase_results=()
 _phase_interrupted=
+_phase_logs=$(mktemp -d)
 trap '_phase_interrupted=1' INT
+trap 'rm -rf "$_phase_logs"' EXIT
+if [ -t 1 ]; then  # colours on the terminal, though the output also goes through tee
+  export PY_COLORS=1 FORCE_COLOR=1 MYPY_FORCE_COLOR=1
+fi
 
 _phase_time() {
   local s=$1
@@ -27,7 +33,9 @@ phase() {  # phase NAME COMMAND [ARGS...]
     return 0
   fi
   echo "==> $name"
-  "$@" || rc=$?
+  local log="$_phase_logs/${#_phase_results[@]}"
+  "$@" 2>&1 | tee -i "$log"
+  rc=${PIPESTATUS[0]}
   if [ -n "$_phase_interrupted" ]; then
     status=interrupted
   elif [ "$rc" -eq 0 ]; then
@@ -38,17 +46,23 @@ phase() {  # phase NAME COMMAND [ARGS...]
     status=failed
     [ "$rc" -eq "$PHASE_SKIP" ] && echo "==> $name: required on CI (CI=true)" >&2
   fi
-  _phase_results+=("$status|$name|$(_phase_time $((SECONDS - start)))")
+  _phase_results+=("$status|$name|$(_phase_time $((SECONDS - start)))|$(_pytest_line "$log")")
   return 0
 }
 
+_pytest_line() {  # pytest's closing line ("12 passed, 1 skipped in 3.05s"), without its colours and rules
+  sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^=* ?[0-9]+ (passed|failed|errors?|skipped|deselected)|^=* ?no tests ran' \
+    | tail -1 | sed -E 's/^=+ //; s/ =+$//'
+}
+
 phases_summary() {
-  local entry status name took failed=()
+  local entry status name took pytest_line failed=()
   echo
   echo "==> summary"
   for entry in "${_phase_results[@]}"; do
-    IFS='|' read -r status name took <<<"$entry"
+    IFS='|' read -r status name took pytest_line <<<"$entry"
     printf '  %-12s %-44s %s\n' "$status" "$name" "$took"
+    [ -z "$pytest_line" ] || printf '  %-12s   %s\n' "" "$pytest_line"
     case $status in failed|interrupted) failed+=("$name") ;; esac
   done
   if [ ${#failed[@]} -gt 0 ]; then

@@ -4,6 +4,7 @@ before it, and one summary at the end says which passed, failed or were skipped.
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,8 @@ def run_phases(body: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def summary(out: str) -> list[tuple[str, str]]:
     lines = out.split("==> summary\n", 1)[1].splitlines()
-    return [(line[2:14].strip(), line[15:59].strip()) for line in lines if not line.startswith("==>")]
+    return [(line[2:14].strip(), line[15:59].strip()) for line in lines
+            if not line.startswith(("==>", " " * 14))]  # (not pytest's closing line, under its phase)
 
 
 FAKE = """
@@ -37,7 +39,7 @@ def test_every_phase_runs_and_one_summary_says_which_failed():
     assert summary(result.stdout) == [("passed", "ok first"), ("failed", "a failing phase"),
                                       ("passed", "runs after the failure"), ("skipped", "not available here")]
     assert result.stdout.rstrip().splitlines()[-1] == "==> FAILED: a failing phase"
-    assert "no such service here" in result.stderr  # the reason of the skip, as the command said it
+    assert "no such service here" in result.stdout  # the reason of the skip, as the command said it
 
 
 def test_on_ci_a_missing_service_is_a_failure():
@@ -68,3 +70,13 @@ def test_ctrl_c_stops_the_run_and_still_says_what_ran():
     result = run_phases('phase "ok" true\nphase "stopped by Ctrl-C" kill -INT $$\nphase "later" true')
     assert result.returncode == 1
     assert summary(result.stdout) == [("passed", "ok"), ("interrupted", "stopped by Ctrl-C"), ("not run", "later")]
+
+
+def test_the_summary_repeats_pytests_closing_line_under_its_phase():
+    pytest_like = r"""printf '..F\n\033[31m===== \033[1m1 failed\033[0m, 2 passed in 0.12s =====\033[0m\n'; exit 1"""
+    result = run_phases(f"phase \"tests on SQLite\" bash -c {shlex.quote(pytest_like)}\nphase \"ruff\" true")
+    lines = result.stdout.split("==> summary\n", 1)[1].splitlines()
+    assert re.fullmatch(r"  failed +tests on SQLite +\d+s", lines[0])
+    assert lines[1] == " " * 17 + "1 failed, 2 passed in 0.12s"  # pytest's line, without its colours
+    assert re.fullmatch(r"  passed +ruff +\d+s", lines[2])
+    assert "===== " in result.stdout.split("==> summary", 1)[0]  # and shown in full as it ran
