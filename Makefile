@@ -1,4 +1,4 @@
-.PHONY: run test bench lint
+.PHONY: run test bench lint docs
 
 run:  ## venv (requirements.txt only), migrations, local secrets, then the server (API :8080, admin UI :8081)
 	scripts/run.sh
@@ -13,3 +13,7 @@ lint:  ## ruff and mypy (installs requirements-dev.txt first)
 	scripts/bootstrap.sh requirements-dev.txt
 	.venv/bin/ruff check .
 	.venv/bin/mypy forqapp
+
+docs:  ## the docs site on http://127.0.0.1:8000, rebuilt as you edit (installs requirements-dev.txt first)
+	scripts/bootstrap.sh requirements-dev.txt
+	.venv/bin/mkdocs serve

@@ -26,9 +26,9 @@ from django.utils.http import urlencode
 
 from . import schedules, services, validation, vocab
 from .errors import ForqError
-from .keys import admin as keys_admin  # noqa: F401 - registers the API keys' admin (issue 16)
+from .keys import admin as keys_admin  # noqa: F401 - registers the API keys' admin
 from .models import DeadLetter, Message, Queue, Schedule, Status
-from .tasks import admin as tasks_admin  # noqa: F401 - registers the task results' admin (issue 14)
+from .tasks import admin as tasks_admin  # noqa: F401 - registers the task results' admin
 from .ui import display, flow, freshness, queries, scheduling
 from .utils import ms_to_datetime, now_ms, pretty_json
 

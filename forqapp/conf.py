@@ -13,12 +13,12 @@ says:
   ``IndexError`` (``FORQ_BACKOFF_MS = ()`` once crashed the first nack);
 * the type the value is given as (an ``int`` setting is read as ``int``: callers coerce nothing);
 * an optional fallback to the environment (Forq's variable names) when ``settings.py`` leaves the
-  name out or empty: the two secrets, so a project that never mentions them (as the README's install
-  section does not) still gets the key its deployment exports, the two listeners' addresses and
+  name out or empty: the two secrets, so a project that never mentions them (as the tutorial's settings
+  lines do not) still gets the key its deployment exports, the two listeners' addresses and
   ``FORQ_SERVE_JOBS``.
 
-The README's "Configuration" table lists every setting with its default; ``tests/test_settings.py``
-keeps the two in step.
+The docs' settings reference (docs/reference/settings.md) is generated from these declarations
+when the docs are built (``scripts/docs_hooks.py``).
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ class Setting(Generic[T]):
 
     @property
     def shown_default(self) -> str:
-        """The default as the README's table writes it."""
+        """The default as the settings reference writes it."""
         return f"`{self.default!r}`"
 
 

@@ -1,4 +1,4 @@
-"""Forq's background jobs (README, "Background jobs"): each a plain function returning how many messages it handled,
+"""Forq's background jobs (docs: how-to/jobs.md): each a plain function returning how many messages it handled,
 and a :class:`Scheduler` that runs them all on Forq's intervals.
 
 Run them with ``manage.py forq_serve`` (by default), ``manage.py forq_jobs`` (one long-running

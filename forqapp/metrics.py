@@ -1,4 +1,4 @@
-"""Every Prometheus metric of forqapp (README, "Metrics"), defined once here and nowhere else.
+"""Every Prometheus metric of forqapp (docs: reference/metrics.md), defined once here and nowhere else.
 
 The API, the Python API, the worker and the jobs all count through the helpers below. With several
 processes (``forq_serve`` workers, ``forq_worker``, ``forq_jobs``) set ``PROMETHEUS_MULTIPROC_DIR``

@@ -265,7 +265,7 @@ class QueueDepthSample(models.Model):
 
 class AuthThrottle(models.Model):
     """Failed API-key checks per client address, shared by every server process and host (the
-    throttle of the README's "HTTP API"). Only requests with a wrong key read or write it."""
+    throttle of the HTTP API: docs/how-to/http-api.md). Only requests with a wrong key read or write it."""
 
     address = models.CharField(primary_key=True, max_length=100)
     failures = models.IntegerField()
@@ -319,5 +319,5 @@ class Lease(models.Model):
         return f"{self.name} held by {self.holder}"
 
 
-from .keys.models import ApiKey, KeyEvent  # noqa: E402, F401 - scoped API keys (issue 16) live in forqapp.keys
-from .tasks.models import TaskRecord  # noqa: E402, F401 - the Django Tasks backend's results (issue 14)
+from .keys.models import ApiKey, KeyEvent  # noqa: E402, F401 - scoped API keys live in forqapp.keys
+from .tasks.models import TaskRecord  # noqa: E402, F401 - the Django Tasks backend's results

@@ -32,9 +32,9 @@ class _Waiter:
 
     __slots__ = ("queues", "event")
 
-    def __init__(self, queues: tuple[str, ...]):
+    def __init__(self, queues: tuple[str, ...], event: threading.Event | None = None):
         self.queues = queues
-        self.event = threading.Event()
+        self.event = event or threading.Event()
 
     def wake(self) -> None:
         self.event.set()
@@ -73,9 +73,10 @@ class Notifier:
         """Block until a message may be due in ``queue`` (or ``timeout`` seconds pass)."""
         self.wait_any((queue,), timeout)
 
-    def wait_any(self, queues, timeout: float) -> None:
-        """Block until a message may be due in any of ``queues`` (or ``timeout`` seconds pass)."""
-        waiter = _Waiter(tuple(queues))
+    def wait_any(self, queues, timeout: float, event: threading.Event | None = None) -> None:
+        """Block until a message may be due in any of ``queues`` (or ``timeout`` seconds pass);
+        ``event``: the caller's, which it may set to end the wait itself (a worker told to stop)."""
+        waiter = _Waiter(tuple(queues), event)
         self._add(waiter)
         try:
             waiter.event.wait(timeout)

@@ -92,6 +92,17 @@ def mark_dead(pid: int | None = None) -> None:
         multiprocess.mark_process_dead(os.getpid() if pid is None else pid)
 
 
+def skip_final_collection() -> None:
+    """The process is about to exit, its work done and closed: spare it the interpreter's last
+    garbage collections, which walk every object once more to free memory the exit frees anyway
+    (measured: over a second on a busy host, between a worker's "stopped" and its exit; 0.1 s
+    without them). The objects go to the collector's permanent generation (``gc.freeze``); the
+    ``atexit`` handlers and the flushing of stdout and stderr still run."""
+    import gc
+
+    gc.freeze()
+
+
 # --- stopping on signals -------------------------------------------------------------------------
 
 _stops: list[Callable[[], None]] = []
@@ -284,5 +295,7 @@ def run_child(spec: str) -> int:
     except CommandError as exc:
         sys.stderr.write(f"CommandError: {exc}\n")
         return exc.returncode
+    finally:
+        skip_final_collection()  # the child exits now
     return 0
 

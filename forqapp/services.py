@@ -94,12 +94,14 @@ class ReceivedMessage:
 
 @dataclass(frozen=True)
 class SendResult:
-    """What a send did: the message's id and sequence, or, when ``deduplicated``, the id of the
-    message its dedup id already named (and sequence 0: nothing was created)."""
+    """What a send did: the message's id, sequence and ``received_at`` (the send time it holds,
+    Unix ms), or, when ``deduplicated``, the id of the message its dedup id already named (and
+    sequence 0, received_at None: nothing was created)."""
 
     id: str
     sequence: int
     deduplicated: bool = False
+    received_at: int | None = None
 
 
 # --- queue policy ------------------------------------------------------------------------------
@@ -336,7 +338,7 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
         _after_produce(st.alias, queue, len(items))
         if ids_only:
             return batch.ids
-        return [SendResult(i, seq) for i, seq in zip(batch.ids, sequences, strict=True)]
+        return [SendResult(i, seq, received_at=now) for i, seq in zip(batch.ids, sequences, strict=True)]
     windows = None
     rows: list[MessageRow]  # (fields by place: id 0, …)
     if batch is not None:
@@ -352,7 +354,7 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
         _after_produce(st.alias, queue, len(rows))
         if ids_only:
             return [r[0] for r in rows]
-        return [SendResult(r[0], seq) for r, seq in zip(rows, sequences, strict=True)]
+        return [SendResult(r[0], seq, received_at=now) for r, seq in zip(rows, sequences, strict=True)]
     results: list[SendResult | None] = [None] * len(rows)
     with transaction.atomic(using=st.alias):
         fresh = []
@@ -370,7 +372,7 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
             _refuse_full(queue, pol.max_length, len(fresh))
         sequences = st.insert([rows[i] for i in fresh]) if fresh else []
     for i, seq in zip(fresh, sequences, strict=True):
-        results[i] = SendResult(rows[i][0], seq)
+        results[i] = SendResult(rows[i][0], seq, received_at=now)
     metrics.deduplicated(queue, len(rows) - len(fresh))
     if fresh:
         _after_produce(st.alias, queue, len(fresh))
@@ -955,7 +957,7 @@ def healthy(*, using: str | None = None) -> bool:
         return False
 
 
-# --- background jobs (README, "Background jobs"): thin wrappers over the store's job SQL, counting metrics ---------
+# --- background jobs (docs: how-to/jobs.md): thin wrappers over the store's job SQL, counting metrics ---------
 
 
 def move_expired_to_dlq(*, dry_run: bool = False, using: str | None = None) -> int:

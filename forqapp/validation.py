@@ -227,7 +227,7 @@ def optional_message_id(value: str | None) -> str | None:
     return message_id(value)
 
 
-# --- message options and queue policy (issue 12) ----------------------------------------------
+# --- message options and queue policy ---------------------------------------------------------
 
 _DEDUP_ID = re.compile(rf"[\x21-\x7e]{{1,{vocab.DEDUP_ID_MAX}}}")  # printable ASCII, no spaces
 

@@ -101,11 +101,12 @@ def serving(caller: Caller) -> Iterator[None]:
 # --- waiting ----------------------------------------------------------------------------------
 
 
-def wait(queues: Iterable[str], timeout: float, *, using: str | None = None) -> None:
-    """Block until a message may be due in any of ``queues``, ``timeout`` passes or the process
-    drains."""
+def wait(queues: Iterable[str], timeout: float, *, using: str | None = None,
+         wake: threading.Event | None = None) -> None:
+    """Block until a message may be due in any of ``queues``, ``timeout`` passes, the process
+    drains or ``wake`` is set."""
     if timeout > 0 and not draining():
-        notifier_for(using or services.alias()).wait_any(tuple(queues), timeout)
+        notifier_for(using or services.alias()).wait_any(tuple(queues), timeout, wake)
 
 
 async def wait_async(queue: str, timeout: float, *, using: str | None = None) -> None:
@@ -119,10 +120,12 @@ async def wait_async(queue: str, timeout: float, *, using: str | None = None) ->
 
 
 def claim(take: Callable[[], T], queues: Iterable[str], timeout: float, *, using: str | None = None,
-          stop: Callable[[], bool] | None = None) -> T:
+          stop: Callable[[], bool] | None = None, wake: threading.Event | None = None) -> T:
     """``take()`` (a claim: a message, a list or a count; falsy when nothing was due), waiting up to
     ``timeout`` seconds for a wake-up on ``queues`` and trying again, until it returns something,
-    the time is up or the process drains; ``stop()`` true after a wait ends it without a claim."""
+    the time is up or the process drains; ``stop()`` true ends it without a claim. ``wake``: an
+    event the caller sets with what makes ``stop()`` true, so that a wait ends at once (cleared
+    here before each wait, then ``stop()`` looked at: a stop in between is never missed)."""
     queues = tuple(queues)
     deadline = time.monotonic() + timeout
     while True:
@@ -130,7 +133,11 @@ def claim(take: Callable[[], T], queues: Iterable[str], timeout: float, *, using
         remaining = deadline - time.monotonic()
         if result or remaining <= 0 or draining():
             return result
-        wait(queues, remaining, using=using)
+        if wake is not None:
+            wake.clear()
+        if stop is not None and stop():
+            return result
+        wait(queues, remaining, using=using, wake=wake)
         if stop is not None and stop():
             return result
 

@@ -87,6 +87,7 @@ class Worker:
         self.start_jitter = (forq_settings.FORQ_WORKER_START_JITTER_MS / 1000 if start_jitter is None
                              else start_jitter)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop(): ends the wait for work at once
         self._work: queue_module.Queue = queue_module.Queue()
         self._results: queue_module.Queue = queue_module.Queue()
         self._held: dict[str, _Held] = {}
@@ -102,8 +103,10 @@ class Worker:
     # -- control ---------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop claiming; :meth:`run` returns once the messages in flight are settled."""
+        """Stop claiming; :meth:`run` returns once the messages in flight are settled (an idle
+        worker at once: the wait for work ends)."""
         self._stop.set()
+        self._wake.set()
 
     @property
     def stopping(self) -> bool:
@@ -174,7 +177,8 @@ class Worker:
                 idle = not self._held and not self.burst
                 self._throttled.clear()
                 if waiting.claim(functools.partial(self._claim, capacity), self.queues,
-                                 IDLE_WAIT_S if idle else 0, using=self.using, stop=self._stop.is_set):
+                                 IDLE_WAIT_S if idle else 0, using=self.using, stop=self._stop.is_set,
+                                 wake=self._wake):
                     continue
                 if self._held:
                     self._wait_result(BUSY_WAIT_S)

@@ -1,6 +1,6 @@
 """The demo / deployable project around forqapp.
 
-Configuration comes from the environment with Forq's variable names (see README, "Configuration").
+Configuration comes from the environment with Forq's variable names (see the docs: reference/settings.md).
 Bad values are reported by forqapp's system checks (``manage.py check``) and stop ``forq_serve``.
 """
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make test`: installs what the tests need (requirements-dev.txt, Java, Chromium), checks the code
-# (ruff, mypy, no model change without its migration), then runs the whole suite on SQLite, the
-# tasks tests under Django 6, and the suite on PostgreSQL. Every phase runs, whatever failed before
-# it; one summary at the end says which passed, failed or were skipped, and the exit status is 1 if
-# any failed. Tests that need Java (Spark), Chromium (browser) or PostgreSQL skip with a reason where
-# those can't be installed; on CI (CI=true) a missing one is a failure instead.
+# (ruff, mypy, the docs site builds, no model change without its migration), then runs the whole
+# suite on SQLite, the tasks tests under Django 6, and the suite on PostgreSQL. Every phase runs,
+# whatever failed before it; one summary at the end says which passed, failed or were skipped, and
+# the exit status is 1 if any failed. Tests that need Java (Spark), Chromium (browser) or
+# PostgreSQL skip with a reason where those can't be installed; on CI (CI=true) a missing one is a
+# failure instead.
 #
 # A new phase is one line below: `phase "its name" command args...` (a command that exits with
 # $PHASE_SKIP, 75, is "skipped": see scripts/phases.sh).
@@ -17,6 +18,8 @@ system_deps() { scripts/ensure-system-deps.sh || return "$PHASE_SKIP"; }
 migrations() {
   FORQ_DB_PATH=:memory: DJANGO_SETTINGS_MODULE=tests.settings $PY manage.py makemigrations --check --dry-run
 }
+# The docs site builds strictly (a broken link or reference is an error).
+docs() { NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site; }
 # The Django Tasks backend serves Django 6's django.tasks too (Python 3.12, a venv of its own): its
 # tests there, and a smoke of the queue, schedules, defer, Python API and admin tests (about a minute).
 django6() {
@@ -37,6 +40,7 @@ phase "install requirements-dev.txt" scripts/bootstrap.sh requirements-dev.txt
 phase "system packages (Java, Chromium)" system_deps
 phase "ruff" .venv/bin/ruff check .
 phase "mypy" .venv/bin/mypy forqapp
+phase "docs (mkdocs build --strict)" docs
 phase "migrations match the models" migrations
 phase "tests on SQLite" $PY -m pytest -p no:cacheprovider "$@"
 phase "tests under Django 6" django6

@@ -1,4 +1,4 @@
-"""Settings like a user's own project (README, "Install into your own project"): forqapp's URLs
+"""Settings like a user's own project (the docs' tutorial): forqapp's URLs
 included in the project's urlconf (``project.urls``: the pages under ``/ui/``), no
 ``FORQ_UI_URLCONF`` and no ``STATIC_ROOT`` (so no ``collectstatic``)."""
 

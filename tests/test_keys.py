@@ -170,7 +170,7 @@ def test_under_django_the_same_scopes_hold(client):
 
 
 def test_least_privilege_producer_and_worker(app):
-    """The README's example: a producer that can only send to orders, a worker that can only consume it."""
+    """The example of docs/how-to/keys.md: a producer that can only send to orders, a worker that can only consume it."""
     producer = new_key("orders-producer", "orders:produce")
     worker = new_key("orders-worker", "orders:consume")
     assert request(app, "POST", "/api/v1/queues/orders/messages", producer.token, b'{"content": "o-1"}')[0] == 204

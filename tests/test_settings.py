@@ -1,5 +1,5 @@
-"""forqapp's settings: one declaration (forqapp/conf.py), read on access, checked with ids, and the
-README's table in step with it."""
+"""forqapp's settings: one declaration (forqapp/conf.py), read on access, checked with ids. (The
+docs' settings reference is generated from the same declaration: tests/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -13,22 +13,6 @@ from forqapp.checks import check_configuration, serve_problems
 from forqapp.conf import SETTINGS, forq_settings
 
 from .conftest import ROOT
-
-
-def readme_settings() -> dict[str, str]:
-    """{setting: default cell} of the README's settings table (Configuration section)."""
-    section = (ROOT / "README.md").read_text().split("<!-- section:configuration -->", 1)[1]
-    section = section.split("<!-- /section:configuration -->", 1)[0]
-    table = section.split("| setting | default |", 1)[1].split("\n\n", 1)[0]
-    rows = {}
-    for line in table.splitlines()[2:]:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        rows[cells[0].strip("`")] = cells[1]
-    return rows
-
-
-def test_the_readme_table_lists_every_setting_with_its_default_and_nothing_else():
-    assert readme_settings() == {name: setting.shown_default for name, setting in SETTINGS.items()}
 
 
 def test_every_forq_setting_read_in_forqapp_is_declared():

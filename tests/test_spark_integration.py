@@ -315,7 +315,7 @@ def test_a_stopped_query_ends_its_leases_and_a_restart_delivers_the_uncommitted_
     driver: query.stop() waits for it to return, and Spark may commit the batch first. Then the
     restart acks it, and the rest comes once.)
 
-    The ending is best effort, as the README says: Spark ends the source's process, and now and
+    The ending is best effort, as docs/how-to/spark.md says: Spark ends the source's process, and now and
     then (once in several CI runs) it had not happened. So the stop runs up to twice, on a fresh
     queue, and must end the leases in one of them; a first miss is printed. Nothing is ever lost."""
     misses = []

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -1242,3 +1243,16 @@ def test_a_task_sent_with_boto3_is_run_by_the_worker(sqs):
     record = TaskRecord.objects.get(id=sent["MessageId"])
     assert record.status == "SUCCESSFUL" and json.loads(record.return_value) == 42
     assert tasks.add.get_result(sent["MessageId"]).return_value == 42
+
+
+def test_the_docs_boto3_example_runs_as_written(server, monkeypatch, capsys):
+    """docs/how-to/sqs.md's boto3 block, with only its endpoint URL pointed at this server: it makes
+    the queue, sends with an attribute, receives and deletes."""
+    page = (ROOT / "docs" / "how-to" / "sqs.md").read_text()
+    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```", page, flags=re.S | re.M)
+                if b.startswith("# shipments.py")]
+    monkeypatch.setenv("FORQ_AUTH_SECRET", SECRET)
+    exec(compile(block.replace("http://localhost:8082", server), "sqs.md", "exec"), {})  # noqa: S102 - the docs' code
+    assert capsys.readouterr().out == (
+        """{"id": 1} {'tenant': {'StringValue': 'acme', 'DataType': 'String'}}\n""")
+    assert forqapp.queue_info("shipments").counts["ready"] == 0  # deleted after it was handled

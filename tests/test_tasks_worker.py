@@ -70,3 +70,45 @@ def test_a_long_task_keeps_its_lease_and_runs_once():
     assert [c for c in tasks.CALLS if c[0] == "slow-start"] == [("slow-start", {"key": "long"})]
     done = tasks.slow.get_result(result.id)
     assert done.status == TaskResultStatus.SUCCESSFUL and done.attempts == 1
+
+
+# An idle forq_worker whose wait for work is 30 s long (forqapp.worker.IDLE_WAIT_S is 1 s; long here,
+# so that a stop that waits it out shows), run as manage.py would.
+LONG_IDLE_WORKER = """
+import sys
+import forqapp.worker
+forqapp.worker.IDLE_WAIT_S = 30.0
+from django.core.management import execute_from_command_line
+execute_from_command_line(["manage.py", "forq_worker", "-v1"])
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_idle_worker_stops_at_once_on_sigterm_or_sigint(tmp_path, signum):
+    """Audit: an idle forq_worker exited about 1 s after SIGTERM — the stop waited for its wait on
+    the notifier to end. The stop now ends that wait: exit well inside a 30 s idle wait."""
+    import subprocess
+    import sys
+
+    procs = WorkerProc(tmp_path, env={"DJANGO_SETTINGS_MODULE": "tests.tasksapp.settings"})
+    err = tmp_path / "idle.err"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", LONG_IDLE_WORKER], cwd=str(procs.env["PYTHONPATH"]),
+                                env=procs.env, stdout=subprocess.DEVNULL, stderr=stderr,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        wait_for(lambda: "thread(s) on" in err.read_text(), 30, "the worker to start")
+        os.kill(proc.pid, signum)
+        started = time.monotonic()
+        try:
+            code = proc.wait(20)
+        except subprocess.TimeoutExpired:
+            code = None
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert code is not None and took < 10, f"still running {took:.1f} s into a 30 s idle wait after the signal"
+    assert code == 0, err.read_text()
+    assert f"{signal.Signals(signum).name} received" in err.read_text()

@@ -1,4 +1,4 @@
-"""Scoped API keys (issue 16): who may do what to which queue.
+"""Scoped API keys (docs: how-to/keys.md): who may do what to which queue.
 
 A key is an access key id (``FQK…``, public, indexed) and a secret, with grants: queue patterns and
 the actions they allow (:data:`PRODUCE`, :data:`CONSUME`, :data:`MANAGE`, :data:`READ`). A client

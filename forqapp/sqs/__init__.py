@@ -1,4 +1,4 @@
-"""forqapp's SQS-compatible face (issue 17): Amazon SQS's JSON 1.0 protocol on its own listener,
+"""forqapp's SQS-compatible face (docs: how-to/sqs.md, reference/sqs.md): Amazon SQS's JSON 1.0 protocol on its own listener,
 ``FORQ_SQS_ADDR``, so that code written for SQS (boto3, the AWS CLI, every AWS SDK) runs against
 forqapp by changing its endpoint URL.
 

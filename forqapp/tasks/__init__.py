@@ -1,5 +1,5 @@
-"""A Django Tasks backend on forqapp's queues (issue 14): ``TASKS = {"default": {"BACKEND":
-"forqapp.tasks.ForqBackend", ...}}``. See the README's "Django Tasks" section.
+"""A Django Tasks backend on forqapp's queues: ``TASKS = {"default": {"BACKEND":
+"forqapp.tasks.ForqBackend", ...}}``. See the docs' how-to/django-tasks.md.
 
 Importing this package imports neither a model (``@task`` is often imported while apps load) nor
 the Tasks framework (``django-tasks`` is optional on Django 5.2: the admin and the jobs import

@@ -42,19 +42,30 @@ OPTION_NAMES = ("queue_prefix", "result_retention", "max_attempts", "backoff")
 
 
 class TaskArgumentsError(InvalidTaskError, TypeError):
-    """A task's arguments (or its return value) that do not survive a strict JSON round trip, or
-    whose JSON is over ``FORQ_MAX_CONTENT_BYTES``. A ``TypeError`` too, as the framework's own
-    ``normalize_json`` raises."""
+    """A task's arguments that do not survive a strict JSON round trip, or whose JSON is over
+    ``FORQ_MAX_CONTENT_BYTES``. A ``TypeError`` too, as the framework's own ``normalize_json``
+    raises, with its wording (``Unsupported type: <class 'datetime.datetime'>``)."""
+
+
+def _unsupported(value: Any) -> Any:
+    raise TypeError(f"Unsupported type: {type(value)}")  # Django's normalize_json's wording
+
+
+def dumps(value: Any) -> str:
+    """``value`` as strict JSON text (no NaN, no infinity, no object that is not JSON). Raises
+    ``TypeError("Unsupported type: <class …>")`` (Django's words) for an object JSON has no type
+    for, ``ValueError`` for NaN or infinity, ``RecursionError`` when nested ~1,000 deep."""
+    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False, default=_unsupported)
 
 
 def to_json(value: Any, what: str) -> str:
-    """``value`` as strict JSON text (no NaN, no infinity, no object that is not JSON); raises
-    :class:`TaskArgumentsError` saying what was refused."""
+    """``value`` as strict JSON text; raises :class:`TaskArgumentsError` saying what was refused
+    (Django's ``Unsupported type: <class …>`` first)."""
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        return dumps(value)
     except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested ~1,000 deep
-        raise TaskArgumentsError(f"{what} must be JSON (str, int, float, bool, None, lists and dicts "
-                                 f"of them): {exc}") from None
+        raise TaskArgumentsError(f"{exc} ({what} must be JSON: str, int, float, bool, None, lists and dicts "
+                                 f"of them)") from None
 
 
 def round_trip(args: Iterable[Any], kwargs: dict[str, Any]) -> tuple[str, list[Any], dict[str, Any]]:
@@ -155,6 +166,12 @@ class ForqBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         messages: list[checks.CheckMessage] = list(super().check(**kwargs))
+        from django.apps import apps
+
+        if not apps.is_installed("forqapp"):  # its tables, jobs and forq_worker are the app's
+            messages.append(checks.Error(
+                f"TASKS[{self.alias!r}]: forqapp.tasks.ForqBackend is configured, but the forqapp app is not installed",
+                hint="Insert 'forqapp' in INSTALLED_APPS", id="forqapp.E064"))
         for queue_name in sorted(self.queues or {DEFAULT_TASK_QUEUE_NAME}):
             if problem := self._queue_problem(queue_name):
                 messages.append(checks.Error(f"TASKS[{self.alias!r}]: {problem}", id="forqapp.E060"))
@@ -196,8 +213,8 @@ class ForqBackend(BaseTaskBackend):
             if exc.code in (errors.PROCESS_AFTER_TOO_FAR, errors.PROCESS_AFTER_IN_PAST):
                 raise InvalidTaskError(f"run_after: {exc}") from None
             raise
-        result: TaskResult = TaskResult(
-            task=task, id=sent.id, status=TaskResultStatus.READY, enqueued_at=utils.ms_to_datetime(now),
+        result: TaskResult = TaskResult(  # enqueued_at: the message's received_at, as get_result shows it
+            task=task, id=sent.id, status=TaskResultStatus.READY, enqueued_at=utils.ms_to_datetime(sent.received_at),
             started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
             backend=self.alias, errors=[], worker_ids=[],
         )

@@ -7,16 +7,31 @@ from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 
 def uses_forq_backend() -> bool:
-    """Whether ``TASKS`` names a ``forqapp.tasks`` backend (and a Tasks framework is installed)."""
+    """Whether ``TASKS`` names a :class:`~forqapp.tasks.ForqBackend` — or a subclass of it, in the
+    project's own module — and a Tasks framework is installed. A ``BACKEND`` that does not import is
+    the framework's to report, not this."""
     tasks = getattr(settings, "TASKS", None)
     if not isinstance(tasks, dict):
         return False
-    if not any(isinstance(p, dict) and str(p.get("BACKEND", "")).startswith("forqapp.tasks") for p in tasks.values()):
+    if find_spec("django.tasks") is None and find_spec("django_tasks") is None:
         return False
-    return find_spec("django.tasks") is not None or find_spec("django_tasks") is not None
+    from .backend import ForqBackend
+
+    for params in tasks.values():
+        path = params.get("BACKEND") if isinstance(params, dict) else None
+        if not isinstance(path, str):
+            continue
+        try:
+            backend = import_string(path)
+        except ImportError:
+            continue
+        if isinstance(backend, type) and issubclass(backend, ForqBackend):
+            return True
+    return False
 
 
 def with_consumers(consumers: dict[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from django.db import transaction
 from .. import errors, services, utils
 from ..db import DATABASE_ERRORS
 from ..errors import ForqError
-from .backend import ForqBackend, TaskArgumentsError, decode, to_json
+from .backend import ForqBackend, decode, dumps
 from .compat import (
     TaskContext,
     TaskError,
@@ -91,6 +91,23 @@ def event_loop() -> asyncio.AbstractEventLoop:
             threading.Thread(target=loop.run_forever, name="forq-tasks-loop", daemon=True).start()
             _loop = loop
         return _loop
+
+
+class _Carried(Exception):  # noqa: N818 - not an error of its own
+    """A ``SystemExit``/``KeyboardInterrupt`` of an async task, carried out of the event loop as an
+    ordinary exception: raised as it is there, it would stop the loop's thread, and the task's
+    caller would wait for ever."""
+
+    def __init__(self, exception: BaseException):
+        super().__init__(exception)
+        self.exception = exception
+
+
+async def _carried(coroutine: Any) -> Any:
+    try:
+        return await coroutine
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Carried(exc) from None
 
 
 # --- outcomes -------------------------------------------------------------------------------
@@ -140,6 +157,10 @@ class TaskRunner:
         self._outcomes[(message.id, message.receipt)] = outcome
 
     def _run(self, message: services.ReceivedMessage, started: int) -> Outcome:
+        """Run the delivery's task. A ``SystemExit`` or ``KeyboardInterrupt`` it raises (``sys.exit()``,
+        ``exit()``) is its failure like any other: the worker runs tasks on handler threads, which
+        never get a signal's ``KeyboardInterrupt`` (the worker's SIGINT/SIGTERM handler, on the main
+        thread, stops the worker as documented)."""
         try:
             data = decode(message.content)
         except ValueError as exc:
@@ -164,14 +185,18 @@ class TaskRunner:
             if task.takes_context:
                 args = [TaskContext(task_result=result), *args]
             if iscoroutinefunction(task.func):
-                value = asyncio.run_coroutine_threadsafe(task.func(*args, **kwargs), event_loop()).result()
+                value = asyncio.run_coroutine_threadsafe(_carried(task.func(*args, **kwargs)), event_loop()).result()
             else:
                 value = task.func(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - a task's failure is its result
+        except BaseException as exc:  # noqa: BLE001 - a task's failure is its result, SystemExit too (see _run)
+            if isinstance(exc, _Carried):
+                exc = exc.exception
             return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc), task=task)
         try:
-            return_json = to_json(value, f"the return value of {task.module_path}")
-        except TaskArgumentsError as exc:
+            return_json = dumps(value)
+        except (TypeError, ValueError, RecursionError) as exc:  # as Django's backends: a TypeError, not retried
+            exc = type(exc)(f"{exc} (the return value of {task.module_path} must be JSON: str, int, float, bool, "
+                            "None, lists and dicts of them)")
             return Outcome(False, started, services.now_ms(), data, exception=exc, error=_error_of(exc), final=True,
                            task=task)
         return Outcome(True, started, services.now_ms(), data, return_json=return_json, task=task, result=result)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 
 from forqapp.tasks import retries
@@ -131,3 +132,23 @@ def upstream_shaped(key):
     n = _bump(key)
     _log("upstream_shaped", key=key, attempt=n)
     raise KeyError(f"attempt {n}")
+
+
+@task
+@retries(max_attempts=1)
+def leaves(how):
+    """Tries to leave the process, as a task may: ``sys.exit``, the ``exit()`` of the REPL (site's),
+    a ``KeyboardInterrupt`` of its own."""
+    _log("leaves", how=how)
+    if how == "sys.exit":
+        sys.exit(3)
+    if how == "exit()":
+        exit(4)  # noqa: PLR1722 - the builtin on purpose: what a careless task calls
+    raise KeyboardInterrupt
+
+
+@task
+@retries(max_attempts=1)
+async def leaves_async():
+    _log("leaves_async")
+    raise SystemExit(5)

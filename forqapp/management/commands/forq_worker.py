@@ -69,6 +69,14 @@ class Command(BaseCommand):
         parser.add_argument("--with-jobs", action="store_true",
                             help="Also run the background jobs (as forq_jobs does) in this process.")
 
+    def run_from_argv(self, argv):
+        """``manage.py forq_worker``: the process exits when the command returns, at once (see
+        :func:`forqapp.process.skip_final_collection`)."""
+        try:
+            super().run_from_argv(argv)
+        finally:
+            process.skip_final_collection()
+
     def handle(self, *args, **options):
         process.configure_logging(options["verbosity"])
         problems = [f"{e.msg} ({e.id})" for e in checks.run_checks()

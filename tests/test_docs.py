@@ -1,0 +1,116 @@
+"""The docs (docs/, README.md): every Python block names only what it imports, the blocks a user
+runs as they are do run, the README's links lead to pages that exist, and the settings reference is
+the one conf.py declares. (The tutorial's blocks are run end to end by tests/test_install.py; the
+site's strict build, every link and anchor checked, is a phase of scripts/test.sh.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forqapp.conf import SETTINGS
+
+from .conftest import ROOT
+
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.rglob("*.md"))
+README = (ROOT / "README.md").read_text()
+
+# What a block that is appended to a file Django generated may use without importing it.
+FRAGMENT_PRELUDES = {
+    "# settings.py": 'BASE_DIR = None\nINSTALLED_APPS = []\nMIDDLEWARE = []\nDATABASES = {"default": {}}\n',
+    "# urls.py": "from django.urls import path\nurlpatterns = []\n",
+}
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def section(text: str, name: str) -> str:
+    return text.split(f"<!-- section:{name} -->", 1)[1].split(f"<!-- /section:{name} -->", 1)[0]
+
+
+def hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_python_block_imports_what_it_uses(tmp_path):
+    """ruff's undefined-name check (F821) over every Python block of the docs and the README: a
+    snippet a user pastes carries its imports. A block that starts ``# settings.py`` or
+    ``# urls.py`` is appended to the file startproject made, and may use the names defined there."""
+    sources = {"README.md": README} | {str(p.relative_to(ROOT)): p.read_text() for p in PAGES}
+    where = {}
+    for name, text in sources.items():
+        for i, block in enumerate(python_blocks(text)):
+            prelude = next((p for first, p in FRAGMENT_PRELUDES.items() if block.startswith(first)), "")
+            path = tmp_path / f"block_{len(where)}.py"
+            path.write_text(prelude + block)
+            where[path.name] = f"{name}, Python block {i + 1}"
+    assert len(where) > 20  # the docs' blocks were found
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F821", "--output-format", "json",
+         str(tmp_path)], capture_output=True, text=True, check=False)
+    found = json.loads(result.stdout)
+    assert [f"{where[Path(f['filename']).name]}: {f['message']}" for f in found] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readme_taste_runs_as_it_is(capsys):
+    exec(compile(section(README, "taste").split("```python\n", 1)[1].split("```", 1)[0], "README", "exec"), {})  # noqa: S102 - the docs' own code
+    assert capsys.readouterr().out == '{"to": "ada@example.com"} 1\n'
+    import forqapp
+
+    info = forqapp.queue_info("emails")
+    assert info.policy["max_attempts"] == 3 and sum(info.counts.values()) == 0  # acked: gone
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_python_api_tour_runs_as_it_is():
+    (block,) = python_blocks(section((DOCS / "how-to" / "python-api.md").read_text(), "python-api"))
+    namespace: dict = {}
+    exec(compile(block, "python-api.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+    assert namespace["message"].content == '{"to": "ada@example.com"}'
+    assert [m.content for m in namespace["batch"]] == ["a"]  # the others are delayed
+    import forqapp
+
+    assert "emails" not in [q.name for q in forqapp.list_queues()]  # the tour ends by deleting it
+
+
+def test_the_readme_is_a_front_door_whose_links_lead_somewhere():
+    assert len(README.splitlines()) <= 300
+    targets = re.findall(r"\]\(((?!https?:)[^)#]+)", README)
+    assert "docs/tutorial.md" in targets and "docs/screenshot-dashboard.png" in targets
+    assert [t for t in targets if not (ROOT / t).exists()] == []
+
+
+def test_every_page_is_in_the_nav():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert [str(p.relative_to(DOCS)) for p in PAGES if str(p.relative_to(DOCS)) not in nav] == []
+
+
+def test_the_settings_reference_is_generated_from_conf():
+    assert "<!-- generated:settings -->" in (DOCS / "reference" / "settings.md").read_text()
+    page = hooks().settings_page()
+    shown = dict(re.findall(r"^### `(FORQ_\w+)`\n\n.+\n\nDefault: (.+?)(?: · environment: .+)?$", page, flags=re.M))
+    assert shown == {name: setting.shown_default for name, setting in SETTINGS.items()}
+    assert "Default: `'localhost:8080'` · environment: any project" in page  # FORQ_API_ADDR: any project
+    assert "Default: `5.0` · environment: demo project" in page  # FORQ_KEYS_CACHE_SECONDS: the demo's
+
+
+def test_the_commands_and_the_http_apis_are_generated_from_the_code():
+    module = hooks()
+    assert "--max-messages" in module.command_help("forq_worker")
+    page = module.openapi_page()
+    assert "### `POST /api/v2/queues/{queue}/messages`" in page and "### `GET /healthcheck`" in page
+    assert "| `content` (required) | string |" in page
