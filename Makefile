@@ -3,7 +3,7 @@
 run:  ## venv (requirements.txt only), migrations, local secrets, then the server (API :8080, admin UI :8081)
 	scripts/run.sh
 
-test:  ## install what the tests need (requirements-dev.txt), ruff, mypy, migrations check, then the suite (SQLite and PostgreSQL)
+test:  ## install what the tests need (requirements-dev.txt), ruff, mypy, migrations check, the suite (SQLite, Django 6, PostgreSQL): every phase runs, one summary at the end
 	scripts/test.sh
 
 bench:  ## the core HTTP and in-process benchmark

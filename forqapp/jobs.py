@@ -143,6 +143,21 @@ JOBS: dict[str, Job] = {
 }
 
 
+# What each job's count means, for its log line: `forqapp job "failed" moved 1 failed message(s)
+# to their DLQ`, not `forqapp job failed: 1` (read as an error).
+DONE = {
+    "expired": "moved %d expired message(s) to their DLQ",
+    "failed": "moved %d failed message(s) to their DLQ",
+    "stale": "took back %d message(s) whose lease ended unsettled (ready again, or failed when out of attempts)",
+    "expired-dlq": "deleted %d expired DLQ message(s)",
+    "failed-dlq": "deleted %d failed DLQ message(s)",
+    "db-optimize": "optimized the database (%d)",
+    "queue-depth": "recorded the depth of %d queue(s)",
+    "schedules": "sent %d scheduled message(s)",
+    "task-results": "deleted %d task result(s) past their retention",
+}
+
+
 def run(name: str, *, dry_run: bool = False, using: str | None = None) -> int:
     """Run one job by name; returns its count. Counted in ``forq_job_runs_total``."""
     return _run(JOBS[name], dry_run=dry_run, using=using)
@@ -414,7 +429,8 @@ class Scheduler:
             logger.exception("forqapp job %s failed; retrying at its next turn", job.name)
             return
         level = logging.INFO if n and job.name != "queue-depth" else logging.DEBUG
-        logger.log(level, "forqapp job %s: %d in %.3fs", job.name, n, time.monotonic() - started)
+        logger.log(level, 'forqapp job "%s" %s in %.3fs', job.name, DONE.get(job.name, "done: %d") % n,
+                   time.monotonic() - started)
 
 
 class ServerJobs:

@@ -140,7 +140,7 @@ class Worker:
         logger.info("forq_worker: %d thread(s) on %s", self.concurrency, ", ".join(self.queues))
         if self.start_jitter > 0:
             self._stop.wait(random.uniform(0, self.start_jitter))  # noqa: S311 - not for secrets
-        last_report, reported = time.monotonic(), 0
+        last_report, reported, said_idle = time.monotonic(), 0, False
         try:
             while True:
                 reset_queries()
@@ -148,12 +148,16 @@ class Worker:
                 self._heartbeat()
                 now = time.monotonic()
                 if now - last_report >= self.report_every:
-                    logger.info(
-                        "forq_worker: %d messages in %.0fs (%.0f/s), %d in flight, %d in total",
+                    # Busy: a line each report_every. Idle: one line when it goes idle, then DEBUG only.
+                    busy = self.processed > reported or bool(self._held)
+                    logger.log(
+                        logging.INFO if busy or not said_idle else logging.DEBUG,
+                        "forq_worker: %d messages in %.0fs (%.0f/s), %d in flight, %d in total%s",
                         self.processed - reported, now - last_report,
                         (self.processed - reported) / (now - last_report), len(self._held), self.processed,
+                        "" if busy else "; idle, waiting for messages",
                     )
-                    last_report, reported = now, self.processed
+                    last_report, reported, said_idle = now, self.processed, not busy
                 if waiting.draining():  # the process is stopping (forqapp.waiting.drain)
                     self._stop.set()
                 if self._stop.is_set() or self._claims_left() == 0:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make run`: everything a first-time user needs, then the server (API + admin UI) on SQLite.
+# `make run`: everything a first-time user needs, then the server (API + admin UI) on SQLite (or on
+# the PostgreSQL of DATABASE_URL=postgres://… make run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -54,29 +55,50 @@ url() {
   echo "http://$host:$port"
 }
 api=$(url "$FORQ_API_ADDR")
-# forq_keys must seal with the server's FORQ_KEYS_SECRET: the file's, or the one exported (which wins).
-keys_cmd="(set -a; . var/local.env; FORQ_DB_PATH=$FORQ_DB_PATH $PY manage.py forq_keys create orders-producer --grant orders:produce)"
+# The database this server uses, as Django sees it (DATABASE_URL, else the SQLite file): its password never printed.
+database=$($PY -c '
+import django
+django.setup()
+from django.db import connection
+s = connection.settings_dict
+if connection.vendor == "sqlite":
+    print("SQLite database:", s["NAME"])
+else:
+    print("%s database: %s on %s:%s (user %s)" % (connection.display_name, s["NAME"], s["HOST"] or "localhost",
+                                                   s["PORT"] or 5432, s["USER"]))
+')
+# forq_keys must use the server's database and seal with its FORQ_KEYS_SECRET: the file's, or the one
+# exported (which wins). Any DATABASE_URL given to make run is carried as it is (quoted for the shell).
+where="FORQ_DB_PATH=$(printf %q "$FORQ_DB_PATH")"
+[ -n "${DATABASE_URL:-}" ] && where="DATABASE_URL=$(printf %q "$DATABASE_URL")"
+keys_cmd="(set -a; . var/local.env; $where $PY manage.py forq_keys create orders-producer --grant orders:produce)"
 if [ -n "${given_FORQ_KEYS_SECRET:-}" ]; then
-  keys_cmd="(s=\$FORQ_KEYS_SECRET; set -a; . var/local.env; FORQ_KEYS_SECRET=\$s FORQ_DB_PATH=$FORQ_DB_PATH $PY manage.py forq_keys create orders-producer --grant orders:produce)
+  keys_cmd="(s=\$FORQ_KEYS_SECRET; set -a; . var/local.env; FORQ_KEYS_SECRET=\$s $where $PY manage.py forq_keys create orders-producer --grant orders:produce)
     # in a shell with the FORQ_KEYS_SECRET you exported for the server"
 fi
+demo_cmd="(set -a; . var/local.env; $where $PY manage.py forq_demo)"
 cat <<MSG
 
-  forqapp is starting — SQLite database: $FORQ_DB_PATH
+  forqapp is starting — $database
 
   API      $api        (X-API-Key: $FORQ_AUTH_SECRET)
   Admin    $(url "$FORQ_UI_ADDR")/   (user admin, password $FORQ_ADMIN_PASSWORD; Django admin at /admin/)
   Jobs     run inside the server: unacked messages come back after 5 min, failed and expired
            ones move to their DLQ, the dashboard's 24-hour charts fill in
            (one scheduler per database; FORQ_SERVE_JOBS=false leaves them to forq_jobs or cron)
+  Ports    FORQ_API_ADDR and FORQ_UI_ADDR, e.g. FORQ_API_ADDR=localhost:9080 FORQ_UI_ADDR=localhost:9081 make run
 
-  Try it from another terminal:
-    KEY='$FORQ_AUTH_SECRET'
-    curl -i -X POST -H "X-API-Key: \$KEY" -d '{"content":"hello"}' $api/api/v1/queues/demo/messages
-    curl -s -H "X-API-Key: \$KEY" $api/api/v1/queues/demo/messages
-    # then, with the "id" and "receipt" it answered:
-    ID=...; RECEIPT=...
-    curl -i -X POST -H "X-API-Key: \$KEY" -H "X-Forq-Receipt: \$RECEIPT" $api/api/v1/queues/demo/messages/\$ID/ack
+  Try it from another terminal (paste the lines as they are): send, receive, then ack with the
+  id and receipt the receive answered.
+    KEY='$FORQ_AUTH_SECRET'; Q=$api/api/v1/queues/demo/messages
+    curl -i -X POST -H "X-API-Key: \$KEY" -d '{"content":"hello"}' \$Q
+    MSG=\$(curl -s -H "X-API-Key: \$KEY" \$Q); echo "\$MSG"
+    ID=\$(echo "\$MSG" | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
+    RECEIPT=\$(echo "\$MSG" | python3 -c 'import json, sys; print(json.load(sys.stdin)["receipt"])')
+    curl -i -X POST -H "X-API-Key: \$KEY" -H "X-Forq-Receipt: \$RECEIPT" \$Q/\$ID/ack
+
+  Pages to look at: fill them with demo queues, messages, a DLQ and a schedule (idempotent):
+    $demo_cmd
 
   Scoped API keys (one queue, some actions; the secret shown once): the admin's "API keys" page, or
     $keys_cmd

@@ -1,37 +1,48 @@
 #!/usr/bin/env bash
 # `make test`: installs what the tests need (requirements-dev.txt, Java, Chromium), checks the code
-# (ruff, mypy, no model change without its migration), then runs the whole suite on SQLite and on
-# PostgreSQL. Tests that need Java (Spark), Chromium (browser) or PostgreSQL skip with a reason where
-# those can't be installed; on CI (CI=true) a missing one is an error instead.
-set -euo pipefail
+# (ruff, mypy, the docs site builds, no model change without its migration), then runs the whole
+# suite on SQLite, the tasks tests under Django 6, and the suite on PostgreSQL. Every phase runs,
+# whatever failed before it; one summary at the end says which passed, failed or were skipped, and
+# the exit status is 1 if any failed. Tests that need Java (Spark), Chromium (browser) or
+# PostgreSQL skip with a reason where those can't be installed; on CI (CI=true) a missing one is a
+# failure instead.
+#
+# A new phase is one line below: `phase "its name" command args...` (a command that exits with
+# $PHASE_SKIP, 75, is "skipped": see scripts/phases.sh).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh requirements-dev.txt
-scripts/ensure-system-deps.sh || { [ "${CI:-}" != "true" ] || exit 1; }
+. scripts/phases.sh
 PY=.venv/bin/python
-echo "==> ruff"
-.venv/bin/ruff check .
-echo "==> mypy"
-.venv/bin/mypy forqapp
-# --- docs: the site builds strictly (a broken link or reference is an error) --------------------
-echo "==> docs (mkdocs build --strict)"
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site
-# ------------------------------------------------------------------------------------------------
-echo "==> migrations match the models"
-FORQ_DB_PATH=:memory: DJANGO_SETTINGS_MODULE=tests.settings $PY manage.py makemigrations --check --dry-run
-echo "==> tests on SQLite"
-$PY -m pytest -p no:cacheprovider "$@"
+
+system_deps() { scripts/ensure-system-deps.sh || return "$PHASE_SKIP"; }
+migrations() {
+  FORQ_DB_PATH=:memory: DJANGO_SETTINGS_MODULE=tests.settings $PY manage.py makemigrations --check --dry-run
+}
+# The docs site builds strictly (a broken link or reference is an error).
+docs() { NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site; }
 # The Django Tasks backend serves Django 6's django.tasks too (Python 3.12, a venv of its own): its
 # tests there, and a smoke of the queue, schedules, defer, Python API and admin tests (about a minute).
-echo "==> tests under Django 6 (scripts/test-django6.sh)"
-scripts/test-django6.sh $(ls tests/test_tasks*.py | grep -v _browser) tests/test_schedules.py tests/test_defer.py \
-  tests/test_python_api.py tests/test_admin.py -m "not browser"
-if scripts/ensure-postgres.sh; then
-  echo "==> tests on PostgreSQL"
-  DATABASE_URL=${FORQ_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/forq_test} \
-    $PY -m pytest -p no:cacheprovider -m "not spark" "$@"
-elif [ "${CI:-}" = "true" ]; then
-  echo "PostgreSQL is required on CI" >&2
-  exit 1
-else
-  echo "==> skipped the PostgreSQL run: no PostgreSQL reachable and none could be installed"
-fi
+django6() {
+  # shellcheck disable=SC2046
+  scripts/test-django6.sh $(ls tests/test_tasks*.py | grep -v _browser) tests/test_schedules.py tests/test_defer.py \
+    tests/test_python_api.py tests/test_admin.py -m "not browser"
+}
+# All but the Spark tests, whose server keeps an SQLite file of its own.
+postgres() {
+  local url rc=0
+  url=$(scripts/ensure-postgres.sh) || rc=$?
+  [ "$rc" -eq 3 ] && return "$PHASE_SKIP"  # unavailable here (it said why); under CI=true it exits 1
+  [ "$rc" -eq 0 ] || return "$rc"
+  DATABASE_URL=$url $PY -m pytest -p no:cacheprovider -m "not spark" "$@"
+}
+
+phase "install requirements-dev.txt" scripts/bootstrap.sh requirements-dev.txt
+phase "system packages (Java, Chromium)" system_deps
+phase "ruff" .venv/bin/ruff check .
+phase "mypy" .venv/bin/mypy forqapp
+phase "docs (mkdocs build --strict)" docs
+phase "migrations match the models" migrations
+phase "tests on SQLite" $PY -m pytest -p no:cacheprovider "$@"
+phase "tests under Django 6" django6
+phase "tests on PostgreSQL" postgres "$@"
+phases_summary

@@ -9,17 +9,25 @@ lines, its view that sends inside ``transaction.atomic()``, its consumer, migrat
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import tomllib
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from .conftest import free_port
 
 pytestmark = pytest.mark.slow  # a wheel build and about 15 Django start-ups: 20-45 s
 
@@ -217,3 +225,146 @@ def test_the_tutorial_on_a_fresh_startproject(tmp_path):
         status, html = pages[name]
         assert status == 200 and error in html, name
     assert "fatal_error" in pages["dead_letters"][1]
+
+
+# --- make run's banner, pasted as it is -----------------------------------------------------------------
+
+RUN_FILES = ("manage.py", "project", "forqapp", "scripts", "templates", "requirements.txt", "requirements-dev.txt",
+             "bench/requirements.txt")
+
+
+def checkout(tmp: Path) -> Path:
+    """A copy of what ``make run`` uses (it writes var/ beside the sources), with this test venv as
+    its .venv, already installed (scripts/bootstrap.sh finds its stamp: no pip run)."""
+    root = tmp / "checkout"
+    for name in RUN_FILES:
+        source, target = ROOT / name, root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy(source, target)
+    venv = root / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    shutil.copy(Path(sys.prefix) / "pyvenv.cfg", venv / "pyvenv.cfg")
+    (venv / "lib").symlink_to(Path(sys.prefix) / "lib")
+    (venv / "bin" / "python").symlink_to(Path(sys.prefix) / "bin" / "python")
+    requirements = b"".join((ROOT / n).read_bytes() for n in ("requirements.txt", "requirements-dev.txt",
+                                                              "bench/requirements.txt"))
+    (venv / ".requirements.sha").write_text(hashlib.sha256(requirements).hexdigest() + "\n")
+    return root
+
+
+def indented_block(banner: str, heading: str) -> str:
+    """The lines to paste under ``heading`` in the banner: the 4-space indented ones that follow it."""
+    lines = banner.split(heading, 1)[1].splitlines()[1:]
+    block = []
+    for line in lines:
+        if line.startswith("    "):
+            block.append(line[4:])
+        elif block or not line.startswith("  "):
+            break
+    return "\n".join(block)
+
+
+class MakeRun:
+    """``scripts/run.sh`` in a copy of the checkout, on free ports, as a user starts it."""
+
+    def __init__(self, tmp: Path, **env: str):
+        self.root = checkout(tmp)
+        self.api = f"127.0.0.1:{free_port()}"
+        self.log = tmp / "run.log"
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                ["scripts/run.sh"], cwd=self.root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env=clean_env(FORQ_API_ADDR=self.api, FORQ_UI_ADDR=f"127.0.0.1:{free_port()}", PYTHONUNBUFFERED="1",
+                              **env))
+        deadline = time.monotonic() + 120
+        while "forqapp API listening on" not in self.output():
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.output()
+            time.sleep(0.1)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def paste(self, heading: str) -> subprocess.CompletedProcess[str]:
+        """The banner's lines under ``heading``, pasted into a user's bash in the checkout (an
+        environment without the server's variables)."""
+        block = indented_block(self.output(), heading)
+        assert block, self.output()
+        return subprocess.run(["bash", "-c", block], cwd=self.root, env=clean_env(), capture_output=True, text=True,
+                              timeout=120)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGINT)  # Ctrl-C
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def send_with(api: str, token: str) -> int:
+    request = urllib.request.Request(f"http://{api}/api/v1/queues/orders/messages", data=b'{"content": "x"}',
+                                     headers={"X-API-Key": token}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - a local test server
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def check_banner(run: MakeRun) -> None:
+    """The round trip, the demo and the scoped key, each pasted as the banner prints it."""
+    banner = run.output()
+    assert "FORQ_API_ADDR=localhost:9080 FORQ_UI_ADDR=localhost:9081 make run" in banner  # how to change the ports
+    trip = run.paste("Try it from another terminal")
+    assert trip.returncode == 0, trip.stderr
+    assert trip.stdout.count("HTTP/1.1 204") == 2, trip.stdout  # the send, then the ack
+    assert '"content": "hello"' in trip.stdout.replace('":"', '": "')
+    demo = run.paste("Pages to look at")
+    assert demo.returncode == 0 and "forq_demo: queues demo-orders" in demo.stdout, demo.stdout + demo.stderr
+    made = run.paste("Scoped API keys")
+    assert made.returncode == 0, made.stderr
+    assert send_with(run.api, made.stdout.strip().splitlines()[-1]) == 204  # sealed and stored as the server's
+
+
+@pytest.mark.slow
+def test_make_runs_banner_pasted_as_it_is(tmp_path):
+    run = MakeRun(tmp_path)
+    try:
+        first = run.output().split("forqapp is starting — ", 1)[1].splitlines()[0]
+        assert first == f"SQLite database: {run.root / 'var' / 'forq.sqlite3'}"
+        check_banner(run)
+    finally:
+        run.stop()
+
+
+@pytest.mark.slow
+def test_make_run_on_postgresql_names_it_and_its_keys_line_uses_it(tmp_path):
+    """Under DATABASE_URL=… make run, the banner said "SQLite database: var/forq.sqlite3" and its
+    forq_keys line wrote the key into SQLite: the server answered 401."""
+    psycopg = pytest.importorskip("psycopg")
+    base = os.environ.get("FORQ_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    name = f"forq_make_run_{os.getpid()}"
+    try:
+        admin = psycopg.connect(base.rsplit("/", 1)[0] + "/postgres", autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as error:
+        pytest.skip(f"no PostgreSQL to run on: {error}")
+    with admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+        url = re.sub(r"//([^:@/]+)@", r"//\1:not-shown-pw@", base.rsplit("/", 1)[0]) + f"/{name}"  # (trust: unused)
+        try:
+            run = MakeRun(tmp_path, DATABASE_URL=url)
+            try:
+                first = run.output().split("forqapp is starting — ", 1)[1].splitlines()[0]
+                assert re.fullmatch(rf"PostgreSQL database: {name} on [\w.]+:\d+ \(user \w+\)", first), first
+                assert "not-shown-pw" not in first
+                check_banner(run)
+                assert not (run.root / "var" / "forq.sqlite3").exists()
+            finally:
+                run.stop()
+        finally:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -225,3 +225,23 @@ def test_django_options_after_a_subcommand_are_taken(argv, capsys):
     assert "unrecognized arguments" not in out.err, out.err
     if argv[0] == "forq_jobs":
         assert out.out.strip() == "failed: would handle 0"
+
+
+def test_a_jobs_log_line_says_what_it_did_not_just_its_name_and_a_number(caplog):
+    """``forqapp job failed: 1`` read as an error: it is the job named "failed" moving one message."""
+    import logging
+
+    craft("said", status=2, attempts=5)
+    craft("said", expired=True)
+    caplog.set_level(logging.DEBUG, logger="forqapp")
+    scheduler = jobs.Scheduler(lease=False)
+    for name in ("failed", "expired", "schedules", "queue-depth"):
+        scheduler._run_one(jobs.JOBS[name])
+    lines = {r.getMessage().split(" in ")[0]: r.levelname for r in caplog.records if "forqapp job" in r.getMessage()}
+    assert lines == {
+        'forqapp job "failed" moved 1 failed message(s) to their DLQ': "INFO",
+        'forqapp job "expired" moved 1 expired message(s) to their DLQ': "INFO",
+        'forqapp job "schedules" sent 0 scheduled message(s)': "DEBUG",  # nothing done: DEBUG
+        'forqapp job "queue-depth" recorded the depth of 1 queue(s)': "DEBUG",  # every 30 s: DEBUG
+    }
+    assert set(jobs.DONE) == set(jobs.JOBS)  # every job says what its count is

@@ -453,3 +453,42 @@ def test_cli_refuses_a_taken_name():
     run("create", "twice", "--grant", "a:read")
     with pytest.raises(CommandError, match="exists already"):
         run("create", "twice", "--grant", "a:read")
+
+
+def test_cli_refuses_to_create_without_the_servers_sealing_key(settings, monkeypatch):
+    """A new user ran ``manage.py forq_keys create`` in a fresh shell (without var/local.env): the key
+    was sealed with a key the server does not use, and its token could never work (401)."""
+    from django.core.management import CommandError
+
+    settings.FORQ_KEYS_SECRET = ""
+    settings.FORQ_AUTH_SECRET = ""
+    monkeypatch.delenv("FORQ_KEYS_SECRET", raising=False)
+    monkeypatch.delenv("FORQ_AUTH_SECRET", raising=False)
+    with pytest.raises(CommandError) as caught:
+        run("create", "orders-producer", "--grant", "orders:produce")
+    assert "FORQ_KEYS_SECRET is not set" in str(caught.value) and "var/local.env" in str(caught.value)
+    assert not ApiKey.objects.exists()
+
+
+def test_cli_refuses_a_sealing_key_that_does_not_open_the_stored_keys(settings):
+    from django.core.management import CommandError
+
+    settings.FORQ_KEYS_SECRET = "the-servers-sealing-key-0123456789abcdef"
+    run("create", "made-by-the-server", "--grant", "a:read")
+    settings.FORQ_KEYS_SECRET = "another-sealing-key-0123456789abcdefgh"
+    for args in (("create", "second", "--grant", "a:read"), ("rotate", "made-by-the-server")):
+        with pytest.raises(CommandError, match="FORQ_KEYS_SECRET differs from the server's"):
+            run(*args)
+    settings.FORQ_KEYS_SECRET = ""  # SECRET_KEY's: not the server's either
+    with pytest.raises(CommandError, match="FORQ_KEYS_SECRET is not set here, and SECRET_KEY is not"):
+        run("create", "second", "--grant", "a:read")
+    assert list(ApiKey.objects.values_list("name", flat=True)) == ["made-by-the-server"]
+    settings.FORQ_KEYS_SECRET = "the-servers-sealing-key-0123456789abcdef"
+    assert run("create", "second", "--grant", "a:read")[-1].startswith("FQK")
+
+
+def test_cli_seals_with_secret_key_when_a_project_does_so_throughout(settings):
+    settings.FORQ_KEYS_SECRET = ""  # documented: empty means derived from SECRET_KEY (the server's too)
+    run("create", "first", "--grant", "a:read")
+    run("create", "second", "--grant", "a:read")
+    assert ApiKey.objects.count() == 2

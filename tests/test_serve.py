@@ -440,13 +440,13 @@ def test_two_servers_on_one_database_run_the_jobs_once_and_hand_over(tmp_path):
             failed = failed_message("twice")
             wait_for(lambda: in_dlq(failed), "the failed job")  # noqa: B023
         time.sleep(1)  # a few renewals of the lease
-        assert first.output().count("forqapp job failed: 1 in") == 3
-        assert "forqapp job failed" not in second.output()
+        assert first.output().count("forqapp job \"failed\" moved 1 failed message(s) to their DLQ in") == 3
+        assert "forqapp job \"failed\"" not in second.output()
         first.stop()  # gives the lease up: the second server takes over at once
         wait_for(lambda: "forq_jobs: running the jobs" in second.output(), "the second server to take over")
         failed = failed_message("twice")
         wait_for(lambda: in_dlq(failed), "the failed job, run by the second server")
-        assert "forqapp job failed: 1 in" in second.output()
+        assert "forqapp job \"failed\" moved 1 failed message(s) to their DLQ in" in second.output()
 
 
 @pytest.mark.slow

@@ -7,8 +7,9 @@ import json
 import re
 from datetime import UTC, datetime
 
+from ..conf import forq_settings
 from ..utils import ms_to_datetime, now_ms
-from . import service
+from . import crypto, service
 from .models import ApiKey
 
 _DURATION = re.compile(r"(\d+)([smhdw])")
@@ -31,6 +32,35 @@ def parse_expires(value: str, now: int | None = None) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
+
+
+WHERE_SEALING_KEY = ("set FORQ_KEYS_SECRET to the server's (in settings.py, or export it; `make run` keeps "
+                     "it in var/local.env: `set -a; . var/local.env; set +a` first)")
+
+
+def sealing_problem() -> str | None:
+    """Why a key made by this process would never work on the server, or None. ``create`` and
+    ``rotate`` seal the new secret with this process's key (``FORQ_KEYS_SECRET``, else
+    ``SECRET_KEY``); the server opens it with its own. Two ways to tell they differ, from here:
+    the newest stored key does not open with this process's key (it was sealed by the server's),
+    or this process has none of a server's secrets (no ``FORQ_KEYS_SECRET``, no
+    ``FORQ_AUTH_SECRET``: a shell without the server's settings)."""
+    own = bool(forq_settings.FORQ_KEYS_SECRET)
+    newest = ApiKey.objects.order_by("-created_at", "-pk").first()
+    if newest is not None:
+        try:
+            crypto.unseal(newest.secret_sealed, newest.access_key_id)
+        except crypto.SealError:
+            which = ("FORQ_KEYS_SECRET differs from the server's" if own else
+                     "FORQ_KEYS_SECRET is not set here, and SECRET_KEY is not the server's sealing key")
+            return (f"this process cannot seal keys the server can open: the newest key ({newest.name}) does not "
+                    f"open with its sealing key ({which}); {WHERE_SEALING_KEY}")
+        return None
+    if not own and not forq_settings.FORQ_AUTH_SECRET:
+        return ("FORQ_KEYS_SECRET is not set (nor FORQ_AUTH_SECRET: this process does not have the server's "
+                "settings), so the key's secret would be sealed with a key the server does not use and the "
+                f"token would never work; {WHERE_SEALING_KEY}")
+    return None
 
 
 def actor() -> str:

@@ -35,6 +35,8 @@ class Command(BaseCommand):
         if problem := database_problem():
             raise CommandError(problem)
         action = options["action"]
+        if action in ("create", "rotate") and (problem := cli.sealing_problem()):
+            raise CommandError(problem)
         try:
             if action == "create":
                 issued = service.create(options["name"], options["grant"], expires_at=options.get("expires"),
