@@ -23,8 +23,9 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from django.utils.safestring import mark_safe
 
-from . import schedules, services, validation, vocab
+from . import admin_cells, schedules, services, validation, vocab
 from .errors import ForqError
 from .keys import admin as keys_admin  # noqa: F401 - registers the API keys' admin
 from .models import DeadLetter, Message, Queue, Schedule, Status
@@ -67,6 +68,24 @@ class DlqFilter(admin.SimpleListFilter):
         if self.value() in ("yes", "no"):
             return queryset.dlq() if self.value() == "yes" else queryset.regular()
         return queryset
+
+
+class DeadLetterStatusFilter(admin.SimpleListFilter):
+    """The statuses dead letters have now (most are ready, waiting for a requeue; one received from
+    its DLQ is processing): never a choice that lists nothing."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        dead = DeadLetter.objects.order_by()
+        return [(str(s.value), s.label) for s in Status if dead.filter(status=s).exists()]
+
+    def queryset(self, request, queryset):
+        try:
+            return queryset.filter(status=Status(int(self.value()))) if self.value() else queryset
+        except ValueError:
+            return queryset.none()
 
 
 def _confirm(modeladmin, request, queryset, *, action: str, verb: str, question: str):
@@ -125,7 +144,9 @@ def delete_messages(modeladmin, request, queryset):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    list_display = ["id", "queue", "message_status", "priority", "attempts", "due", "received", "failure_reason", "error"]
+    # Fits 1366 px beside the sidebars: a short id, a compact date, the failure cut to a few lines
+    # (each whole in a tooltip and on the message's page); priority and attempts are narrow.
+    list_display = ["short_id", "queue_cell", "message_status", "priority", "attempts", "received_on", "failure"]
     list_filter = [QueueFilter, "status", DlqFilter]
     search_fields = ["id"]
     search_help_text = "A message id (exact)."
@@ -138,6 +159,14 @@ class MessageAdmin(admin.ModelAdmin):
               "attributes_table", "failure_reason", "last_error", "pretty_content"]
     # mypy types `fields` as the base class's field groups; it holds plain names here.
     readonly_fields = fields  # type: ignore[assignment]
+    list_title = "Messages"
+
+    @property
+    def media(self):
+        return super().media + admin_cells.MEDIA
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"title": self.list_title, **(extra_context or {})})
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -178,15 +207,41 @@ class MessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def message_status(self, obj):
-        """As the queue pages say it: a dead letter (stored as ready, waiting for a requeue or a
-        delete) is "dead", a ready message not yet due "delayed"; a lease ended says so."""
+        """The stored status, as the API and Spark say it (a dead letter is ready, waiting for a
+        requeue or a delete: its queue and failure say it is dead); a ready message not yet due
+        and a lease that ended say so."""
         now = now_ms()
-        state = display.message_state(obj.status, obj.is_dlq, obj.process_after, now)
-        if state == "dead":
-            return format_html('<span title="{}">dead</span>', "A dead letter: requeue it or delete it.")
+        status = Status(obj.status).label
         if obj.status == Status.PROCESSING and obj.process_after <= now:
-            return format_html('<span title="{}">processing (lease ended)</span>', "The next receive takes it.")
-        return state
+            return format_html('{} <span class="quiet" title="{}">(lease ended)</span>', status,
+                               "The next receive takes it.")
+        if obj.status == Status.READY and obj.process_after > now:
+            return format_html('{} <span class="quiet" title="due {}">(delayed)</span>', status,
+                               admin_cells.full_time(obj.process_after))
+        return status
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj):
+        return admin_cells.short_id(obj.id)
+
+    @admin.display(description="queue", ordering="queue")
+    def queue_cell(self, obj):
+        return admin_cells.breakable(obj.queue)
+
+    @admin.display(description="received", ordering="received_at")
+    def received_on(self, obj):
+        return admin_cells.when(obj.received_at)
+
+    @admin.display(description="failure", ordering="failure_reason")
+    def failure(self, obj):
+        """Why it failed (in words; the stored code in the tooltip) over the consumer's own error, cut
+        to a few lines (whole in its tooltip and on the message's page)."""
+        if not obj.failure_reason and not obj.last_error:
+            return "—"
+        reason = (format_html('<strong class="forq-reason" title="{}">{}</strong>', obj.failure_reason,
+                              obj.failure_reason.replace("_", " ")) if obj.failure_reason else "")
+        return format_html("{}{}", reason, admin_cells.clipped(obj.last_error, ERROR_PREVIEW, css="forq-error",
+                                                                empty=""))
 
     @admin.display(description="due", ordering="process_after")
     def due(self, obj):
@@ -235,23 +290,24 @@ class MessageAdmin(admin.ModelAdmin):
                                 attributes.items())
         return format_html('<table class="forq-attributes">{}</table>', rows)
 
-    @admin.display(description="last error")
-    def error(self, obj):
-        """The consumer's own error, cut for the list (the change page shows all of it)."""
-        text = obj.last_error or ""
-        if len(text) <= ERROR_PREVIEW:
-            return text or "—"
-        return format_html('<span title="{}">{}…</span>', text, text[:ERROR_PREVIEW])
-
     @admin.display(description="content")
     def pretty_content(self, obj):
         text, _ = pretty_json(obj.content)
-        return format_html('<pre style="white-space: pre-wrap; max-width: 60rem; margin: 0">{}</pre>', text)
+        return format_html('<pre class="forq-content">{}</pre>', text)
 
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(MessageAdmin):
-    list_filter = [QueueFilter, "status", "failure_reason"]
+    # Attempts start again at 0 in a DLQ, and the priority is the queue's business: the failure and
+    # when the DLQ's retention drops it instead.
+    list_display = ["short_id", "queue_cell", "message_status", "failure", "received_on", "expires_on"]
+    list_filter = [QueueFilter, DeadLetterStatusFilter, "failure_reason"]
+    list_title = "Dead letters"
+
+    @admin.display(description="dropped", ordering="expires_after")
+    def expires_on(self, obj):
+        """When the DLQ's retention deletes it (unless requeued or deleted first)."""
+        return admin_cells.when(obj.expires_after)
 
 
 # --- queues -----------------------------------------------------------------------------------
@@ -498,7 +554,8 @@ def purge_queues(modeladmin, request, queryset):
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
     form = QueueForm
-    # The counts first, the policy last: it wraps in the width they leave.
+    # The counts first, the policy last: it wraps in the width they leave (the queue's own settings
+    # only, the whole policy in a tooltip and on the queue's page).
     list_display = ["name", "paused", "ready", "delayed", "in_flight", "failed", "dlq", "throttled", "policy"]
     search_fields = ["name"]
     search_help_text = "A queue name (or part of it)."
@@ -507,6 +564,10 @@ class QueueAdmin(admin.ModelAdmin):
     show_full_result_count = False
     actions = [pause_queues, resume_queues, purge_queues]
     info_fields = ["counts", "flow_control", "resolved_policy", "last_sequence_number", "created", "updated", "links"]
+
+    @property
+    def media(self):
+        return super().media + admin_cells.MEDIA
 
     def get_fieldsets(self, request, obj=None):
         policy = ("Policy", {
@@ -573,10 +634,21 @@ class QueueAdmin(admin.ModelAdmin):
             obj.forq_dlq = stats.get(vocab.dlq_of(obj.name)) or queries.QueueStats(vocab.dlq_of(obj.name))
         return obj.forq_stats, obj.forq_dlq
 
-    @admin.display(description="policy (bold: set on this queue, grey: global)")
+    @admin.display(description="policy set on this queue")
     def policy(self, obj):
+        """What the queue sets itself, one line each; the rest follows the global settings. The
+        whole policy in force is in the tooltip (and on the queue's page)."""
         resolved = getattr(obj, "forq_policy", None) or queries.policy_of(obj)
-        return _policy_html(resolved.public(), resolved.overrides, inline=True)
+        items = display.policy_items(resolved.public(), resolved.overrides)
+        everything = " · ".join(f"{i.label}: {i.value}{'' if i.overridden else ' (global)'}" for i in items)
+        own = [i for i in items if i.overridden]
+        if not own:
+            return format_html('<span class="quiet forq-policy" title="{}">the global settings</span>', everything)
+        return format_html(
+            '<span class="forq-policy" title="{}">{}{}</span>', everything,
+            format_html_join("", '<span class="forq-own">{}: <strong>{}</strong></span>',
+                             ((i.label, i.value) for i in own)),
+            mark_safe('<span class="quiet forq-own">the rest: global</span>') if len(own) < len(items) else "")
 
     @admin.display(description="ready")
     def ready(self, obj):
@@ -595,7 +667,7 @@ class QueueAdmin(admin.ModelAdmin):
                                f.in_flight_text)
         return f.in_flight_text
 
-    @admin.display(description=f"throttled claims ({flow.SINCE})")
+    @admin.display(description="throttled claims")
     def throttled(self, obj):
         """Claims the queue's limits held back, by reason; "—" for a queue without limits."""
         f = self._flow_of(obj)
@@ -603,8 +675,8 @@ class QueueAdmin(admin.ModelAdmin):
             return "—"
         if not f.counted:
             return format_html('<span class="quiet" title="{}">not counted</span>', flow.NOT_COUNTED)
-        return format_html_join(" · ", '<span title="{}">{}: {}</span>',
-                                ((_REASON_HELP.get(r, r), r, n) for r, n in f.throttled_items))
+        return format_html_join("", '<span title="{}">{}: {}</span>',
+                                ((f"{_REASON_HELP.get(r, r)}, {flow.SINCE}", r, n) for r, n in f.throttled_items))
 
     @admin.display(description="failed")
     def failed(self, obj):

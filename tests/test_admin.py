@@ -53,9 +53,10 @@ def test_changelists_filters_and_search(admin_client_):
     assert mid.encode() not in dl.content and d[1].encode() in dl.content
 
 
-def test_the_lists_say_each_messages_state_as_the_queue_pages_do(admin_client_):
-    """A dead letter is stored as ready (waiting for a requeue): the lists say "dead", as the
-    queue pages do; a message not yet due "delayed"; a lease that ended says so."""
+def test_the_lists_say_each_messages_real_status(admin_client_):
+    """A dead letter is stored as ready (waiting for a requeue): the lists say "ready", as the API
+    and Spark do, never "dead" (its queue, the dead letters' list and its failure say what it is);
+    a message not yet due is ready "(delayed)"; a lease that ended says so."""
     import re
 
     ready, later = forqapp.send("emails", "a"), forqapp.send("emails", "b", delay=3600)
@@ -65,10 +66,13 @@ def test_the_lists_say_each_messages_state_as_the_queue_pages_do(admin_client_):
     page = admin_client_.get("/admin/forqapp/message/").content.decode()
     cells = {mid: re.sub("<[^>]*>", "", re.search(rf"{mid}.*?field-message_status\">(.*?)</td>", page, re.S).group(1))
              for mid in (ready, later, lapsed.id, d)}
-    assert cells == {ready: "ready", later: "delayed", lapsed.id: "processing (lease ended)", d: "dead"}, cells
-    dead_letter = '<span title="A dead letter: requeue it or delete it.">dead</span>'
-    assert dead_letter in admin_client_.get("/admin/forqapp/deadletter/").content.decode()
-    assert dead_letter in admin_client_.get(f"/admin/forqapp/deadletter/{d}/change/").content.decode()
+    assert cells == {ready: "ready", later: "ready (delayed)", lapsed.id: "processing (lease ended)", d: "ready"}, cells
+    for url in ("/admin/forqapp/deadletter/", f"/admin/forqapp/deadletter/{d}/change/", "/admin/forqapp/message/"):
+        page = admin_client_.get(url).content.decode()
+        assert ">dead<" not in page and "dead</span>" not in page, url
+    listing = admin_client_.get("/admin/forqapp/deadletter/").content.decode()
+    assert "<title>Dead letters | forqapp admin</title>" in listing and "<h1>Dead letters</h1>" in listing
+    assert re.sub("<[^>]*>", "", re.search(r'field-message_status">(.*?)</td>', listing, re.S).group(1)) == "ready"
 
 
 def test_detail_is_read_only_escaped_and_pretty(admin_client_):
@@ -149,7 +153,8 @@ def test_the_consumers_error_shows_in_the_admin_and_the_ui(admin_client_):
     Message.objects.filter(id=long).update(last_error="ValueError: " + "x" * 300)
     for url in ("/admin/forqapp/deadletter/", "/admin/forqapp/message/"):
         page = admin_client_.get(url).content.decode()
-        assert "last error" in page.lower() and "fatal_error" in page
+        assert '<th scope="col" class="sortable column-failure">' in page
+        assert '<strong class="forq-reason" title="fatal_error">fatal error</strong>' in page
         assert "forqapp.errors.FatalError: no &lt;b&gt;recipient&lt;/b&gt;" in page  # escaped
         assert "ValueError: " + "x" * 68 + "…" in page  # cut in the list, whole in its title
     for url in (f"/admin/forqapp/deadletter/{d}/change/", f"/admin/forqapp/message/{d}/change/"):
@@ -220,12 +225,12 @@ def test_queue_list_shows_policy_state_and_counts(admin_client_):
     assert page.status_code == 200
     html = page.content.decode()
     emails, sms = html.split('class="field-name"')[1:3]
-    # Policy: the queue's own values in bold, the global ones grey.
-    assert 'Max attempts: <strong title="set on this queue">3</strong>' in emails
-    assert 'Visibility timeout: <strong title="set on this queue">30 s</strong>' in emails
-    assert 'Retention: <span class="quiet" title="the global setting">1 d</span>' in emails
-    assert 'Max attempts: <span class="quiet" title="the global setting">5</span>' in sms
-    assert "<strong" not in sms
+    # Policy: the queue's own values, a line each; the rest global; the whole policy in the tooltip.
+    assert '<span class="forq-own">Max attempts: <strong>3</strong></span>' in emails
+    assert '<span class="forq-own">Visibility timeout: <strong>30 s</strong></span>' in emails
+    assert "the rest: global" in emails and "Retention: 1 d (global)" in emails  # (the tooltip)
+    assert 'title="Max attempts: 5 (global) · ' in sms and ">the global settings</span>" in sms
+    assert "forq-own" not in sms
     # Paused state and counts by state.
     assert 'alt="True"' in emails.split('class="field-policy"')[0]
     assert 'alt="False"' in sms.split('class="field-policy"')[0]
@@ -460,10 +465,10 @@ def test_queue_list_and_page_show_in_flight_against_the_limit_and_throttled_clai
     first = limited_queue(name)
     forqapp.send("sms", "hi")
     html = admin_client_.get("/admin/forqapp/queue/").content.decode()
-    assert "throttled claims (since this server started)" in html.lower()
+    assert "throttled claims" in html.lower() and 'since this server started">concurrency: 1</span>' in html
     row = html.split(f'value="{name}"')[1].split("</tr>")[0]
     assert '<td class="field-in_flight"><strong title="every slot taken' in row and ">2 / 2</strong>" in row
-    assert ">concurrency: 1</span> · <span" in row and ">rate: 1</span>" in row
+    assert ">concurrency: 1</span><span" in row and ">rate: 1</span>" in row
     sms = html.split('value="sms"')[1].split("</tr>")[0]
     assert '<td class="field-in_flight">0</td>' in sms and '<td class="field-throttled">—</td>' in sms
     page = admin_client_.get(f"/admin/forqapp/queue/{name}/change/").content.decode()

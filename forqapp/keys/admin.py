@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from .. import admin_cells
 from ..utils import ms_to_datetime, now_ms
 from . import grants, service
 from .cli import parse_expires
@@ -28,15 +29,26 @@ def _dt(ms: int | None) -> str:
     return "—" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _when(ms: int | None) -> str:
+    return admin_cells.when(ms, empty="never")
+
+
 class KeyForm(forms.ModelForm):
-    grants_text = forms.CharField(label="Grants", widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
-                                  help_text=GRANTS_HELP)
-    expires = forms.CharField(required=False, help_text="a duration from now (90d, 12h, 30m) or a date and "
-                              "time, UTC unless it says (YYYY-MM-DD HH:MM); empty: never")
+    # Full-width fields (admin.css), each placeholder whole.
+    grants_text = forms.CharField(
+        label="Grants", help_text=GRANTS_HELP,
+        widget=forms.Textarea(attrs={"rows": 4, "class": "forq-wide",
+                                     "placeholder": "orders:produce\nreports.*:read\norders+dlq:consume"}))
+    expires = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"class": "forq-wide",
+                                                      "placeholder": "90d, 12h, 30m or 2027-01-01 00:00 (empty: never)"}),
+        help_text="a duration from now (90d, 12h, 30m) or a date and time, UTC unless it says (YYYY-MM-DD HH:MM); "
+                  "empty: never")
 
     class Meta:
         model = ApiKey
         fields = ("name",)
+        widgets = {"name": forms.TextInput(attrs={"class": "forq-wide", "placeholder": "orders-producer"})}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -132,9 +144,17 @@ def enable_keys(modeladmin, request, queryset):
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     form = KeyForm
-    list_display = ("name", "access_key_id", "grant_list", "state", "expires", "last_used", "created")
+    list_display = ("name", "access_key_id_cell", "grant_list", "state", "expires_on", "last_used_on", "created_on")
     search_fields = ("name", "access_key_id")
     actions = (revoke_keys, rotate_keys, disable_keys, enable_keys)
+
+    @property
+    def media(self):
+        return super().media + admin_cells.MEDIA
+
+    @admin.display(description="access key id", ordering="access_key_id")
+    def access_key_id_cell(self, obj: ApiKey) -> str:
+        return format_html('<code class="forq-id">{}</code>', obj.access_key_id)
 
     def get_fields(self, request, obj=None):
         if obj is None:
@@ -160,9 +180,18 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def state(self, obj: ApiKey) -> str:
         return service.state(obj)
 
+    # The list's dates are compact (the full date in their tooltip); the key's page has them whole.
     @admin.display(description="expires", ordering="expires_at")
-    def expires(self, obj: ApiKey) -> str:
-        return _dt(obj.expires_at) if obj.expires_at else "never"
+    def expires_on(self, obj: ApiKey) -> str:
+        return _when(obj.expires_at)
+
+    @admin.display(description="last used", ordering="last_used_at")
+    def last_used_on(self, obj: ApiKey) -> str:
+        return _when(obj.last_used_at)
+
+    @admin.display(description="created", ordering="created_at")
+    def created_on(self, obj: ApiKey) -> str:
+        return format_html('{} <span class="quiet">by {}</span>', _when(obj.created_at), obj.created_by or "—")
 
     @admin.display(description="last used", ordering="last_used_at")
     def last_used(self, obj: ApiKey) -> str:

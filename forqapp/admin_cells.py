@@ -1,0 +1,72 @@
+"""The cells of forqapp's admin lists, made to fit a 1366 px window beside Django's sidebars: a long
+id shortened to its last characters (the whole id in a tooltip, and on its page), a date in a few
+characters (the full date, to the millisecond, in a tooltip), a long text cut to a few lines (the
+whole text in a tooltip and on the detail page). Everything escaped (``format_html``); the look is
+``forqapp/admin.css``'s (:data:`MEDIA`: no inline style, the staff pages' Content-Security-Policy
+allows none)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from django import forms
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from .utils import ms_to_datetime, now_ms
+
+ID_TAIL = 8  # characters of an id the lists show: a UUIDv7's random end (its start is a clock)
+
+#: The admin pages' stylesheet and script (the lists' cells, the copy buttons).
+MEDIA = forms.Media(css={"all": ["forqapp/admin.css"]}, js=["forqapp/copy.js"])
+
+
+def full_time(ms: int) -> str:
+    """``2026-11-28 08:32:01.123 UTC``."""
+    when = ms_to_datetime(ms)
+    assert when is not None  # noqa: S101 - ms is an int
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d} UTC"
+
+
+def compact_time(ms: int, now: int | None = None) -> str:
+    """Today's ``08:32:01``; this year's ``Nov 28 08:32``; older ``2025-11-28`` (in UTC, as the
+    tooltip of :func:`when` says)."""
+    when = ms_to_datetime(ms)
+    today = datetime.fromtimestamp((now_ms() if now is None else now) / 1000, tz=when.tzinfo) if when else None
+    if when is None or today is None:
+        return "—"
+    if when.date() == today.date():
+        return when.strftime("%H:%M:%S")
+    if when.year == today.year:
+        return when.strftime("%b %d %H:%M")
+    return when.strftime("%Y-%m-%d")
+
+
+def when(ms: int | None, now: int | None = None, *, empty: str = "—") -> SafeString | str:
+    """A date cell: compact, on one line, the full date in its tooltip."""
+    if ms is None:
+        return empty
+    return format_html('<time class="forq-when" title="{}">{}</time>', full_time(ms), compact_time(ms, now))
+
+
+def short_id(value: str) -> SafeString:
+    """An id cell: ``…cb2b792c2d79``-like, monospace, the whole id in its tooltip."""
+    shown = value if len(value) <= ID_TAIL + 1 else "…" + value[-ID_TAIL:]
+    return format_html('<code class="forq-id" title="{}">{}</code>', value, shown)
+
+
+def breakable(name: str) -> SafeString:
+    """A queue's (or a task's) name that wraps after its ``.``, ``-`` and ``_``, not in a word."""
+    parts = [part for part in re.split(r"(?<=[._-])", name) if part]
+    return format_html('<span class="forq-name">{}</span>', format_html_join(mark_safe("<wbr>"), "{}",
+                                                                             ((p,) for p in parts)))
+
+
+def clipped(text: str | None, limit: int, *, css: str = "forq-clip", empty: str = "—") -> SafeString | str:
+    """A long text cut to ``limit`` characters (and to a few lines by the stylesheet), the whole text
+    in its tooltip."""
+    if not text:
+        return empty
+    shown = text if len(text) <= limit else text[:limit] + "…"
+    return format_html('<span class="{}" title="{}">{}</span>', css, text, shown)
