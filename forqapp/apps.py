@@ -3,7 +3,7 @@ from django.apps import AppConfig
 
 class ForqConfig(AppConfig):
     name = "forqapp"
-    verbose_name = "Forq queues"
+    verbose_name = "forqapp"  # the product's one name, in the admin too
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from . import admin_site  # noqa: F401 - names the admin site (forqapp)
+
 urlpatterns = [
     path("", include("forqapp.urls")),
     path("admin/", admin.site.urls),

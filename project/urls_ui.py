@@ -11,6 +11,8 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic.base import RedirectView
 
+from . import admin_site  # noqa: F401 - names the admin site (forqapp)
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("forqapp.ui.urls")),
