@@ -105,3 +105,41 @@ def test_the_admin_lists_fit_1366_px(live_ui, browser_page, staff_user, busy):
         if not fits(sizes):
             too_wide[name] = sizes
     assert not too_wide
+
+
+def clipboard(page) -> str:
+    return page.evaluate("() => navigator.clipboard.readText()")
+
+
+def test_the_admin_key_form_is_full_width_and_the_new_secret_copies(live_ui, browser_page, staff_user):
+    page = browser_page
+    page.set_viewport_size({"width": WIDTH, "height": 900})
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_ui)
+    page.goto(live_ui + "/admin/")
+    admin_login(page)
+    page.goto(live_ui + "/admin/forqapp/apikey/add/")
+    # Full-width fields: each placeholder reads whole (no field narrower than its placeholder).
+    for field in ("#id_name", "#id_grants_text", "#id_expires"):
+        box = page.locator(field).bounding_box()
+        assert box["width"] >= 400, (field, box)
+        assert page.evaluate(f"""() => {{ const f = document.querySelector('{field}');
+            return f.scrollWidth <= f.clientWidth; }}""")
+    assert page.get_attribute("#id_expires", "placeholder") == "90d, 12h, 30m or 2027-01-01 00:00 (empty: never)"
+    shot(page, "admin-1366-api-key-add")
+    page.fill("#id_name", "copy-me")
+    page.fill("#id_grants_text", "orders:produce")
+    with page.expect_navigation():
+        page.click("input[name=_save]")
+    page.wait_for_selector("[data-testid=issued-key]")
+    token = page.inner_text("[data-testid=token]")
+    secret = page.inner_text("[data-testid=secret]")
+    assert token.endswith("." + secret)
+    page.click("[data-testid=copy-token]")
+    page.wait_for_function("() => document.querySelector('[data-testid=copy-token]').textContent === 'Copied'")
+    assert clipboard(page) == token
+    page.click("[data-testid=copy-secret]")
+    page.wait_for_function("() => document.querySelector('[data-testid=copy-secret]').textContent === 'Copied'")
+    assert clipboard(page) == secret
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= WIDTH
+    shot(page, "admin-1366-api-key-created")
+
