@@ -76,11 +76,11 @@ def test_admin_login_and_dead_letter_actions_in_a_browser(live_ui, browser_page,
     page.click("a[href='/admin/forqapp/deadletter/']")
     page.wait_for_selector("#result_list")
     assert page.locator("#result_list tbody tr").count() == 6
-    # Each row's status as the queue pages say it (stored as ready, waiting for a requeue), its
-    # meaning in a tooltip; the status column's header sorts.
+    # Each row's real status (stored as ready, waiting for a requeue: as the API says it), under the
+    # list's title; the status column's header sorts.
     statuses = page.locator("#result_list tbody td.field-message_status")
-    assert statuses.all_inner_texts() == ["dead"] * 6
-    assert statuses.first.locator("span").get_attribute("title") == "A dead letter: requeue it or delete it."
+    assert statuses.all_inner_texts() == ["ready"] * 6
+    assert page.inner_text("h1") == "Dead letters"
     assert page.locator("#result_list thead th.column-message_status a").count() == 1
     shot(page, "admin-dead-letters")
 
@@ -150,7 +150,8 @@ def test_queue_admin_pause_purge_and_policy_form_in_a_browser(live_ui, browser_p
     assert page.locator("#result_list tbody tr").count() == 2
     emails = page.locator("#result_list tbody tr", has=page.locator("input[value='emails']"))
     assert emails.locator("td.field-ready").inner_text() == "3"
-    assert "Max attempts: 5" in emails.locator("td.field-policy").inner_text()
+    policy = emails.locator("td.field-policy span.forq-policy")
+    assert policy.inner_text() == "the global settings" and "Max attempts: 5 (global)" in policy.get_attribute("title")
 
     # Pause: reversible, so no confirmation page.
     pick_action(page, "emails", "pause_queues")
