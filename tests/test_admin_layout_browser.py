@@ -105,6 +105,12 @@ def test_the_admin_lists_fit_1366_px(live_ui, browser_page, staff_user, busy):
         if not fits(sizes):
             too_wide[name] = sizes
     assert not too_wide
+    # A dead letter's page: its content and its whole error, within the window.
+    page.goto(live_ui + f"/admin/forqapp/deadletter/{busy['dead'][0]}/change/")
+    page.wait_for_selector(".field-last_error")
+    assert LONG_ERROR in page.inner_text(".field-last_error")
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= WIDTH
+    shot(page, "admin-1366-dead-letter")
 
 
 def clipboard(page) -> str:
