@@ -47,6 +47,7 @@ def busy() -> dict[str, list[str]]:
     services.claim_many("emails", 2)
     forqapp.send_many("payments.eu-west.settlements-nightly", ["p"] * 3)
     forqapp.send("sms", "hi")
+    forqapp.send("x" * 80, "a queue name of 80 characters, without a . - or _ to wrap at")
     now = services.now_ms()
     dead = ids.new_ids(6)
     store.for_alias(connection.alias).insert(
