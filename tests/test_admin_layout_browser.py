@@ -1,7 +1,7 @@
 # ruff: noqa: S106, F811  (test passwords; the fixtures imported from test_ui_browser)
 """The Django admin's lists at 1366 px in Debian's Chromium, on the real UI listener: messages, dead
 letters, queues, API keys and task results fit the window (no sideways scrolling, nothing cut
-off), and the copy buttons of a new key's secret copy it (the admin's and the HTMX page's)."""
+off), and the copy buttons of a new key's secret copy it."""
 
 from __future__ import annotations
 

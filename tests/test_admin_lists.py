@@ -2,7 +2,7 @@
 """The admin's lists as a 1366 px window needs them (the layout itself: tests/test_admin_layout_browser.py):
 short ids and compact dates with the whole value in a tooltip, the failure shown, a dead letter's
 real status and only the status choices dead letters have; the product's one name, forqapp; the
-key forms' full-width fields and the copy buttons of a new secret, in static files only."""
+admin key form's full-width fields and the copy buttons of a new secret, in static files only."""
 
 from __future__ import annotations
 
@@ -150,18 +150,3 @@ def test_the_admin_key_form_and_its_new_secret_with_copy_buttons(staff):
     assert '<link rel="stylesheet" href="/static/forqapp/admin.css">' in html
     own_scripts_are_static(html)
 
-
-def test_the_keys_page_form_and_its_new_token_with_copy_buttons(staff):
-    page = staff.get("/ui/keys/").content.decode()
-    assert '<link rel="stylesheet" href="/static/forqapp/keys.css">' in page
-    assert '<script src="/static/forqapp/copy.js" defer></script>' in page
-    assert '<form class="key-form"' in page and 'placeholder="90d, 12h or 2027-01-01 (empty: never)"' in page
-    own_scripts_are_static(page)
-    done = staff.post("/ui/keys/create/", {"name": "ui-copy", "grants": "orders:produce", "expires": ""},
-                      headers={"HX-Request": "true"})
-    html = done.content.decode()
-    assert done.status_code == 200 and 'data-testid="token"' in html
-    for what in ("access-key-id", "secret", "token"):
-        assert re.search(rf'<code id="issued-{what}" data-testid="{what}">[^<]+</code>\s*<button class="btn small[^"]*" '
-                         rf'type="button" data-copy="issued-{what}" data-testid="copy-{what}">Copy</button>', html), what
-    own_scripts_are_static(html)
