@@ -57,7 +57,7 @@ def header(scope: dict[str, Any], name: bytes) -> bytes | None:
 def refuse_declared(scope: dict[str, Any], limit: int) -> None:
     """Raise :class:`BodyRefused` (413) when the request's ``Content-Length`` is over ``limit``."""
     declared = header(scope, b"content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
         raise BodyRefused(TOO_LARGE)
 
 

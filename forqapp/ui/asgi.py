@@ -78,8 +78,11 @@ class BoundedASGIHandler(ASGIHandler):
         body.seek(0)
         if self.slots is None:
             self.slots = asyncio.Semaphore(self.limit)  # made on the server's event loop
-        async with self.slots:
-            await super().handle(scope, _Received(body, receive), send)
+        try:
+            async with self.slots:
+                await super().handle(scope, _Received(body, receive), send)
+        finally:
+            body.close()  # Django's handler closes it too, on the paths it expects
 
     async def read_body(self, receive):
         if isinstance(receive, _Received):  # read already, by handle()
