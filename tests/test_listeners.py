@@ -204,7 +204,7 @@ def test_stalled_anonymous_ui_requests_do_not_starve_the_ui(servers):
             sock.sendall((f"POST /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-For: 192.0.2.5{k}\r\n"
                           "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n").encode())
         host, port = servers["ui"]
-        assert httpx.get(f"http://{host}:{port}/login/", timeout=3).status_code == 200
+        assert httpx.get(f"http://{host}:{port}/login/", timeout=10).status_code == 200
         for sock in sockets:
             status, _, body = _read_answer(sock)
             assert status == 408, body
