@@ -32,7 +32,7 @@ def servers(django_db_blocker):
     ui_port, sqs_port = free_port(), free_port()
     with django_db_blocker.unblock():
         api = start_server({"FORQ_UI_ADDR": f"127.0.0.1:{ui_port}", "FORQ_SQS_ADDR": f"127.0.0.1:{sqs_port}",
-                            "FORQ_KEYS_SECRET": KEYS_SECRET}, args=())
+                            "FORQ_KEYS_SECRET": KEYS_SECRET, "FORQ_API_WORKERS": "1"}, args=())  # one process: the per-address count is per process
     try:
         for port in (ui_port, sqs_port):
             _wait_for(port)
