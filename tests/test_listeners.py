@@ -141,7 +141,10 @@ def test_sqs_refuses_a_key_without_the_grant_before_the_body(servers, settings):
     assert _sqs_error(answer) == (403, "AccessDenied")
 
 
-def test_sqs_refuses_a_missing_or_garbled_authorization_before_the_body(servers):
+def test_sqs_refuses_a_missing_or_garbled_authorization_or_an_unknown_key_before_the_body(servers):
+    """(So it was already: kept so.)"""
+    unknown = _sqs_head("SendMessage", "FQKNOSUCHKEY00000000", 1_000_000, "192.0.2.35")
+    assert _sqs_error(_send(servers["sqs"], unknown, timeout=5)) == (403, "InvalidClientTokenId")
     head = _sqs_head("SendMessage", "forq-root", 1_000_000, "192.0.2.35")
     missing = b"\r\n".join(line for line in head.split(b"\r\n") if not line.startswith(b"Authorization:"))
     assert _sqs_error(_send(servers["sqs"], missing, timeout=5)) == (403, "MissingAuthenticationToken")
