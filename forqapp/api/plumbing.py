@@ -218,7 +218,9 @@ async def early_refusal(request: HttpRequest, view: object, kwargs: dict[str, An
         if kwargs is not None:
             _check_scope(request, declared, kwargs)
     except Exception as exc:  # noqa: BLE001 - as in the view itself
-        return secure(_refusal(request, exc))
+        response = secure(_refusal(request, exc))
+        explain = getattr(view, "forq_explain", None)  # v2 words its refusals with a message
+        return explain(response) if explain is not None else response
     setattr(request, _HEADERS_CHECKED, True)  # the view need not check them again
     return None
 
