@@ -357,6 +357,12 @@ class ForqSettings:
     FORQ_BODY_MIN_RATE_BYTES_S: Setting[float] = Setting(
         1024, "minimum average rate of a body after the grace (bytes/s; 0: none)",
         check=number(0, optional=True), coerce=lambda v: float(v or 0))
+    # A body still arriving after FORQ_BODY_GRACE_S counts toward its client address's slow bodies;
+    # one more than this is cut off (429), so one address cannot hold a listener's connections,
+    # memory or (UI) request slots with bodies that never end.
+    FORQ_BODY_SLOW_PER_ADDRESS: Setting[int] = Setting(
+        8, "bodies one client address may have still arriving after the grace, per listener process "
+        "(one more: 429)", check=integer(1))
     # Throttling of failed API-key checks, per client address
     FORQ_AUTH_MAX_FAILURES: Setting[int] = Setting(5, "failed API-key checks that block an address",
                                                    check=integer(1))

@@ -8,12 +8,14 @@ headers, errors as JSON).
 
 It also does what a queue needs from its server against clients that are slow, hostile or gone:
 
-* the method and the API key are checked from the headers, before any byte of the body is
-  received: a wrong key is answered 401 (a throttled address 429) at once, and costs no memory;
-* the 2 MiB body cap is enforced while the body arrives, so an oversized request is refused
-  (413) before it is read whole;
-* a body that arrives too slowly is cut off (408): ``FORQ_BODY_TIMEOUT_S`` in all, and after
-  ``FORQ_BODY_GRACE_S`` at least ``FORQ_BODY_MIN_RATE_BYTES_S`` on average; and
+* the method, the API key and its grant for the path's queue are checked from the headers,
+  before any byte of the body is received: a wrong key is answered 401 (a throttled address 429),
+  a key without the grant 403, at once, and cost no memory;
+* the body is read under :mod:`forqapp.intake`'s bounds, shared with the SQS and UI listeners:
+  the 2 MiB cap (a ``Content-Length`` over it is 413 at once, a body that grows past it is cut
+  off), a body that arrives too slowly is cut off (408: ``FORQ_BODY_TIMEOUT_S`` in all, and after
+  ``FORQ_BODY_GRACE_S`` at least ``FORQ_BODY_MIN_RATE_BYTES_S`` on average), and so is one more
+  slow body from an address that has ``FORQ_BODY_SLOW_PER_ADDRESS`` (429); and
 * a request that may wait (its endpoint says so: ``waits``) is cancelled as soon as its client
   goes away once it waits, so it never claims a message for a connection nobody listens to (a
   claim already running is given back: :mod:`forqapp.waiting`).
@@ -38,6 +40,8 @@ import django
 from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.asgi import ASGIRequest
 from django.urls import Resolver404, get_resolver
+
+from .. import errors, intake
 
 logger = logging.getLogger("forqapp.api")
 
@@ -69,10 +73,15 @@ class DisconnectWatch:
 
 
 class BodyRefused(Exception):
-    """The body is not read whole: too big (413) or too slow (408)."""
+    """The body is not read whole: too big (413), too slow (408), incomplete (400), or one slow
+    body too many from its address (429)."""
 
     def __init__(self, code: str, status: int):
         self.code, self.status = code, status
+
+
+_BODY_CODES = {intake.TOO_LARGE: errors.CONTENT_EXCEEDS_LIMIT, intake.TOO_SLOW: errors.REQUEST_TIMEOUT,
+               intake.INCOMPLETE: errors.BODY_INVALID, intake.TOO_MANY: errors.TOO_MANY_REQUESTS}
 
 
 class APIApplication:
@@ -123,8 +132,8 @@ class APIApplication:
             # DATA_UPLOAD_MAX_NUMBER_FIELDS (the query is parsed again for it): a bad request.
             await self._respond(send, plumbing.secure(plumbing.error_response(self._errors.BODY_INVALID)))
             return
-        refused = await plumbing.early_refusal(request, match.func)
-        if refused is not None:  # wrong method or key, throttled: the body is never received
+        refused = await plumbing.early_refusal(request, match.func, match.kwargs)
+        if refused is not None:  # wrong method or key, throttled, no grant: the body is never received
             await self._respond(send, refused)
             return
         endpoint = plumbing.spec(match.func)
@@ -147,48 +156,12 @@ class APIApplication:
         await self._respond(send, response)
 
     async def _read_body(self, scope, receive) -> bytes:
-        """The whole body. Raises :class:`BodyRefused` as soon as the body is known to exceed the cap
-        (413), when it arrives too slowly (408), or when it ends before it is complete (400).
-
-        Too slow: not complete within ``FORQ_BODY_TIMEOUT_S``, or, after ``FORQ_BODY_GRACE_S``,
-        less than ``FORQ_BODY_MIN_RATE_BYTES_S`` received on average. Each chunk moves the
-        deadline on by the time it buys at that rate; a client that holds, sends nothing."""
-        hot = self._hot
-        limit = hot("FORQ_MAX_BODY_BYTES")
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    if int(value) > limit:
-                        raise BodyRefused(self._errors.CONTENT_EXCEEDS_LIMIT, 413)
-                except ValueError:
-                    pass
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        last = start + float(hot("FORQ_BODY_TIMEOUT_S"))
-        grace, rate = float(hot("FORQ_BODY_GRACE_S")), float(hot("FORQ_BODY_MIN_RATE_BYTES_S") or 0)
-        chunks, size = [], 0
+        """The whole body, under ``forq_serve``'s bounds (:func:`forqapp.intake.read_body`: the
+        ``FORQ_MAX_BODY_BYTES`` cap, ``FORQ_BODY_*``); :class:`BodyRefused` with the API's code."""
         try:
-            async with asyncio.timeout_at(min(last, start + grace) if rate else last) as deadline:
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        # The body ended before it was complete: the client went away, or its
-                        # chunked framing was malformed (granian reports both so). Answered 400:
-                        # a client gone gets it nowhere, a malformed one learns why.
-                        raise BodyRefused(self._errors.BODY_INVALID, 400)
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > limit:
-                        raise BodyRefused(self._errors.CONTENT_EXCEEDS_LIMIT, 413)
-                    chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        return b"".join(chunks)
-                    if rate:
-                        deadline.reschedule(min(last, start + grace + size / rate))
-        except TimeoutError:
-            logger.info("%s %s: body too slow (%d bytes in %.1f s), cut off", scope["method"],
-                        scope["path"], size, loop.time() - start)
-            raise BodyRefused(self._errors.REQUEST_TIMEOUT, 408) from None
+            return await intake.read_body(scope, receive, self._hot("FORQ_MAX_BODY_BYTES"))
+        except intake.BodyRefused as exc:
+            raise BodyRefused(_BODY_CODES[exc.reason], exc.status) from None
 
     async def _unless_disconnected(self, view, receive):
         """Run a view that may wait; if its client disconnects while it waits, cancel it and

@@ -203,17 +203,24 @@ def endpoint(*methods: str, key: str | None = API_KEY_SETTING, waits: tuple[str,
     return decorate
 
 
-async def early_refusal(request: HttpRequest, view: object) -> HttpResponse | None:
-    """The answer ``view`` would give from the request's headers alone (405, 401, 429), or None.
-    forqapp's ASGI app asks this before it receives the body: a client with a wrong key, or from a
-    throttled address, is answered at once and never has its body buffered."""
+async def early_refusal(request: HttpRequest, view: object, kwargs: dict[str, Any] | None = None
+                        ) -> HttpResponse | None:
+    """The answer ``view`` would give from the request line and headers alone (405, 401, 429, and
+    403 for a key without the grant on the path's queue, ``kwargs`` being the route's), or None.
+    forqapp's ASGI app asks this before it receives the body: a client with a wrong key, from a
+    throttled address, or whose key may not do this, is answered at once and never has its body
+    buffered."""
     declared = spec(view)
     if declared is None:
         return None
     try:
         await _check_headers(request, declared)
+        if kwargs is not None:
+            _check_scope(request, declared, kwargs)
     except Exception as exc:  # noqa: BLE001 - as in the view itself
-        return secure(_refusal(request, exc))
+        response = secure(_refusal(request, exc))
+        explain = getattr(view, "forq_explain", None)  # v2 words its refusals with a message
+        return explain(response) if explain is not None else response
     setattr(request, _HEADERS_CHECKED, True)  # the view need not check them again
     return None
 

@@ -95,6 +95,7 @@ def v2_endpoint(*methods: str, waits: tuple[str, ...] = (), action: str | dict[s
         async def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
             return _explained(await guarded(request, **kwargs))
 
+        wrapper.forq_explain = _explained  # type: ignore[attr-defined]  # for the ASGI app's early refusals
         return wrapper
 
     return decorate

@@ -442,5 +442,21 @@ ACTIONS: dict[str, Callable[[Context, dict[str, Any]], dict[str, Any]]] = {
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
 }
 RECEIVE = "ReceiveMessage"
+#: The grant each action needs on its queue (ListQueues needs none: it lists what the key may read).
+NEEDS: dict[str, str] = {
+    "CreateQueue": keys.MANAGE, "GetQueueUrl": keys.READ, "DeleteQueue": keys.MANAGE, "PurgeQueue": keys.MANAGE,
+    "GetQueueAttributes": keys.READ, "SetQueueAttributes": keys.MANAGE, "SendMessage": keys.PRODUCE,
+    "SendMessageBatch": keys.PRODUCE, "DeleteMessage": keys.CONSUME, "DeleteMessageBatch": keys.CONSUME,
+    "ChangeMessageVisibility": keys.CONSUME, "ChangeMessageVisibilityBatch": keys.CONSUME, RECEIVE: keys.CONSUME,
+}
+
+
+def refused_by_grants(key: Key, action: str) -> SqsError | None:
+    """``AccessDenied`` when no grant of ``key`` allows what ``action`` needs on any queue: known
+    from the headers (the queue is named in the body), so the body need not be received."""
+    need = NEEDS.get(action)
+    if need is None or key.root or any(need in grant.actions for grant in key.grants):
+        return None
+    return SqsError("AccessDenied", f"The key {key.access_key_id} may not {need} on any queue", 403)
 UNSUPPORTED = ("AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags",
                "ListDeadLetterSourceQueues", "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks")

@@ -3,10 +3,13 @@ granian as ``forqapp.sqs.asgi:sqs_application``).
 
 It speaks SQS's JSON 1.0 protocol: ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a
 SigV4 ``Authorization``. As the API's app does, it refuses what it can from the headers before it
-receives the body (unknown action, missing or malformed signature, unknown key, a throttled
-address), caps the body while it arrives, and cancels a long poll whose client went away (what it
-claimed meanwhile is given back). Wrong signatures count toward the address's throttle
-(``FORQ_AUTH_MAX_FAILURES``…), shared with the API. Every answer is SQS's JSON; an unexpected
+receives the body (unknown action, missing or malformed signature, unknown key, an address the
+failed-authentication throttle blocks, a key with no grant for the action on any queue, a
+``Content-Length`` over the cap), reads the body under :mod:`forqapp.intake`'s bounds (the cap, the
+``FORQ_BODY_*`` timeouts and per-address limit), and cancels a long poll whose client went away
+(what it claimed meanwhile is given back). Wrong signatures count toward the address's throttle
+(``FORQ_AUTH_MAX_FAILURES``…), shared with the API; as the signature covers the body, a blocked
+address is refused before its body is received, signed rightly or not. Every answer is SQS's JSON; an unexpected
 failure is logged and answered ``InternalError`` (500), never a bare error page.
 """
 
@@ -19,12 +22,18 @@ import logging
 
 import django
 
-from .. import errors
+from .. import errors, intake
 from ..api.asgi import DisconnectWatch
 
 logger = logging.getLogger("forqapp.sqs")
 
-BODY_TIMEOUT_S = 30.0
+_SUSPECTS_MAX = 10_000  # addresses remembered as having failed to authenticate
+_BODY_REFUSALS = {  # intake's reasons, as SQS words them
+    intake.TOO_LARGE: ("RequestEntityTooLarge", "The request body is over {limit} bytes"),
+    intake.TOO_SLOW: ("RequestTimeout", "The request body arrived too slowly"),
+    intake.INCOMPLETE: ("SerializationException", "The request body ended before it was complete"),
+    intake.TOO_MANY: ("RequestThrottled", "Too many slow request bodies from this address"),
+}
 
 
 class SQSApplication:
@@ -36,6 +45,7 @@ class SQSApplication:
 
         self.keys, self.services, self.waiting, self.settings = keys, services, waiting, forq_settings
         self.actions, self.protocol, self.queues, self.sigv4, self.metrics = actions, protocol, queues, sigv4, metrics
+        self._suspects: dict[str, int] = {}  # address -> when (Unix ms) this process last saw it fail
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -99,7 +109,12 @@ class SQSApplication:
             await self._failed(address)
             raise protocol.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.",
                                     403)
-        body = await self._read_body(receive)
+        # The signature covers the body: what can be refused before it is received, is.
+        await self._unless_throttled(address)
+        refused = self.actions.refused_by_grants(key, action)
+        if refused is not None:
+            raise refused
+        body = await self._read_body(scope, receive)
         request = sigv4.canonical_request("POST", scope.get("raw_path", b"/").decode("latin-1") or "/",
                                           scope.get("query_string", b"").decode("latin-1"), headers,
                                           auth.signed_headers, body)
@@ -171,37 +186,48 @@ class SQSApplication:
 
     async def _failed(self, address: str) -> None:
         services = self.services
+        self._suspect(address)
         retry_after = await services.run_async(services.auth_retry_after, address)
         if retry_after:
-            raise self.protocol.SqsError("RequestThrottled", f"Too many failed authentications from this address: "
-                                         f"retry in {retry_after} s", 403)
+            raise _throttled(retry_after)
         await services.run_async(services.auth_failed, address)
+
+    def _suspect(self, address: str) -> None:
+        suspects = self._suspects
+        if len(suspects) >= _SUSPECTS_MAX:
+            suspects.clear()  # forgetting costs a body read per address, at most
+        suspects[address] = self.services.now_ms()
+
+    async def _unless_throttled(self, address: str) -> None:
+        """``RequestThrottled`` for an address the failed-authentication throttle blocks, before
+        its body is received (a valid signature included: it cannot be checked without the body).
+        Asked of the database only for addresses this process saw fail lately, so a client that
+        never failed costs no query."""
+        seen = self._suspects.get(address)
+        if seen is None:
+            return
+        settings = self.settings
+        if self.services.now_ms() - seen > (settings.FORQ_AUTH_FAILURE_WINDOW_S + settings.FORQ_AUTH_BLOCK_S) * 1000:
+            del self._suspects[address]
+            return
+        retry_after = await self.services.run_async(self.services.auth_retry_after, address)
+        if retry_after:
+            raise _throttled(retry_after)
 
     def _limit(self) -> int:
         # A batch of the largest size this server stores, JSON-escaped (botocore's ensure_ascii
         # makes a 2- or 4-byte UTF-8 character 6 or 12 bytes: 3x), with ten entries' attributes.
         return max(int(self.settings.FORQ_MAX_BODY_BYTES), 3 * self.queues.content_cap() + 524_288)
 
-    async def _read_body(self, receive) -> bytes:
+    async def _read_body(self, scope, receive) -> bytes:
+        """The body under :func:`forqapp.intake.read_body`'s bounds (``FORQ_BODY_*``), refused as
+        SQS words it."""
         limit = self._limit()
-        chunks, size = [], 0
         try:
-            async with asyncio.timeout(BODY_TIMEOUT_S):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":  # gone, or malformed chunked framing
-                        raise self.protocol.SqsError("SerializationException",
-                                                     "The request body ended before it was complete")
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > limit:
-                        raise self.protocol.SqsError("RequestEntityTooLarge",
-                                                     f"The request body is over {limit} bytes", 413)
-                    chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        return b"".join(chunks)
-        except TimeoutError:
-            raise self.protocol.SqsError("RequestTimeout", "The request body arrived too slowly", 408) from None
+            return await intake.read_body(scope, receive, limit)
+        except intake.BodyRefused as exc:
+            shape, message = _BODY_REFUSALS[exc.reason]
+            raise self.protocol.SqsError(shape, message.format(limit=limit), exc.status) from None
 
     async def _lifespan(self, receive, send) -> None:
         watcher = None
@@ -216,6 +242,13 @@ class SQSApplication:
                     watcher.cancel()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _throttled(retry_after: int) -> Exception:
+    from .protocol import SqsError
+
+    return SqsError("RequestThrottled", f"Too many failed authentications from this address: "
+                    f"retry in {retry_after} s", 403)
 
 
 class _Gone(Exception):

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
+from typing import BinaryIO
 
 import django
 from django.core.exceptions import SuspiciousOperation
+from django.core.handlers.asgi import ASGIHandler
+
+from .. import intake
 
 
 def ui_application():
@@ -16,7 +21,6 @@ def ui_application():
     :mod:`forqapp.serving`)."""
     django.setup(set_prefix=False)
     from django.conf import settings
-    from django.core.asgi import get_asgi_application
 
     from ..serving import static_from_finders, ui_urlconf
 
@@ -27,7 +31,8 @@ def ui_application():
     pages_only()  # no claim is made here: the throttled-claims counts come from the other processes
     from ..conf import forq_settings
 
-    application = _bounded(get_asgi_application(), forq_settings.FORQ_UI_CONCURRENCY)
+    intake.quiet_client_faults()  # 1,500 query parameters: a 400, not a traceback in the log
+    application = BoundedASGIHandler(forq_settings.FORQ_UI_CONCURRENCY)
     if static_from_finders():
         from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
@@ -45,22 +50,69 @@ def no_persistent_connections(databases: dict) -> None:
         entry["CONN_MAX_AGE"] = 0
 
 
-def _bounded(application, limit: int):
-    """``application`` serving at most ``limit`` HTTP requests at once; the others wait their turn
-    (the static files, served around it, do not). Each request runs in a thread with a database
-    connection of its own, so this bounds the process's connections too."""
-    slots: asyncio.Semaphore | None = None
+class BoundedASGIHandler(ASGIHandler):
+    """Django's ASGI handler serving at most ``limit`` HTTP requests at once; the others wait their
+    turn (the static files, served around it, do not). Each request runs in a thread with a
+    database connection of its own, so this bounds the process's connections too.
 
-    async def app(scope, receive, send):
-        nonlocal slots
-        if scope["type"] != "http":
-            return await application(scope, receive, send)
-        if slots is None:
-            slots = asyncio.Semaphore(limit)  # made on the server's event loop
-        async with slots:
-            return await application(scope, receive, send)
+    A request takes its turn once its body is in, read under :mod:`forqapp.intake`'s bounds (as the
+    API's: the ``FORQ_BODY_*`` timeouts and per-address limit; no cap, as Django's own handler):
+    requests whose bodies never end hold no turn, and are cut off (408, or 429 for one slow body
+    too many from an address). Before, eight of them took every turn, and the UI answered nobody."""
 
-    return app
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.slots: asyncio.Semaphore | None = None
+
+    async def handle(self, scope, receive, send):
+        from django.conf import settings
+
+        body = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
+        try:
+            await intake.read_body(scope, receive, None, into=body)
+        except intake.BodyRefused as exc:
+            body.close()
+            await _plain(send, exc.status, _REFUSALS[exc.reason])
+            return
+        body.seek(0)
+        if self.slots is None:
+            self.slots = asyncio.Semaphore(self.limit)  # made on the server's event loop
+        try:
+            async with self.slots:
+                await super().handle(scope, _Received(body, receive), send)
+        finally:
+            body.close()  # Django's handler closes it too, on the paths it expects
+
+    async def read_body(self, receive):
+        if isinstance(receive, _Received):  # read already, by handle()
+            return receive.body
+        return await super().read_body(receive)
+
+
+class _Received:
+    """A request's ``receive`` whose body :class:`BoundedASGIHandler` has read (``body``); what
+    comes after it (the disconnect) is received as before."""
+
+    def __init__(self, body: BinaryIO, receive) -> None:
+        self.body, self.receive = body, receive
+
+    async def __call__(self):
+        return await self.receive()
+
+
+_REFUSALS = {
+    intake.TOO_LARGE: b"Content Too Large",
+    intake.TOO_SLOW: b"Request Timeout: the request body arrived too slowly",
+    intake.INCOMPLETE: b"Bad Request: the request body ended before it was complete",
+    intake.TOO_MANY: b"Too Many Requests: too many slow request bodies from this address",
+}
+
+
+async def _plain(send, status: int, text: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(text)).encode())]})
+    await send({"type": "http.response.body", "body": text})
 
 
 _BAD_REQUEST = b"Bad Request: the request body ended before it was complete"
@@ -93,10 +145,7 @@ def _answered(application):
                 raise
         if not started:
             try:
-                await send({"type": "http.response.start", "status": 400, "headers": [
-                    (b"content-type", b"text/plain; charset=utf-8"),
-                    (b"content-length", str(len(_BAD_REQUEST)).encode())]})
-                await send({"type": "http.response.body", "body": _BAD_REQUEST})
+                await _plain(send, 400, _BAD_REQUEST)
             except Exception:  # noqa: BLE001, S110 - the client is gone: nobody to tell
                 pass
 

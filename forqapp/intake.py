@@ -1,0 +1,171 @@
+"""Request bodies under ``forq_serve``'s bounds, for its three listeners (the API's, the SQS
+endpoint's and the UI's ASGI apps): one implementation, each face words the refusals its own way.
+
+* :func:`refuse_declared` — a ``Content-Length`` over the cap is refused from the headers, before
+  any byte of the body is received;
+* :func:`read_body` — the body, cut off when it passes the cap (413), when it arrives too slowly
+  (408: not complete within ``FORQ_BODY_TIMEOUT_S``, or, after ``FORQ_BODY_GRACE_S``, under
+  ``FORQ_BODY_MIN_RATE_BYTES_S`` on average), when it ends before it is complete (400), and when
+  its client address already has ``FORQ_BODY_SLOW_PER_ADDRESS`` bodies still arriving after the
+  grace (429): a normal client sends its body at once and never meets any of them;
+* :func:`client_address` — the address the limits count against (with
+  ``FORQ_TRUST_PROXY_HEADERS``, the rightmost ``X-Forwarded-For``);
+* :func:`quiet_client_faults` — Django's refusal of a request with too many query or form fields
+  (``DATA_UPLOAD_MAX_NUMBER_FIELDS``) and the like is the client's fault: a 400 and one line at
+  WARNING in the log, not a traceback.
+
+The slow bodies are counted per process (a listener's own connections and memory are what they
+hold); nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, BinaryIO
+
+from .conf import hot
+
+logger = logging.getLogger("forqapp.intake")
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+TOO_LARGE, TOO_SLOW, INCOMPLETE, TOO_MANY = "too_large", "too_slow", "incomplete", "too_many"
+STATUS = {TOO_LARGE: 413, TOO_SLOW: 408, INCOMPLETE: 400, TOO_MANY: 429}
+
+_slow: dict[str, int] = {}  # client address -> its bodies still arriving after the grace
+
+
+class BodyRefused(Exception):
+    """The body is not read whole; ``reason`` says why (:data:`TOO_LARGE`, :data:`TOO_SLOW`,
+    :data:`INCOMPLETE`, :data:`TOO_MANY`), ``status`` the HTTP status that says it."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason, self.status = reason, STATUS[reason]
+
+
+def header(scope: dict[str, Any], name: bytes) -> bytes | None:
+    """The first value of header ``name`` (lower case), or None."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value
+    return None
+
+
+def refuse_declared(scope: dict[str, Any], limit: int) -> None:
+    """Raise :class:`BodyRefused` (413) when the request's ``Content-Length`` is over ``limit``."""
+    declared = header(scope, b"content-length")
+    if declared is not None and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
+        raise BodyRefused(TOO_LARGE)
+
+
+def client_address(scope: dict[str, Any]) -> str:
+    """The client's address; with ``FORQ_TRUST_PROXY_HEADERS``, the rightmost ``X-Forwarded-For``
+    (as :func:`forqapp.api.auth.client_address` reads it from a Django request)."""
+    if hot("FORQ_TRUST_PROXY_HEADERS"):
+        forwarded = b",".join(v for k, v in scope.get("headers", ()) if k == b"x-forwarded-for")
+        hops = [h.strip() for h in forwarded.decode("latin-1").split(",") if h.strip()]
+        if hops:
+            return hops[-1]
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+async def read_body(scope: dict[str, Any], receive: Receive, limit: int | None,
+                    into: BinaryIO | None = None) -> bytes:
+    """The whole body, at most ``limit`` bytes (None: no cap), returned, or written to ``into``
+    (then b"" is returned). Raises :class:`BodyRefused` as soon as the body is
+    known to exceed it (413, from the ``Content-Length`` before anything is received), when it
+    arrives too slowly (408), when it ends before it is complete (400: the client went away, or
+    its chunked framing was malformed, which granian reports so), and when it is still arriving
+    after the grace while its address already has ``FORQ_BODY_SLOW_PER_ADDRESS`` such bodies (429).
+
+    Too slow: not complete within ``FORQ_BODY_TIMEOUT_S``, or, after ``FORQ_BODY_GRACE_S``, less
+    than ``FORQ_BODY_MIN_RATE_BYTES_S`` received on average. Each chunk moves the deadline on by
+    the time it buys at that rate; a client that holds, sends nothing."""
+    if limit is not None:
+        refuse_declared(scope, limit)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    last = start + float(hot("FORQ_BODY_TIMEOUT_S"))
+    grace, rate = float(hot("FORQ_BODY_GRACE_S")), float(hot("FORQ_BODY_MIN_RATE_BYTES_S") or 0)
+    chunks: list[bytes] = []
+    size = 0
+    slow: str | None = None  # the address this body counts against, once past the grace
+    crowded = False
+    timer: asyncio.TimerHandle | None = None
+
+    def past_grace() -> None:  # the grace is over and the body still arrives: one more slow body
+        nonlocal slow, crowded
+        slow = client_address(scope)
+        count = _slow[slow] = _slow.get(slow, 0) + 1
+        if count > int(hot("FORQ_BODY_SLOW_PER_ADDRESS")):
+            crowded = True
+            deadline.reschedule(loop.time())  # cut off now
+
+    try:
+        async with asyncio.timeout_at(min(last, start + grace) if rate else last) as deadline:
+            if not rate and start + grace < last:
+                timer = loop.call_at(start + grace, past_grace)
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise BodyRefused(INCOMPLETE)
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if limit is not None and size > limit:
+                    raise BodyRefused(TOO_LARGE)
+                if into is None:
+                    chunks.append(chunk)
+                elif chunk:
+                    into.write(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+                if rate:
+                    deadline.reschedule(min(last, start + grace + size / rate))
+                    if timer is None and start + grace < last:  # a body in pieces: watch for the grace
+                        timer = loop.call_at(start + grace, past_grace)
+    except TimeoutError:
+        if crowded:
+            logger.info("%s %s: one more slow body from %s, cut off", scope["method"], scope["path"], slow)
+            raise BodyRefused(TOO_MANY) from None
+        logger.info("%s %s: body too slow (%d bytes in %.1f s), cut off", scope["method"],
+                    scope["path"], size, loop.time() - start)
+        raise BodyRefused(TOO_SLOW) from None
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if slow is not None:
+            left = _slow[slow] - 1
+            if left:
+                _slow[slow] = left
+            else:
+                del _slow[slow]
+
+
+# Django logs these refusals of a client's request at ERROR with a traceback (its handler answers
+# 400 for every SuspiciousOperation): the client's fault, not the server's.
+_CLIENT_FAULTS = ("TooManyFieldsSent", "TooManyFilesSent", "RequestDataTooBig", "DisallowedRedirect")
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    if record.levelno > logging.WARNING and record.name.rpartition(".")[2] in _CLIENT_FAULTS:
+        if record.name.endswith("DisallowedRedirect") and "exceeding" not in record.getMessage():
+            return True  # a redirect a view made to another host: the server's, kept as it is
+        record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+        record.exc_info = record.exc_text = None
+        record.stack_info = None
+    return True
+
+
+def quiet_client_faults() -> None:
+    """Make Django's log of a request it refused for its size (too many query or form fields:
+    ``DATA_UPLOAD_MAX_NUMBER_FIELDS``; too many files; too big a form; a URL too long to redirect
+    to the login page with) one line at WARNING instead of an ERROR with a traceback. Django answers
+    each 400 itself. For the listener's process (the UI's): a filter on those loggers only."""
+    for name in _CLIENT_FAULTS:
+        found = logging.getLogger(f"django.security.{name}")
+        if _one_line not in found.filters:
+            found.addFilter(_one_line)
