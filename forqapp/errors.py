@@ -26,6 +26,7 @@ METHOD_NOT_ALLOWED = "method_not_allowed"
 REQUEST_TIMEOUT = "request_timeout"  # the body arrived too slowly (FORQ_BODY_TIMEOUT_S, ..._MIN_RATE_...)
 UNHEALTHY = "forq.unhealthy"
 QUEUE_FULL = "queue.full"  # the queue holds its max_length of messages (503)
+QUEUE_LIMIT = "queue.limit_reached"  # forqapp's own: FORQ_MAX_QUEUES queues exist; no new one (409)
 NOT_FOUND_QUEUE = "not_found.queue"  # forqapp's own: no such queue (v2 API)
 NOT_FOUND_SCHEDULE = "not_found.schedule"  # forqapp's own: no such schedule
 INTERNAL = "internal"
@@ -51,6 +52,7 @@ STATUS = {
     INTERNAL: 500,
     UNHEALTHY: 503,
     QUEUE_FULL: 503,
+    QUEUE_LIMIT: 409,
     NOT_FOUND_QUEUE: 404,
     NOT_FOUND_SCHEDULE: 404,
 }
