@@ -188,3 +188,59 @@ def test_processes_racing_for_the_last_places_never_pass_the_limit():
             proc.kill()
     assert sorted(outcomes) == ["queue.limit_reached"] * 5 + ["sent"] * 3, outcomes
     assert Queue.objects.count() == 4
+
+
+# --- /metrics stays small whatever the number of queues ----------------------------------------
+
+
+def _series_by_queue(text: str) -> dict[str, float]:
+    """{queue_name: sum of forq_messages_produced_total} from an exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "forq_messages_produced_total":
+                out[sample.labels["queue_name"]] = out.get(sample.labels["queue_name"], 0) + sample.value
+    return out
+
+
+def test_metrics_keep_per_queue_series_for_the_deepest_queues_and_sum_the_others():
+    from forqapp import metrics
+
+    names = [f"mt-{n:04d}" for n in range(2_000)]
+    for name in names:
+        metrics.produced(name, 1)
+        metrics.acked(name, 1)
+    depths = [(name, False, 10_000 + n) for n, name in enumerate(names)]  # the last ones the deepest
+    depths.append(("mt-0000-dlq", True, 1_000_000))  # a DLQ ranks its queue
+    labels = metrics.set_queue_depths(depths)
+    try:
+        with override_settings(FORQ_METRICS_TOP_QUEUES=10):
+            body = metrics.exposition()[0].decode()
+        produced = _series_by_queue(body)
+        kept = {q for q in produced if q.startswith("mt-")}
+        assert kept == {"mt-0000", *names[-9:]}  # the ten deepest (mt-0000 by its DLQ)
+        assert produced["(other)"] >= len(names) - 10  # the rest, summed (other tests' queues too)
+        assert 'forq_queue_depth{queue_name="mt-0000-dlq",queue_type="dlq"} 1e+06' in body
+        assert 'forq_queue_depth{queue_name="(other)",queue_type="regular"}' in body
+        assert "forq_metrics_queues_folded" in body
+        assert len(body) < 60_000, len(body)  # 2,000 queues; every one of them: ~600 KB
+        with override_settings(FORQ_METRICS_TOP_QUEUES=5_000):  # room for all: nothing folded
+            everything = _series_by_queue(metrics.exposition()[0].decode())
+        assert set(names) <= set(everything) and "(other)" not in everything
+        assert sum(everything.values()) == sum(produced.values())  # the same totals
+    finally:
+        metrics.set_queue_depths([], labels)
+
+
+def test_declaring_more_queues_than_the_limit_is_a_configuration_error():
+    from forqapp import conf
+
+    declared = {f"d{n}": {} for n in range(4)}
+    with override_settings(FORQ_QUEUES=declared, FORQ_MAX_QUEUES=3):
+        assert ("forqapp.E050", "FORQ_QUEUES declares 4 queues, more than FORQ_MAX_QUEUES (3)") in conf.problems()
+    with override_settings(FORQ_QUEUES=declared, FORQ_MAX_QUEUES=4):
+        assert [p for p in conf.problems() if p[0] == "forqapp.E050"] == []
+    with override_settings(FORQ_MAX_QUEUES=0):
+        assert any("FORQ_MAX_QUEUES" in p[1] for p in conf.problems())
