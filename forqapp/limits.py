@@ -2,7 +2,9 @@
 
 A queue exists once it has its row in ``forq_queues``: made by its first send (on every face: the
 HTTP APIs, SQS, the Python API, the tasks backend, schedules, the Spark connector's publish) or by
-a configuration (``configure_queue``, the v2 API, SQS ``CreateQueue``, the admin, ``FORQ_QUEUES``).
+a configuration (``configure_queue``, the v2 API, SQS ``CreateQueue``, the admin). ``FORQ_QUEUES``
+(the project's own configuration) is not refused: its queues count toward the limit, and the check
+``forqapp.E050`` keeps it within.
 Each of them asks :func:`ensure_queue` first, which makes the row through the store's
 :meth:`~forqapp.store.Store.queue_create` — one statement on SQLite's single writer, an advisory
 lock then a fresh count on PostgreSQL — so concurrent creations in any number of processes never

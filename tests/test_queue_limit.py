@@ -244,3 +244,14 @@ def test_declaring_more_queues_than_the_limit_is_a_configuration_error():
         assert [p for p in conf.problems() if p[0] == "forqapp.E050"] == []
     with override_settings(FORQ_MAX_QUEUES=0):
         assert any("FORQ_MAX_QUEUES" in p[1] for p in conf.problems())
+
+
+def test_declared_queues_are_applied_whatever_the_count(full):
+    """FORQ_QUEUES is the project's own configuration: migrate must not fail because clients made
+    the other queues."""
+    from forqapp.management.commands.forq_queues import apply_declared_queues
+
+    with override_settings(FORQ_MAX_QUEUES=LIMIT, FORQ_QUEUES={"declared": {"max_attempts": 2}}):
+        assert apply_declared_queues() == ["declared"]
+        refused(errors.QUEUE_LIMIT, forqapp.send, "q5", "x")  # it counts, for the others
+    assert Queue.objects.get(name="declared").max_attempts == 2
