@@ -25,7 +25,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 
-from . import admin_cells, schedules, services, validation, vocab
+from . import admin_cells, limits, schedules, services, validation, vocab
 from .errors import ForqError
 from .keys import admin as keys_admin  # noqa: F401 - registers the API keys' admin
 from .models import DeadLetter, Message, Queue, Schedule, Status
@@ -468,6 +468,8 @@ class QueueForm(forms.ModelForm):
                 field = next((n for n in sorted(POLICY_FIELDS, key=len, reverse=True)
                               if re.search(rf"\b{n}\b", text)), None)
                 self.add_error(field if field in self.fields else None, text)
+        if not self.errors and self.instance._state.adding and (refused := limits.full()) is not None:
+            self.add_error(None, str(refused))  # FORQ_MAX_QUEUES (the save itself enforces it)
         return cleaned
 
 

@@ -172,6 +172,9 @@ def queues(name: str, value: Any) -> str | None:
 
     if not isinstance(value, dict):
         return f"{name} must be a dict of {{queue: policy}}"
+    limit = ForqSettings.FORQ_MAX_QUEUES.raw()
+    if _is_int(limit) and len(value) > limit:
+        return f"{name} declares {len(value)} queues, more than FORQ_MAX_QUEUES ({limit})"
     for queue, fields in value.items():
         try:
             queue_name(queue, produce=True)
@@ -307,6 +310,9 @@ class ForqSettings:
         "", "the API key clients send in `X-API-Key`; required (>= 32 characters) to serve (E001)",
         check=text, env=str, id="forqapp.E001", deploy=True)
     FORQ_METRICS_ENABLED: Setting[bool] = Setting(False, "serve `GET /metrics`", check=boolean)
+    FORQ_METRICS_TOP_QUEUES: Setting[int] = Setting(
+        50, "`/metrics` has per-queue series for this many queues (the deepest); the others are summed "
+        "under `queue_name=\"_other\"`", check=integer(1))
     FORQ_METRICS_AUTH_SECRET: Setting[str] = Setting(
         "", "the key of `GET /metrics`; required (>= 32 characters) with metrics on (E002)",
         check=text, env=str, id="forqapp.E002", deploy=True)
@@ -339,6 +345,9 @@ class ForqSettings:
     FORQ_SCHEDULES: Setting[dict[str, Any]] = Setting(
         {}, "`{name: {queue, content, cron | every, …}}` periodic messages, applied by `migrate` and "
         "`forq_queues apply` (E051)", check=schedules, coerce=_dict, id="forqapp.E051")
+    FORQ_MAX_QUEUES: Setting[int | None] = Setting(
+        1_000, "how many queues may exist (a queue and its DLQ count as one); creating one more is refused "
+        "(409 `queue.limit_reached`; `None`: no limit)", check=optional_integer(1))
     FORQ_LONG_POLL_SECONDS: Setting[float] = Setting(30.0, "longest wait of a consume (seconds)",
                                                      check=number(0), coerce=float)
     FORQ_MAX_CONTENT_BYTES: Setting[int] = Setting(262_144, "largest message content (bytes)", check=integer(1))

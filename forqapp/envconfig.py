@@ -44,6 +44,21 @@ def env_optional_int(name: str) -> int | None:
     return env_int(name, 0)
 
 
+def env_header(name: str) -> tuple[str, str] | None:
+    """A header and the value that means HTTPS, ``"X-Forwarded-Proto: https"`` in ``name``, as
+    Django's ``SECURE_PROXY_SSL_HEADER`` takes it (``("HTTP_X_FORWARDED_PROTO", "https")``); None
+    when it is unset or empty."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    header, sep, value = raw.partition(":")
+    header, value = header.strip(), value.strip()
+    if not sep or not value or not header or not all(c.isalnum() or c == "-" for c in header):
+        ERRORS.append(f"{name}={raw!r} is not 'Header-Name: value' (e.g. 'X-Forwarded-Proto: https')")
+        return None
+    return "HTTP_" + header.upper().replace("-", "_"), value
+
+
 def env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

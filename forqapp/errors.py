@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ METHOD_NOT_ALLOWED = "method_not_allowed"
 REQUEST_TIMEOUT = "request_timeout"  # the body arrived too slowly (FORQ_BODY_TIMEOUT_S, ..._MIN_RATE_...)
 UNHEALTHY = "forq.unhealthy"
 QUEUE_FULL = "queue.full"  # the queue holds its max_length of messages (503)
+QUEUE_LIMIT = "queue.limit_reached"  # forqapp's own: FORQ_MAX_QUEUES queues exist; no new one (409)
 NOT_FOUND_QUEUE = "not_found.queue"  # forqapp's own: no such queue (v2 API)
 NOT_FOUND_SCHEDULE = "not_found.schedule"  # forqapp's own: no such schedule
 INTERNAL = "internal"
@@ -50,6 +52,7 @@ STATUS = {
     INTERNAL: 500,
     UNHEALTHY: 503,
     QUEUE_FULL: 503,
+    QUEUE_LIMIT: 409,
     NOT_FOUND_QUEUE: 404,
     NOT_FOUND_SCHEDULE: 404,
 }
@@ -99,14 +102,38 @@ _UNAVAILABLE = (
     ("connection is closed", "the database server closed the connection"),
     ("connection already closed", "the database server closed the connection"),
     ("consuming input failed", "the database server closed the connection"),
+    ("could not receive data from server", "the database server closed the connection"),
+    ("could not send data to server", "the database server closed the connection"),
+    ("no connection to the server", "the database server closed the connection"),
+    ("ssl syscall error", "the database server closed the connection"),
     ("too many clients", "the database server has no connection slot free"),
     ("remaining connection slots are reserved", "the database server has no connection slot free"),
     ("not currently accepting connections", "the database server accepts no connections now"),
     ("the database system is starting up", "the database server is starting"),
     ("the database system is shutting down", "the database server is shutting down"),
+    # PostgreSQL recovering from a crash: "not yet accepting connections" until it is consistent
+    ("the database system is not yet accepting connections", "the database server is recovering"),
+    ("the database system is not accepting connections", "the database server accepts no connections now"),
     ("the database system is in recovery mode", "the database server is recovering"),
+    ("could not translate host name", "the database server cannot be reached"),
+    ("no route to host", "the database server cannot be reached"),
+    ("network is unreachable", "the database server cannot be reached"),
+    ("connection timed out", "the database server cannot be reached"),
+    ("timeout expired", "the database server cannot be reached"),
 )
+# PostgreSQL's SQLSTATEs of the same states, for errors that carry one (psycopg's ``sqlstate``):
+# class 08 (connection exceptions) and these.
+_UNAVAILABLE_SQLSTATES = {
+    "53100": "the database's disk is full",
+    "53300": "the database server has no connection slot free",
+    "57P01": "the database server closed the connection",  # admin_shutdown (a fast shutdown, a restart)
+    "57P02": "the database server closed the connection",  # crash_shutdown (another backend crashed)
+    "57P03": "the database server accepts no connections now",  # cannot_connect_now (starting, recovering)
+    "57P05": "the database server closed the connection",  # idle_session_timeout
+}
 _said: dict[str, float] = {}
+_said_lock = threading.Lock()
+_clock = time.monotonic
 
 
 def unavailable(exc: BaseException) -> str | None:
@@ -116,6 +143,10 @@ def unavailable(exc: BaseException) -> str | None:
     ``OperationalError`` or ``InterfaceError`` (sqlite3's, psycopg's or Django's) qualifies."""
     if not any(c.__name__ in ("OperationalError", "InterfaceError") for c in type(exc).__mro__):
         return None
+    for cause in (exc, exc.__cause__):  # Django's wrapper keeps the driver's error as its cause
+        state = getattr(cause, "sqlstate", None)
+        if isinstance(state, str) and (state.startswith("08") or state in _UNAVAILABLE_SQLSTATES):
+            return _UNAVAILABLE_SQLSTATES.get(state, "the database server cannot be reached")
     text = str(exc).lower()
     return next((reason for needle, reason in _UNAVAILABLE if needle in text), None)
 
@@ -123,7 +154,24 @@ def unavailable(exc: BaseException) -> str | None:
 def say_unavailable(logger: Any, where: str, reason: str, outcome: str = "answered 503") -> None:
     """One warning line (no traceback) per reason and second: a full disk refuses every write, and
     a traceback each would fill the log (and the disk) in seconds."""
-    now = time.monotonic()
-    if now - _said.get(reason, -1.0) >= 1.0:
+    now = _clock()
+    with _said_lock:  # threads of one process (the worker's, the jobs', the notifier's) share it
+        if now - _said.get(reason, -1.0) < 1.0:
+            return
         _said[reason] = now
-        logger.warning("%s: %s; %s (this line at most once a second)", where, reason, outcome)
+    logger.warning("%s: %s; %s (this line at most once a second)", where, reason, outcome)
+
+
+def log_failure(logger: Any, where: str, exc: BaseException, outcome: str, *, traceback: bool = True) -> None:
+    """How every background component (the jobs, the schedules, the worker and its task settling,
+    the notifier) says that ``where`` failed with ``exc`` and what happens next (``outcome``): a
+    database that cannot serve now (:func:`unavailable`: a full disk, a server restarting or out of
+    reach) in one line a second, never a traceback each try; anything else (a bug) with its
+    traceback (without one when ``traceback`` is False)."""
+    reason = unavailable(exc)
+    if reason is not None:
+        say_unavailable(logger, where, reason, outcome)
+    elif traceback:
+        logger.error("%s failed; %s", where, outcome, exc_info=exc)
+    else:
+        logger.warning("%s failed: %s; %s", where, exc, outcome)

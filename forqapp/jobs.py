@@ -101,12 +101,8 @@ def queue_depth(*, dry_run: bool = False, using: str | None = None) -> int:
 
     try:
         history.record_depth_samples(depths)
-    except Exception as exc:  # the gauge is set; the history must not fail the job
-        reason = errors.unavailable(exc)
-        if reason:  # a full disk: one line, not a traceback every run
-            errors.say_unavailable(logger, "forqapp job queue-depth (its history)", reason, "not recorded")
-        else:
-            logger.exception("forqapp job queue-depth: recording the depth history failed")
+    except Exception as exc:  # noqa: BLE001 - the gauge is set; the history must not fail the job
+        errors.log_failure(logger, "forqapp job queue-depth (recording its history)", exc, "not recorded")
     return len(depths)
 
 
@@ -420,13 +416,13 @@ class Scheduler:
         started = time.monotonic()
         try:
             n = _run(job, using=self.using)
-        except DATABASE_ERRORS:
-            logger.exception("forqapp job %s failed (database); retrying at its next turn", job.name)
+        except DATABASE_ERRORS as exc:  # a database away: one line a second, not a traceback a turn
+            errors.log_failure(logger, f"forqapp job {job.name}", exc, "retrying at its next turn")
             with contextlib.suppress(Exception):
                 connections[self.using or services.alias()].close()
             return
-        except Exception:
-            logger.exception("forqapp job %s failed; retrying at its next turn", job.name)
+        except Exception as exc:  # noqa: BLE001 - a job's bug must not stop the others
+            errors.log_failure(logger, f"forqapp job {job.name}", exc, "retrying at its next turn")
             return
         level = logging.INFO if n and job.name != "queue-depth" else logging.DEBUG
         logger.log(level, 'forqapp job "%s" %s in %.3fs', job.name, DONE.get(job.name, "done: %d") % n,

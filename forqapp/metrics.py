@@ -179,7 +179,8 @@ def redriven(queue: str, n: int) -> None:
 
 def exposition() -> tuple[bytes, str]:
     """The text of ``GET /metrics``: this process's registry, or every process's values when
-    ``PROMETHEUS_MULTIPROC_DIR`` is set."""
+    ``PROMETHEUS_MULTIPROC_DIR`` is set; per-queue series for the ``FORQ_METRICS_TOP_QUEUES``
+    deepest queues, the others summed (:mod:`forqapp.metrics_top`)."""
     import os
 
     from prometheus_client import (
@@ -190,6 +191,10 @@ def exposition() -> tuple[bytes, str]:
         multiprocess,
     )
 
+    from .conf import forq_settings
+    from .metrics_top import TopQueues
+
+    top = forq_settings.FORQ_METRICS_TOP_QUEUES  # per-queue series for the deepest queues only
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         from .process import metrics_files_of_the_dead
@@ -201,8 +206,8 @@ def exposition() -> tuple[bytes, str]:
                 multiprocess.mark_process_dead(pid, directory)
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+        return generate_latest(TopQueues(registry, top)), CONTENT_TYPE_LATEST
+    return generate_latest(TopQueues(REGISTRY, top)), CONTENT_TYPE_LATEST
 
 
 # --- worker and jobs -------------------------------------------------------------------------

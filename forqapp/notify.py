@@ -167,11 +167,8 @@ class Notifier:
                     if not self._kicked and self._waiters:
                         self._cond.wait(services.wake_poll_interval(using=self.alias))
             except Exception as e:
-                reason = errors.unavailable(e)  # a full disk: one line a second, not a traceback each try
-                if reason:
-                    errors.say_unavailable(logger, "forqapp notifier (checking for due messages)", reason, "retrying")
-                else:
-                    logger.exception("forqapp notifier: checking for due messages failed; retrying")
+                # a full disk, a server restarting: one line a second, not a traceback each try
+                errors.log_failure(logger, "forqapp notifier (checking for due messages)", e, "retrying")
                 with contextlib.suppress(Exception):
                     connections[self.alias].close()
                 time.sleep(0.5)

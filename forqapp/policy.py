@@ -38,6 +38,7 @@ class Policy:
     rate_interval_us: int | None  # the spacing of claims the rate gives
     paused: bool
     overrides: dict[str, Any] = field(default_factory=dict)  # the fields the queue sets itself
+    exists: bool = False  # the queue has its row (a send to a queue without one creates it: FORQ_MAX_QUEUES)
 
     @property
     def limited(self) -> bool:
@@ -123,4 +124,5 @@ def resolve(row: QueueRow | None) -> Policy:
         rate_interval_us=rate_interval_us(row.rate) if row and row.rate else None,
         paused=bool(row and row.paused),
         overrides=overrides,
+        exists=row is not None,
     )

@@ -261,7 +261,8 @@ def run_due(*, dry_run: bool = False, using: str | None = None) -> int:
             if not _send_ticks(st, row, ticks, next_run_at, now):
                 continue  # another scheduler took this tick
         except Exception as exc:  # noqa: BLE001 - one schedule's trouble must not stop the others
-            logger.warning("forqapp schedules: %s could not send its tick to %s: %s", row.name, row.queue, exc)
+            errors.log_failure(logger, f"forqapp schedules: {row.name} sending its tick to {row.queue}", exc,
+                               "tried again at the next run", traceback=False)
             metrics.schedule_failed(row.name)
             failed = exc
             continue

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from django.db import connections, transaction
 
-from . import conf, db, errors, ids, metrics, store, utils, validation, vocab
+from . import conf, db, errors, ids, limits, metrics, store, utils, validation, vocab
 from . import policy as policy_module
 from .conf import forq_settings
 from .errors import ForqError
@@ -127,6 +127,13 @@ def policy(queue: str, *, using: str | None = None) -> Policy:
 def forget_policies() -> None:
     """Drop this process's cached policies (after a change, and in tests)."""
     _policies.clear()
+
+
+def _ensure_queue(st: Store, queue: str) -> None:
+    """Before the first send to ``queue`` (its cached policy says it has no row): make its row
+    within ``FORQ_MAX_QUEUES`` (``queue.limit_reached`` beyond), and read its policy again next."""
+    limits.ensure_queue(st, queue)
+    _policies.pop((st.alias, base_of(queue)), None)
 
 
 # --- produce --------------------------------------------------------------------------------
@@ -292,6 +299,8 @@ def _send_one(queue: str, content: str, process_after: int | datetime | None, de
     priority = validation.priority(priority)
     attributes_json = None if attributes is None else validation.attributes(attributes)
     _refuse_nul(st, (content,))
+    if not pol.exists:
+        _ensure_queue(st, queue)
     message_id = ids.new_id()
     st.insert_one(_new_message((message_id, queue, content, due, now, expires, priority, attributes_json, None)))
     _after_produce(using, queue, 1)
@@ -332,6 +341,8 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
     batch = _usual_batch(items, limit)
     if batch is not None and pol.max_length is None:
         _refuse_nul(st, batch.contents)
+        if not pol.exists:
+            _ensure_queue(st, queue)
         # atomic on its own, or part of the caller's transaction
         sequences = st.insert_batch(queue, batch.ids, batch.contents, batch.priorities, batch.attributes,
                                     due=now, received=now, expires=now + pol.retention_ms)
@@ -349,6 +360,8 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
         if any(r[8] for r in rows):  # a dedup id
             windows = [_dedup_window(item, dedup_window, pol) for item in items]
     _refuse_nul(st, (r[2] for r in rows))
+    if not pol.exists:  # (a queue with a max_length has its row)
+        _ensure_queue(st, queue)
     if windows is None and pol.max_length is None:
         sequences = st.insert(rows)  # atomic on its own, or part of the caller's transaction
         _after_produce(st.alias, queue, len(rows))
@@ -747,6 +760,8 @@ def configure_queue(name: str, *, using: str | None = None, **fields: Any) -> Qu
     with transaction.atomic(using=st.alias):
         row = st.queue_get(name)
         current = {c: getattr(row, c) for c in (*POLICY_COLUMNS, "paused")} if row else {}
+        if row is None:
+            limits.ensure_queue(st, name)
         st.queue_put(name, {**current, **changes}, now_ms())
     forget_policies()
     if row is not None and row.paused and changes.get("paused") is False:
@@ -759,6 +774,8 @@ def declare_queue(name: str, fields: dict[str, Any], *, using: str | None = None
     ``FORQ_QUEUES``' declarative form. Idempotent."""
     name = validation.queue_name(name, produce=True)
     st = _store(using)
+    # Not held to FORQ_MAX_QUEUES: the project's own configuration (migrate must not fail because
+    # clients made the other queues); its queues count toward the limit, and E050 keeps it within.
     st.queue_put(name, validation.policy(fields), now_ms())
     forget_policies()
     return queue_info(name, using=st.alias)
@@ -870,6 +887,8 @@ def publish_staged(staged: Sequence[tuple[str, str]], *, using: str | None = Non
     with transaction.atomic(using=st.alias):
         for queue, pairs in by_queue.items():
             pol = policy(queue, using=st.alias)
+            if not pol.exists:
+                _ensure_queue(st, queue)
             n = st.publish_staged(pairs, now, pol.retention_ms,
                                   forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS).get(queue, 0)
             published[queue] = published.get(queue, 0) + n

@@ -360,11 +360,7 @@ class Worker:
     def _database_trouble(self, doing: str) -> None:
         """Called in an ``except``: say what failed, reconnect, wait a little. A database that
         cannot serve now (a full disk) is one line a second, not a traceback every 0.5 s."""
-        reason = errors.unavailable(sys.exc_info()[1] or Exception())
-        if reason:
-            errors.say_unavailable(logger, f"forq_worker ({doing})", reason, "retrying")
-        else:
-            logger.exception("forq_worker: database error while %s; reconnecting", doing)
+        errors.log_failure(logger, f"forq_worker ({doing})", sys.exc_info()[1] or Exception(), "reconnecting, retrying")
         try:
             connections[self.using].close()
         except DATABASE_ERRORS:

@@ -10,7 +10,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from forqapp.envconfig import env_bool, env_int, env_optional_int, env_str, sqlite_database, url_database
+from forqapp.envconfig import (
+    env_bool,
+    env_header,
+    env_int,
+    env_optional_int,
+    env_str,
+    sqlite_database,
+    url_database,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -23,6 +31,11 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or (
 )
 ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+# Behind a proxy that terminates TLS: the header it sets on HTTPS requests ("X-Forwarded-Proto: https"),
+# so Django sees them as secure (CSRF's origin check, secure cookies, HSTS, https:// links). Only when
+# the proxy always sets (or strips) that header: a client could send it itself otherwise.
+SECURE_PROXY_SSL_HEADER = env_header("DJANGO_SECURE_PROXY_SSL_HEADER")
+USE_X_FORWARDED_HOST = env_bool("DJANGO_USE_X_FORWARDED_HOST", False)  # the proxy's X-Forwarded-Host
 
 INSTALLED_APPS = [
     "django.contrib.admin",

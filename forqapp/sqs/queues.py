@@ -421,7 +421,7 @@ def forq_error(exc: ForqError) -> SqsError:
     """A refusal of forqapp's services, as SQS words it."""
     if exc.code == errors.NOT_FOUND_QUEUE:
         return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-    if exc.code == errors.QUEUE_FULL:
+    if exc.code in (errors.QUEUE_FULL, errors.QUEUE_LIMIT):
         return SqsError("OverLimit", str(exc), 403)
     if exc.code == errors.PRODUCE_TO_DLQ:
         return invalid("forqapp fills a dead-letter queue itself (redrive): send to its queue instead")

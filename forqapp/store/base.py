@@ -501,6 +501,17 @@ class Store(abc.ABC):
         """Every queue's row, by name."""
 
     @abc.abstractmethod
+    def queue_create(self, name: str, now: int, limit: int) -> bool:
+        """Create queue ``name``'s row (no policy) unless ``limit`` queues have rows already; True
+        when the row exists afterwards (made now or before), False when the limit refused it.
+        Concurrent creations are serialised (SQLite's one writer; a transaction-level advisory lock
+        on PostgreSQL), so two of them can never both pass the limit."""
+
+    @abc.abstractmethod
+    def queue_count(self) -> int:
+        """How many queues have a row (the number ``FORQ_MAX_QUEUES`` limits)."""
+
+    @abc.abstractmethod
     def queue_put(self, name: str, policy: dict[str, Any], now: int) -> None:
         """Create or update the queue's row: every :data:`POLICY_COLUMNS` field (and ``paused``)
         takes its value from ``policy``, None where it is missing. The sequence counter is kept."""

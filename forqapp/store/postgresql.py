@@ -625,6 +625,18 @@ ON CONFLICT (name) DO UPDATE SET
     max_in_flight = excluded.max_in_flight, rate = excluded.rate, paused = excluded.paused,
     updated_at = excluded.updated_at"""
 
+# A new queue's row, unless ``limit`` queues have one. Creations take one transaction-level advisory
+# lock first (QUEUE_CREATE_LOCK, held to the commit), and the count runs in a statement of its own
+# after it, whose snapshot sees every creation committed before: two creations never both pass.
+QUEUE_CREATE_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+QUEUE_CREATE_LOCK_KEY = int.from_bytes(b"forqqueu")  # < 2**63: a bigint
+QUEUE_COUNT = "SELECT COUNT(*) FROM forq_queues WHERE name <> ''"
+QUEUE_CREATE = f"""
+INSERT INTO forq_queues (name, paused, last_sequence, created_at, updated_at)
+SELECT %(name)s, FALSE, 0, %(now)s, %(now)s WHERE ({QUEUE_COUNT}) < %(limit)s
+ON CONFLICT (name) DO NOTHING"""
+QUEUE_EXISTS = "SELECT 1 FROM forq_queues WHERE name = %s"
+
 # --- schedules --------------------------------------------------------------------------------
 
 SCHEDULE_COLUMNS = """name, queue, content, cron, every_ms, catch_up, priority, attributes, paused, next_run_at,
@@ -977,6 +989,18 @@ class PostgreSQLStore(Store):
 
     def queue_list(self) -> list[QueueRow]:
         return [QueueRow._make(r) for r in self._fetchall(QUEUE_LIST)]
+
+    def queue_create(self, name: str, now: int, limit: int) -> bool:
+        if self._fetchall(QUEUE_EXISTS, (name,)):
+            return True  # (no lock for a queue that exists)
+        with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
+            self._fetchall(QUEUE_CREATE_LOCK, (QUEUE_CREATE_LOCK_KEY,))
+            if self._rowcount(QUEUE_CREATE, {"name": name, "now": now, "limit": limit}):
+                return True
+            return bool(self._fetchall(QUEUE_EXISTS, (name,)))
+
+    def queue_count(self) -> int:
+        return int(self._fetchall(QUEUE_COUNT)[0][0])
 
     def queue_put(self, name: str, policy: dict[str, Any], now: int) -> None:
         self._rowcount(QUEUE_PUT, {**dict.fromkeys(POLICY_COLUMNS), "paused": False, **policy,

@@ -533,6 +533,16 @@ ON CONFLICT (name) DO UPDATE SET
     max_in_flight = excluded.max_in_flight, rate = excluded.rate, paused = excluded.paused,
     updated_at = excluded.updated_at"""
 
+# A new queue's row, unless ``limit`` queues have one: the count and the insert are one statement,
+# and SQLite has one writer, so two creations never both pass the limit. (The row named '' is the
+# counter floor, no queue.)
+QUEUE_COUNT = "SELECT COUNT(*) FROM forq_queues WHERE name != ''"
+QUEUE_CREATE = f"""
+INSERT INTO forq_queues (name, last_sequence, paused, created_at, updated_at)
+SELECT :name, {COUNTER_FLOOR}, 0, :now, :now WHERE ({QUEUE_COUNT}) < :limit
+ON CONFLICT (name) DO NOTHING"""
+QUEUE_EXISTS = "SELECT 1 FROM forq_queues WHERE name = ?"
+
 # --- schedules --------------------------------------------------------------------------------
 
 SCHEDULE_COLUMNS = """name, queue, content, cron, every_ms, catch_up, priority, attributes, paused, next_run_at,
@@ -1081,6 +1091,15 @@ class SQLiteStore(Store):
 
     def queue_list(self) -> list[QueueRow]:
         return [_queue_row(r) for r in self._conn().execute(QUEUE_LIST)]
+
+    def queue_create(self, name: str, now: int, limit: int) -> bool:
+        conn = self._conn()
+        if conn.execute(QUEUE_CREATE, {"name": name, "now": now, "limit": limit}).rowcount:
+            return True
+        return conn.execute(QUEUE_EXISTS, (name,)).fetchone() is not None
+
+    def queue_count(self) -> int:
+        return int(self._conn().execute(QUEUE_COUNT).fetchone()[0])
 
     def queue_put(self, name: str, policy: dict[str, Any], now: int) -> None:
         self._conn().execute(QUEUE_PUT, {**dict.fromkeys(POLICY_COLUMNS), "paused": False, **policy,

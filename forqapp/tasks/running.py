@@ -231,9 +231,9 @@ class TaskRunner:
                 logger.warning("forq_worker: task %s on %s ran out of attempts (its worker died); no task_finished: %s",
                                message_id, self.queue, exc)
                 continue
-            except Exception:  # noqa: BLE001 - a database error, a task module that raises at import
-                logger.exception("forq_worker: reading the result of redriven task %s on %s failed",
-                                 message_id, self.queue)
+            except Exception as exc:  # noqa: BLE001 - a database error, a task module that raises at import
+                errors.log_failure(logger, f"forq_worker: reading the result of redriven task {message_id} on "
+                                   f"{self.queue}", exc, "no task_finished for it")
                 continue
             if result.status != TaskResultStatus.FAILED:  # requeued from the DLQ meanwhile: not its end
                 continue
@@ -262,8 +262,9 @@ class TaskRunner:
         if successes:
             try:
                 acked = self._settle_successes(successes, using, finished)
-            except DATABASE_ERRORS:
-                logger.exception("forq_worker: settling %d tasks on %s failed (database)", len(successes), self.queue)
+            except DATABASE_ERRORS as refused:  # a database away: one line a second (errors.log_failure)
+                errors.log_failure(logger, f"forq_worker: settling {len(successes)} task(s) on {self.queue}", refused,
+                                   "they run again when their lease ends")
                 acked = 0
             counts[ACK] = acked
             if acked < len(successes):
@@ -271,8 +272,9 @@ class TaskRunner:
         for message, outcome in failures:
             try:
                 kind = self._settle_failure(message, outcome, using, finished)
-            except DATABASE_ERRORS:
-                logger.exception("forq_worker: settling task %s on %s failed (database)", message.id, self.queue)
+            except DATABASE_ERRORS as refused:
+                errors.log_failure(logger, f"forq_worker: settling task {message.id} on {self.queue}", refused,
+                                   "it runs again when its lease ends")
                 kind = "lost"
             counts[kind] = counts.get(kind, 0) + 1
         for result, exc in finished:

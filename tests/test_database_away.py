@@ -1,0 +1,233 @@
+"""The database going away (a PostgreSQL crash and its recovery, a restart, a server out of reach):
+every face answers 503 ``forq.unhealthy`` with ``Retry-After`` (the SQS endpoint its
+``ServiceUnavailable``), never a 500 with a traceback, and every background component (the jobs,
+the schedules, task settling) says it in one line a second (``errors.log_failure``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import struct
+import threading
+
+import httpx
+import psycopg
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+import forqapp
+from forqapp import errors, jobs, services, store
+from forqapp.sqs.asgi import SQSApplication
+from tests.conftest import free_port
+from tests.test_fastpath import KEY, _run, _scope, apps  # noqa: F401 - apps: a fixture
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# What PostgreSQL answers while it recovers from a crash, and in the states around it (psycopg's
+# wording of a failed connect, with the server's FATAL message).
+RECOVERING = ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  the database '
+              'system is not yet accepting connections\nDETAIL:  Consistent recovery state has not been yet reached.')
+AWAY = [
+    RECOVERING,
+    'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  the database system is '
+    'starting up',
+    'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  the database system is '
+    'shutting down',
+    'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  the database system is '
+    'not accepting connections\nDETAIL:  Hot standby mode is disabled.',
+    'connection failed: connection to server at "127.0.0.1", port 5432 failed: Connection refused\n\tIs the '
+    'server running on that host and accepting TCP/IP connections?',
+    "terminating connection due to administrator command",
+    "terminating connection because of crash of another server process",
+]
+
+
+def _away(monkeypatch, message: str) -> None:
+    """Every raw statement of the store fails as ``message`` says (the connection cannot be made)."""
+
+    def refuse(self):
+        raise psycopg.OperationalError(message)
+
+    monkeypatch.setattr(type(store.for_alias("default")), "_conn", refuse)
+    services.forget_policies()
+    errors._said.clear()
+
+
+def _no_traceback(caplog) -> None:
+    assert [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.parametrize("message", AWAY)
+def test_the_api_answers_503_with_retry_after_while_the_database_is_away(apps, monkeypatch, caplog, message):  # noqa: F811
+    forqapp.send("away", "kept")  # a queue that exists, and one that does not
+    _away(monkeypatch, message)
+    json_body = [(b"x-api-key", KEY), (b"content-type", b"application/json")]
+    requests = [("POST", "/api/v1/queues/away/messages", b'{"content": "x"}'),
+                ("POST", "/api/v1/queues/away-new/messages", b'{"content": "x"}'),
+                ("GET", "/api/v1/queues/away/messages", b""),
+                ("POST", "/api/v2/queues/away/messages", b'{"content": "x"}'),
+                ("POST", "/api/v2/queues/away/receive", b'{"max_messages": 1}'),
+                ("GET", "/api/v2/queues/away", b"")]
+    for app in apps:  # v1's fast path, and the general one (v1 and v2)
+        for method, path, body in requests:
+            status, headers, answer = _run(app, _scope(method, path, json_body), body)
+            assert (status, json.loads(answer)["code"]) == (503, errors.UNHEALTHY), (message, method, path, answer)
+            assert (b"retry-after", b"5") in [(k.lower(), v) for k, v in headers], headers
+    _no_traceback(caplog)
+    assert len([r for r in caplog.records if "answered 503" in r.getMessage()]) == 1  # one line a second
+
+
+@pytest.mark.parametrize("message", [RECOVERING, "terminating connection due to administrator command"])
+def test_the_sqs_endpoint_answers_service_unavailable_while_the_database_is_away(monkeypatch, caplog, message):
+    forqapp.configure_queue("sqs-away")
+    _away(monkeypatch, message)
+    body = json.dumps({"QueueUrl": "http://testserver/000000000000/sqs-away", "MessageBody": "x"}).encode()
+    request = AWSRequest("POST", "http://testserver/", data=body, headers={
+        "X-Amz-Target": "AmazonSQS.SendMessage", "Content-Type": "application/x-amz-json-1.0"})
+    SigV4Auth(Credentials("forq-root", KEY.decode()), "sqs", "eu-west-3").add_auth(request)
+
+    async def main():
+        transport = httpx.ASGITransport(app=SQSApplication(), client=("127.0.0.1", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            return await client.post("/", content=body, headers=dict(request.headers.items()))
+
+    response = asyncio.run(main())
+    assert response.status_code == 503, response.text
+    assert response.json()["__type"].endswith("#ServiceUnavailable"), response.text
+    _no_traceback(caplog)
+
+
+def test_postgresqls_states_are_unavailable_by_their_sqlstate_too():
+    """An error that carries PostgreSQL's SQLSTATE (psycopg's ``sqlstate``) is classified by it,
+    whatever its wording (a translated server message, a pooler's)."""
+    assert errors.unavailable(psycopg.errors.CannotConnectNow("le système n'accepte pas")) is not None
+    assert errors.unavailable(psycopg.errors.AdminShutdown("…")) is not None
+    assert errors.unavailable(psycopg.errors.TooManyConnections("…")) is not None
+    assert errors.unavailable(psycopg.errors.UndefinedTable("relation does not exist")) is None  # a bug: 500
+
+
+class _RecoveringServer:
+    """A socket that answers a PostgreSQL connection as a server recovering from a crash does:
+    (no SSL) then ``FATAL 57P03 the database system is not yet accepting connections``."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                while True:
+                    head = conn.recv(8)
+                    if len(head) < 8:
+                        break
+                    length, code = struct.unpack("!ii", head)
+                    if length > 8:
+                        conn.recv(length - 8)
+                    if code in (80877103, 80877104):  # SSLRequest, GSSENCRequest: no
+                        conn.sendall(b"N")
+                        continue
+                    fields = (b"SFATAL\0VFATAL\0C57P03\0Mthe database system is not yet accepting connections\0"
+                              b"DConsistent recovery state has not been yet reached.\0\0")
+                    conn.sendall(b"E" + struct.pack("!i", len(fields) + 4) + fields)
+                    break
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_real_connection_to_a_recovering_or_absent_server_is_unavailable():
+    """What psycopg and Django's PostgreSQL backend really raise, against a server that answers as a
+    recovering one does and against a port nothing listens on."""
+    from django.db.utils import ConnectionHandler, OperationalError
+
+    recovering = _RecoveringServer()
+    try:
+        for port, expected in ((recovering.port, "the database server is recovering"),
+                               (free_port(), "the database server cannot be reached")):
+            with pytest.raises(psycopg.OperationalError) as raw:
+                psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="forq", connect_timeout=5)
+            assert errors.unavailable(raw.value) == expected, raw.value
+            handler = ConnectionHandler({"default": {"ENGINE": "django.db.backends.dummy"}, "dead": {
+                "ENGINE": "django.db.backends.postgresql", "HOST": "127.0.0.1", "PORT": port, "NAME": "forq",
+                "USER": "postgres", "OPTIONS": {"connect_timeout": 5}}})
+            with pytest.raises(OperationalError) as wrapped:  # Django's, from psycopg's
+                handler["dead"].ensure_connection()
+            assert errors.unavailable(wrapped.value) == expected, wrapped.value
+    finally:
+        recovering.close()
+
+
+# --- background components: one line a second, no traceback ----------------------------------
+
+
+@pytest.fixture
+def frozen_clock(monkeypatch):
+    """errors.say_unavailable's clock stopped: the lines it lets through are counted exactly."""
+    monkeypatch.setattr(errors, "_clock", lambda: 1000.0)
+    errors._said.clear()
+
+
+def test_a_job_over_a_database_away_logs_one_line_a_second_without_traceback(monkeypatch, caplog, frozen_clock):
+    def away(job, using=None):
+        raise psycopg.OperationalError(RECOVERING)
+
+    monkeypatch.setattr(jobs, "_run", away)
+    scheduler = jobs.Scheduler()
+    caplog.set_level(logging.INFO, logger="forqapp")
+    for _ in range(20):  # twenty turns within the same second
+        for job in jobs.JOBS.values():
+            scheduler._run_one(job)
+    lines = [r for r in caplog.records if r.name.startswith("forqapp")]
+    assert [r.getMessage() for r in lines] == [
+        f"forqapp job {next(iter(jobs.JOBS))}: the database server is recovering; retrying at its next turn "
+        "(this line at most once a second)"]
+    assert lines[0].exc_info is None
+    errors._said.clear()  # a second later: one line again
+    scheduler._run_one(next(iter(jobs.JOBS.values())))
+    assert len([r for r in caplog.records if r.name.startswith("forqapp")]) == 2
+
+
+def test_a_job_that_fails_for_another_reason_keeps_its_traceback(monkeypatch, caplog):
+    def bug(job, using=None):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(jobs, "_run", bug)
+    jobs.Scheduler()._run_one(next(iter(jobs.JOBS.values())))
+    assert [r.exc_info is not None for r in caplog.records if r.name.startswith("forqapp")] == [True]
+
+
+def test_task_settling_over_a_database_away_logs_one_line_a_second(monkeypatch, caplog, frozen_clock):
+    from forqapp.tasks.compat import task_backends
+    from forqapp.tasks.running import TaskRunner
+    from tests.tasksapp import tasks
+
+    for n in range(3):
+        tasks.add.enqueue(n, 1)
+    claimed = services.claim_many("tasks-default", 3)
+    assert len(claimed) == 3
+    runner = TaskRunner(task_backends["default"], "tasks-default")
+    for message in claimed:
+        runner(message)
+
+    def away(*args, **kwargs):
+        raise psycopg.OperationalError(RECOVERING)
+
+    monkeypatch.setattr(TaskRunner, "_settle_successes", away)
+    monkeypatch.setattr(TaskRunner, "_settle_failure", away)
+    items = [(claimed[0], "ack", None), (claimed[1], "nack", RuntimeError("x")), (claimed[2], "nack", None)]
+    assert runner.settle(items, using=services.alias()) == {"ack": 0, "lost": 3}
+    lines = [r for r in caplog.records if r.name.startswith("forqapp")]
+    assert len(lines) == 1 and lines[0].exc_info is None, [r.getMessage() for r in lines]
+    assert "the database server is recovering" in lines[0].getMessage()
