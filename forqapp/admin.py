@@ -19,13 +19,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 
-from . import admin_cells, limits, schedules, services, validation, vocab
+from . import admin_cells, errors, limits, schedules, services, validation, vocab
 from .errors import ForqError
 from .keys import admin as keys_admin  # noqa: F401 - registers the API keys' admin
 from .models import DeadLetter, Message, Queue, Schedule, Status
@@ -596,6 +597,17 @@ class QueueAdmin(admin.ModelAdmin):
         if values or not change:
             services.configure_queue(obj.name, **values)
         freshness.invalidate()
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        """A refusal the form could not foresee (another process took the last place under
+        FORQ_MAX_QUEUES between the form's check and the save) is said on the form's page, not a 500."""
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ForqError as exc:
+            if exc.code != errors.QUEUE_LIMIT:
+                raise
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
 
     def save_related(self, request, form, formsets, change):
         pass  # a queue has no related objects; the form saved nothing itself
