@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 from forqapp.conf import SETTINGS
 
-from .conftest import ROOT
+from .conftest import ROOT, SECRET
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
@@ -114,3 +115,23 @@ def test_the_commands_and_the_http_apis_are_generated_from_the_code():
     page = module.openapi_page()
     assert "### `POST /api/v2/queues/{queue}/messages`" in page and "### `GET /healthcheck`" in page
     assert "| `content` (required) | string |" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_quick_start_commands_run_as_they_are(live_api, tmp_path):
+    """docs/quick-start.md's "try it" block, pasted into bash as it is (only the API's address is
+    this test server's): send, receive, then ack with the id and receipt the receive answered."""
+    (block,) = re.findall(r"^```sh\n(.*?)^```",
+                          section((DOCS / "quick-start.md").read_text(), "try-it"), flags=re.S | re.M)
+    again = 'curl -s -X POST -H "X-API-Key: $KEY" -H "X-Forq-Receipt: $RECEIPT" http://127.0.0.1:8080/api/v1/queues/demo/messages/$ID/ack\n'
+    script = (block + again).replace("http://127.0.0.1:8080", live_api.url)
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60, env={"PATH": os.environ["PATH"], "FORQ_AUTH_SECRET": SECRET})
+    assert result.returncode == 0, result.stderr
+    assert re.findall(r"^HTTP/1.1 (\d+)", result.stdout, flags=re.M) == ["204", "204"]  # the send, the ack
+    received = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("{")))
+    assert received["content"] == "hello" and set(received) == {"id", "content", "receipt"}
+    assert result.stdout.rstrip().endswith('{"code": "not_found.message"}')  # acked: gone
+    import forqapp
+
+    assert sum(forqapp.queue_info("demo").counts.values()) == 0
