@@ -17,7 +17,7 @@ import pytest
 
 from forqapp.conf import SETTINGS
 
-from .conftest import ROOT, SECRET
+from .conftest import ROOT, SECRET, subprocess_env
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
@@ -135,3 +135,56 @@ def test_the_quick_start_commands_run_as_they_are(live_api, tmp_path):
     import forqapp
 
     assert sum(forqapp.queue_info("demo").counts.values()) == 0
+
+
+def console_sessions(text: str) -> list[tuple[str, list[str]]]:
+    """The ``$ command`` lines of a page's ``console`` blocks, each with the output lines shown under it."""
+    sessions: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"^```console\n(.*?)^```", text, flags=re.S | re.M):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                sessions.append((line[2:], []))
+            else:
+                sessions[-1][1].append(line)
+    return sessions
+
+
+SHOWN_VALUES = (  # what stands for a value of the page's run in its shown output, and what it matches
+    (r"[\w-]*…\(40 characters\)", r"\S{40}"),  # a secret
+    (r"[\w-]*…", r"\S+?"),  # the rest of a value, cut short
+    (r"FQK[A-Z0-9]{17}", r"FQK[A-Z0-9]{17}"),  # an access key id
+    (r"\b\d{13}\b", r"\d{13}"),  # a receipt
+    (r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"),  # a date
+)
+
+
+def shown_as_pattern(line: str) -> str:
+    """A line of shown output as a regex: the key ids, secrets, message ids, receipts and dates of the
+    page's own run match any of their kind, the rest matches as it is."""
+    shown = re.compile("|".join(f"({value})" for value, _ in SHOWN_VALUES))
+    pattern, at = "", 0
+    for found in shown.finditer(line):
+        kind = next(SHOWN_VALUES[i][1] for i, group in enumerate(found.groups()) if group is not None)
+        pattern += re.escape(line[at:found.start()]) + kind
+        at = found.end()
+    return pattern + re.escape(line[at:])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_keys_how_to_runs_as_shown(live_api, tmp_path):
+    """docs/how-to/keys.md's console sessions, each ``$`` line run in one bash session as it is (only
+    the API's address is this test server's), print what the page shows under it."""
+    sessions = console_sessions((DOCS / "how-to" / "keys.md").read_text())
+    assert len(sessions) >= 10
+    script = "".join(f"echo '@@@ {i}'\n{command}\n" for i, (command, _) in enumerate(sessions))
+    env = subprocess_env(PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    result = subprocess.run(["bash", "-c", script.replace("http://localhost:8080", live_api.url)], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    outputs = re.split(r"^@@@ \d+\n", result.stdout, flags=re.M)[1:]
+    assert len(outputs) == len(sessions)
+    for (command, shown), output in zip(sessions, outputs, strict=True):
+        lines = output.splitlines()
+        assert len(lines) == len(shown), (command, output)
+        for want, got in zip(shown, lines, strict=True):
+            assert re.fullmatch(shown_as_pattern(want), got), (command, want, got)
