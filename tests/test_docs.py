@@ -188,3 +188,48 @@ def test_the_keys_how_to_runs_as_shown(live_api, tmp_path):
         assert len(lines) == len(shown), (command, output)
         for want, got in zip(shown, lines, strict=True):
             assert re.fullmatch(shown_as_pattern(want), got), (command, want, got)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_django_tasks_how_to_runs_as_it_is(settings, tmp_path, monkeypatch):
+    """docs/how-to/django-tasks.md: its TASKS setting, its myapp/tasks.py (on Django 5.2 with the
+    import its comment gives), the enqueue of its "anywhere" block, and its worker command's options."""
+    import django
+
+    from forqapp.management.commands.forq_worker import Command
+    from forqapp.tasks.discovery import with_consumers
+    from forqapp.worker import Worker
+
+    blocks = re.findall(r"^```(?:python|sh)\n(.*?)^```", (DOCS / "how-to" / "django-tasks.md").read_text(),
+                        flags=re.S | re.M)
+    (setting,) = [b for b in blocks if b.startswith("# settings.py")]
+    (tasks_py,) = [b for b in blocks if b.startswith("# myapp/tasks.py")]
+    (anywhere,) = [b for b in blocks if b.startswith("# anywhere")]
+    (command,) = [b for b in blocks if b.startswith("python manage.py forq_worker")]
+    namespace: dict = {}
+    exec(compile(setting, "django-tasks.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+    settings.TASKS = namespace["TASKS"]
+    if django.VERSION < (6,):
+        tasks_py, n = re.subn(r"^from django\.tasks import task +# Django 5\.2: (from django_tasks import task)$",
+                              r"\1", tasks_py, flags=re.M)
+        assert n == 1
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "tasks.py").write_text(tasks_py)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        namespace = {}
+        exec(compile(anywhere, "django-tasks.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+        result = namespace["result"]
+        assert namespace["send_welcome"].get_result(result.id).status == "READY"
+        import forqapp
+
+        assert forqapp.queue_info("tasks-emails").counts["ready"] == 1  # one message on "tasks-emails"
+        Worker(with_consumers({}), burst=True, start_jitter=0).run()
+        done = namespace["send_welcome"].get_result(result.id)
+        assert (done.status, done.return_value) == ("SUCCESSFUL", "welcomed 42")
+    finally:
+        for name in ("myapp.tasks", "myapp"):
+            sys.modules.pop(name, None)
+    options = Command().create_parser("manage.py", "forq_worker").parse_args(command.split("#")[0].split()[3:])
+    assert (options.concurrency, options.prefetch) == (4, 200)
