@@ -5,6 +5,7 @@ site's strict build, every link and anchor checked, is a phase of scripts/test.s
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
@@ -233,3 +234,49 @@ def test_the_django_tasks_how_to_runs_as_it_is(settings, tmp_path, monkeypatch):
             sys.modules.pop(name, None)
     options = Command().create_parser("manage.py", "forq_worker").parse_args(command.split("#")[0].split()[3:])
     assert (options.concurrency, options.prefetch) == (4, 200)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_how_to_consumers_run_as_they_are(settings, tmp_path, monkeypatch, capsys):
+    """docs/how-to/worker.md: its ``@forqapp.consumer`` (in myapp/consumers.py) and its
+    ``FORQ_CONSUMERS`` with the myapp/jobs.py it names, run by a worker; and its command line's options."""
+    from django.core import mail
+
+    import forqapp
+    from forqapp import consumers
+    from forqapp.consumers import Consumer, settings_consumers
+    from forqapp.management.commands.forq_worker import Command
+    from forqapp.worker import Worker
+
+    page = (DOCS / "how-to" / "worker.md").read_text()
+    blocks = {b.splitlines()[0]: b for b in python_blocks(page)}
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "consumers.py").write_text(blocks["# myapp/consumers.py"])
+    (tmp_path / "myapp" / "jobs.py").write_text(blocks["# myapp/jobs.py"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    namespace: dict = {}
+    exec(compile(blocks["# settings.py"], "worker.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+    settings.FORQ_CONSUMERS = namespace["FORQ_CONSUMERS"]
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    try:
+        importlib.import_module("myapp.consumers")  # registers send_welcome, as autodiscovery would
+        welcome = consumers._registry["emails"]  # (not registry(): it would load FORQ_CONSUMERS too)
+        (entry,) = settings_consumers()[0]
+        assert entry[0] == "emails" and entry[1].__module__ == "myapp.jobs"
+        forqapp.send("emails", json.dumps({"to": "ada@example.com"}))
+        forqapp.send("emails", json.dumps({"to": ""}))
+        counts = Worker({"emails": welcome}, burst=True, start_jitter=0).run()
+        assert counts == {"ack": 1, "fail": 1} and [m.to for m in mail.outbox] == [["ada@example.com"]]
+        forqapp.send("emails", "hello")
+        assert Worker({"emails": Consumer(*entry)}, burst=True, start_jitter=0).run() == {"ack": 1}
+        assert capsys.readouterr().out == "mail hello\n"
+    finally:
+        consumers.unregister("emails")
+        for name in ("myapp.consumers", "myapp.jobs", "myapp"):
+            sys.modules.pop(name, None)
+    (usage,) = [b for b in re.findall(r"^```sh\n(.*?)^```", page, flags=re.S | re.M) if "forq_worker" in b]
+    options = re.findall(r"\[(--?[\w-]+)", usage)
+    parser = Command().create_parser("manage.py", "forq_worker")
+    known = {o for action in parser._actions for o in action.option_strings}
+    assert options and [o for o in options if o not in known] == []
