@@ -280,3 +280,20 @@ def test_the_worker_how_to_consumers_run_as_they_are(settings, tmp_path, monkeyp
     parser = Command().create_parser("manage.py", "forq_worker")
     known = {o for action in parser._actions for o in action.option_strings}
     assert options and [o for o in options if o not in known] == []
+
+
+def test_the_install_how_to_queue_database_block_runs(tmp_path, settings):
+    """docs/how-to/install.md's "queue in a database of its own", appended to a startproject
+    settings.py (BASE_DIR a Path, DATABASES with its default): a second SQLite alias, the router."""
+    from django.utils.module_loading import import_string
+
+    (block,) = [b for b in python_blocks((DOCS / "how-to" / "install.md").read_text())
+                if b.startswith("# settings.py: the queue in a database of its own")]
+    namespace: dict = {"BASE_DIR": tmp_path, "DATABASES": {"default": {"ENGINE": "django.db.backends.sqlite3"}}}
+    exec(compile(block, "install.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+    queue = namespace["DATABASES"]["queue"]
+    assert queue["ENGINE"] == "django.db.backends.sqlite3" and str(queue["NAME"]) == str(tmp_path / "queue.sqlite3")
+    settings.FORQ_DATABASE = namespace["FORQ_DATABASE"]
+    (router,) = namespace["DATABASE_ROUTERS"]
+    assert import_string(router)().allow_migrate("queue", "forqapp") is True
+    assert import_string(router)().allow_migrate("default", "forqapp") is False
