@@ -226,6 +226,9 @@ def test_the_tutorial_on_a_fresh_startproject(tmp_path):
     assert drive("post", "/signup-rolled-back/", "username=eve", "email=eve@example.com")["post"][0] == 200
     state = drive("state")
     assert state["users"] == ["ada"] and state["messages"] == ["ada@example.com"]
+    (shown,) = re.findall(r"^python manage\.py forq_queues\n# (.+)$", section("tutorial"), flags=re.M)
+    listed = run([*manage, "forq_queues"], project, env).stdout.splitlines()
+    assert [line for line in listed if line.startswith("emails ")] == [shown]
     assert state["api"] == 204  # FORQ_AUTH_SECRET exported, not in settings.py: the API takes it
 
     # The worker runs the tutorial's consumer: ada is mailed (the console backend prints the email).
