@@ -297,3 +297,17 @@ def test_the_install_how_to_queue_database_block_runs(tmp_path, settings):
     (router,) = namespace["DATABASE_ROUTERS"]
     assert import_string(router)().allow_migrate("queue", "forqapp") is True
     assert import_string(router)().allow_migrate("default", "forqapp") is False
+
+
+def test_the_postgresql_how_to_settings_block_gives_a_postgresql_entry(monkeypatch):
+    """docs/how-to/postgresql.md's settings for your own project, appended to a startproject
+    settings.py with DATABASE_URL exported: the default alias on PostgreSQL, connections kept and
+    checked (its use against a live PostgreSQL is the whole suite's PostgreSQL run)."""
+    (block,) = [b for b in python_blocks((DOCS / "how-to" / "postgresql.md").read_text())
+                if b.startswith("# settings.py: PostgreSQL from DATABASE_URL")]
+    monkeypatch.setenv("DATABASE_URL", "postgres://forq:SECRET@db.internal:5432/forq")
+    namespace: dict = {"DATABASES": {"default": {"ENGINE": "django.db.backends.sqlite3"}}}
+    exec(compile(block, "postgresql.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+    entry = namespace["DATABASES"]["default"]
+    assert (entry["ENGINE"], entry["HOST"], entry["NAME"]) == ("django.db.backends.postgresql", "db.internal", "forq")
+    assert entry["CONN_MAX_AGE"] == 600 and entry["CONN_HEALTH_CHECKS"] is True
