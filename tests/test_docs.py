@@ -311,3 +311,28 @@ def test_the_postgresql_how_to_settings_block_gives_a_postgresql_entry(monkeypat
     entry = namespace["DATABASES"]["default"]
     assert (entry["ENGINE"], entry["HOST"], entry["NAME"]) == ("django.db.backends.postgresql", "db.internal", "forq")
     assert entry["CONN_MAX_AGE"] == 600 and entry["CONN_HEALTH_CHECKS"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_queue_and_schedule_settings_of_the_how_tos_apply(settings):
+    """Every FORQ_QUEUES and FORQ_SCHEDULES block of docs/how-to/queues.md and flow-control.md is
+    accepted by ``forq_queues apply``, and flow-control's schedule block runs as it is."""
+    from django.core.management import call_command
+
+    import forqapp
+
+    applied = []
+    for page in ("queues.md", "flow-control.md"):
+        for block in python_blocks((DOCS / "how-to" / page).read_text()):
+            namespace: dict = {}
+            if block.startswith("# settings.py"):
+                exec(compile(block, page, "exec"), namespace)  # noqa: S102 - the docs' own code
+                settings.FORQ_QUEUES = namespace.get("FORQ_QUEUES", {})
+                settings.FORQ_SCHEDULES = namespace.get("FORQ_SCHEDULES", {})
+                call_command("forq_queues", "apply", verbosity=0)
+                applied += [*settings.FORQ_QUEUES, *settings.FORQ_SCHEDULES]
+            elif "forqapp.schedule(" in block:
+                exec(compile(block, page, "exec"), namespace)  # noqa: S102 - the docs' own code
+    assert {"emails", "thumbnails", "imports", "nightly-report"} <= set(applied)
+    assert forqapp.queue_info("emails").policy["rate"] is not None  # flow-control's, the last applied
+    assert [s.name for s in forqapp.list_schedules()] == ["nightly-report"]  # heartbeat was unscheduled
