@@ -336,3 +336,20 @@ def test_the_queue_and_schedule_settings_of_the_how_tos_apply(settings):
     assert {"emails", "thumbnails", "imports", "nightly-report"} <= set(applied)
     assert forqapp.queue_info("emails").policy["rate"] is not None  # flow-control's, the last applied
     assert [s.name for s in forqapp.list_schedules()] == ["nightly-report"]  # heartbeat was unscheduled
+
+
+def test_a_setting_only_the_demo_project_reads_from_the_environment_is_not_shown_as_a_variable_alone():
+    """A ``FORQ_X=value`` on a page, for a setting only the demo project reads from the environment,
+    says so in the same paragraph: in a project of one's own it goes in settings.py."""
+    scope = dict(re.findall(r"^### `(FORQ_\w+)`\n\n.+\n\nDefault: .+? · environment: (.+)$", hooks().settings_page(),
+                            flags=re.M))
+    assert scope["FORQ_TRUST_PROXY_HEADERS"] == "demo project" and scope["FORQ_API_ADDR"] == "any project"
+    alone = []
+    for page in PAGES:
+        if page.name in ("quick-start.md", "settings.md", "development.md", "benchmarks.md"):  # the demo's own pages
+            continue
+        for paragraph in page.read_text().split("\n\n"):
+            for name in re.findall(r"\b(FORQ_\w+)=", paragraph):
+                if scope.get(name) == "demo project" and "demo project" not in " ".join(paragraph.split()):
+                    alone.append(f"{page.relative_to(DOCS)}: {name}")
+    assert alone == []
