@@ -18,7 +18,7 @@ import pytest
 
 from forqapp.conf import SETTINGS
 
-from .conftest import ROOT, SECRET, subprocess_env
+from .conftest import ROOT, SECRET, start_server, stop_server, subprocess_env
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
@@ -145,6 +145,8 @@ def console_sessions(text: str) -> list[tuple[str, list[str]]]:
         for line in block.splitlines():
             if line.startswith("$ "):
                 sessions.append((line[2:], []))
+            elif sessions and sessions[-1][0].endswith("\\") and not sessions[-1][1]:  # the command goes on
+                sessions[-1] = (sessions[-1][0] + "\n" + line, [])
             else:
                 sessions[-1][1].append(line)
     return sessions
@@ -353,3 +355,60 @@ def test_a_setting_only_the_demo_project_reads_from_the_environment_is_not_shown
                 if scope.get(name) == "demo project" and "demo project" not in " ".join(paragraph.split()):
                     alone.append(f"{page.relative_to(DOCS)}: {name}")
     assert alone == []
+
+
+def shown_json(lines: list[str]):
+    """The JSON a page shows as a command's output (its ``# …`` remarks after the JSON dropped),
+    with ``"…"``-cut ids as they are."""
+    return json.loads(" ".join(re.sub(r"\s+#\s.*$", "", line) for line in lines))
+
+
+def same_shape(shown, got) -> bool:
+    """The same keys all the way down, and the same values but for ids, receipts, sequences and
+    times (those of the page's own run)."""
+    if isinstance(shown, dict):
+        return isinstance(got, dict) and shown.keys() == got.keys() and all(
+            key in ("id", "receipt", "sequence", "last_sequence", "counts", "created_at") or key.endswith("_at")
+            or same_shape(shown[key], got[key]) for key in shown)
+    if isinstance(shown, list):
+        return isinstance(got, list) and len(shown) == len(got) and all(map(same_shape, shown, got))
+    return shown == got
+
+
+@pytest.fixture
+def api_with_default_long_polls(django_db_blocker):
+    """A server as the demo's: long polls up to 30 s (``live_api``'s stop at 2)."""
+    with django_db_blocker.unblock():
+        api = start_server({"FORQ_LONG_POLL_SECONDS": "30"})
+    yield api
+    stop_server(api)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_http_api_how_to_examples_answer_as_shown(api_with_default_long_polls):
+    """docs/how-to/http-api.md's v2 examples, pasted into bash in order with KEY set as the quick
+    start sets it (only the address is this test server's): send twice (deduplicated), receive, a
+    batch ack (the page's ids and receipt replaced by the received ones), the queue's policy; each
+    answer has the shape and the values the page shows (but for ids, sequences, receipts and times)."""
+    sessions = [(command, shown) for command, shown in console_sessions((DOCS / "how-to" / "http-api.md").read_text())
+                if "/requeue" not in command and "-X DELETE" not in command]  # the DLQ's: need dead letters
+    send, again, receive, ack, patch = sessions
+    assert again[0].startswith("# the same request again")
+    received: dict = {}
+
+    def paste(command: str) -> dict:
+        script = command.replace("http://127.0.0.1:8080", api_with_default_long_polls.url)
+        result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                                env={"PATH": os.environ["PATH"], "KEY": SECRET})
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    for command, shown in (send, (send[0], again[1]), receive, ack, patch):
+        if command is ack[0]:
+            command = command.replace('"0193a5d4-…"', json.dumps(received["id"]), 1)
+            command = command.replace('"1795321374745"', json.dumps(received["receipt"]), 1)
+            command = command.replace('"0193a5d5-…"', '"0193a5d5-0000-7000-8000-000000000000"')  # none such
+        got = paste(command)
+        assert same_shape(shown_json(shown), got), (command, got)
+        if command is receive[0]:
+            (received,) = got["messages"]
