@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -81,7 +83,10 @@ def build_wheel(tmp: Path) -> Path:
 # Appended to the tutorial's views.py: its view inside a larger transaction whose later step fails,
 # so neither the user nor the message stays.
 ROLLED_BACK_VIEW = '''
+from django.views.decorators.csrf import csrf_exempt  # noqa: E402 - this test's own view, as curl reaches it
 
+
+@csrf_exempt
 def sign_up_rolled_back(request):
     with transaction.atomic():
         response = sign_up(request)
@@ -106,14 +111,14 @@ import forqapp
 from forqapp.models import Message
 
 setup_test_environment()  # the test client's "testserver" host
-client = Client()
+client = Client(enforce_csrf_checks=True)  # as curl: no CSRF cookie, no token
 out = {"forqapp_file": forqapp.__file__}
-if sys.argv[1] == "send":
-    for data in ({"username": "ada", "email": "ada@example.com"}, {"username": "bob", "email": ""}):
-        out[data["username"]] = client.post("/signup/", data).status_code
-    out["eve"] = client.post("/signup-rolled-back/", {"username": "eve", "email": "eve@example.com"}).status_code
+if sys.argv[1] == "post":  # drive.py post PATH NAME=VALUE...: a form POST, as the tutorial's curl sends it
+    response = client.post(sys.argv[2], dict(arg.split("=", 1) for arg in sys.argv[3:]))
+    out["post"] = [response.status_code, response.content.decode()]
+elif sys.argv[1] == "state":
     out["users"] = sorted(User.objects.values_list("username", flat=True))
-    out["messages"] = sorted(json.loads(c)["to"] for c in Message.objects.values_list("content", flat=True))
+    out["messages"] = sorted(json.loads(c)["to"] for c in Message.objects.filter(queue="emails").values_list("content", flat=True))
     out["api"] = client.post("/api/v1/queues/other/messages", '{"content": "x"}', content_type="application/json",
                              headers={"X-API-Key": os.environ.get("FORQ_AUTH_SECRET", "")}).status_code
 elif sys.argv[1] == "admin":
@@ -202,19 +207,48 @@ def test_the_tutorial_on_a_fresh_startproject(tmp_path):
 
     run([*manage, "migrate", "-v0"], project, env)
 
-    # A view that sends inside transaction.atomic(): committed with the user, or rolled back with it.
-    sent = json.loads(run([sys.executable, "drive.py", "send"], project, env).stdout)
-    assert sent["forqapp_file"].startswith(str(site))
-    assert (sent["ada"], sent["bob"], sent["eve"]) == (200, 200, 200)
-    assert sent["users"] == ["ada", "bob"] and sent["messages"] == ["", "ada@example.com"]
-    assert sent["api"] == 204  # FORQ_AUTH_SECRET exported, not in settings.py: the API takes it
+    # The tutorial's curl commands, as form POSTs without a CSRF token (what curl sends).
+    curls = {}
+    for line in "\n".join(code_blocks(section("tutorial") + section("worker"), "sh")).splitlines():
+        if line.startswith("curl "):
+            args = shlex.split(line)
+            fields = [args[i + 1] for i, arg in enumerate(args) if arg == "-d"]
+            curls[fields[0].split("=", 1)[1]] = [urlsplit(args[-1]).path, *fields]
+    assert curls == {"ada": ["/signup/", "username=ada", "email=ada@example.com"],
+                     "bob": ["/signup/", "username=bob", "email="]}
 
-    # The worker runs the tutorial's consumer: ada is mailed (the console backend prints the email),
-    # bob's message fails for good.
-    result = run([*manage, "forq_worker", "--burst"], project, env)
-    assert "forq_worker: done, ack 1, fail 1" in result.stdout
+    def drive(*args: str) -> dict:
+        out = json.loads(run([sys.executable, "drive.py", *args], project, env).stdout)
+        assert out["forqapp_file"].startswith(str(site))
+        return out
+
+    def worker_burst(last_line: str) -> subprocess.CompletedProcess:
+        """``forq_worker --burst``, whose last line of output the tutorial quotes."""
+        assert "python manage.py forq_worker --burst\n" in section("worker") and f"`{last_line}`" in section("worker")
+        result = run([*manage, "forq_worker", "--burst"], project, env)
+        assert result.stdout.strip().splitlines()[-1] == last_line
+        return result
+
+    # A view that sends inside transaction.atomic(): committed with the user, or rolled back with it.
+    assert drive("post", *curls["ada"])["post"] == [200, "ok"]
+    assert drive("post", "/signup-rolled-back/", "username=eve", "email=eve@example.com")["post"][0] == 200
+    state = drive("state")
+    assert state["users"] == ["ada"] and state["messages"] == ["ada@example.com"]
+    (shown,) = re.findall(r"^python manage\.py forq_queues\n# (.+)$", section("tutorial"), flags=re.M)
+    listed = run([*manage, "forq_queues"], project, env).stdout.splitlines()
+    assert [line for line in listed if line.startswith("emails ")] == [shown]
+    assert state["api"] == 204  # FORQ_AUTH_SECRET exported, not in settings.py: the API takes it
+
+    # The worker runs the tutorial's consumer: ada is mailed (the console backend prints the email).
+    result = worker_burst("forq_worker: done, ack 1")
     assert "To: ada@example.com" in result.stdout and "Subject: Welcome" in result.stdout
     assert result.stdout.count("To: ") == 1
+    # Bob has no email address: his message fails for good.
+    assert drive("post", *curls["bob"])["post"] == [200, "ok"]
+    assert drive("state")["users"] == ["ada", "bob"]
+    result = worker_burst("forq_worker: done, fail 1")
+    assert "To: " not in result.stdout and "on emails failed for good: no recipient" in result.stderr
+    assert "`failed: handled 1`" in TUTORIAL
     assert run([*manage, "forq_jobs", "run", "failed"], project, env).stdout.strip() == "failed: handled 1"
 
     # The admin, as staff: the dead letter with its reason and the consumer's own error.

@@ -1256,3 +1256,18 @@ def test_the_docs_boto3_example_runs_as_written(server, monkeypatch, capsys):
     assert capsys.readouterr().out == (
         """{"id": 1} {'tenant': {'StringValue': 'acme', 'DataType': 'String'}}\n""")
     assert forqapp.queue_info("shipments").counts["ready"] == 0  # deleted after it was handled
+
+
+def test_the_docs_aws_cli_example_runs_as_written(server, tmp_path):
+    """docs/how-to/sqs.md's AWS CLI block in bash, as it is but for the endpoint: it makes the queue,
+    sends and receives."""
+    page = (ROOT / "docs" / "how-to" / "sqs.md").read_text()
+    (block,) = [b for b in re.findall(r"^```sh\n(.*?)^```", page, flags=re.S | re.M) if "aws " in b]
+    env = {"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "HOME": str(tmp_path), "FORQ_AUTH_SECRET": SECRET,
+           "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.replace("http://localhost:8082", server)],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    created, sent, received = json.loads("[" + re.sub(r"}\s*{", "},{", result.stdout) + "]")
+    assert created == {"QueueUrl": f"{server}/{ACCOUNT}/orders"} and sent["MD5OfMessageBody"] == md5("hello")
+    assert [(m["MessageId"], m["Body"]) for m in received["Messages"]] == [(sent["MessageId"], "hello")]
