@@ -312,7 +312,7 @@ class ForqSettings:
     FORQ_METRICS_ENABLED: Setting[bool] = Setting(False, "serve `GET /metrics`", check=boolean)
     FORQ_METRICS_TOP_QUEUES: Setting[int] = Setting(
         50, "`/metrics` has per-queue series for this many queues (the deepest); the others are summed "
-        "under `queue_name=\"_other\"`", check=integer(1))
+        "under `queue_name=\"(other)\"`", check=integer(1))
     FORQ_METRICS_AUTH_SECRET: Setting[str] = Setting(
         "", "the key of `GET /metrics`; required (>= 32 characters) with metrics on (E002)",
         check=text, env=str, id="forqapp.E002", deploy=True)
