@@ -207,3 +207,29 @@ def row(message_id: str):
     from forqapp.models import Message
 
     return Message.objects.get(id=message_id)
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 answer read from ``sock``: its status, headers (lower-case names) and
+    Content-Length body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)  # socket.timeout (an error) if the server waits for the body
+        assert chunk, f"connection closed without an answer: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+def send_raw(where: tuple[str, int], request: bytes, *, timeout: float) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as is (often headers announcing a body that never comes) and read one answer."""
+    with socket.create_connection(where, timeout=timeout) as sock:
+        sock.sendall(request)
+        return read_answer(sock)
