@@ -209,6 +209,38 @@ def row(message_id: str):
     return Message.objects.get(id=message_id)
 
 
+HX = {"HTTP_HX_REQUEST": "true"}  # a test client's request as htmx sends it
+
+
+@pytest.fixture
+def staff(db):
+    """The superuser "staff" / "pw-staff-123"."""
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def staff_client(staff):
+    """A test client logged in as :func:`staff`."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(staff)
+    return client
+
+
+@pytest.fixture
+def live_counts(settings):
+    """The HTMX pages count live in this test (no counts kept from an earlier page)."""
+    from forqapp.ui import freshness
+
+    settings.FORQ_UI_LIVE_COUNTS_MS = 10**9
+    freshness.clear()
+    yield
+    freshness.clear()
+
+
 def read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     """One HTTP/1.1 answer read from ``sock``: its status, headers (lower-case names) and
     Content-Length body."""
