@@ -221,17 +221,9 @@ class MessageAdmin(admin.ModelAdmin):
                                admin_cells.full_time(obj.process_after))
         return status
 
-    @admin.display(description="id", ordering="id")
-    def short_id(self, obj):
-        return admin_cells.short_id(obj.id)
-
-    @admin.display(description="queue", ordering="queue")
-    def queue_cell(self, obj):
-        return admin_cells.breakable(obj.queue)
-
-    @admin.display(description="received", ordering="received_at")
-    def received_on(self, obj):
-        return admin_cells.when(obj.received_at)
+    short_id = admin_cells.column("id", admin_cells.short_id, "id")
+    queue_cell = admin_cells.column("queue", admin_cells.breakable, "queue")
+    received_on = admin_cells.column("received_at", admin_cells.when, "received")
 
     @admin.display(description="failure", ordering="failure_reason")
     def failure(self, obj):
@@ -305,10 +297,8 @@ class DeadLetterAdmin(MessageAdmin):
     list_filter = [QueueFilter, DeadLetterStatusFilter, "failure_reason"]
     list_title = "Dead letters"
 
-    @admin.display(description="dropped", ordering="expires_after")
-    def expires_on(self, obj):
-        """When the DLQ's retention deletes it (unless requeued or deleted first)."""
-        return admin_cells.when(obj.expires_after)
+    # When the DLQ's retention deletes it (unless requeued or deleted first).
+    expires_on = admin_cells.column("expires_after", admin_cells.when, "dropped")
 
 
 # --- queues -----------------------------------------------------------------------------------

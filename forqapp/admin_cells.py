@@ -8,9 +8,12 @@ allows none)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from django import forms
+from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
@@ -70,3 +73,14 @@ def clipped(text: str | None, limit: int, *, css: str = "forq-clip", empty: str 
         return empty
     shown = text if len(text) <= limit else text[:limit] + "…"
     return format_html('<span class="{}" title="{}">{}</span>', css, text, shown)
+
+
+def column(field: str, cell: Callable[[Any], Any], description: str, *, sortable: bool = True) -> Callable[..., Any]:
+    """A ``ModelAdmin`` method showing ``cell(obj.<field>)`` under ``description``, sorted by
+    ``field`` (unless not ``sortable``): ``short_id = column("id", short_id, "id")`` in a class body."""
+
+    def method(modeladmin: admin.ModelAdmin, obj: Any) -> Any:
+        return cell(getattr(obj, field))
+
+    method.__name__ = method.__qualname__ = f"{field}_cell"
+    return admin.display(description=description, ordering=field if sortable else None)(method)

@@ -207,3 +207,61 @@ def row(message_id: str):
     from forqapp.models import Message
 
     return Message.objects.get(id=message_id)
+
+
+HX = {"HTTP_HX_REQUEST": "true"}  # a test client's request as htmx sends it
+
+
+@pytest.fixture
+def staff(db):
+    """The superuser "staff" / "pw-staff-123"."""
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def staff_client(staff):
+    """A test client logged in as :func:`staff`."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(staff)
+    return client
+
+
+@pytest.fixture
+def live_counts(settings):
+    """The HTMX pages count live in this test (no counts kept from an earlier page)."""
+    from forqapp.ui import freshness
+
+    settings.FORQ_UI_LIVE_COUNTS_MS = 10**9
+    freshness.clear()
+    yield
+    freshness.clear()
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 answer read from ``sock``: its status, headers (lower-case names) and
+    Content-Length body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)  # socket.timeout (an error) if the server waits for the body
+        assert chunk, f"connection closed without an answer: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+def send_raw(where: tuple[str, int], request: bytes, *, timeout: float) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as is (often headers announcing a body that never comes) and read one answer."""
+    with socket.create_connection(where, timeout=timeout) as sock:
+        sock.sendall(request)
+        return read_answer(sock)

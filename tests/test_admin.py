@@ -22,14 +22,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 XSS = '{"html": "<script>alert(1)</script>"}'
 
 
-@pytest.fixture
-def admin_client_(db):
-    user = User.objects.create_user("root", password="pw-root-123", is_staff=True, is_superuser=True)
-    c = Client()
-    c.force_login(user)
-    return c
-
-
 def dead(queue: str, n: int) -> list[str]:
     now = services.now_ms()
     ids = forq_ids.new_ids(n)
@@ -39,21 +31,21 @@ def dead(queue: str, n: int) -> list[str]:
     return ids
 
 
-def test_changelists_filters_and_search(admin_client_):
+def test_changelists_filters_and_search(staff_client):
     mid = forqapp.send("emails", "a")
     d = dead("emails", 2)
-    page = admin_client_.get("/admin/forqapp/message/")
+    page = staff_client.get("/admin/forqapp/message/")
     assert page.status_code == 200 and mid.encode() in page.content and d[0].encode() in page.content
     assert b"?queue=emails-dlq" in page.content
-    filtered = admin_client_.get("/admin/forqapp/message/?dlq=yes")
+    filtered = staff_client.get("/admin/forqapp/message/?dlq=yes")
     assert mid.encode() not in filtered.content and d[0].encode() in filtered.content
-    found = admin_client_.get(f"/admin/forqapp/message/?q={mid}")
+    found = staff_client.get(f"/admin/forqapp/message/?q={mid}")
     assert mid.encode() in found.content and d[0].encode() not in found.content
-    dl = admin_client_.get("/admin/forqapp/deadletter/")
+    dl = staff_client.get("/admin/forqapp/deadletter/")
     assert mid.encode() not in dl.content and d[1].encode() in dl.content
 
 
-def test_the_lists_say_each_messages_real_status(admin_client_):
+def test_the_lists_say_each_messages_real_status(staff_client):
     """A dead letter is stored as ready (waiting for a requeue): the lists say "ready", as the API
     and Spark do, never "dead" (its queue, the dead letters' list and its failure say what it is);
     a message not yet due is ready "(delayed)"; a lease that ended says so."""
@@ -63,38 +55,38 @@ def test_the_lists_say_each_messages_real_status(admin_client_):
     forqapp.send("lapsed", "c")
     lapsed = services.claim("lapsed", visibility_timeout=0)
     d = dead("emails", 1)[0]
-    page = admin_client_.get("/admin/forqapp/message/").content.decode()
+    page = staff_client.get("/admin/forqapp/message/").content.decode()
     cells = {mid: re.sub("<[^>]*>", "", re.search(rf"{mid}.*?field-message_status\">(.*?)</td>", page, re.S).group(1))
              for mid in (ready, later, lapsed.id, d)}
     assert cells == {ready: "ready", later: "ready (delayed)", lapsed.id: "processing (lease ended)", d: "ready"}, cells
     for url in ("/admin/forqapp/deadletter/", f"/admin/forqapp/deadletter/{d}/change/", "/admin/forqapp/message/"):
-        page = admin_client_.get(url).content.decode()
+        page = staff_client.get(url).content.decode()
         assert ">dead<" not in page and "dead</span>" not in page, url
-    listing = admin_client_.get("/admin/forqapp/deadletter/").content.decode()
+    listing = staff_client.get("/admin/forqapp/deadletter/").content.decode()
     assert "<title>Dead letters | forqapp admin</title>" in listing and "<h1>Dead letters</h1>" in listing
     assert re.sub("<[^>]*>", "", re.search(r'field-message_status">(.*?)</td>', listing, re.S).group(1)) == "ready"
 
 
-def test_detail_is_read_only_escaped_and_pretty(admin_client_):
+def test_detail_is_read_only_escaped_and_pretty(staff_client):
     d = dead("emails", 1)[0]
-    page = admin_client_.get(f"/admin/forqapp/message/{d}/change/")
+    page = staff_client.get(f"/admin/forqapp/message/{d}/change/")
     assert page.status_code == 200
     assert b"<script>alert(1)</script>" not in page.content
     assert b"&quot;html&quot;: &quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;" in page.content
     assert b'name="_save"' not in page.content
-    assert admin_client_.get("/admin/forqapp/message/add/").status_code == 403
+    assert staff_client.get("/admin/forqapp/message/add/").status_code == 403
 
 
 @pytest.mark.parametrize("action", ["requeue_messages", "delete_messages"])
-def test_actions_confirm_then_act_on_dlq_only(admin_client_, action):
+def test_actions_confirm_then_act_on_dlq_only(staff_client, action):
     regular = forqapp.send("emails", "a")
     d = dead("emails", 2)
     data = {"action": action, "_selected_action": [regular, *d]}
-    confirm = admin_client_.post("/admin/forqapp/message/", data)
+    confirm = staff_client.post("/admin/forqapp/message/", data)
     assert confirm.status_code == 200 and b"Are you sure?" in confirm.content
     assert b"1 selected message not in a dead-letter queue will be skipped" in confirm.content
     assert Message.objects.filter(queue="emails-dlq").count() == 2  # nothing yet
-    done = admin_client_.post("/admin/forqapp/message/", {**data, "post": "yes"}, follow=True)
+    done = staff_client.post("/admin/forqapp/message/", {**data, "post": "yes"}, follow=True)
     assert done.status_code == 200
     assert not Message.objects.filter(queue="emails-dlq").exists()
     assert Message.objects.filter(id=regular, queue="emails").exists()
@@ -146,21 +138,21 @@ def test_non_staff_cannot_use_the_admin(client):
     assert client.get("/admin/forqapp/message/").status_code == 302
 
 
-def test_the_consumers_error_shows_in_the_admin_and_the_ui(admin_client_):
+def test_the_consumers_error_shows_in_the_admin_and_the_ui(staff_client):
     d, long = dead("emails", 2)
     Message.objects.filter(id=d).update(failure_reason="fatal_error",
                                         last_error="forqapp.errors.FatalError: no <b>recipient</b>")
     Message.objects.filter(id=long).update(last_error="ValueError: " + "x" * 300)
     for url in ("/admin/forqapp/deadletter/", "/admin/forqapp/message/"):
-        page = admin_client_.get(url).content.decode()
+        page = staff_client.get(url).content.decode()
         assert '<th scope="col" class="sortable column-failure">' in page
         assert '<strong class="forq-reason" title="fatal_error">fatal error</strong>' in page
         assert "forqapp.errors.FatalError: no &lt;b&gt;recipient&lt;/b&gt;" in page  # escaped
         assert "ValueError: " + "x" * 68 + "…" in page  # cut in the list, whole in its title
     for url in (f"/admin/forqapp/deadletter/{d}/change/", f"/admin/forqapp/message/{d}/change/"):
-        page = admin_client_.get(url).content.decode()
+        page = staff_client.get(url).content.decode()
         assert "forqapp.errors.FatalError: no &lt;b&gt;recipient&lt;/b&gt;" in page
-    ui = admin_client_.get(f"/ui/queues/emails-dlq/messages/{d}/")
+    ui = staff_client.get(f"/ui/queues/emails-dlq/messages/{d}/")
     assert ui.status_code == 200
     assert 'data-testid="last-error">forqapp.errors.FatalError: no &lt;b&gt;recipient&lt;/b&gt;' in ui.content.decode()
 
@@ -168,16 +160,16 @@ def test_the_consumers_error_shows_in_the_admin_and_the_ui(admin_client_):
 # --- messages: issue 12's fields ------------------------------------------------------------------
 
 
-def test_message_detail_of_content_nested_too_deep_to_pretty_print(admin_client_):
+def test_message_detail_of_content_nested_too_deep_to_pretty_print(staff_client):
     mid = forqapp.send("emails", "[" * 5000 + "]" * 5000)
-    page = admin_client_.get(f"/admin/forqapp/message/{mid}/change/")
+    page = staff_client.get(f"/admin/forqapp/message/{mid}/change/")
     assert page.status_code == 200 and b"[[[[[[[[" in page.content
 
 
-def test_message_detail_shows_priority_attributes_dedup_sequence_and_lease(admin_client_):
+def test_message_detail_shows_priority_attributes_dedup_sequence_and_lease(staff_client):
     mid = forqapp.send("emails", "a", priority=7, attributes={"tenant": "<b>acme</b>", "kind": "welcome"},
                        dedup_id="order-42")
-    page = admin_client_.get(f"/admin/forqapp/message/{mid}/change/").content.decode()
+    page = staff_client.get(f"/admin/forqapp/message/{mid}/change/").content.decode()
     m = Message.objects.get(id=mid)
     for label in ("priority", "sequence", "lease end", "first delivered", "dedup id", "attributes"):
         assert label in page.lower()
@@ -189,14 +181,14 @@ def test_message_detail_shows_priority_attributes_dedup_sequence_and_lease(admin
     assert "— (not in processing)" in page
     delivered = forqapp.receive("emails")
     assert delivered is not None and delivered.id == mid
-    page = admin_client_.get(f"/admin/forqapp/message/{mid}/change/").content.decode()
+    page = staff_client.get(f"/admin/forqapp/message/{mid}/change/").content.decode()
     lease_end = ms_to_datetime(delivered.lease_expires_at).strftime("%Y-%m-%d %H:%M:%S UTC")
     first = ms_to_datetime(delivered.first_received_at).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert lease_end in page and first in page and "(ended" not in page
     services.change_visibility(delivered, 0)  # the lease ends now: the next receive takes it
-    page = admin_client_.get(f"/admin/forqapp/message/{mid}/change/").content.decode()
+    page = staff_client.get(f"/admin/forqapp/message/{mid}/change/").content.decode()
     assert "(ended: the next receive takes it)" in page
-    listing = admin_client_.get("/admin/forqapp/message/").content.decode()
+    listing = staff_client.get("/admin/forqapp/message/").content.decode()
     assert '<td class="field-priority">7</td>' in listing
 
 
@@ -219,9 +211,9 @@ def queue_state():
     return leased
 
 
-def test_queue_list_shows_policy_state_and_counts(admin_client_):
+def test_queue_list_shows_policy_state_and_counts(staff_client):
     queue_state()
-    page = admin_client_.get("/admin/forqapp/queue/")
+    page = staff_client.get("/admin/forqapp/queue/")
     assert page.status_code == 200
     html = page.content.decode()
     emails, sms = html.split('class="field-name"')[1:3]
@@ -238,42 +230,42 @@ def test_queue_list_shows_policy_state_and_counts(admin_client_):
         assert f'<td class="field-{field}">{value}</td>' in emails
     assert '?queue=emails-dlq">2</a></td>' in emails
     assert '<td class="field-ready">1</td>' in sms and '<td class="field-dlq">0</td>' in sms
-    assert admin_client_.get("/admin/forqapp/queue/?q=ema").content.decode().count('class="field-name"') == 1
+    assert staff_client.get("/admin/forqapp/queue/?q=ema").content.decode().count('class="field-name"') == 1
 
 
-def test_queue_list_query_count_does_not_grow_with_queues(admin_client_, django_assert_max_num_queries):
+def test_queue_list_query_count_does_not_grow_with_queues(staff_client, django_assert_max_num_queries):
     for i in range(20):
         forqapp.send(f"q{i}", "m")
-    admin_client_.get("/admin/forqapp/queue/")
+    staff_client.get("/admin/forqapp/queue/")
     with django_assert_max_num_queries(8):  # session, user, count, page, two grouped counts
-        page = admin_client_.get("/admin/forqapp/queue/")
+        page = staff_client.get("/admin/forqapp/queue/")
     assert page.content.decode().count('class="field-name"') == 20
 
 
-def test_pause_and_resume_actions(admin_client_):
+def test_pause_and_resume_actions(staff_client):
     forqapp.send("emails", "a")
     forqapp.send("sms", "b")
-    done = admin_client_.post("/admin/forqapp/queue/", {"action": "pause_queues", "_selected_action": ["emails", "sms"]},
+    done = staff_client.post("/admin/forqapp/queue/", {"action": "pause_queues", "_selected_action": ["emails", "sms"]},
                               follow=True)
     assert b"Paused 2 queues: emails, sms." in done.content
     assert services.queue_info("emails").paused and services.queue_info("sms").paused
     assert forqapp.receive("emails") is None  # paused: receives get nothing
-    done = admin_client_.post("/admin/forqapp/queue/", {"action": "resume_queues", "_selected_action": ["emails"]},
+    done = staff_client.post("/admin/forqapp/queue/", {"action": "resume_queues", "_selected_action": ["emails"]},
                               follow=True)
     assert b"Resumed 1 queue: emails." in done.content
     assert not services.queue_info("emails").paused and services.queue_info("sms").paused
     assert forqapp.receive("emails").content == "a"
 
 
-def test_purge_asks_first_then_deletes_the_queues_messages(admin_client_):
+def test_purge_asks_first_then_deletes_the_queues_messages(staff_client):
     queue_state()
     data = {"action": "purge_queues", "_selected_action": ["emails"]}
-    confirm = admin_client_.post("/admin/forqapp/queue/", data)
+    confirm = staff_client.post("/admin/forqapp/queue/", data)
     assert confirm.status_code == 200 and b"Are you sure?" in confirm.content
     assert b"<li>emails: 5 messages</li>" in confirm.content
     assert b"cannot be undone" in confirm.content
     assert Message.objects.filter(queue="emails").count() == 5  # nothing yet
-    done = admin_client_.post("/admin/forqapp/queue/", {**data, "post": "yes"}, follow=True)
+    done = staff_client.post("/admin/forqapp/queue/", {**data, "post": "yes"}, follow=True)
     assert b"Purged 1 queue (emails): deleted 5 messages." in done.content
     assert not Message.objects.filter(queue="emails").exists()
     assert Message.objects.filter(queue="emails-dlq").count() == 2  # its DLQ is kept
@@ -317,18 +309,18 @@ def policy_post(name: str, **fields) -> dict:
     return data
 
 
-def test_queue_page_shows_the_last_sequence_the_api_reports(admin_client_):
+def test_queue_page_shows_the_last_sequence_the_api_reports(staff_client):
     """(On PostgreSQL the stored column stays 0: the page once showed 0 there.)"""
     forqapp.send_many("numbered", ["a", "b", "c"])
     last = forqapp.queue_info("numbered").last_sequence
     assert last >= 3
-    html = admin_client_.get("/admin/forqapp/queue/numbered/change/").content.decode()
+    html = staff_client.get("/admin/forqapp/queue/numbered/change/").content.decode()
     assert re.search(rf"<label>last sequence:</label>\s*<div class=\"readonly\">{last}</div>", html, re.IGNORECASE)
 
 
-def test_policy_form_saves_through_configure_queue(admin_client_):
+def test_policy_form_saves_through_configure_queue(staff_client):
     forqapp.send("emails", "a")
-    page = admin_client_.get("/admin/forqapp/queue/emails/change/")
+    page = staff_client.get("/admin/forqapp/queue/emails/change/")
     assert page.status_code == 200
     html = page.content.decode()
     assert 'name="visibility_timeout"' in html and 'name="initial-visibility_timeout"' in html
@@ -337,7 +329,7 @@ def test_policy_form_saves_through_configure_queue(admin_client_):
     data = policy_post("emails", max_attempts="3", backoff="1000, 2000", visibility_timeout="30",
                        retention="7200", dlq_retention="86400", max_length="100", ordering="lifo",
                        dedup_window="60", max_in_flight="4", rate="10/s", paused=True)
-    done = admin_client_.post("/admin/forqapp/queue/emails/change/", data, follow=True)
+    done = staff_client.post("/admin/forqapp/queue/emails/change/", data, follow=True)
     assert done.status_code == 200 and b"was changed successfully" in done.content
     info = services.queue_info("emails")
     assert info.overrides == {"max_attempts": 3, "backoff": [1000, 2000], "visibility_timeout": 30,
@@ -347,7 +339,7 @@ def test_policy_form_saves_through_configure_queue(admin_client_):
     # Blank resets a field to the global setting; "unlimited" attempts; JSON exponential backoff.
     data = policy_post("emails", max_attempts="unlimited", visibility_timeout="",
                        backoff='{"base_ms": 500, "max_ms": 60000, "jitter": 0.1}')
-    admin_client_.post("/admin/forqapp/queue/emails/change/", data)
+    staff_client.post("/admin/forqapp/queue/emails/change/", data)
     info = services.queue_info("emails")
     assert "visibility_timeout" not in info.overrides and info.policy["visibility_timeout"] == 300
     assert info.policy["max_attempts"] == "unlimited"
@@ -355,11 +347,11 @@ def test_policy_form_saves_through_configure_queue(admin_client_):
     assert info.overrides["ordering"] == "lifo" and info.paused  # untouched fields kept
 
 
-def test_policy_form_does_not_undo_a_change_made_meanwhile(admin_client_):
+def test_policy_form_does_not_undo_a_change_made_meanwhile(staff_client):
     forqapp.send("emails", "a")
     data = policy_post("emails", max_attempts="4")  # the page, as loaded: not paused
     services.configure_queue("emails", paused=True)  # another admin pauses it meanwhile
-    admin_client_.post("/admin/forqapp/queue/emails/change/", data)
+    staff_client.post("/admin/forqapp/queue/emails/change/", data)
     info = services.queue_info("emails")
     assert info.overrides["max_attempts"] == 4 and info.paused
 
@@ -376,10 +368,10 @@ def test_policy_form_does_not_undo_a_change_made_meanwhile(admin_client_):
     ("max_in_flight", "0", "max_in_flight must be an integer from 1 to 1000000"),
     ("rate", "fast", "rate must be"),
 ])
-def test_policy_form_refuses_what_configure_queue_refuses(admin_client_, field, value, error):
+def test_policy_form_refuses_what_configure_queue_refuses(staff_client, field, value, error):
     forqapp.send("emails", "a")
     before = services.queue_info("emails")
-    page = admin_client_.post("/admin/forqapp/queue/emails/change/", policy_post("emails", **{field: value}))
+    page = staff_client.post("/admin/forqapp/queue/emails/change/", policy_post("emails", **{field: value}))
     assert page.status_code == 200  # the form again
     html = page.content.decode()
     assert error in html
@@ -387,17 +379,17 @@ def test_policy_form_refuses_what_configure_queue_refuses(admin_client_, field, 
     assert services.queue_info("emails").overrides == before.overrides
 
 
-def test_add_a_queue(admin_client_):
-    page = admin_client_.get("/admin/forqapp/queue/add/")
+def test_add_a_queue(staff_client):
+    page = staff_client.get("/admin/forqapp/queue/add/")
     assert page.status_code == 200 and b'name="name"' in page.content
-    done = admin_client_.post("/admin/forqapp/queue/add/", {"name": "reports", "max_length": "10", "ordering": "",
+    done = staff_client.post("/admin/forqapp/queue/add/", {"name": "reports", "max_length": "10", "ordering": "",
                                                             "visibility_timeout": "0"}, follow=True)
     assert done.status_code == 200 and b"was added successfully" in done.content
     info = services.queue_info("reports")
     assert info.overrides == {"max_length": 10, "visibility_timeout": 0} and not info.paused
     for name, error in [("bad name!", "invalid queue name"), ("reports-dlq", "cannot produce to dead-letter"),
                         ("reports", "already exists")]:
-        page = admin_client_.post("/admin/forqapp/queue/add/", {"name": name})
+        page = staff_client.post("/admin/forqapp/queue/add/", {"name": name})
         assert page.status_code == 200 and error in page.content.decode()
 
 
@@ -460,25 +452,25 @@ def limited_queue(name: str):
     return first
 
 
-def test_queue_list_and_page_show_in_flight_against_the_limit_and_throttled_claims(admin_client_):
+def test_queue_list_and_page_show_in_flight_against_the_limit_and_throttled_claims(staff_client):
     name = f"flow-{forq_ids.new_ids(1)[0][-8:]}"  # the counter lives as long as the process
     first = limited_queue(name)
     forqapp.send("sms", "hi")
-    html = admin_client_.get("/admin/forqapp/queue/").content.decode()
+    html = staff_client.get("/admin/forqapp/queue/").content.decode()
     assert "throttled claims" in html.lower() and 'since this server started">concurrency: 1</span>' in html
     row = html.split(f'value="{name}"')[1].split("</tr>")[0]
     assert '<td class="field-in_flight"><strong title="every slot taken' in row and ">2 / 2</strong>" in row
     assert ">concurrency: 1</span><span" in row and ">rate: 1</span>" in row
     sms = html.split('value="sms"')[1].split("</tr>")[0]
     assert '<td class="field-in_flight">0</td>' in sms and '<td class="field-throttled">—</td>' in sms
-    page = admin_client_.get(f"/admin/forqapp/queue/{name}/change/").content.decode()
+    page = staff_client.get(f"/admin/forqapp/queue/{name}/change/").content.decode()
     assert "in flight: 2 / 2 (every slot taken)" in page
     assert "rate: 1/m (a claim every 1 min)" in page
     assert "throttled claims (since this server started): 1 by the concurrency limit, 1 by the rate" in page
     # A delivery settles: a slot frees.
     services.ack(first)
-    assert "in flight: 1 / 2</div>" in admin_client_.get(f"/admin/forqapp/queue/{name}/change/").content.decode()
-    assert "No limits" in admin_client_.get("/admin/forqapp/queue/sms/change/").content.decode()
+    assert "in flight: 1 / 2</div>" in staff_client.get(f"/admin/forqapp/queue/{name}/change/").content.decode()
+    assert "No limits" in staff_client.get("/admin/forqapp/queue/sms/change/").content.decode()
 
 
 # --- schedules (issue 13) -----------------------------------------------------------------------------
@@ -512,13 +504,13 @@ def schedule_post(name: str | None = None, **fields) -> dict:
     return data
 
 
-def test_schedule_list_shows_timing_next_and_last_run_and_paused(admin_client_):
+def test_schedule_list_shows_timing_next_and_last_run_and_paused(staff_client):
     from forqapp import schedules
     from forqapp.models import Schedule
 
     nightly = forqapp.schedule("nightly-report", queue="reports", content="{}", cron="0 3 * * *")
     forqapp.schedule("poll", queue="feeds", content="go", every=300, catch_up="skip", paused=True)
-    page = admin_client_.get("/admin/forqapp/schedule/")
+    page = staff_client.get("/admin/forqapp/schedule/")
     assert page.status_code == 200
     html = page.content.decode()
     row, poll = html.split('class="field-name"')[1:3]
@@ -534,30 +526,30 @@ def test_schedule_list_shows_timing_next_and_last_run_and_paused(admin_client_):
     Schedule.objects.filter(name="nightly-report").update(next_run_at=services.now_ms() - 1000)  # time passes
     assert schedules.run_due() == 1
     info = schedules.get("nightly-report")
-    row = admin_client_.get("/admin/forqapp/schedule/").content.decode().split('class="field-name"')[1]
+    row = staff_client.get("/admin/forqapp/schedule/").content.decode().split('class="field-name"')[1]
     last = ms_to_datetime(info.last_run_at).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert f'<td class="field-last_run"><span class="nowrap">{last}</span> <span class="quiet">(' in row
-    assert admin_client_.get("/admin/forqapp/schedule/?q=feeds").content.decode().count('class="field-name"') == 1
+    assert staff_client.get("/admin/forqapp/schedule/?q=feeds").content.decode().count('class="field-name"') == 1
 
 
-def test_add_a_schedule_through_the_form(admin_client_):
+def test_add_a_schedule_through_the_form(staff_client):
     from forqapp import schedules
 
-    page = admin_client_.get("/admin/forqapp/schedule/add/")
+    page = staff_client.get("/admin/forqapp/schedule/add/")
     assert page.status_code == 200 and b'name="cron"' in page.content and b'name="every"' in page.content
     data = {**schedule_post(), "name": "nightly-report", "queue": "reports", "content": '{"kind":\r\n"nightly"}',
             "cron": "0 3 * * *", "catch_up": "all", "priority": "5", "attributes": '{"tenant": "acme"}'}
-    done = admin_client_.post("/admin/forqapp/schedule/add/", data, follow=True)
+    done = staff_client.post("/admin/forqapp/schedule/add/", data, follow=True)
     assert done.status_code == 200 and b"was added successfully" in done.content
     info = schedules.get("nightly-report")
     assert (info.queue, info.content, info.cron, info.every, info.catch_up, info.priority, info.attributes,
             info.paused) == ("reports", '{"kind":\n"nightly"}', "0 3 * * *", None, "all", 5, {"tenant": "acme"}, False)
     assert ms_to_datetime(info.next_run_at).strftime("%H:%M:%S") == "03:00:00"
     every = {**schedule_post(), "name": "poll", "queue": "feeds", "content": "go", "every": "90", "paused": "on"}
-    admin_client_.post("/admin/forqapp/schedule/add/", every)
+    staff_client.post("/admin/forqapp/schedule/add/", every)
     info = schedules.get("poll")
     assert (info.every, info.cron, info.paused) == (90, None, True)
-    again = admin_client_.post("/admin/forqapp/schedule/add/", data)
+    again = staff_client.post("/admin/forqapp/schedule/add/", data)
     assert again.status_code == 200 and "already exists" in again.content.decode()
 
 
@@ -572,12 +564,12 @@ def test_add_a_schedule_through_the_form(admin_client_):
     ("attributes", "{oops", "Not valid JSON."),
     ("name", "bad name!", "a schedule&#x27;s name is 1 to 100"),
 ])
-def test_schedule_form_refuses_what_schedule_refuses_on_its_field(admin_client_, field, value, error):
+def test_schedule_form_refuses_what_schedule_refuses_on_its_field(staff_client, field, value, error):
     from forqapp.models import Schedule
 
     data = {**schedule_post(), "name": "nightly", "queue": "reports", "content": "{}",
             "cron": "" if field == "every" else "0 3 * * *", field: value}
-    page = admin_client_.post("/admin/forqapp/schedule/add/", data)
+    page = staff_client.post("/admin/forqapp/schedule/add/", data)
     assert page.status_code == 200  # the form again
     html = page.content.decode()
     assert error in html
@@ -585,53 +577,53 @@ def test_schedule_form_refuses_what_schedule_refuses_on_its_field(admin_client_,
     assert not Schedule.objects.exists()
 
 
-def test_schedule_form_wants_cron_or_every(admin_client_):
+def test_schedule_form_wants_cron_or_every(staff_client):
     from forqapp.models import Schedule
 
     base = {**schedule_post(), "name": "nightly", "queue": "reports", "content": "{}"}
     for timing in ({}, {"cron": "0 3 * * *", "every": "60"}):
-        page = admin_client_.post("/admin/forqapp/schedule/add/", {**base, **timing})
+        page = staff_client.post("/admin/forqapp/schedule/add/", {**base, **timing})
         assert page.status_code == 200 and "give a schedule cron or every, one of them" in page.content.decode()
     assert not Schedule.objects.exists()
 
 
-def test_schedule_change_saves_only_the_changed_fields_and_keeps_the_next_run(admin_client_):
+def test_schedule_change_saves_only_the_changed_fields_and_keeps_the_next_run(staff_client):
     from forqapp import schedules
 
     before = forqapp.schedule("nightly", queue="reports", content="{}", cron="0 3 * * *", priority=1)
-    page = admin_client_.get("/admin/forqapp/schedule/nightly/change/").content.decode()
+    page = staff_client.get("/admin/forqapp/schedule/nightly/change/").content.decode()
     assert 'value="0 3 * * *"' in page and 'name="initial-cron"' in page and "Not declared in the settings." in page
     data = schedule_post("nightly", priority="7", content="[1]")
     schedules.schedule("nightly", queue="reports", content="{}", cron="0 3 * * *", priority=1, paused=True)  # meanwhile
-    done = admin_client_.post("/admin/forqapp/schedule/nightly/change/", data, follow=True)
+    done = staff_client.post("/admin/forqapp/schedule/nightly/change/", data, follow=True)
     assert b"was changed successfully" in done.content
     info = schedules.get("nightly")
     assert (info.priority, info.content, info.paused) == (7, "[1]", True)  # the pause made meanwhile is kept
     assert info.next_run_at == before.next_run_at  # same timing: same next tick
     # A new timing moves the next run; cron → every clears the cron.
-    admin_client_.post("/admin/forqapp/schedule/nightly/change/", schedule_post("nightly", cron="", every="600"))
+    staff_client.post("/admin/forqapp/schedule/nightly/change/", schedule_post("nightly", cron="", every="600"))
     info = schedules.get("nightly")
     assert (info.cron, info.every) == (None, 600) and info.next_run_at != before.next_run_at
-    bad = admin_client_.post("/admin/forqapp/schedule/nightly/change/", schedule_post("nightly", every="", cron="x"))
+    bad = staff_client.post("/admin/forqapp/schedule/nightly/change/", schedule_post("nightly", every="", cron="x"))
     assert "cron &#x27;x&#x27;" in bad.content.decode() and schedules.get("nightly").every == 600
 
 
-def test_schedule_actions_pause_resume_and_run_now(admin_client_):
+def test_schedule_actions_pause_resume_and_run_now(staff_client):
     from forqapp import schedules
 
     a = forqapp.schedule("a", queue="reports", content='{"report": "a"}', cron="0 3 * * *", priority=4,
                          attributes={"kind": "report"})
     forqapp.schedule("b", queue="feeds", content="go", every=60)
     url = "/admin/forqapp/schedule/"
-    done = admin_client_.post(url, {"action": "pause_schedules", "_selected_action": ["a", "b"]}, follow=True)
+    done = staff_client.post(url, {"action": "pause_schedules", "_selected_action": ["a", "b"]}, follow=True)
     assert b"Paused 2 schedules: a, b." in done.content
     assert schedules.get("a").paused and schedules.get("b").paused
     assert schedules.get("a").next_run_at == a.next_run_at
-    done = admin_client_.post(url, {"action": "resume_schedules", "_selected_action": ["a"]}, follow=True)
+    done = staff_client.post(url, {"action": "resume_schedules", "_selected_action": ["a"]}, follow=True)
     assert b"Resumed 1 schedule: a." in done.content and b"Ticks missed while paused are skipped" in done.content
     assert not schedules.get("a").paused and schedules.get("b").paused
     # Run now: one message on its queue, with its content, priority and attributes; ticks unchanged.
-    done = admin_client_.post(url, {"action": "run_schedules_now", "_selected_action": ["a"]}, follow=True)
+    done = staff_client.post(url, {"action": "run_schedules_now", "_selected_action": ["a"]}, follow=True)
     m = Message.objects.get(queue="reports")
     assert f"Sent 1 message: a → {m.id}.".encode() in done.content
     assert (m.content, m.priority, m.attributes_dict) == ('{"report": "a"}', 4, {"kind": "report"})
@@ -641,27 +633,27 @@ def test_schedule_actions_pause_resume_and_run_now(admin_client_):
     assert received is not None and received.id == m.id
 
 
-def test_schedule_delete_asks_first_then_unschedules(admin_client_):
+def test_schedule_delete_asks_first_then_unschedules(staff_client):
     from forqapp import schedules
 
     forqapp.schedule("a", queue="reports", content="{}", cron="0 3 * * *")
     forqapp.schedule("b", queue="reports", content="{}", every=60)
     data = {"action": "delete_selected", "_selected_action": ["a"]}
-    confirm = admin_client_.post("/admin/forqapp/schedule/", data)
+    confirm = staff_client.post("/admin/forqapp/schedule/", data)
     assert confirm.status_code == 200 and b"Are you sure you want to delete the selected schedule" in confirm.content
     assert [s.name for s in schedules.list_schedules()] == ["a", "b"]  # nothing yet
-    done = admin_client_.post("/admin/forqapp/schedule/", {**data, "post": "yes"}, follow=True)
+    done = staff_client.post("/admin/forqapp/schedule/", {**data, "post": "yes"}, follow=True)
     assert b"Successfully deleted 1 schedule" in done.content
     assert [s.name for s in schedules.list_schedules()] == ["b"]
     # The change page's delete, behind its confirmation page too.
-    assert b"Are you sure you want to delete the schedule" in admin_client_.get("/admin/forqapp/schedule/b/delete/").content
-    admin_client_.post("/admin/forqapp/schedule/b/delete/", {"post": "yes"})
+    assert b"Are you sure you want to delete the schedule" in staff_client.get("/admin/forqapp/schedule/b/delete/").content
+    staff_client.post("/admin/forqapp/schedule/b/delete/", {"post": "yes"})
     assert schedules.list_schedules() == []
 
 
-def test_schedule_content_and_attributes_are_escaped(admin_client_):
+def test_schedule_content_and_attributes_are_escaped(staff_client):
     forqapp.schedule("x", queue="reports", content=XSS, every=60, attributes={"k": "<b>v</b>"})
-    html = admin_client_.get("/admin/forqapp/schedule/x/change/").content.decode()
+    html = staff_client.get("/admin/forqapp/schedule/x/change/").content.decode()
     assert "<script>alert(1)</script>" not in html and "<b>v</b>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;b&gt;v&lt;/b&gt;" in html
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client
 
 import forqapp
 from forqapp import ids as forq_ids
@@ -21,14 +19,6 @@ from forqapp.keys import service as key_service
 from forqapp.models import Message
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def staff() -> Client:
-    user = User.objects.create_user("root", password="pw-root-123", is_staff=True, is_superuser=True)
-    c = Client()
-    c.force_login(user)
-    return c
 
 
 def dead(queue: str, n: int) -> list[str]:
@@ -48,11 +38,11 @@ def status_choices(html: str) -> list[str]:
     return re.findall(r'<a href="\?status(?:__exact)?=[^"]*"[^>]*>([^<]+)</a>', section)
 
 
-def test_the_message_list_shows_short_ids_compact_dates_and_the_failure(staff):
+def test_the_message_list_shows_short_ids_compact_dates_and_the_failure(staff_client):
     mid = forqapp.send("emails", "a")
     d = dead("emails-dlq", 1)[0]
     Message.objects.filter(id=d).update(failure_reason="max_attempts_reached", last_error="ValueError: " + "y" * 200)
-    html = staff.get("/admin/forqapp/message/").content.decode()
+    html = staff_client.get("/admin/forqapp/message/").content.decode()
     assert columns(html) == ["short_id", "queue_cell", "message_status", "priority", "attempts", "received_on",
                              "failure"]
     assert f'<code class="forq-id" title="{mid}">…{mid[-8:]}</code>' in html
@@ -64,9 +54,9 @@ def test_the_message_list_shows_short_ids_compact_dates_and_the_failure(staff):
     assert "<h1>Messages</h1>" in html
 
 
-def test_a_dead_letter_shows_its_real_status_and_the_filter_only_the_statuses_dead_letters_have(staff):
+def test_a_dead_letter_shows_its_real_status_and_the_filter_only_the_statuses_dead_letters_have(staff_client):
     d = dead("emails-dlq", 2)
-    html = staff.get("/admin/forqapp/deadletter/").content.decode()
+    html = staff_client.get("/admin/forqapp/deadletter/").content.decode()
     assert columns(html) == ["short_id", "queue_cell", "message_status", "failure", "received_on", "expires_on"]
     assert "<h1>Dead letters</h1>" in html
     assert html.count('<td class="field-message_status">ready</td>') == 2 and ">dead<" not in html
@@ -74,26 +64,26 @@ def test_a_dead_letter_shows_its_real_status_and_the_filter_only_the_statuses_de
     # One received from its DLQ (allowed): processing, and the filter offers it.
     claimed = services.claim("emails-dlq")
     assert claimed is not None and claimed.id in d
-    html = staff.get("/admin/forqapp/deadletter/").content.decode()
+    html = staff_client.get("/admin/forqapp/deadletter/").content.decode()
     assert status_choices(html) == ["ready", "processing"]
-    only = staff.get("/admin/forqapp/deadletter/?status=1").content.decode()
+    only = staff_client.get("/admin/forqapp/deadletter/?status=1").content.decode()
     assert claimed.id in only and next(i for i in d if i != claimed.id) not in only
-    assert staff.get("/admin/forqapp/deadletter/?status=x").status_code == 200  # nothing listed, no 500
+    assert staff_client.get("/admin/forqapp/deadletter/?status=x").status_code == 200  # nothing listed, no 500
     # The messages' own list keeps every status (a regular message may be failed).
-    assert status_choices(staff.get("/admin/forqapp/message/").content.decode()) == ["ready", "processing",
+    assert status_choices(staff_client.get("/admin/forqapp/message/").content.decode()) == ["ready", "processing",
                                                                                        "failed"]
 
 
-def test_the_admin_says_forqapp(staff):
-    index = staff.get("/admin/").content.decode()
+def test_the_admin_says_forqapp(staff_client):
+    index = staff_client.get("/admin/").content.decode()
     assert '<div id="site-name"><a href="/admin/">forqapp admin</a></div>' in index
     assert "<title>forqapp | forqapp admin</title>" in index and "<h1>forqapp</h1>" in index
     assert "Django administration" not in index and "Site administration" not in index
     assert not re.search(r"\bForq\b", index)  # the app's section too
-    assert "<title>Messages | forqapp admin</title>" in staff.get("/admin/forqapp/message/").content.decode()
+    assert "<title>Messages | forqapp admin</title>" in staff_client.get("/admin/forqapp/message/").content.decode()
 
 
-def test_the_task_and_key_lists_are_compact(staff):
+def test_the_task_and_key_lists_are_compact(staff_client):
     from forqapp.tasks.discovery import with_consumers
     from forqapp.tasks.models import TaskRecord
     from forqapp.worker import Worker
@@ -101,13 +91,13 @@ def test_the_task_and_key_lists_are_compact(staff):
 
     result = tasks.add.enqueue(1, 2)
     Worker(with_consumers({}), concurrency=1, prefetch=10, burst=True).run()
-    html = staff.get("/admin/forqapp/taskrecord/").content.decode()
+    html = staff_client.get("/admin/forqapp/taskrecord/").content.decode()
     assert f'<code class="forq-id" title="{result.id}">…{result.id[-8:]}</code>' in html
     updated = TaskRecord.objects.get(id=result.id).updated_at
     assert f'title="{full_time(updated)}">{compact_time(updated)}</time>' in html
     assert '<span class="forq-name">tests.<wbr>tasksapp.<wbr>tasks.<wbr>add</span>' in html
     key = key_service.create("ops", ["*:read"], actor="root", via="cli").key
-    html = staff.get("/admin/forqapp/apikey/").content.decode()
+    html = staff_client.get("/admin/forqapp/apikey/").content.decode()
     assert f'<code class="forq-id">{key.access_key_id}</code>' in html
     assert f'title="{full_time(key.created_at)}">{compact_time(key.created_at)}</time>' in html
 
@@ -132,15 +122,15 @@ def own_scripts_are_static(html: str) -> None:
         assert "src=" in tag or 'type="application/json"' in tag or not body.strip(), tag + body
 
 
-def test_the_admin_key_form_and_its_new_secret_with_copy_buttons(staff):
-    form = staff.get("/admin/forqapp/apikey/add/").content.decode()
+def test_the_admin_key_form_and_its_new_secret_with_copy_buttons(staff_client):
+    form = staff_client.get("/admin/forqapp/apikey/add/").content.decode()
     assert re.search(r'<input type="text" name="name" class="forq-wide" placeholder="orders-producer"', form)
     assert 'class="forq-wide" placeholder="90d, 12h, 30m or 2027-01-01 00:00 (empty: never)"' in form
     assert re.search(r'<textarea name="grants_text" cols="40" rows="4" class="forq-wide" placeholder="orders:produce', form)
     assert re.search(r'<link href="/static/forqapp/admin.css"[^>]*rel="stylesheet">', form)
     assert '<script src="/static/forqapp/copy.js"></script>' in form
     own_scripts_are_static(form)
-    done = staff.post("/admin/forqapp/apikey/add/", {"name": "copy-me", "grants_text": "orders:produce", "expires": ""})
+    done = staff_client.post("/admin/forqapp/apikey/add/", {"name": "copy-me", "grants_text": "orders:produce", "expires": ""})
     html = done.content.decode()
     assert done.status_code == 200 and 'data-testid="issued-key"' in html
     for what in ("access-key-id", "secret", "token"):

@@ -5,25 +5,19 @@ the schedules, task settling) says it in one line a second (``errors.log_failure
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import socket
 import struct
 import threading
 
-import httpx
 import psycopg
 import pytest
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 
 import forqapp
 from forqapp import errors, jobs, services, store
-from forqapp.sqs.asgi import SQSApplication
 from tests.conftest import free_port
-from tests.test_fastpath import KEY, _run, _scope, apps  # noqa: F401 - apps: a fixture
+from tests.test_fastpath import KEY, _run, _scope, apps, sqs  # noqa: F401 - apps: a fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,17 +79,7 @@ def test_the_api_answers_503_with_retry_after_while_the_database_is_away(apps, m
 def test_the_sqs_endpoint_answers_service_unavailable_while_the_database_is_away(monkeypatch, caplog, message):
     forqapp.configure_queue("sqs-away")
     _away(monkeypatch, message)
-    body = json.dumps({"QueueUrl": "http://testserver/000000000000/sqs-away", "MessageBody": "x"}).encode()
-    request = AWSRequest("POST", "http://testserver/", data=body, headers={
-        "X-Amz-Target": "AmazonSQS.SendMessage", "Content-Type": "application/x-amz-json-1.0"})
-    SigV4Auth(Credentials("forq-root", KEY.decode()), "sqs", "eu-west-3").add_auth(request)
-
-    async def main():
-        transport = httpx.ASGITransport(app=SQSApplication(), client=("127.0.0.1", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
-            return await client.post("/", content=body, headers=dict(request.headers.items()))
-
-    response = asyncio.run(main())
+    response = sqs("SendMessage", {"QueueUrl": "http://testserver/000000000000/sqs-away", "MessageBody": "x"})
     assert response.status_code == 503, response.text
     assert response.json()["__type"].endswith("#ServiceUnavailable"), response.text
     _no_traceback(caplog)

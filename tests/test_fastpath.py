@@ -203,16 +203,33 @@ def test_a_database_that_cannot_write_is_a_503_to_retry_not_a_500(apps, monkeypa
     assert errors.unavailable(ValueError(failure)) is None
 
 
-def test_the_sqs_endpoint_says_service_unavailable_when_the_database_cannot_write(monkeypatch):
-    import sqlite3
-
+def sqs(target: str, payload: dict):
+    """An SQS request (``AmazonSQS.<target>`` with ``payload``) signed with the root key, through the
+    SQS endpoint's ASGI application in this process: its ``httpx.Response``."""
     import httpx
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    from forqapp import store
     from forqapp.sqs.asgi import SQSApplication
+
+    body = json.dumps(payload).encode()
+    request = AWSRequest("POST", "http://testserver/", data=body, headers={
+        "X-Amz-Target": f"AmazonSQS.{target}", "Content-Type": "application/x-amz-json-1.0"})
+    SigV4Auth(Credentials("forq-root", KEY.decode()), "sqs", "eu-west-3").add_auth(request)
+
+    async def main():
+        transport = httpx.ASGITransport(app=SQSApplication(), client=("127.0.0.1", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            return await client.post("/", content=body, headers=dict(request.headers.items()))
+
+    return asyncio.run(main())
+
+
+def test_the_sqs_endpoint_says_service_unavailable_when_the_database_cannot_write(monkeypatch):
+    import sqlite3
+
+    from forqapp import store
 
     def refuse(*args, **kwargs):
         raise sqlite3.OperationalError("database or disk is full")
@@ -221,17 +238,7 @@ def test_the_sqs_endpoint_says_service_unavailable_when_the_database_cannot_writ
     monkeypatch.setattr(type(store.for_alias("default")), "insert_one", refuse)
     monkeypatch.setattr(type(store.for_alias("default")), "insert", refuse)
     monkeypatch.setattr(type(store.for_alias("default")), "insert_batch", refuse)
-    body = json.dumps({"QueueUrl": "http://testserver/000000000000/sqs-full", "MessageBody": "x"}).encode()
-    request = AWSRequest("POST", "http://testserver/", data=body, headers={
-        "X-Amz-Target": "AmazonSQS.SendMessage", "Content-Type": "application/x-amz-json-1.0"})
-    SigV4Auth(Credentials("forq-root", KEY.decode()), "sqs", "eu-west-3").add_auth(request)
-
-    async def main():
-        transport = httpx.ASGITransport(app=SQSApplication(), client=("127.0.0.1", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
-            return await client.post("/", content=body, headers=dict(request.headers.items()))
-
-    response = asyncio.run(main())
+    response = sqs("SendMessage", {"QueueUrl": "http://testserver/000000000000/sqs-full", "MessageBody": "x"})
     assert response.status_code == 503, response.text
     assert response.json()["__type"].endswith("#ServiceUnavailable"), response.text
     assert not Message.objects.filter(queue="sqs-full").exists()

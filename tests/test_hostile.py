@@ -24,7 +24,7 @@ from forqapp import errors
 from forqapp.api.asgi import APIApplication
 from forqapp.models import Message
 
-from .conftest import SECRET, free_port, start_server, stop_server
+from .conftest import SECRET, free_port, send_raw, start_server, stop_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,24 +35,9 @@ APP_SECRET = "test-secret-0123456789abcdef-0123456789"  # tests/settings.py: thi
 
 
 def _send_raw(live_api, request: bytes, *, timeout: float) -> tuple[int, dict[str, str], bytes]:
-    """Send ``request`` as is and read one response (head and Content-Length body)."""
+    """Send ``request`` as is to ``live_api`` and read one response (head and Content-Length body)."""
     host, port = live_api.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall(request)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = sock.recv(65536)  # socket.timeout (an error) if the server waits for the body
-            assert chunk, f"connection closed without an answer: {data!r}"
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-        length = int(headers.get("content-length", "0"))
-        while len(body) < length:
-            chunk = sock.recv(65536)
-            assert chunk
-            body += chunk
-        return int(lines[0].split()[1]), headers, body
+    return send_raw((host, int(port)), request, timeout=timeout)
 
 
 def _post_head(queue: str, key: str, address: str, content_length: int) -> bytes:

@@ -24,11 +24,6 @@ def _fresh_cache():
 
 
 @pytest.fixture
-def staff():
-    return User.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
-
-
-@pytest.fixture
 def staff_client(staff):
     c = Client(enforce_csrf_checks=True)
     c.force_login(staff)

@@ -18,7 +18,7 @@ import time
 import httpx
 import pytest
 
-from .conftest import SECRET, free_port, start_server, stop_server
+from .conftest import SECRET, free_port, read_answer, send_raw, start_server, stop_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,30 +51,6 @@ def _wait_for(port: int) -> None:
         except httpx.TransportError:
             assert time.monotonic() < deadline, f"nothing answers on port {port} after 30 s"
             time.sleep(0.1)
-
-
-def _read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)  # socket.timeout (an error) if the server waits for the body
-        assert chunk, f"connection closed without an answer: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk
-        body += chunk
-    return int(lines[0].split()[1]), headers, body
-
-
-def _send(where: tuple[str, int], request: bytes, *, timeout: float) -> tuple[int, dict[str, str], bytes]:
-    """Send ``request`` as is (often headers announcing a body that never comes) and read one answer."""
-    with socket.create_connection(where, timeout=timeout) as sock:
-        sock.sendall(request)
-        return _read_answer(sock)
 
 
 def _sqs_head(action: str, key_id: str, length: int, address: str) -> bytes:
@@ -113,7 +89,7 @@ def _scoped_key(settings, grants: list[str]):
 def test_sqs_refuses_a_content_length_over_the_cap_before_the_body(servers):
     """100 MB announced under a known key id with a wrong signature: 413 at once (the server read
     the body before it checked the signature, up to its cap, and waited for it)."""
-    answer = _send(servers["sqs"], _sqs_head("SendMessage", "forq-root", 100_000_000, "192.0.2.31"), timeout=5)
+    answer = send_raw(servers["sqs"], _sqs_head("SendMessage", "forq-root", 100_000_000, "192.0.2.31"), timeout=5)
     assert _sqs_error(answer) == (413, "RequestEntityTooLarge")
 
 
@@ -123,20 +99,20 @@ def test_sqs_refuses_a_throttled_address_before_the_body(servers):
     address = "192.0.2.32"
     body = b"{}"
     for _ in range(5):
-        answer = _send(servers["sqs"], _sqs_head("ListQueues", "forq-root", len(body), address) + body, timeout=10)
+        answer = send_raw(servers["sqs"], _sqs_head("ListQueues", "forq-root", len(body), address) + body, timeout=10)
         assert _sqs_error(answer) == (403, "SignatureDoesNotMatch")
-    answer = _send(servers["sqs"], _sqs_head("SendMessage", "forq-root", 1_000_000, address), timeout=5)
+    answer = send_raw(servers["sqs"], _sqs_head("SendMessage", "forq-root", 1_000_000, address), timeout=5)
     assert _sqs_error(answer) == (403, "RequestThrottled")
     # Another address is not throttled: its announced body is waited for (and cut off when it
     # does not come, see below); here it comes, and the wrong signature is what is refused.
-    answer = _send(servers["sqs"], _sqs_head("ListQueues", "forq-root", len(body), "192.0.2.33") + body, timeout=10)
+    answer = send_raw(servers["sqs"], _sqs_head("ListQueues", "forq-root", len(body), "192.0.2.33") + body, timeout=10)
     assert _sqs_error(answer) == (403, "SignatureDoesNotMatch")
 
 
 def test_sqs_refuses_a_key_without_the_grant_before_the_body(servers, settings):
     """A key that may only read cannot send to any queue: AccessDenied from the headers."""
     issued = _scoped_key(settings, ["*:read"])
-    answer = _send(servers["sqs"], _sqs_head("SendMessage", issued.key.access_key_id, 1_000_000, "192.0.2.34"),
+    answer = send_raw(servers["sqs"], _sqs_head("SendMessage", issued.key.access_key_id, 1_000_000, "192.0.2.34"),
                    timeout=5)
     assert _sqs_error(answer) == (403, "AccessDenied")
 
@@ -144,19 +120,19 @@ def test_sqs_refuses_a_key_without_the_grant_before_the_body(servers, settings):
 def test_sqs_refuses_a_missing_or_garbled_authorization_or_an_unknown_key_before_the_body(servers):
     """(So it was already: kept so.)"""
     unknown = _sqs_head("SendMessage", "FQKNOSUCHKEY00000000", 1_000_000, "192.0.2.35")
-    assert _sqs_error(_send(servers["sqs"], unknown, timeout=5)) == (403, "InvalidClientTokenId")
+    assert _sqs_error(send_raw(servers["sqs"], unknown, timeout=5)) == (403, "InvalidClientTokenId")
     head = _sqs_head("SendMessage", "forq-root", 1_000_000, "192.0.2.35")
     missing = b"\r\n".join(line for line in head.split(b"\r\n") if not line.startswith(b"Authorization:"))
-    assert _sqs_error(_send(servers["sqs"], missing, timeout=5)) == (403, "MissingAuthenticationToken")
+    assert _sqs_error(send_raw(servers["sqs"], missing, timeout=5)) == (403, "MissingAuthenticationToken")
     garbled = head.replace(b"Signature=" + b"0" * 64, b"Signature=zz")
-    assert _sqs_error(_send(servers["sqs"], garbled, timeout=5)) == (403, "IncompleteSignature")
+    assert _sqs_error(send_raw(servers["sqs"], garbled, timeout=5)) == (403, "IncompleteSignature")
 
 
 def test_sqs_cuts_off_a_trickling_body(servers):
     """1,000 bytes announced, 10 sent, then nothing: cut off after the grace (FORQ_BODY_GRACE_S,
     5 s) for want of the minimum rate, as on the API (SQS waited 30 s, a figure of its own)."""
     request = _sqs_head("SendMessage", "forq-root", 1000, "192.0.2.36") + b'{"QueueUrl'
-    assert _sqs_error(_send(servers["sqs"], request, timeout=20)) == (408, "RequestTimeout")
+    assert _sqs_error(send_raw(servers["sqs"], request, timeout=20)) == (408, "RequestTimeout")
 
 
 # --- API: a key without the grant ---------------------------------------------------------------
@@ -167,7 +143,7 @@ def test_sqs_cuts_off_a_trickling_body(servers):
 def test_api_refuses_a_key_without_the_grant_before_the_body(servers, settings, path):
     """A valid key that may produce to ``mine`` only, posting to ``elsewhere``: 403 at once."""
     issued = _scoped_key(settings, ["mine:produce"])
-    status, headers, body = _send(servers["api"], _api_head(path, issued.token, "192.0.2.41", 1_000_000), timeout=5)
+    status, headers, body = send_raw(servers["api"], _api_head(path, issued.token, "192.0.2.41", 1_000_000), timeout=5)
     assert (status, json.loads(body)["code"]) == (403, "forbidden.key_scope")
     assert headers["content-type"] == "application/json"
     if path.startswith("/api/v2/"):
@@ -187,7 +163,7 @@ def test_one_address_may_not_hold_more_slow_bodies_than_its_share(servers):
                          + b'{"content": "' + b"x" * 8192)
         ready, _, _ = select.select(sockets, [], [], 20)
         assert len(ready) == 1, "one answer first, and only one"
-        status, _, body = _read_answer(ready[0])
+        status, _, body = read_answer(ready[0])
         assert (status, json.loads(body)) == (429, {"code": "too_many_requests"})
     finally:
         for sock in sockets:
@@ -211,7 +187,7 @@ def test_stalled_anonymous_ui_requests_do_not_starve_the_ui(servers):
         host, port = servers["ui"]
         assert httpx.get(f"http://{host}:{port}/login/", timeout=10).status_code == 200
         for sock in sockets:
-            status, _, body = _read_answer(sock)
+            status, _, body = read_answer(sock)
             assert status == 408, body
     finally:
         for sock in sockets:

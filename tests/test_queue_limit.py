@@ -5,26 +5,20 @@ written; two processes racing for the last place never both get it. A queue and 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
 import textwrap
 
-import httpx
 import pytest
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from django.test import override_settings
 
 import forqapp
 from forqapp import errors, services
 from forqapp.errors import ForqError
 from forqapp.models import Message, Queue
-from forqapp.sqs.asgi import SQSApplication
 from tests.conftest import ROOT, refused, subprocess_env
-from tests.test_fastpath import KEY, _run, _scope, apps  # noqa: F401 - apps: a fixture
+from tests.test_fastpath import KEY, _run, _scope, apps, sqs  # noqa: F401 - apps: a fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,29 +96,15 @@ def test_the_http_apis_answer_409_queue_limit_reached(full, apps, caplog, method
     assert [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"] == []  # a client's mistake
 
 
-def _sqs(target: str, payload: dict) -> httpx.Response:
-    body = json.dumps(payload).encode()
-    request = AWSRequest("POST", "http://testserver/", data=body, headers={
-        "X-Amz-Target": f"AmazonSQS.{target}", "Content-Type": "application/x-amz-json-1.0"})
-    SigV4Auth(Credentials("forq-root", KEY.decode()), "sqs", "eu-west-3").add_auth(request)
-
-    async def main():
-        transport = httpx.ASGITransport(app=SQSApplication(), client=("127.0.0.1", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
-            return await client.post("/", content=body, headers=dict(request.headers.items()))
-
-    return asyncio.run(main())
-
-
 @pytest.mark.parametrize("name", ["q4", "q4-dlq"])
 def test_sqs_create_queue_answers_over_limit(full, name):
     with override_settings(FORQ_MAX_QUEUES=LIMIT):
-        response = _sqs("CreateQueue", {"QueueName": name})
+        response = sqs("CreateQueue", {"QueueName": name})
         assert response.status_code == 403, response.text
         assert response.json()["__type"] == "com.amazonaws.sqs#OverLimit", response.text
         assert "FORQ_MAX_QUEUES" in response.json()["message"]
         assert response.headers["x-amzn-query-error"] == "OverLimit;Sender"
-        assert _sqs("CreateQueue", {"QueueName": "q1"}).status_code == 200  # one that exists: as before
+        assert sqs("CreateQueue", {"QueueName": "q1"}).status_code == 200  # one that exists: as before
     _count_unchanged()
 
 

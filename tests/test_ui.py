@@ -18,31 +18,11 @@ from forqapp import history, schedules, services, store
 from forqapp import ids as forq_ids
 from forqapp.models import Message, QueueDepthSample
 from forqapp.ui import freshness, queries
+from tests.conftest import HX
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("live_counts")]
 
 XSS = '<script>alert("x")</script>'
-HX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture(autouse=True)
-def _live_counts(settings):
-    settings.FORQ_UI_LIVE_COUNTS_MS = 10**9  # always count live in tests
-    freshness.clear()
-    yield
-    freshness.clear()
-
-
-@pytest.fixture
-def staff(db):
-    return User.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
-
-
-@pytest.fixture
-def staff_client(staff):
-    c = Client()
-    c.force_login(staff)
-    return c
 
 
 def dead_letters(queue: str, contents: list[str]) -> list[str]:

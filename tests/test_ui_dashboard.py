@@ -5,33 +5,16 @@ Content-Security-Policy header (tests/test_ui_csp_browser.py checks the pages wo
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
 import forqapp
 from forqapp import history, ids, services, store
 from forqapp.models import QueueDepthSample
-from forqapp.ui import csp, dashboard, freshness
+from forqapp.ui import csp, dashboard
+from tests.conftest import HX
 
-pytestmark = pytest.mark.django_db(transaction=True)
-HX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture(autouse=True)
-def _live_counts(settings):
-    settings.FORQ_UI_LIVE_COUNTS_MS = 10**9  # always count live in tests
-    freshness.clear()
-    yield
-    freshness.clear()
-
-
-@pytest.fixture
-def staff_client(db):
-    user = User.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
-    client = Client()
-    client.force_login(user)
-    return client
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("live_counts")]
 
 
 def fill(queues: dict[str, int], *, dlq: bool = False) -> None:

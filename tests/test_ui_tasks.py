@@ -8,40 +8,21 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from forqapp import jobs, services
+from forqapp import services
 from forqapp.tasks import browse
 from forqapp.tasks.models import TaskRecord
-from forqapp.worker import Worker
+from tests.conftest import HX
 from tests.tasksapp import tasks
+from tests.test_tasks_admin import run_two
 
 pytestmark = pytest.mark.django_db(transaction=True)
-HX = {"HTTP_HX_REQUEST": "true"}
-
-
-def drain() -> dict[str, int]:
-    from forqapp.tasks.discovery import with_consumers
-
-    return Worker(with_consumers({}), concurrency=2, prefetch=50, burst=True).run()
-
-
-@pytest.fixture
-def staff_client(db):
-    user = User.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
 def results():
     """A successful task, a failed one (in its DLQ), one waiting (no row: it never ran)."""
-    tasks._counts.clear()
-    ok = tasks.add.enqueue(1, 2)
-    failed = tasks.flaky.enqueue("ui-f", 3)  # fails 3 times: max_attempts=3
-    drain()
-    assert jobs.failed() == 1
-    waiting = tasks.add.enqueue(5, 6)
-    return {"ok": ok.id, "failed": failed.id, "waiting": waiting.id}
+    ran = run_two("ui-f")
+    return {**ran, "waiting": tasks.add.enqueue(5, 6).id}
 
 
 def test_the_tasks_page_lists_results_with_their_status(staff_client, results):

@@ -166,25 +166,11 @@ class TaskRecordAdmin(admin.ModelAdmin):
     def media(self):
         return super().media + admin_cells.MEDIA
 
-    @admin.display(description="id", ordering="id")
-    def short_id(self, obj: TaskRecord) -> str:
-        return admin_cells.short_id(obj.id)
-
-    @admin.display(description="task path", ordering="task_path")
-    def task_cell(self, obj: TaskRecord) -> str:
-        return admin_cells.breakable(obj.task_path)
-
-    @admin.display(description="queue", ordering="queue_name")
-    def queue_cell(self, obj: TaskRecord) -> str:
-        return admin_cells.breakable(obj.queue_name)
-
-    @admin.display(description="updated", ordering="updated_at")
-    def updated_on(self, obj: TaskRecord) -> str:
-        return admin_cells.when(obj.updated_at)
-
-    @admin.display(description="finished", ordering="finished_at")
-    def finished_on(self, obj: TaskRecord) -> str:
-        return admin_cells.when(obj.finished_at)
+    short_id = admin_cells.column("id", admin_cells.short_id, "id")
+    task_cell = admin_cells.column("task_path", admin_cells.breakable, "task path")
+    queue_cell = admin_cells.column("queue_name", admin_cells.breakable, "queue")
+    updated_on = admin_cells.column("updated_at", admin_cells.when, "updated")
+    finished_on = admin_cells.column("finished_at", admin_cells.when, "finished")
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: TaskRecord) -> str:
@@ -195,25 +181,11 @@ class TaskRecordAdmin(admin.ModelAdmin):
     def attempts(self, obj: TaskRecord) -> int:
         return len(obj.worker_ids_list())
 
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, obj: TaskRecord) -> str:
-        return _dt(obj.updated_at)
-
-    @admin.display(description="finished", ordering="finished_at")
-    def finished(self, obj: TaskRecord) -> str:
-        return _dt(obj.finished_at)
-
-    @admin.display(description="enqueued")
-    def enqueued(self, obj: TaskRecord) -> str:
-        return _dt(obj.enqueued_at)
-
-    @admin.display(description="started")
-    def started(self, obj: TaskRecord) -> str:
-        return _dt(obj.started_at)
-
-    @admin.display(description="last attempted")
-    def last_attempted(self, obj: TaskRecord) -> str:
-        return _dt(obj.last_attempted_at)
+    updated = admin_cells.column("updated_at", _dt, "updated")
+    finished = admin_cells.column("finished_at", _dt, "finished")
+    enqueued = admin_cells.column("enqueued_at", _dt, "enqueued", sortable=False)
+    started = admin_cells.column("started_at", _dt, "started", sortable=False)
+    last_attempted = admin_cells.column("last_attempted_at", _dt, "last attempted", sortable=False)
 
     @admin.display(description="arguments")
     def call(self, obj: TaskRecord) -> str:

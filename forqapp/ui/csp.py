@@ -1,8 +1,9 @@
 """The Content-Security-Policy of the staff pages: forqapp's HTMX pages and the Django admin.
 
 Everything a staff page runs or styles comes from the site's own static files: no inline script
-(``forq.js`` holds the pages' code), no inline style (htmx's own indicator ``<style>`` is turned
-off by the ``htmx-config`` meta tag of ``base.html``; its rules are in ``forq.css``), no ``eval``
+(``forq.js`` holds the pages' code; ``copy.js``, shared with the admin, the copy buttons), no inline
+style (htmx's own indicator ``<style>`` is turned off by the ``htmx-config`` meta tag of
+``base.html``; its rules are in ``forq.css``), no ``eval``
 (so no ``hx-on`` attributes and no ``js:`` values in ``hx-vals``/``hx-headers``: htmx evaluates
 those, and this policy refuses). The Django admin's templates and scripts keep within it too.
 

@@ -54,17 +54,3 @@ document.addEventListener("htmx:responseError", function (evt) {
 document.addEventListener("htmx:sendError", function () {
   forqFlashError("Not done: the server could not be reached. Check the connection and try again.");
 });
-// Copy buttons (the new key's secret): the text of the element data-copy-from names.
-document.addEventListener("click", function (evt) {
-  var button = evt.target.closest ? evt.target.closest("[data-copy-from]") : null;
-  if (!button) return;
-  var source = document.querySelector(button.getAttribute("data-copy-from"));
-  if (!source) return;
-  var done = function () { button.textContent = "Copied"; };
-  if (navigator.clipboard && window.isSecureContext) {
-    navigator.clipboard.writeText(source.textContent).then(done);
-  } else {  // plain http on another host: select it, copy the old way
-    window.getSelection().selectAllChildren(source);
-    if (document.execCommand("copy")) done();
-  }
-});
