@@ -66,7 +66,7 @@ def forq_drain(n: int, concurrency: int, prefetch: int) -> float:
 
     from forqapp.tasks.discovery import with_consumers
     from forqapp.tasks.models import TaskRecord
-    from forqapp.worker import Worker
+    from forqapp.worker.runner import Worker
 
     logging.getLogger("django_tasks").setLevel(logging.WARNING)  # its task_started/finished INFO lines
     logging.getLogger("django.tasks").setLevel(logging.WARNING)

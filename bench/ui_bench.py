@@ -57,8 +57,8 @@ def fill(args) -> None:
     from django.db import connection, transaction
 
     from forqapp import services, store
-    from forqapp.history import record_depth_samples
     from forqapp.models import Message, QueueDepthSample
+    from forqapp.services.history import record_depth_samples
 
     if Message.objects.exists():
         print(f"using the existing database {args.db} ({Message.objects.count():,} messages)")

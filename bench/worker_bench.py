@@ -51,8 +51,8 @@ def send(queue: str, n: int) -> float:
 
 
 def forq_threads(n: int, concurrency: int, prefetch: int | None) -> float:
-    from forqapp.consumers import registry
-    from forqapp.worker import Worker
+    from forqapp.worker.consumers import registry
+    from forqapp.worker.runner import Worker
 
     send("bench-noop", n)
     worker = Worker({"bench-noop": registry()["bench-noop"]}, concurrency=concurrency,

@@ -59,9 +59,9 @@ def __getattr__(name: str):
     if name in _SERVICES:
         from . import services as module
     elif name in ("schedule", "unschedule", "list_schedules"):
-        from . import schedules as module  # type: ignore[no-redef]
+        from .services import schedules as module  # type: ignore[no-redef]
     elif name == "consumer":
-        from . import consumers as module  # type: ignore[no-redef]
+        from .worker import consumers as module  # type: ignore[no-redef]
     else:
         raise AttributeError(f"module 'forqapp' has no attribute {name!r}")
     value = globals()[name] = getattr(module, name)

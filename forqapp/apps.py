@@ -37,8 +37,8 @@ def _apply_declared_queues(sender, using: str, **kwargs) -> None:
 
     if using != forq_settings.FORQ_DATABASE or not (forq_settings.FORQ_QUEUES or forq_settings.FORQ_SCHEDULES):
         return
-    from . import schedules
-    from .schema import database_problem
+    from .server.schema import database_problem
+    from .services import schedules
 
     if database_problem(using) is None:  # not after a partial or backwards migrate of forqapp
         apply_declared_queues(using)

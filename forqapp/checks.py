@@ -125,8 +125,8 @@ def check_consumers(app_configs=None, **kwargs):
     said so before, when it started."""
     from django.core.exceptions import ImproperlyConfigured
 
-    from .consumers import registry, settings_consumers
     from .errors import ForqError
+    from .worker.consumers import registry, settings_consumers
 
     problems = [Error(message, id="forqapp.E040") for message in settings_consumers()[1]]
     if problems:

@@ -155,7 +155,7 @@ def intervals(name: str, value: Any) -> str | None:
         return None
     if not isinstance(value, Mapping):
         return f"{name} must be a dict of job name to seconds (got {value!r})"
-    from .jobs import JOBS  # the job names; imported only when checked
+    from .worker.jobs import JOBS  # the job names; imported only when checked
 
     for job, seconds in value.items():
         if job not in JOBS:
@@ -189,7 +189,7 @@ def queues(name: str, value: Any) -> str | None:
 def schedules(name: str, value: Any) -> str | None:
     """``FORQ_SCHEDULES``: ``{name: {queue, content, cron | every, …}}``, each valid as ``schedule()``'s."""
     from .errors import ForqError
-    from .schedules import validate
+    from .services.schedules import validate
 
     if not isinstance(value, dict):
         return f"{name} must be a dict of {{name: schedule}}"
@@ -430,7 +430,7 @@ class ForqSettings:
     # Worker
     FORQ_CONSUMERS: Setting[dict[str, Any]] = Setting(
         {}, "`{queue: dotted path}` (or `{\"handler\": path, \"decode\": \"json\"}`) consumers (E040)",
-        coerce=_dict, id="forqapp.E040")  # checked entry by entry by forqapp.consumers
+        coerce=_dict, id="forqapp.E040")  # checked entry by entry by forqapp.worker.consumers
     FORQ_WORKER_START_JITTER_MS: Setting[float] = Setting(
         500, "a worker waits a random 0 … this before its first claim, so workers started together "
         "do not all claim at once (ms)", check=number(0))

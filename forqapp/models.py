@@ -244,7 +244,7 @@ class DedupEntry(models.Model):
 
 
 class QueueDepthSample(models.Model):
-    """One queue's depth at one moment, written by the queue-depth job (``forqapp.history``) for
+    """One queue's depth at one moment, written by the queue-depth job (``forqapp.services.history``) for
     the UI's 24-hour charts. Samples older than 24 hours are pruned as new ones are written."""
 
     queue = models.CharField(max_length=128)

@@ -478,7 +478,7 @@ def test_queue_list_and_page_show_in_flight_against_the_limit_and_throttled_clai
 
 def schedule_post(name: str | None = None, **fields) -> dict:
     """The schedule form as a browser posts it: on a schedule, with what the page showed as initial."""
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     shown = {"queue": "", "content": "", "cron": "", "every": "", "catch_up": "one", "priority": "0",
              "attributes": ""}
@@ -505,8 +505,8 @@ def schedule_post(name: str | None = None, **fields) -> dict:
 
 
 def test_schedule_list_shows_timing_next_and_last_run_and_paused(staff_client):
-    from forqapp import schedules
     from forqapp.models import Schedule
+    from forqapp.services import schedules
 
     nightly = forqapp.schedule("nightly-report", queue="reports", content="{}", cron="0 3 * * *")
     forqapp.schedule("poll", queue="feeds", content="go", every=300, catch_up="skip", paused=True)
@@ -533,7 +533,7 @@ def test_schedule_list_shows_timing_next_and_last_run_and_paused(staff_client):
 
 
 def test_add_a_schedule_through_the_form(staff_client):
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     page = staff_client.get("/admin/forqapp/schedule/add/")
     assert page.status_code == 200 and b'name="cron"' in page.content and b'name="every"' in page.content
@@ -588,7 +588,7 @@ def test_schedule_form_wants_cron_or_every(staff_client):
 
 
 def test_schedule_change_saves_only_the_changed_fields_and_keeps_the_next_run(staff_client):
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     before = forqapp.schedule("nightly", queue="reports", content="{}", cron="0 3 * * *", priority=1)
     page = staff_client.get("/admin/forqapp/schedule/nightly/change/").content.decode()
@@ -609,7 +609,7 @@ def test_schedule_change_saves_only_the_changed_fields_and_keeps_the_next_run(st
 
 
 def test_schedule_actions_pause_resume_and_run_now(staff_client):
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     a = forqapp.schedule("a", queue="reports", content='{"report": "a"}', cron="0 3 * * *", priority=4,
                          attributes={"kind": "report"})
@@ -634,7 +634,7 @@ def test_schedule_actions_pause_resume_and_run_now(staff_client):
 
 
 def test_schedule_delete_asks_first_then_unschedules(staff_client):
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     forqapp.schedule("a", queue="reports", content="{}", cron="0 3 * * *")
     forqapp.schedule("b", queue="reports", content="{}", every=60)
@@ -661,7 +661,7 @@ def test_schedule_content_and_attributes_are_escaped(staff_client):
 def test_schedule_admin_needs_staff_and_its_permissions(client, db):
     from django.contrib.auth.models import Permission
 
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     forqapp.schedule("a", queue="reports", content="{}", every=60)
     User.objects.create_user("joe", password="pw-joe-12345")
@@ -683,7 +683,7 @@ def test_schedule_admin_needs_staff_and_its_permissions(client, db):
 
 
 def test_schedule_admin_enforces_csrf(db):
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     user = User.objects.create_user("root", password="pw-root-123", is_staff=True, is_superuser=True)
     c = Client(enforce_csrf_checks=True)

@@ -202,7 +202,7 @@ def test_queue_admin_pause_purge_and_policy_form_in_a_browser(live_ui, browser_p
 
 
 def test_schedule_admin_add_run_now_pause_and_delete_in_a_browser(live_ui, browser_page, staff_user):
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     page = browser_page
     page.goto(live_ui + "/admin/")

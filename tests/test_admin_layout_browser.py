@@ -11,10 +11,11 @@ import pytest
 from django.db import connection
 
 import forqapp
-from forqapp import ids, jobs, services, store
+from forqapp import ids, services, store
 from forqapp.keys import service as key_service
 from forqapp.models import Message
-from forqapp.worker import Worker
+from forqapp.worker import jobs
+from forqapp.worker.runner import Worker
 from tests.tasksapp import tasks
 from tests.test_ui_browser import CHROMIUM, browser_page, live_ui, shot, staff_user  # noqa: F401  (fixtures)
 

@@ -14,7 +14,7 @@ from django.db import connection
 import forqapp
 from forqapp import ids as forq_ids
 from forqapp import services, store
-from forqapp.admin_cells import compact_time, full_time
+from forqapp.admin.cells import compact_time, full_time
 from forqapp.keys import service as key_service
 from forqapp.models import Message
 
@@ -86,7 +86,7 @@ def test_the_admin_says_forqapp(staff_client):
 def test_the_task_and_key_lists_are_compact(staff_client):
     from forqapp.tasks.discovery import with_consumers
     from forqapp.tasks.models import TaskRecord
-    from forqapp.worker import Worker
+    from forqapp.worker.runner import Worker
     from tests.tasksapp import tasks
 
     result = tasks.add.enqueue(1, 2)

@@ -16,8 +16,9 @@ import pytest
 from django.db import connection
 
 import forqapp
-from forqapp import errors, schedules, services
+from forqapp import errors, services
 from forqapp.models import Message, Status
+from forqapp.services import schedules
 
 from .test_api_v2 import MID, call, near, receive, refused, send
 from .test_hostile import APP_SECRET

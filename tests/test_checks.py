@@ -146,7 +146,7 @@ def test_a_misspelt_forq_setting_is_a_warning_naming_the_one_meant(settings):
 
 def test_a_consumer_that_cannot_run_is_a_check(monkeypatch, settings):
     """forq_worker's own refusals, reported by manage.py check before any worker starts (E041)."""
-    from forqapp import consumers
+    from forqapp.worker import consumers
 
     settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default"],
                                   "OPTIONS": {"queue_prefix": "tasks-"}}}

@@ -6,8 +6,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import forqapp
-from forqapp import consumers
 from forqapp.services import ReceivedMessage
+from forqapp.worker import consumers
 
 
 def handler_from_settings(message):

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 import forqapp
-from forqapp import errors, jobs, services, store
+from forqapp import errors, services, store
+from forqapp.worker import jobs
 from tests.conftest import free_port
 from tests.test_fastpath import KEY, _run, _scope, apps, sqs  # noqa: F401 - apps: a fixture
 

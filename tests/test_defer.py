@@ -15,10 +15,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 import forqapp
-from forqapp import jobs
-from forqapp.consumers import Consumer
 from forqapp.models import Message, Status
-from forqapp.worker import Worker
+from forqapp.worker import jobs
+from forqapp.worker.consumers import Consumer
+from forqapp.worker.runner import Worker
 
 from .conftest import refused, row
 from .workerproc import WorkerProc

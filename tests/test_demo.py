@@ -13,8 +13,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 import forqapp
-from forqapp import schedules, services
+from forqapp import services
 from forqapp.models import Message
+from forqapp.services import schedules
 from forqapp.tasks.models import TaskRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)

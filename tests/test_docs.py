@@ -201,7 +201,7 @@ def test_the_django_tasks_how_to_runs_as_it_is(settings, tmp_path, monkeypatch):
 
     from forqapp.management.commands.forq_worker import Command
     from forqapp.tasks.discovery import with_consumers
-    from forqapp.worker import Worker
+    from forqapp.worker.runner import Worker
 
     blocks = re.findall(r"^```(?:python|sh)\n(.*?)^```", (DOCS / "how-to" / "django-tasks.md").read_text(),
                         flags=re.S | re.M)
@@ -245,10 +245,10 @@ def test_the_worker_how_to_consumers_run_as_they_are(settings, tmp_path, monkeyp
     from django.core import mail
 
     import forqapp
-    from forqapp import consumers
-    from forqapp.consumers import Consumer, settings_consumers
     from forqapp.management.commands.forq_worker import Command
-    from forqapp.worker import Worker
+    from forqapp.worker import consumers
+    from forqapp.worker.consumers import Consumer, settings_consumers
+    from forqapp.worker.runner import Worker
 
     page = (DOCS / "how-to" / "worker.md").read_text()
     blocks = {b.splitlines()[0]: b for b in python_blocks(page)}

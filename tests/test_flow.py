@@ -20,10 +20,10 @@ from prometheus_client import REGISTRY
 
 import forqapp
 from forqapp import services, utils, validation
-from forqapp.consumers import Consumer
 from forqapp.errors import ForqError
 from forqapp.models import Message, Status
-from forqapp.worker import Worker
+from forqapp.worker.consumers import Consumer
+from forqapp.worker.runner import Worker
 
 from .workerproc import WorkerProc
 

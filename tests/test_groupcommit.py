@@ -1,4 +1,4 @@
-"""forqapp.groupcommit: the API's hot writes of one process share transactions, and each caller
+"""forqapp.services.groupcommit: the API's hot writes of one process share transactions, and each caller
 still gets its own outcome, only once its transaction committed."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import pytest
 from django.db import DatabaseError
 
 import forqapp
-from forqapp import errors, groupcommit, services
+from forqapp import errors, services
 from forqapp.errors import ForqError
 from forqapp.models import Message
+from forqapp.services import groupcommit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -93,7 +94,7 @@ def test_a_callers_exception_is_raised_to_it_alone():
 
 def test_a_waiting_consumer_is_woken_by_a_grouped_send_after_its_commit():
     async def main():
-        from forqapp import waiting
+        from forqapp.services import waiting
 
         consumer = asyncio.ensure_future(waiting.claim_async(services.claim, "woken", 5))
         await asyncio.sleep(0.2)

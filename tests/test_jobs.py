@@ -9,8 +9,9 @@ from django.core.management.base import CommandError
 from prometheus_client import REGISTRY
 
 import forqapp
-from forqapp import jobs, services
+from forqapp import services
 from forqapp.models import Message
+from forqapp.worker import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,9 @@ import time
 import pytest
 from django.db import connections
 
-from forqapp import jobs, services
+from forqapp import services
 from forqapp.models import Lease
+from forqapp.worker import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

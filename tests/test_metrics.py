@@ -73,7 +73,7 @@ import os, sys, time
 from pathlib import Path
 import django
 django.setup()
-from forqapp.serving import _metrics_directory
+from forqapp.server.serving import _metrics_directory
 directory = _metrics_directory(Path(sys.argv[1]))
 (directory / f"counter_{os.getpid()}.db").write_text("a running server's counts")
 print("ready", flush=True)
@@ -89,7 +89,7 @@ def test_a_second_server_keeps_the_metrics_of_one_running(tmp_path, monkeypatch)
     import subprocess
     import sys
 
-    from forqapp import serving
+    from forqapp.server import serving
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD_METRICS_DIRECTORY, str(tmp_path)], stdout=subprocess.PIPE,
                               text=True, env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"})
@@ -116,7 +116,7 @@ def test_a_lone_server_start_keeps_the_files_of_a_running_worker(tmp_path, monke
     import subprocess
     import sys
 
-    from forqapp import serving
+    from forqapp.server import serving
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(gone.stdout)

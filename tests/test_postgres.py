@@ -413,7 +413,7 @@ except ImportError:  # no worker command in this tree: the same loop by hand
             handle(m)
         services.ack_many("rehearsal", [(m.id, m.receipt) for m in batch])
         if not batch:
-            from forqapp.notify import notifier_for
+            from forqapp.services.notify import notifier_for
             notifier_for("default").wait("rehearsal", 1.0)
 else:
     from django.core.management import call_command
@@ -653,8 +653,9 @@ def test_the_api_and_a_worker_recover_from_terminated_connections(tmp_path):
 def test_a_job_whose_connection_was_terminated_runs_again_at_its_next_turn(caplog):
     """The jobs thread kept a dead connection (every run failed while its lease held standbys
     off); a job that fails on it gives it up, and the next turn runs on a new one."""
-    from forqapp import errors, jobs
+    from forqapp import errors
     from forqapp.models import Message
+    from forqapp.worker import jobs
 
     scheduler = jobs.Scheduler([jobs.JOBS["failed"]], lease=False)
     failed = forqapp.send("jobs-lost", "x")

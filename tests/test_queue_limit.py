@@ -128,7 +128,7 @@ def test_the_admin_says_the_limit_on_its_add_form(full, admin_client):
 def test_the_admin_says_a_limit_its_form_could_not_foresee(full, admin_client, monkeypatch):
     """Another process takes the last place between the form's check and the save: the refusal
     comes from configure_queue, and the admin says it (no 500, nothing written)."""
-    from forqapp import limits
+    from forqapp.services import limits
 
     monkeypatch.setattr(limits, "full", lambda using=None: None)  # the form's forecast: room left
     with override_settings(FORQ_MAX_QUEUES=LIMIT):

@@ -17,9 +17,10 @@ from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import REGISTRY
 
 import forqapp
-from forqapp import conf, errors, jobs, services
+from forqapp import conf, errors, services
 from forqapp.conf import forq_settings
 from forqapp.models import DedupEntry, Message, Queue, Status
+from forqapp.worker import jobs
 
 from .conftest import refused, row
 

@@ -1,5 +1,5 @@
 """Periodic messages (issue 13): ``forqapp.schedule(name, queue=…, content=…, cron=… | every=…)``,
-``FORQ_SCHEDULES``, and the ``schedules`` job (:func:`forqapp.schedules.run_due`), which sends each
+``FORQ_SCHEDULES``, and the ``schedules`` job (:func:`forqapp.services.schedules.run_due`), which sends each
 tick exactly once — with two schedulers at once, and across a ``kill -9`` in the middle of a tick —
 and follows the schedule's catch-up rule (skip, one, all) after downtime.
 
@@ -28,9 +28,11 @@ from django.test import override_settings
 from prometheus_client import REGISTRY
 
 import forqapp
-from forqapp import conf, jobs, schedules, services, utils
+from forqapp import conf, services, utils
 from forqapp.conf import forq_settings
 from forqapp.models import DedupEntry, Message, Schedule
+from forqapp.services import schedules
+from forqapp.worker import jobs
 
 from .conftest import ROOT, Clock, refused, subprocess_env
 
@@ -531,8 +533,8 @@ def test_schedule_json_is_plain_data(clock):
 
 
 def test_pause_and_resume_skip_the_ticks_that_fell_while_paused():
-    from forqapp import schedules
     from forqapp.models import Schedule
+    from forqapp.services import schedules
 
     schedules.schedule("napper", queue="naps", content="x", every=60, catch_up="all")
     schedules.pause("napper")

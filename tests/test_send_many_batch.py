@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import forqapp
 from forqapp import errors, services, store, validation
-from forqapp import policy as policy_module
 from forqapp.errors import ForqError
 from forqapp.models import Message
+from forqapp.services import policy as policy_module
 
 from .conftest import refused
 

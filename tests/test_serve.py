@@ -20,9 +20,11 @@ import pytest
 from django.db import connection
 
 import forqapp
-from forqapp import jobs, process, services, supervise
+from forqapp import services
 from forqapp.api import asgi
 from forqapp.models import Message
+from forqapp.server import process, supervise
+from forqapp.worker import jobs
 
 from .conftest import ROOT, SECRET, free_port, start_server, stop_server, subprocess_env
 
@@ -497,7 +499,7 @@ def test_the_supervisor_holds_no_django(tmp_path):
     try:
         pid = server.proc.pid
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        assert command[1:3] == [b"-m", b"forqapp.supervise"], command
+        assert command[1:3] == [b"-m", b"forqapp.server.supervise"], command
         mapped = Path(f"/proc/{pid}/maps").read_text()
         assert "/_decimal." not in mapped and "/_zoneinfo." not in mapped and "/_sqlite3." not in mapped
 
@@ -518,7 +520,7 @@ def test_the_supervisor_holds_no_django(tmp_path):
 
 
 def test_the_supervisor_imports_no_django_and_stops_when_a_child_exits(tmp_path):
-    """forqapp.supervise in a fresh interpreter: a child that exits by itself is reported, the
+    """forqapp.server.supervise in a fresh interpreter: a child that exits by itself is reported, the
     others stopped, exit code 1; Django never imported (prometheus_client is, to mark the dead)."""
     spec = {
         "children": [
@@ -587,7 +589,7 @@ def test_ctrl_c_at_a_terminal_stops_granian_from_the_supervisor_alone(tmp_path):
                     return
 
     try:
-        from forqapp.supervise import accepts
+        from forqapp.server.supervise import accepts
 
         deadline = time.monotonic() + 60
         while not (accepts("127.0.0.1", api) and accepts("127.0.0.1", ui)):
@@ -648,7 +650,7 @@ def test_ctrl_c_during_a_manage_py_step_is_one_line_not_a_traceback():
 def test_a_killed_supervisors_work_directory_is_removed_by_the_next_start():
     import tempfile
 
-    from forqapp.serving import _remove_stale_work_dirs
+    from forqapp.server.serving import _remove_stale_work_dirs
 
     dead = Path(tempfile.mkdtemp(prefix="forq-serve-999999999-"))  # above pid_max: no such process
     alive = Path(tempfile.mkdtemp(prefix=f"forq-serve-{os.getpid()}-"))
@@ -667,13 +669,13 @@ def _exits_at_once() -> None:
 def test_a_worker_reaped_by_granians_watcher_is_not_reported_alive():
     """granian's watcher thread joins each worker too; when it reaps the exited worker first, the
     server's join found no child and multiprocessing said "alive": granian logged "Killing worker-1
-    after it refused to gracefully stop" for a worker that had stopped. forqapp.granian_main asks
+    after it refused to gracefully stop" for a worker that had stopped. forqapp.server.granian_main asks
     the process's sentinel as well. (Here the reaping is done by hand, as the watcher would.)"""
     import multiprocessing
 
     from granian.server.mp import WorkerProcess
 
-    from forqapp import granian_main
+    from forqapp.server import granian_main
 
     inner = multiprocessing.get_context("fork").Process(target=_exits_at_once)
     inner.start()

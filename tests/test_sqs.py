@@ -1164,9 +1164,9 @@ def test_a_boto3_message_is_received_by_every_face(sqs, server, settings):
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from forqapp import consumers
     from forqapp.spark.client import ForqClient
-    from forqapp.worker import Worker
+    from forqapp.worker import consumers
+    from forqapp.worker.runner import Worker
 
     url = sqs.create_queue(QueueName="faces")["QueueUrl"]
     attrs = {"origin": {"DataType": "String", "StringValue": "boto3"}}
@@ -1210,7 +1210,7 @@ def test_a_boto3_message_is_received_by_every_face(sqs, server, settings):
 def test_a_django_task_queue_is_an_sqs_queue(sqs):
     from forqapp.tasks.discovery import with_consumers
     from forqapp.tasks.models import TaskRecord
-    from forqapp.worker import Worker
+    from forqapp.worker.runner import Worker
     from tests.tasksapp import tasks
 
     result = tasks.add.enqueue(2, 3)  # the backend's queue "tasks-default" (tests/settings.py)
@@ -1230,7 +1230,7 @@ def test_a_task_sent_with_boto3_is_run_by_the_worker(sqs):
     from forqapp.models import Message
     from forqapp.tasks.discovery import with_consumers
     from forqapp.tasks.models import TaskRecord
-    from forqapp.worker import Worker
+    from forqapp.worker.runner import Worker
     from tests.tasksapp import tasks
 
     template = tasks.add.enqueue(0, 0)  # the body the backend writes for add(…)

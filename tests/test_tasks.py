@@ -16,8 +16,9 @@ import pytest
 from django.core.management import call_command
 from django.db import transaction
 
-from forqapp import jobs, schedules, services
+from forqapp import services
 from forqapp.models import Message
+from forqapp.services import schedules
 from forqapp.tasks import ForqBackend, TaskArgumentsError
 from forqapp.tasks.compat import (
     InvalidTaskError,
@@ -32,7 +33,8 @@ from forqapp.tasks.compat import (
 from forqapp.tasks.discovery import with_consumers
 from forqapp.tasks.models import TaskRecord
 from forqapp.tasks.running import TaskRunner
-from forqapp.worker import Worker
+from forqapp.worker import jobs
+from forqapp.worker.runner import Worker
 from tests.tasksapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -854,7 +856,7 @@ def test_results_are_pruned_after_their_retention(settings, clock):
 
 def test_forq_worker_runs_the_task_queues_beside_consumers():
     import forqapp
-    from forqapp import consumers
+    from forqapp.worker import consumers
 
     handled = []
     forqapp.consumer("plain-q")(lambda m: handled.append(m.content))
@@ -892,7 +894,7 @@ def test_a_queue_with_a_consumer_and_tasks_is_refused():
     from django.core.exceptions import ImproperlyConfigured
 
     import forqapp
-    from forqapp import consumers
+    from forqapp.worker import consumers
 
     forqapp.consumer("tasks-default")(lambda m: None)
     try:

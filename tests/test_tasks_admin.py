@@ -9,11 +9,12 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import User
 
-from forqapp import jobs, services
+from forqapp import services
 from forqapp.models import Message
 from forqapp.tasks.compat import TaskResultDoesNotExist, TaskResultStatus
 from forqapp.tasks.models import TaskRecord
-from forqapp.worker import Worker
+from forqapp.worker import jobs
+from forqapp.worker.runner import Worker
 from tests.tasksapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)

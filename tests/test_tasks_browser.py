@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from forqapp import jobs
 from forqapp.models import Message
 from forqapp.tasks.models import TaskRecord
-from forqapp.worker import Worker
+from forqapp.worker import jobs
+from forqapp.worker.runner import Worker
 from tests.tasksapp import tasks
 from tests.test_admin_browser import admin_login
 from tests.test_ui_browser import CHROMIUM, browser_page, live_ui, shot, staff_user  # noqa: F401  (fixtures)

@@ -14,7 +14,7 @@ import pytest
 from forqapp import services
 from forqapp.tasks.compat import TaskResultStatus
 from forqapp.tasks.models import TaskRecord
-from forqapp.worker import Worker
+from forqapp.worker.runner import Worker
 from tests.tasksapp import tasks
 from tests.workerproc import WorkerProc
 
@@ -76,8 +76,8 @@ def test_a_long_task_keeps_its_lease_and_runs_once():
 # so that a stop that waits it out shows), run as manage.py would.
 LONG_IDLE_WORKER = """
 import sys
-import forqapp.worker
-forqapp.worker.IDLE_WAIT_S = 30.0
+import forqapp.worker.runner
+forqapp.worker.runner.IDLE_WAIT_S = 30.0
 from django.core.management import execute_from_command_line
 execute_from_command_line(["manage.py", "forq_worker", "-v1"])
 """

@@ -14,9 +14,10 @@ from django.test import Client
 from django.utils.html import escape
 
 import forqapp
-from forqapp import history, schedules, services, store
 from forqapp import ids as forq_ids
+from forqapp import services, store
 from forqapp.models import Message, QueueDepthSample
+from forqapp.services import history, schedules
 from forqapp.ui import freshness, queries
 from tests.conftest import HX
 
@@ -935,7 +936,7 @@ def test_the_ui_listener_without_a_multiprocess_dir_says_it_cannot_count(staff_c
 
 
 def test_schedules_page_lists_schedules_and_is_linked_from_the_nav(staff_client):
-    from forqapp import schedules
+    from forqapp.services import schedules
     from forqapp.ui import scheduling
 
     nightly = forqapp.schedule("nightly-report", queue="reports", content="{}", cron="0 3 * * *")
@@ -962,7 +963,7 @@ def test_schedules_page_lists_schedules_and_is_linked_from_the_nav(staff_client)
 
 
 def test_pause_resume_and_run_now_from_the_schedules_page(staff_client):
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     before = forqapp.schedule("nightly", queue="reports", content='{"r": 1}', cron="0 3 * * *", priority=2,
                               attributes={"kind": "report"})
@@ -1005,7 +1006,7 @@ def test_a_schedule_deleted_meanwhile_leaves_the_page(staff_client):
 
 
 def test_schedule_actions_are_post_staff_and_csrf(client, staff):
-    from forqapp import schedules
+    from forqapp.services import schedules
 
     forqapp.schedule("nightly", queue="reports", content="{}", cron="0 3 * * *")
     c = Client(enforce_csrf_checks=True)

@@ -99,7 +99,7 @@ def data():
 
     import forqapp
     from forqapp import ids, services, store
-    from forqapp.history import record_depth_samples
+    from forqapp.services.history import record_depth_samples
 
     freshness.clear()
     forqapp.send_many("emails", [f'{{"to": "user{i}@example.com", "template": "welcome"}}' for i in range(30)])
@@ -311,8 +311,9 @@ def test_an_action_the_server_fails_or_never_answers_says_so_in_the_flash(live_u
 
 def test_schedules_page_and_a_limited_queues_flow_control(live_ui, browser_page, staff_user):
     import forqapp
-    from forqapp import schedules, services
+    from forqapp import services
     from forqapp.models import Message
+    from forqapp.services import schedules
 
     freshness.clear()
     forqapp.schedule("nightly-report", queue="reports", content='{"report": "nightly"}', cron="0 3 * * *")

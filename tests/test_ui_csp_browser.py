@@ -58,9 +58,10 @@ def wide():
 def more_data(data):
     """The dashboard's data and: a policy, a paused queue, a schedule, task results, a key."""
     import forqapp
-    from forqapp import schedules, services
+    from forqapp import services
     from forqapp.keys import service as keys
     from forqapp.models import Message, QueueDepthSample
+    from forqapp.services import schedules
     from forqapp.tasks.models import TaskRecord
 
     services.configure_queue("payments", max_in_flight=5, rate="20/s", max_attempts=3)

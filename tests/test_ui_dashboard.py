@@ -9,8 +9,9 @@ from django.db import connection
 from django.test import Client
 
 import forqapp
-from forqapp import history, ids, services, store
+from forqapp import ids, services, store
 from forqapp.models import QueueDepthSample
+from forqapp.services import history
 from forqapp.ui import csp, dashboard
 from tests.conftest import HX
 

@@ -1,4 +1,4 @@
-"""forqapp.waiting: claim or wait, the process-wide drain, the give-back of a claim whose caller
+"""forqapp.services.waiting: claim or wait, the process-wide drain, the give-back of a claim whose caller
 left; and wake-up kicks that wait for the commit."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import pytest
 from django.db import connections, transaction
 
 import forqapp
-from forqapp import services, waiting
+from forqapp import services
 from forqapp.models import Message
-from forqapp.notify import Notifier, notifier_for
+from forqapp.services import waiting
+from forqapp.services.notify import Notifier, notifier_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

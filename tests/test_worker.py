@@ -11,8 +11,9 @@ import time
 import pytest
 
 import forqapp
-from forqapp import jobs, services, vocab
+from forqapp import services, vocab
 from forqapp.models import Message
+from forqapp.worker import jobs
 
 from .workerproc import WorkerProc
 
@@ -220,8 +221,8 @@ def test_a_second_ctrl_c_under_processes_kills_them_and_says_so(worker):
 
 @pytest.mark.django_db(transaction=True)
 def test_in_process_worker_survives_system_exit_and_counts_outcomes():
-    from forqapp.consumers import Consumer
-    from forqapp.worker import Worker
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import Worker
 
     def handler(message):
         if message.content == "exit":
@@ -323,8 +324,8 @@ def test_a_batch_ack_with_one_lost_lease_counts_the_others_acked():
     """Audit: when one ack of a batch came too late (its lease lost, the message taken by another
     receive), the worker counted none of the batch: the acks that landed went unreported, and the
     lost one missed ``forq_worker_handled_total{outcome="lost"}``."""
-    from forqapp.consumers import Consumer
-    from forqapp.worker import ACK, Worker, _Held
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import ACK, Worker, _Held
 
     forqapp.send_many("w-partial", ["a", "b", "c"])
     consumer = Consumer("w-partial", lambda m: None)
@@ -363,8 +364,8 @@ def test_an_ack_the_database_refused_is_tried_again_and_the_message_handled_once
     message came back to be handled a second time when its lease ended, although the disk was
     writable again long before. The worker holds it and acks it again each turn."""
 
-    from forqapp.consumers import Consumer
-    from forqapp.worker import Worker
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import Worker
 
     handled = []
     message_id = forqapp.send("w-refused", "x")
@@ -381,9 +382,9 @@ def test_a_nack_fail_or_defer_the_database_refused_is_tried_again(monkeypatch, o
     """As an ack: a fail refused and dropped would have had a fatal error handled again, a defer
     its message back at its lease's end rather than after its delay."""
 
-    from forqapp.consumers import Consumer
     from forqapp.errors import Defer, FatalError
-    from forqapp.worker import Worker
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import Worker
 
     handled = []
 
@@ -414,8 +415,8 @@ def test_a_worker_at_max_messages_waits_for_a_refused_settle(monkeypatch):
     """Audit: reaching --max-messages stopped the worker as a signal does, so a settle refused a
     moment before got one more try, not the rest of its lease (an ack: handled again later)."""
 
-    from forqapp.consumers import Consumer
-    from forqapp.worker import Worker
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import Worker
 
     message_id = forqapp.send("w-max", "x")
     refusals = refuse_first(monkeypatch, "ack_many", 3)
@@ -428,8 +429,8 @@ def test_a_worker_at_max_messages_waits_for_a_refused_settle(monkeypatch):
 def test_a_refused_ack_is_given_up_when_its_lease_ends_or_the_worker_stops(monkeypatch, caplog):
     import sqlite3
 
-    from forqapp.consumers import Consumer
-    from forqapp.worker import ACK, Worker, _Held
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import ACK, Worker, _Held
 
     def full_disk(*args, **kwargs):
         raise sqlite3.OperationalError("database or disk is full")
@@ -458,8 +459,8 @@ def test_the_heartbeat_survives_a_database_that_cannot_serve(monkeypatch, clock)
     died. With a refused ack held for a retry, that came within a second of the first refusal."""
     import sqlite3
 
-    from forqapp.consumers import Consumer
-    from forqapp.worker import Worker, _Held
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import Worker, _Held
 
     forqapp.send("w-beat", "x")
     consumer = Consumer("w-beat", lambda m: None)
@@ -495,8 +496,8 @@ def test_a_full_disk_is_one_line_a_second_not_a_traceback_each_retry(caplog):
     import sqlite3
 
     from forqapp import errors
-    from forqapp.consumers import Consumer
-    from forqapp.worker import Worker
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import Worker
 
     errors._said.clear()  # (another test may have said it within the second)
     w = Worker({"w-disk": Consumer("w-disk", lambda m: None)}, concurrency=1)
@@ -523,9 +524,9 @@ def test_an_idle_worker_says_so_once_not_every_report(monkeypatch, caplog):
     import logging
     import threading
 
-    from forqapp import worker as worker_module
-    from forqapp.consumers import Consumer
-    from forqapp.worker import Worker
+    from forqapp.worker import runner as worker_module
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import Worker
 
     monkeypatch.setattr(worker_module, "IDLE_WAIT_S", 0.02)  # (many idle turns, quickly)
     caplog.set_level(logging.DEBUG, logger="forqapp.worker")

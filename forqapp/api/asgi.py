@@ -18,12 +18,12 @@ It also does what a queue needs from its server against clients that are slow, h
   slow body from an address that has ``FORQ_BODY_SLOW_PER_ADDRESS`` (429); and
 * a request that may wait (its endpoint says so: ``waits``) is cancelled as soon as its client
   goes away once it waits, so it never claims a message for a connection nobody listens to (a
-  claim already running is given back: :mod:`forqapp.waiting`).
+  claim already running is given back: :mod:`forqapp.services.waiting`).
 
 Every answer is JSON (``{"code": …}`` for errors), unknown paths included. At start-up it watches
-for ``forq_serve``'s drain request, and at shutdown it drains (:func:`forqapp.waiting.drain`).
+for ``forq_serve``'s drain request, and at shutdown it drains (:func:`forqapp.services.waiting.drain`).
 Under ``forq_serve`` with its jobs on (and only then: it says so in the environment), each worker
-runs a jobs scheduler thread from lifespan startup to shutdown (:class:`forqapp.jobs.ServerJobs`):
+runs a jobs scheduler thread from lifespan startup to shutdown (:class:`forqapp.worker.jobs.ServerJobs`):
 the one holding the database's jobs lease runs the jobs, and gives the lease up at shutdown.
 """
 
@@ -41,14 +41,15 @@ from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.asgi import ASGIRequest
 from django.urls import Resolver404, get_resolver
 
-from .. import errors, intake
+from .. import errors
+from ..server import intake
 
 logger = logging.getLogger("forqapp.api")
 
 
 class DisconnectWatch:
     """Cancels a waiting view's task when its client disconnects (ASGI ``http.disconnect``): the
-    :class:`forqapp.waiting.Caller` of a request that may wait, armed when it starts to wait."""
+    :class:`forqapp.services.waiting.Caller` of a request that may wait, armed when it starts to wait."""
 
     def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         self.task: asyncio.Task | None = None
@@ -89,8 +90,9 @@ class APIApplication:
 
     def __init__(self):
         django.setup(set_prefix=False)
-        from .. import errors, waiting
+        from .. import errors
         from ..conf import hot
+        from ..services import waiting
         from . import plumbing
 
         self._plumbing = plumbing
@@ -209,14 +211,14 @@ class APIApplication:
 
 def _server_jobs():
     """The jobs scheduler of this worker, started, when ``forq_serve`` runs the jobs (it says so,
-    with its verbosity, in :data:`forqapp.process.SERVE_JOBS_ENV`); else None: served by anything
+    with its verbosity, in :data:`forqapp.server.process.SERVE_JOBS_ENV`); else None: served by anything
     else (or ``forq_serve --no-jobs``), the API runs no jobs."""
-    from .. import process
+    from ..server import process
 
     verbosity = os.environ.get(process.SERVE_JOBS_ENV)
     if not verbosity:
         return None
-    from ..jobs import ServerJobs
+    from ..worker.jobs import ServerJobs
 
     jobs = ServerJobs(int(verbosity))
     jobs.start()

@@ -12,8 +12,9 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from .. import errors, services, validation, waiting
+from .. import errors, services, validation
 from ..errors import ForqError
+from ..services import waiting
 from .plumbing import endpoint, json_body, require
 
 # --- produce ---------------------------------------------------------------------------------

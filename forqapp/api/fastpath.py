@@ -12,7 +12,7 @@ the general way (:mod:`forqapp.api.views` through :mod:`forqapp.api.plumbing`), 
 
 What it does is the views' own (it calls :func:`forqapp.api.views.send_body`, ``take`` and
 ``ack_receipt``, as the views do): the same validation and service calls through
-:mod:`forqapp.groupcommit`, the same error codes, and byte for byte the same answers, security
+:mod:`forqapp.services.groupcommit`, the same error codes, and byte for byte the same answers, security
 headers included (``tests/test_fastpath.py`` compares both ways on every case it makes).
 """
 

@@ -166,7 +166,7 @@ def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
 def endpoint(*methods: str, key: str | None = API_KEY_SETTING, waits: tuple[str, ...] = (),
              action: str | dict[str, str] | None = None, scope: str = "queue") -> Callable[[View], View]:
     """Method check, API key, Forq's error mapping and security headers, for every API view.
-    ``waits``: the methods under which the view may wait for a message (:mod:`forqapp.waiting`).
+    ``waits``: the methods under which the view may wait for a message (:mod:`forqapp.services.waiting`).
     ``action``: what a scoped key needs (one action, or one per method) on ``scope`` (see
     :class:`Endpoint`); the root key (``FORQ_AUTH_SECRET``) may do everything.
 

@@ -25,9 +25,10 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import errors, groupcommit, schedules, services, validation, vocab, waiting
+from .. import errors, services, validation, vocab
 from ..conf import forq_settings
 from ..errors import ForqError
+from ..services import groupcommit, schedules, waiting
 from .plumbing import View, endpoint, json_body, key_of, require, secure
 
 MAX_ENTRIES = 10  # messages in a send batch, deliveries in a settle batch, messages in a receive
@@ -308,7 +309,7 @@ EVERY_S = (1, 366 * 86_400)  # a schedule's period (schedules.validate)
 
 
 def schedule_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """:func:`forqapp.schedules.schedule`'s keywords from a PUT: the whole schedule (an absent or
+    """:func:`forqapp.services.schedules.schedule`'s keywords from a PUT: the whole schedule (an absent or
     null field takes its default). Checked here where v2 says more (seconds, NUL on PostgreSQL);
     the schedules module checks the rest (the name, cron, catch_up, priority, attributes)."""
     fields = {name: value for name, value in _object(body, "the body", schedules.FIELDS).items()
@@ -648,6 +649,6 @@ async def run_schedule(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _run_now(name: str) -> tuple[str, str]:
-    """(the queue, the id) of the message :func:`forqapp.schedules.run_now` sent."""
+    """(the queue, the id) of the message :func:`forqapp.services.schedules.run_now` sent."""
     queue = schedules.get(name).queue
     return queue, schedules.run_now(name)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from .. import groupcommit, services, validation, waiting
+from .. import services, validation
 from ..conf import hot
+from ..services import groupcommit, waiting
 from .plumbing import RECEIPT_HEADER, body_of, endpoint, json_object, receipt
 
 

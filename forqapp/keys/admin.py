@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from .. import admin_cells
+from ..admin import cells as admin_cells
 from ..utils import ms_to_datetime, now_ms
 from . import grants, service
 from .cli import parse_expires

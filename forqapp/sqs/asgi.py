@@ -22,8 +22,9 @@ import logging
 
 import django
 
-from .. import errors, intake
+from .. import errors
 from ..api.asgi import DisconnectWatch
+from ..server import intake
 
 logger = logging.getLogger("forqapp.sqs")
 
@@ -39,8 +40,9 @@ _BODY_REFUSALS = {  # intake's reasons, as SQS words them
 class SQSApplication:
     def __init__(self) -> None:
         django.setup(set_prefix=False)
-        from .. import keys, metrics, services, waiting
+        from .. import keys, metrics, services
         from ..conf import forq_settings
+        from ..services import waiting
         from . import actions, protocol, queues, sigv4
 
         self.keys, self.services, self.waiting, self.settings = keys, services, waiting, forq_settings

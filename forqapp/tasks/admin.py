@@ -14,7 +14,8 @@ from django.db.models import Q
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
-from .. import admin_cells, services, vocab
+from .. import services, vocab
+from ..admin import cells as admin_cells
 from ..models import Message
 from ..utils import ms_to_datetime, pretty_json
 from .models import TaskRecord, TaskStatus

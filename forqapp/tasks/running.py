@@ -45,8 +45,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from .. import errors, services, utils
-from ..db import DATABASE_ERRORS
 from ..errors import ForqError
+from ..services.db import DATABASE_ERRORS
 from .backend import ForqBackend, decode, dumps
 from .compat import (
     TaskContext,

@@ -1,6 +1,6 @@
 """Periodic tasks: ``forqapp.schedule("nightly", task=reports.tasks.nightly, cron="0 3 * * *")``.
 
-A schedule of a task is a schedule like any other (:mod:`forqapp.schedules`) whose queue is the
+A schedule of a task is a schedule like any other (:mod:`forqapp.services.schedules`) whose queue is the
 task's forqapp queue and whose content is the task's message (its path and arguments, checked as
 ``enqueue`` checks them). Each tick is one message, so one task result with its own id, and sends
 ``task_enqueued`` like an ``enqueue`` would.

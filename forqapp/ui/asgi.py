@@ -10,7 +10,7 @@ import django
 from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.asgi import ASGIHandler
 
-from .. import intake
+from ..server import intake
 
 
 def ui_application():
@@ -18,11 +18,11 @@ def ui_application():
 
     Static files that were not collected into ``STATIC_ROOT`` are served here through Django's
     staticfiles finders, so the pages have their CSS and htmx in any project (see
-    :mod:`forqapp.serving`)."""
+    :mod:`forqapp.server.serving`)."""
     django.setup(set_prefix=False)
     from django.conf import settings
 
-    from ..serving import static_from_finders, ui_urlconf
+    from ..server.serving import static_from_finders, ui_urlconf
 
     settings.ROOT_URLCONF = ui_urlconf()  # FORQ_UI_URLCONF, if set: this process serves the UI only
     no_persistent_connections(settings.DATABASES)

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
 
-from .. import history
+from ..services import history
 from . import charts, queries
 
 PER_PAGE = 25

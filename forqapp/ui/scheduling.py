@@ -1,5 +1,5 @@
 """Schedules for people, shared by the admin and the HTMX pages: their timing and times in words,
-and pause / resume through :func:`forqapp.schedules.schedule` (never SQL).
+and pause / resume through :func:`forqapp.services.schedules.schedule` (never SQL).
 
 Times are shown in the project's ``TIME_ZONE``, the zone cron expressions tick in.
 """
@@ -12,8 +12,8 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from .. import schedules
-from ..schedules import ScheduleInfo
+from ..services import schedules
+from ..services.schedules import ScheduleInfo
 from . import display
 
 NAME = re.compile(r"[A-Za-z0-9._:-]{1,100}")  # schedules.validate's rule for names
@@ -79,7 +79,7 @@ def row(info: ScheduleInfo, now: int, declared_names: set[str] | frozenset[str] 
 
 
 def set_paused(name: str, paused: bool) -> ScheduleInfo:
-    """Pause or resume ``name`` (:func:`forqapp.schedules.pause` / :func:`~forqapp.schedules.resume`:
+    """Pause or resume ``name`` (:func:`forqapp.services.schedules.pause` / :func:`~forqapp.services.schedules.resume`:
     one statement, other fields untouched; a resume skips the ticks that fell while paused). Raises
     ``ForqError`` (``not_found.schedule``) when there is no such schedule."""
     return schedules.pause(name) if paused else schedules.resume(name)

@@ -1,5 +1,5 @@
 """The HTMX pages. Reads go through :mod:`.queries` (ORM); every change goes through
-:mod:`forqapp.services` or :mod:`forqapp.schedules` (validation, SQL in the store, metrics). GET never
+:mod:`forqapp.services` or :mod:`forqapp.services.schedules` (validation, SQL in the store, metrics). GET never
 changes anything.
 
 An htmx request (that is not a history restore) gets the page's ``_partial`` template; anything
@@ -29,11 +29,12 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, reswap
 from django_htmx.middleware import HtmxDetails
 
-from .. import errors, history, schedules, services, vocab
+from .. import errors, services, vocab
 from ..errors import ForqError
 from ..login_throttle import AdminLoginThrottleForm
 from ..models import Status
-from ..policy import Policy
+from ..services import history, schedules
+from ..services.policy import Policy
 from ..tasks import browse
 from ..utils import ms_to_datetime as _dt
 from ..utils import now_ms as _now_ms

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from ... import demo
-from ...schema import database_problem
+from ...server.schema import database_problem
 
 
 class Command(BaseCommand):

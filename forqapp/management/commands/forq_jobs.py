@@ -8,9 +8,9 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import process
-from ...jobs import JOBS, Scheduler, run
-from ...schema import database_problem
+from ...server import process
+from ...server.schema import database_problem
+from ...worker.jobs import JOBS, Scheduler, run
 from ..subcommands import add_subcommands
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from ...keys import cli, service
-from ...schema import database_problem
+from ...server.schema import database_problem
 from ..subcommands import add_subcommands
 
 

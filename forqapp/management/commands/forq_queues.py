@@ -6,10 +6,11 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import schedules, services
+from ... import services
 from ...conf import forq_settings
 from ...errors import ForqError
-from ...schema import database_problem
+from ...server.schema import database_problem
+from ...services import schedules
 from ..subcommands import add_subcommands
 
 

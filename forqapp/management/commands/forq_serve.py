@@ -1,9 +1,9 @@
 """``manage.py forq_serve``: the API on FORQ_API_ADDR, the admin UI on FORQ_UI_ADDR, and the
-background jobs (:class:`forqapp.serving.Server`).
+background jobs (:class:`forqapp.server.serving.Server`).
 
 It refuses to start, in one line, on a bad setting, a database that is not ready or a port that
 cannot be listened on. Then it replaces itself (same pid) with the Django-free supervisor
-:mod:`forqapp.supervise`. The jobs run in the API workers, only while one holds the database's jobs
+:mod:`forqapp.server.supervise`. The jobs run in the API workers, only while one holds the database's jobs
 lease, so any number of ``forq_serve`` (and ``forq_jobs``) on one database run them once;
 ``--no-jobs`` or ``FORQ_SERVE_JOBS=false`` leaves them to ``forq_jobs`` or cron.
 """
@@ -19,7 +19,7 @@ from django.db.migrations.executor import MigrationExecutor
 from ... import services
 from ...checks import serve_problems
 from ...conf import forq_settings
-from ...serving import Server, listeners, unbindable
+from ...server.serving import Server, listeners, unbindable
 
 
 def _positive(value: str) -> int:

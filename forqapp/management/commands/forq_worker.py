@@ -10,11 +10,12 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import process, validation
-from ...consumers import registry
+from ... import validation
 from ...errors import ForqError
-from ...schema import database_problem
-from ...worker import Worker
+from ...server import process
+from ...server.schema import database_problem
+from ...worker.consumers import registry
+from ...worker.runner import Worker
 
 # Options the --processes children do not get: the supervisor's own, and Django's that only
 # ``manage.py`` reads. Every other option (a new one too) reaches them as it was given.
@@ -71,7 +72,7 @@ class Command(BaseCommand):
 
     def run_from_argv(self, argv):
         """``manage.py forq_worker``: the process exits when the command returns, at once (see
-        :func:`forqapp.process.skip_final_collection`)."""
+        :func:`forqapp.server.process.skip_final_collection`)."""
         try:
             super().run_from_argv(argv)
         finally:
@@ -148,7 +149,7 @@ def _start_scheduler(options):
     """``--with-jobs``: the background jobs run on a thread of this process."""
     if not options["with_jobs"]:
         return None
-    from ...jobs import Scheduler
+    from ...worker.jobs import Scheduler
 
     def on_lease(running: bool) -> None:  # said as forq_jobs and forq_serve say it
         if options["verbosity"] >= 1:

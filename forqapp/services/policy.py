@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .conf import forq_settings
-from .store import QueueRow
-from .validation import rate_interval_us
+from ..conf import forq_settings
+from ..store import QueueRow
+from ..validation import rate_interval_us
 
 #: How long a process keeps a queue's policy before reading it again: a change made by another
 #: process (the admin, the v2 API, ``configure_queue``) takes effect everywhere within this.

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from django.db import transaction
 from django.db.models import F, Max
 
-from .conf import forq_settings
-from .models import QueueDepthSample
-from .utils import now_ms as _now_ms
+from ..conf import forq_settings
+from ..models import QueueDepthSample
+from ..utils import now_ms as _now_ms
 
 WINDOW_MS = 24 * 3_600_000
 SLOT_MS = 5 * 60_000  # one round of samples per 5 minutes: 288 points a queue over 24 hours

@@ -7,7 +7,7 @@ failures nacked, :class:`~forqapp.FatalError` failed at once. It also renews the
 message it holds (heartbeat, every third of its queue's visibility timeout), so a slow healthy
 handler keeps its message, while a crashed worker's messages come back after the visibility timeout.
 It never holds more messages than it has handler threads (``prefetch``), so a crash costs few
-innocent deliveries. When there is nothing to claim it waits (:func:`forqapp.waiting.claim`) on the
+innocent deliveries. When there is nothing to claim it waits (:func:`forqapp.services.waiting.claim`) on the
 process's notifier, which wakes it within a few milliseconds of a produce in any process.
 
 Poison messages: a handler that kills the process leaves its message in processing with the attempt
@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, close_old_connections, connections, reset_queries
 
-from . import errors, metrics, process, services, waiting
-from .conf import forq_settings
+from .. import errors, metrics, services
+from ..conf import forq_settings
+from ..errors import Defer, FatalError, ForqError
+from ..server import process
+from ..services import waiting
+from ..services.db import DATABASE_ERRORS
 from .consumers import Consumer
-from .db import DATABASE_ERRORS
-from .errors import Defer, FatalError, ForqError
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("forqapp.worker")
 
 ACK, NACK, FAIL, DEFER = "ack", "nack", "fail", "defer"
 REPORT_EVERY_S = 10.0
@@ -114,7 +116,7 @@ class Worker:
 
     def install_signal_handlers(self) -> None:
         """First SIGTERM/SIGINT: :meth:`stop` (the messages in flight are finished, those not
-        started given back); a second exits at once with code 1 (:mod:`forqapp.process`)."""
+        started given back); a second exits at once with code 1 (:mod:`forqapp.server.process`)."""
         process.on_stop(self.stop)
         process.install_signal_handlers(
             "forq_worker", doing="finishing the messages in flight (again to exit now)",
@@ -158,7 +160,7 @@ class Worker:
                         "" if busy else "; idle, waiting for messages",
                     )
                     last_report, reported, said_idle = now, self.processed, not busy
-                if waiting.draining():  # the process is stopping (forqapp.waiting.drain)
+                if waiting.draining():  # the process is stopping (forqapp.services.waiting.drain)
                     self._stop.set()
                 if self._stop.is_set() or self._claims_left() == 0:
                     if self._stop.is_set():

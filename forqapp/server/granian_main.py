@@ -1,4 +1,4 @@
-"""``python -m forqapp.granian_main``: granian's command line (what ``python -m granian`` runs),
+"""``python -m forqapp.server.granian_main``: granian's command line (what ``python -m granian`` runs),
 with one race of its process workers mended.
 
 granian (2.8) watches each worker process with a thread that ``join()``\\s it, and stops a worker

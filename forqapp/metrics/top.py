@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from .vocab import base_of
+from ..vocab import base_of
 
 OTHER = "(other)"
 LABEL = "queue_name"

@@ -3,14 +3,14 @@ supervising child processes, and Prometheus's bookkeeping for processes that exi
 
 * :func:`on_stop` and :func:`install_signal_handlers`: the first SIGTERM/SIGINT calls every
   registered stop (the :class:`~forqapp.worker.Worker` finishes its messages in flight, the
-  :class:`~forqapp.jobs.Scheduler` gives its lease up); a second exits at once (code 1). The
+  :class:`~forqapp.worker.jobs.Scheduler` gives its lease up); a second exits at once (code 1). The
   long-running objects register themselves (``Worker.install_signal_handlers()``), the commands
   only parse arguments and call.
 * :class:`Supervisor`: child processes, each a management command whose options go to it as data
-  (JSON in argv, run by ``python -m forqapp.process``): a new option of a command reaches its
+  (JSON in argv, run by ``python -m forqapp.server.process``): a new option of a command reaches its
   children without anyone remembering to pass it on. The supervisor passes the first signal on as
   SIGTERM, a second as SIGKILL, and marks exited children dead for Prometheus. ``forq_serve``'s
-  supervisor (:mod:`forqapp.supervise`) runs one without Django: keep this module's imports free of
+  supervisor (:mod:`forqapp.server.supervise`) runs one without Django: keep this module's imports free of
   it (Django is imported inside the functions that need it).
 """
 
@@ -170,7 +170,7 @@ def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
 def command_argv(command: str, options: dict[str, Any], args: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The command line of a child that runs ``manage.py <command> *args`` with ``options`` (by
     their ``dest`` names, as :func:`~django.core.management.call_command` takes them)."""
-    return [sys.executable, "-c", "import sys; from forqapp.process import run_child; sys.exit(run_child(sys.argv[1]))",
+    return [sys.executable, "-c", "import sys; from forqapp.server.process import run_child; sys.exit(run_child(sys.argv[1]))",
             json.dumps({"command": command, "args": list(args), "options": options})]
 
 

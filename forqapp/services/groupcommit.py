@@ -7,7 +7,7 @@ while the database thread is busy (or in the same turn of the event loop) goes t
 one hand-off and runs inside one transaction (Django's ``atomic()``: ``BEGIN IMMEDIATE`` …
 ``COMMIT`` on SQLite), and each caller gets its own outcome once that transaction has committed.
 With one request in flight nothing changes: the call runs alone, exactly as
-:func:`forqapp.db.run` would run it.
+:func:`forqapp.services.db.run` would run it.
 
 What a caller sees does not change either:
 
@@ -23,7 +23,7 @@ What a caller sees does not change either:
   once, as that many requests would have.
 
 Only calls that are short and safe inside a transaction come here (the API's single send, claim,
-ack and nack); everything else keeps :func:`forqapp.db.run`.
+ack and nack); everything else keeps :func:`forqapp.services.db.run`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from typing import Any, TypeVar
 
 from django.db import connections, transaction
 
+from ..conf import hot
+from ..errors import ForqError
 from . import db
-from .conf import hot
-from .errors import ForqError
 
 T = TypeVar("T")
 

@@ -1,11 +1,11 @@
-"""``forq_serve``'s supervisor, without Django: ``python -m forqapp.supervise '<json>'``.
+"""``forq_serve``'s supervisor, without Django: ``python -m forqapp.server.supervise '<json>'``.
 
 ``forq_serve`` checks the configuration, the database and the ports with Django, computes what the
-supervision needs (:meth:`forqapp.serving.Server.spec`: each child's command line and environment,
+supervision needs (:meth:`forqapp.server.serving.Server.spec`: each child's command line and environment,
 the drain file, the line that announces each listener) and then replaces itself with this module
 (``os.execve``: the same pid, so whoever started ``forq_serve`` still signals the right process).
 A full Django process that only waits on its children would hold ~40 MB for nothing; this one
-imports :mod:`forqapp` (its errors only) and :mod:`forqapp.process`, and prometheus_client when it
+imports :mod:`forqapp` (its errors only) and :mod:`forqapp.server.process`, and prometheus_client when it
 marks exited children dead.
 
 It starts the children, says where each listener serves once it accepts connections, passes the
@@ -42,14 +42,14 @@ def accepts(host: str, port: int) -> bool:
 
 #: How long a stop waits for the servers before it kills them. Requests are short and waiting long
 #: polls end at once (the drain file); a granian worker still starting when the stop came misses
-#: it, and granian waits its kill timeout (set to this too: :func:`forqapp.serving.granian_command`),
+#: it, and granian waits its kill timeout (set to this too: :func:`forqapp.server.serving.granian_command`),
 #: serving meanwhile.
 STOP_GRACE_S = 10.0
 
 
 def command(spec: dict[str, Any]) -> list[str]:
     """The command line that runs this supervisor on ``spec`` (see :func:`run`)."""
-    return [sys.executable, "-m", "forqapp.supervise", json.dumps(spec)]
+    return [sys.executable, "-m", "forqapp.server.supervise", json.dumps(spec)]
 
 
 def run(spec: dict[str, Any], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

@@ -18,12 +18,10 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from django.db import connections, transaction
 
-from . import conf, db, errors, ids, limits, metrics, store, utils, validation, vocab
-from . import policy as policy_module
-from .conf import forq_settings
-from .errors import ForqError
-from .policy import Policy
-from .store import (
+from .. import conf, errors, ids, metrics, store, utils, validation, vocab
+from ..conf import forq_settings
+from ..errors import ForqError
+from ..store import (
     POLICY_COLUMNS,
     Delivery,
     MessageRow,
@@ -33,7 +31,10 @@ from .store import (
     StagedMessage,
     Store,
 )
-from .vocab import SNAPSHOT_COLUMNS, base_of
+from ..vocab import SNAPSHOT_COLUMNS, base_of
+from . import db, limits
+from . import policy as policy_module
+from .policy import Policy
 
 T = TypeVar("T")
 
@@ -111,7 +112,7 @@ _policies: dict[tuple[str, str], tuple[float, Policy]] = {}
 
 def policy(queue: str, *, using: str | None = None) -> Policy:
     """``queue``'s policy (a DLQ's is its regular queue's), read at most every
-    :data:`forqapp.policy.CACHE_S` seconds by each process."""
+    :data:`forqapp.services.policy.CACHE_S` seconds by each process."""
     name = base_of(queue)
     st = _store(using)
     key = (st.alias, name)
@@ -455,7 +456,7 @@ def claim_many(queue: str, limit: int, *, visibility_timeout: Any = None, random
 def receive(queue: str, wait: float = 0, *, visibility_timeout: Any = None, random: bool = False,
             using: str | None = None) -> ReceivedMessage | None:
     """Take the next due message of ``queue``, waiting up to ``wait`` seconds for one
-    (:func:`forqapp.waiting.claim`). ``visibility_timeout`` (0 s to 12 h) overrides the queue's
+    (:func:`forqapp.services.waiting.claim`). ``visibility_timeout`` (0 s to 12 h) overrides the queue's
     lease for this receive; ``random`` picks at random among the due messages."""
     if not wait:  # nothing to wait for: one claim (what waiting.claim would do, without its steps)
         return claim(queue, visibility_timeout=visibility_timeout, random=random, using=using)
@@ -1124,7 +1125,7 @@ def default_db_threads(*, using: str | None = None) -> int:
 
 
 async def run_async(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """Run a service function (``fn``) on one of the database threads of :mod:`forqapp.db`, whose
+    """Run a service function (``fn``) on one of the database threads of :mod:`forqapp.services.db`, whose
     Django connections stay open: how the async API calls the services."""
     return await db.run(fn, *args, **kwargs)
 
@@ -1153,5 +1154,5 @@ def release_lease(name: str, holder: str, *, using: str | None = None) -> bool:
     return _store(using).lease_release(name, holder)
 
 
-# (Last: forqapp.notify imports this module.)
+# (Last: forqapp.services.notify imports this module.)
 from . import notify  # noqa: E402

@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
 
-from .conf import forq_settings
-from .models import Message
+from ..conf import forq_settings
+from ..models import Message
 
 NO_TABLES = "the database has no forqapp tables: run manage.py migrate"
 

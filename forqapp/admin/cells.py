@@ -17,7 +17,7 @@ from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from .utils import ms_to_datetime, now_ms
+from ..utils import ms_to_datetime, now_ms
 
 ID_TAIL = 8  # characters of an id the lists show: a UUIDv7's random end (its start is a clock)
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from .tasks.compat import task
-from .tasks.retrying import retries
+from ..tasks.compat import task
+from ..tasks.retrying import retries
 
 
 @task

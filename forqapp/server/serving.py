@@ -6,7 +6,7 @@ work.
 Both listeners run on granian (Rust HTTP server, ASGI): the API through forqapp's own ASGI
 application (long polls are coroutines, so hundreds of idle consumers cost no threads), the UI
 through Django's ASGI handler. Each is a granian process tree of its own. Once the checks have
-passed, ``forq_serve`` replaces itself (``os.execve``, same pid) with :mod:`forqapp.supervise`,
+passed, ``forq_serve`` replaces itself (``os.execve``, same pid) with :mod:`forqapp.server.supervise`,
 which starts them, passes SIGTERM/SIGINT on (granian stops accepting, lets in-flight requests
 finish, and waiting long polls answer 204 at once), and exits when they have: the supervisor holds
 no Django. The jobs run in the API workers, a scheduler thread each (:mod:`forqapp.api.asgi`,
@@ -39,8 +39,9 @@ from django.conf import settings
 from django.db import connections
 from django.urls import NoReverseMatch, reverse
 
-from . import process, services, supervise
-from .conf import forq_settings, parse_addr
+from .. import services
+from ..conf import forq_settings, parse_addr
+from . import process, supervise
 
 
 def collected_static_root() -> Path | None:
@@ -111,7 +112,7 @@ def listeners(*, ui: bool = True) -> dict[str, tuple[str, tuple[str, int]]]:
 def granian_command(target: str, host: str, port: int, workers: int, *, static: bool = False,
                     lifespan: bool = True) -> list[str]:
     command = [
-        sys.executable, "-m", "forqapp.granian_main",  # granian, one race mended (see there)
+        sys.executable, "-m", "forqapp.server.granian_main",  # granian, one race mended (see there)
         "--interface", "asgi" if lifespan else "asginl",
         "--factory",
         "--host", host,
@@ -184,7 +185,7 @@ class Server:
     ``jobs`` is false, until SIGTERM/SIGINT (a second one kills them) or until one of them exits.
 
     :meth:`run` computes everything with Django (:meth:`spec`), then replaces this process by the
-    Django-free supervisor :mod:`forqapp.supervise` (same pid)."""
+    Django-free supervisor :mod:`forqapp.server.supervise` (same pid)."""
 
     def __init__(self, listeners: dict[str, tuple[str, tuple[str, int]]], *, api_workers: int | None = None,
                  ui_workers: int | None = None, jobs: bool = True, verbosity: int = 1,
@@ -197,10 +198,10 @@ class Server:
         self.stdout, self.stderr = stdout, stderr
 
     def spec(self, drain_file: Path) -> tuple[dict[str, Any], dict[str, str]]:
-        """(:func:`forqapp.supervise.run`'s spec, the supervisor's environment: the children's)."""
+        """(:func:`forqapp.server.supervise.run`'s spec, the supervisor's environment: the children's)."""
         env = server_environment()
         # The API processes watch this file: once it exists, waiting long polls answer 204 at once
-        # (forqapp.waiting.watch_drain_file), so the server's drain never waits for them.
+        # (forqapp.services.waiting.watch_drain_file), so the server's drain never waits for them.
         env["FORQ_DRAIN_FILE"] = str(drain_file)
         children = []
         host, port = self.listeners["API"][1]
@@ -234,7 +235,7 @@ class Server:
         try:
             spec, env = self.spec(drain_file)
             if self.jobs and self.verbosity >= 1:
-                from .jobs import enabled_jobs
+                from ..worker.jobs import enabled_jobs
 
                 self.stdout.write("forq_jobs: " + ", ".join(f"{j.name} every {j.every():g}s" for j in enabled_jobs()) + "\n")
             self.stdout.flush()

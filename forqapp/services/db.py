@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections
 
-from .conf import forq_settings
+from ..conf import forq_settings
 
 T = TypeVar("T")
 
@@ -46,7 +46,7 @@ def pool() -> ThreadPoolExecutor:
             if _pool is None:
                 threads = forq_settings.FORQ_DB_THREADS
                 if threads is None:
-                    from . import services
+                    from .. import services
 
                     threads = services.default_db_threads()
                 _pool = ThreadPoolExecutor(max_workers=int(threads), thread_name_prefix="forq-db")

@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from . import vocab
+from .. import vocab
 
 _QUEUE = ("queue_name", "queue_type")
 
@@ -180,7 +180,7 @@ def redriven(queue: str, n: int) -> None:
 def exposition() -> tuple[bytes, str]:
     """The text of ``GET /metrics``: this process's registry, or every process's values when
     ``PROMETHEUS_MULTIPROC_DIR`` is set; per-queue series for the ``FORQ_METRICS_TOP_QUEUES``
-    deepest queues, the others summed (:mod:`forqapp.metrics_top`)."""
+    deepest queues, the others summed (:mod:`forqapp.metrics.top`)."""
     import os
 
     from prometheus_client import (
@@ -191,13 +191,13 @@ def exposition() -> tuple[bytes, str]:
         multiprocess,
     )
 
-    from .conf import forq_settings
-    from .metrics_top import TopQueues
+    from ..conf import forq_settings
+    from .top import TopQueues
 
     top = forq_settings.FORQ_METRICS_TOP_QUEUES  # per-queue series for the deepest queues only
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
-        from .process import metrics_files_of_the_dead
+        from ..server.process import metrics_files_of_the_dead
 
         # A process killed (-9, out of memory) never marked its live gauges dead: its in-flight
         # count would stay in the sum for ever. Marked here, at each scrape (its counters stay).
@@ -212,7 +212,7 @@ def exposition() -> tuple[bytes, str]:
 
 # --- worker and jobs -------------------------------------------------------------------------
 # In multiprocess mode, every process marks its live gauges dead on exit, and a supervisor its
-# children's (forqapp.process.mark_dead).
+# children's (forqapp.server.process.mark_dead).
 
 from prometheus_client import Histogram  # noqa: E402
 

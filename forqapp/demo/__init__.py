@@ -17,8 +17,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import schedules, services
-from .tasks.discovery import uses_forq_backend
+from .. import services
+from ..services import schedules
+from ..tasks.discovery import uses_forq_backend
 
 PREFIX = "demo-"
 
@@ -33,7 +34,7 @@ SCHEDULES: dict[str, dict[str, Any]] = {
     "demo-nightly-report": {"queue": "demo-reports", "content": '{"report": "daily-sales"}', "cron": "0 3 * * *"},
     "demo-heartbeat": {"queue": "demo-emails", "content": '{"ping": true}', "every": 600},
 }
-TASK_PATH = "forqapp.demo_tasks."
+TASK_PATH = "forqapp.demo.tasks."
 
 
 @dataclass
@@ -70,7 +71,7 @@ def other_data() -> list[str]:
     if names:
         found.append("schedules " + ", ".join(names[:5]) + (" …" if len(names) > 5 else ""))
     if uses_forq_backend():
-        from .tasks.models import TaskRecord  # (a model: loaded when the command runs)
+        from ..tasks.models import TaskRecord  # (a model: loaded when the command runs)
 
         if TaskRecord.objects.exclude(task_path__startswith=TASK_PATH).exists():
             found.append("task results")
@@ -80,7 +81,7 @@ def other_data() -> list[str]:
 def _task_queues() -> set[str]:
     if not uses_forq_backend():
         return set()
-    from .tasks.running import forq_backends  # (the Tasks framework: loaded on use)
+    from ..tasks.running import forq_backends  # (the Tasks framework: loaded on use)
 
     return {q for backend in forq_backends() for q in backend.forq_queues()}
 
@@ -131,7 +132,7 @@ def fill() -> Filled:
     services.send_many("demo-reports", [json.dumps({"report": name}) for name in ("weekly", "monthly")])
     services.configure_queue("demo-reports", paused=True)
 
-    from . import jobs  # (the scheduler's module: only for the failed job's one run)
+    from ..worker import jobs  # (the scheduler's module: only for the failed job's one run)
 
     out.dead_letters = jobs.failed()  # the failed deliveries to their DLQ, as the server's job does
     for name, spec in SCHEDULES.items():
@@ -147,14 +148,14 @@ def _tasks(notes: list[str]) -> dict[str, int]:
     if not uses_forq_backend():
         notes.append("no task results: TASKS has no forqapp.tasks.ForqBackend")
         return {}
-    from .tasks.models import TaskRecord  # (models and the Tasks framework: loaded on use)
+    from ..tasks.models import TaskRecord  # (models and the Tasks framework: loaded on use)
 
     if TaskRecord.objects.filter(task_path__startswith=TASK_PATH).exists():
         notes.append("task results: kept from an earlier run")
         return {}
-    from . import demo_tasks
-    from .tasks.compat import DEFAULT_TASK_QUEUE_NAME
-    from .tasks.running import forq_backends
+    from ..tasks.compat import DEFAULT_TASK_QUEUE_NAME
+    from ..tasks.running import forq_backends
+    from . import tasks as demo_tasks
 
     backend = next((b for b in forq_backends() if DEFAULT_TASK_QUEUE_NAME in b.queues), None)
     if backend is None:
@@ -170,8 +171,8 @@ def _tasks(notes: list[str]) -> dict[str, int]:
     for a, b in ((2, 3), (40, 2), (7, 6)):
         add.enqueue(a, b)
     report.enqueue("eu-west")
-    from .tasks.discovery import with_consumers
-    from .worker import Worker
+    from ..tasks.discovery import with_consumers
+    from ..worker.runner import Worker
 
     # The worker's lines and the failing task's traceback are the demo's, expected: not shown.
     quiet = [logging.getLogger(name) for name in ("forqapp", "django_tasks", "django.tasks")]

@@ -21,10 +21,10 @@ from collections import deque
 
 from django.db import connections
 
-from . import errors, services
-from .conf import forq_settings
+from .. import errors, services
+from ..conf import forq_settings
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("forqapp.notify")
 
 
 class _Waiter:

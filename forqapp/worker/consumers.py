@@ -24,9 +24,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from . import validation
-from .conf import SETTINGS
-from .errors import Defer, FatalError, ForqError
+from .. import validation
+from ..conf import SETTINGS
+from ..errors import Defer, FatalError, ForqError
 
 DECODERS = (None, "json")
 

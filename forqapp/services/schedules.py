@@ -29,11 +29,11 @@ from cronsim import CronSim, CronSimError
 from django.db import transaction
 from django.utils import timezone
 
-from . import errors, metrics, services, validation, vocab
-from .errors import ForqError
-from .store import ScheduleRow
+from .. import errors, metrics, services, validation, vocab
+from ..errors import ForqError
+from ..store import ScheduleRow
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("forqapp.schedules")
 
 GRACE_MS = 60_000  # a tick this late is on time, not missed
 MAX_CATCH_UP = 1_000  # ticks one run sends at most ("all")
@@ -139,7 +139,7 @@ def schedule(name: str, *, queue: str | None = None, content: str | None = None,
     if task is not None:
         if queue is not None or content is not None:
             raise _invalid("give a schedule a task, or a queue and a content, not both")
-        from .tasks.scheduling import task_message
+        from ..tasks.scheduling import task_message
 
         queue, content = task_message(task, args, kwargs)
         priority = task.priority if priority is None else priority
@@ -216,7 +216,7 @@ def run_now(name: str, *, using: str | None = None) -> str:
 def _signal_tasks(content: str, ids: list[str], priority: int) -> None:
     """A schedule of a task sends ``task_enqueued`` for each message it sent (forqapp.tasks)."""
     if ids and content.startswith('{"task":'):
-        from .tasks.scheduling import ticks_sent
+        from ..tasks.scheduling import ticks_sent
 
         ticks_sent(content, ids, priority)
 
@@ -291,7 +291,7 @@ def _send_ticks(st: Any, row: ScheduleRow, ticks: list[int], next_run_at: int, n
 
 def declare(using: str | None = None) -> list[str]:
     """Create or update every schedule of ``FORQ_SCHEDULES``; returns their names."""
-    from .conf import forq_settings
+    from ..conf import forq_settings
 
     declared = forq_settings.FORQ_SCHEDULES
     for name, fields in declared.items():

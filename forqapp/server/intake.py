@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO
 
-from .conf import hot
+from ..conf import hot
 
 logger = logging.getLogger("forqapp.intake")
 

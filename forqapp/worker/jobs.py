@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 from django.db import close_old_connections, connections
 
-from . import errors, metrics, process, services
-from .conf import forq_settings
-from .db import DATABASE_ERRORS
+from .. import errors, metrics, services
+from ..conf import forq_settings
+from ..server import process
+from ..services.db import DATABASE_ERRORS
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("forqapp.jobs")
 
 
 def expired(*, dry_run: bool = False, using: str | None = None) -> int:
@@ -67,7 +68,7 @@ def db_optimize(*, dry_run: bool = False, using: str | None = None) -> int:
 def schedules(*, dry_run: bool = False, using: str | None = None) -> int:
     """Send the messages of every schedule whose tick has come (``forqapp.schedule``). Returns how
     many."""
-    from . import schedules as schedules_module
+    from ..services import schedules as schedules_module
 
     return schedules_module.run_due(dry_run=dry_run, using=using)
 
@@ -75,11 +76,11 @@ def schedules(*, dry_run: bool = False, using: str | None = None) -> int:
 def task_results(*, dry_run: bool = False, using: str | None = None) -> int:
     """Delete the Django Tasks backend's results older than its ``result_retention``
     (:mod:`forqapp.tasks`); 0 without such a backend. Returns how many."""
-    from .tasks.discovery import uses_forq_backend
+    from ..tasks.discovery import uses_forq_backend
 
     if not uses_forq_backend():
         return 0
-    from .tasks.results import prune
+    from ..tasks.results import prune
 
     return prune(dry_run=dry_run, using=using)
 
@@ -97,7 +98,7 @@ def queue_depth(*, dry_run: bool = False, using: str | None = None) -> int:
         return len(depths)
     _depth_labels = metrics.set_queue_depths(depths, _depth_labels)
     _in_flight_labels = metrics.set_in_flight(services.in_flight_counts(using=using), _in_flight_labels)
-    from . import history  # models: loaded when the job runs, not when jobs is imported
+    from ..services import history  # models: loaded when the job runs, not when jobs is imported
 
     try:
         history.record_depth_samples(depths)
@@ -341,7 +342,7 @@ class Scheduler:
 
     def install_signal_handlers(self, name: str = "forq_jobs") -> None:
         """First SIGTERM/SIGINT: :meth:`stop` (the lease is given up, so a standby takes over at
-        once); a second exits at once (:mod:`forqapp.process`). Beside a worker that installed
+        once); a second exits at once (:mod:`forqapp.server.process`). Beside a worker that installed
         them first, it only adds its stop."""
         process.on_stop(self.stop)
         process.install_signal_handlers(name, doing="stopping")

@@ -6,7 +6,7 @@ Nothing here writes to the database itself: a queue's policy is saved by
 ``forqapp.configure_queue``, the v2 API and ``FORQ_QUEUES``); pause, resume, purge, requeue and delete
 are admin actions that call :mod:`forqapp.services`, the destructive ones behind a confirmation page.
 A schedule is checked by ``schedules.validate`` and saved by ``schedules.schedule``; pause, resume,
-run now and delete call :mod:`forqapp.schedules` too. Messages are read-only. Anything from a message or a queue is escaped (``format_html``).
+run now and delete call :mod:`forqapp.services.schedules` too. Messages are read-only. Anything from a message or a queue is escaped (``format_html``).
 """
 
 from __future__ import annotations
@@ -26,13 +26,15 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 
-from . import admin_cells, errors, limits, schedules, services, validation, vocab
-from .errors import ForqError
-from .keys import admin as keys_admin  # noqa: F401 - registers the API keys' admin
-from .models import DeadLetter, Message, Queue, Schedule, Status
-from .tasks import admin as tasks_admin  # noqa: F401 - registers the task results' admin
-from .ui import display, flow, freshness, queries, scheduling
-from .utils import ms_to_datetime, now_ms, pretty_json
+from .. import errors, services, validation, vocab
+from ..errors import ForqError
+from ..keys import admin as keys_admin  # noqa: F401 - registers the API keys' admin
+from ..models import DeadLetter, Message, Queue, Schedule, Status
+from ..services import limits, schedules
+from ..tasks import admin as tasks_admin  # noqa: F401 - registers the task results' admin
+from ..ui import display, flow, freshness, queries, scheduling
+from ..utils import ms_to_datetime, now_ms, pretty_json
+from . import cells as admin_cells
 
 ERROR_PREVIEW = 80  # characters of last_error in the lists
 
@@ -192,7 +194,7 @@ class MessageAdmin(admin.ModelAdmin):
     # permissions — as the UI pages ask (a user with the message permissions alone could requeue
     # and delete dead letters here).
     def may_see_dead_letters(self, request) -> bool:
-        from .ui.views import may
+        from ..ui.views import may
 
         return may(request.user, "view", "deadletter")
 
@@ -747,7 +749,7 @@ class QueueAdmin(admin.ModelAdmin):
 
     @admin.display(description="see")
     def links(self, obj):
-        from .ui.views import may as user_may  # the UI's rule: "view" is met by "change" too
+        from ..ui.views import may as user_may  # the UI's rule: "view" is met by "change" too
 
         user = getattr(obj, "viewer", None)
 

@@ -13,11 +13,11 @@ pass the limit together. A queue and its dead-letter queue are one queue (the DL
 
 from __future__ import annotations
 
-from . import errors, store, utils
-from .conf import hot
-from .errors import ForqError
-from .store import Store
-from .vocab import base_of
+from .. import errors, store, utils
+from ..conf import hot
+from ..errors import ForqError
+from ..store import Store
+from ..vocab import base_of
 
 
 def refusal(limit: int) -> ForqError:

@@ -2,7 +2,7 @@
 
 ``services.receive`` (the Python API), the HTTP API's consume and bulk claim, and the worker all
 call :func:`claim` (threads) or :func:`claim_async` (the async API): claim now; if nothing came,
-wait on the process's notifier (:mod:`forqapp.notify`) until a message may be due, the deadline
+wait on the process's notifier (:mod:`forqapp.services.notify`) until a message may be due, the deadline
 passes or the process drains; claim again.
 
 Two things end a wait early:
@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
-from . import db, groupcommit, services
+from .. import services
+from . import db, groupcommit
 from .notify import notifier_for, notifiers
 
 T = TypeVar("T")
