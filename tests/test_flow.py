@@ -22,6 +22,7 @@ import forqapp
 from forqapp import services, utils, validation
 from forqapp.errors import ForqError
 from forqapp.models import Message, Status
+from forqapp.services import consume
 from forqapp.worker.consumers import Consumer
 from forqapp.worker.runner import Worker
 
@@ -303,7 +304,7 @@ def test_a_rate_limit_holds_over_a_window_of_seconds_across_worker_processes(tmp
 
 
 def counting_claims():
-    return mock.patch.object(services, "claim", side_effect=services.claim)
+    return mock.patch.object(consume, "claim", side_effect=consume.claim)  # what receive() calls
 
 
 @live

@@ -391,7 +391,7 @@ def test_a_send_notifies_on_commit_only():
 WORKER = r"""
 import sys, threading, django
 django.setup()
-from forqapp import consumers
+from forqapp.worker import consumers
 out = open(sys.argv[1], "a", buffering=1)
 lock = threading.Lock()
 

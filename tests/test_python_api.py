@@ -250,8 +250,9 @@ def test_a_wait_on_a_paused_queue_sleeps_instead_of_spinning():
 
     forqapp.configure_queue("napping", paused=True)
     forqapp.send("napping", "x")
-    real_claim = services.claim
-    with mock.patch.object(services, "claim", side_effect=real_claim) as claims:
+    from forqapp.services import consume
+
+    with mock.patch.object(consume, "claim", side_effect=consume.claim) as claims:  # what receive() calls
         assert forqapp.receive("napping", wait=1.0) is None
     assert claims.call_count <= 8  # the first try, then about one per FORQ_WAKE_FALLBACK_MS (250 ms)
     forqapp.configure_queue("napping", paused=False)

@@ -341,7 +341,7 @@ SCHEDULER = """
 import django; django.setup()
 import os, sys, time
 from pathlib import Path
-from forqapp import schedules
+from forqapp.services import schedules
 ready = Path(sys.argv[1])
 (ready / f"ready-{os.getpid()}").touch()
 deadline = time.monotonic() + 60
@@ -379,7 +379,8 @@ def test_two_scheduler_processes_send_each_tick_once(tmp_path):
 CRASHER = """
 import django; django.setup()
 import time
-from forqapp import schedules, services
+from forqapp import services
+from forqapp.services import schedules
 send_entries = services.send_entries
 
 def send_then_hang(*args, **kwargs):

@@ -15,6 +15,7 @@ from forqapp import errors, services, store, validation
 from forqapp.errors import ForqError
 from forqapp.models import Message
 from forqapp.services import policy as policy_module
+from forqapp.services import produce
 
 from .conftest import refused
 
@@ -29,7 +30,7 @@ def policy():
 def one_by_one(items):
     """What the item-by-item path makes of ``items``: the rows without their ids, or its error."""
     try:
-        return [services._entry("id", "q", item, NOW, policy(), LIMIT)[1:] for item in items]
+        return [produce._entry("id", "q", item, NOW, policy(), LIMIT)[1:] for item in items]
     except ForqError as e:
         return e.code
 
@@ -102,11 +103,11 @@ def test_the_column_check_of_attributes_stores_what_the_item_check_stores(values
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=batches)
 def test_the_column_check_takes_only_what_the_item_check_takes_and_stores_the_same(batch):
-    columns = services._usual_batch(batch, LIMIT)
+    columns = produce._usual_batch(batch, LIMIT)
     event("column check" if columns is not None else "item check")
     if columns is None:
         return  # the item-by-item path decides (and raises its exact error)
-    rows = services._batch_rows("q", columns, NOW, policy())
+    rows = produce._batch_rows("q", columns, NOW, policy())
     assert [r[1:] for r in rows] == one_by_one(batch)
     assert [r[0] for r in rows] == sorted(r[0] for r in rows)  # new ids, ascending in the items' order
 
@@ -118,12 +119,12 @@ def test_the_usual_batches_take_the_column_check():
              "attributes": {"tenant": f"t-{i}", "kind": "email", "trace": f"{i:016x}"}} for i in range(50)]
     for batch in (["a", "b", ""], rich, [{"content": "c"}, {"content": "d", "priority": 3}],
                   [{"content": "e", "attributes": None}, {"content": "f", "attributes": {"k": ""}}]):
-        assert services._usual_batch(batch, LIMIT) is not None, batch
-    columns = services._usual_batch(rich, LIMIT)
+        assert produce._usual_batch(batch, LIMIT) is not None, batch
+    columns = produce._usual_batch(rich, LIMIT)
     assert columns.attributes[0] == '{"tenant":"t-0","kind":"email","trace":"0000000000000000"}'
     # When it needs rows (a queue with a max_length), plain tuples, which the cycle collector
     # stops tracking (forqapp.store.MessageRow)
-    rows = services._batch_rows("q", columns, NOW, policy())
+    rows = produce._batch_rows("q", columns, NOW, policy())
     gc.collect()
     assert {type(r) for r in rows} == {tuple} and not any(map(gc.is_tracked, rows))
 
@@ -136,7 +137,7 @@ def test_attributes_off_the_usual_kind_go_the_checked_way(attributes):
     """Each of these leaves the column check; the item check then stores or refuses it as it
     always did (an escaped or non-ASCII text, an error, or nothing for an empty set)."""
     batch = [{"content": "a", "attributes": {"x": "y"}}, {"content": "b", "attributes": attributes}]
-    assert services._usual_batch(batch, LIMIT) is None
+    assert produce._usual_batch(batch, LIMIT) is None
 
 
 pytestmark_db = pytest.mark.django_db(transaction=True)
@@ -202,7 +203,7 @@ def test_a_batch_refused_by_the_item_check_stores_nothing():
     good = [{"content": "a", "priority": 2, "attributes": {"k": "v"}}] * 3
     refused(errors.BODY_INVALID, forqapp.send_many, "strict", [*good, {"content": "b", "priority": True}])
     refused(errors.CONTENT_EXCEEDS_LIMIT, forqapp.send_many, "strict",
-            [*good, {"content": "x" * (services._hot_setting("FORQ_MAX_CONTENT_BYTES") + 1)}])
+            [*good, {"content": "x" * (produce._hot_setting("FORQ_MAX_CONTENT_BYTES") + 1)}])
     assert not Message.objects.filter(queue="strict").exists()
 
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from django.db import DatabaseError, connections
 
 from ..conf import forq_settings
+from .wakeups import default_db_threads
 
 T = TypeVar("T")
 
@@ -46,9 +47,7 @@ def pool() -> ThreadPoolExecutor:
             if _pool is None:
                 threads = forq_settings.FORQ_DB_THREADS
                 if threads is None:
-                    from .. import services
-
-                    threads = services.default_db_threads()
+                    threads = default_db_threads()
                 _pool = ThreadPoolExecutor(max_workers=int(threads), thread_name_prefix="forq-db")
     return _pool
 
@@ -76,3 +75,9 @@ def submit(fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]
 
 async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await submit(fn, *args, **kwargs)
+
+
+async def run_async(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run a service function (``fn``) on one of the database threads of :mod:`forqapp.services.db`, whose
+    Django connections stay open: how the async API calls the services."""
+    return await run(fn, *args, **kwargs)

@@ -19,10 +19,12 @@ import threading
 import time
 from collections import deque
 
-from django.db import connections
+from django.db import connections, transaction
 
-from .. import errors, services
+from .. import errors
 from ..conf import forq_settings
+from . import wakeups
+from .base import now_ms
 
 logger = logging.getLogger("forqapp.notify")
 
@@ -153,19 +155,19 @@ class Notifier:
                         self._cond.wait()
                     kicked, self._kicked = self._kicked, False
                     wanted = {q: len(w) for q, w in self._waiters.items()}
-                version = services.wake_version(using=self.alias)
+                version = wakeups.wake_version(using=self.alias)
                 now = time.monotonic()
                 fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
-                slot_came = recheck_at is not None and services.now_ms() >= recheck_at
+                slot_came = recheck_at is not None and now_ms() >= recheck_at
                 if kicked or version != last_version or now - last_check >= fallback or slot_came:
                     last_version, last_check = version, now
-                    due = services.due(list(wanted), max(wanted.values()), using=self.alias)
+                    due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
                     recheck_at = due.recheck_at  # a rate-limited queue's next slot: look again then
                     if due.counts:
                         self._wake(due.counts)
                 with self._cond:
                     if not self._kicked and self._waiters:
-                        self._cond.wait(services.wake_poll_interval(using=self.alias))
+                        self._cond.wait(wakeups.wake_poll_interval(using=self.alias))
             except Exception as e:
                 # a full disk, a server restarting: one line a second, not a traceback each try
                 errors.log_failure(logger, "forqapp notifier (checking for due messages)", e, "retrying")
@@ -206,3 +208,17 @@ def notifiers() -> list[Notifier]:
     """Every notifier of this process (one per database that had a waiter or a write)."""
     with _notifiers_lock:
         return list(_notifiers.values())
+
+
+def kick(using: str) -> None:
+    """Messages became ready: wake this process's waiters now rather than at the next poll, once
+    the write is visible (on commit when inside the caller's ``atomic()``; never on rollback).
+    Nobody waiting in this process (the usual send): nothing to do, at the cost of a dict lookup —
+    a waiter that comes meanwhile looks at the database itself when it starts."""
+    notifier = waited_on(using)
+    if notifier is None:
+        return
+    if connections[using].in_atomic_block:
+        transaction.on_commit(notifier.kick, using=using)
+    else:
+        notifier.kick()

@@ -7,12 +7,15 @@ and caches the :class:`Policy` built here for :data:`CACHE_S`.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..conf import forq_settings
 from ..store import QueueRow
 from ..validation import rate_interval_us
+from ..vocab import base_of
+from .base import _store
 
 #: How long a process keeps a queue's policy before reading it again: a change made by another
 #: process (the admin, the v2 API, ``configure_queue``) takes effect everywhere within this.
@@ -126,3 +129,28 @@ def resolve(row: QueueRow | None) -> Policy:
         overrides=overrides,
         exists=row is not None,
     )
+
+
+# --- queue policy ------------------------------------------------------------------------------
+
+_policies: dict[tuple[str, str], tuple[float, Policy]] = {}
+
+
+def policy(queue: str, *, using: str | None = None) -> Policy:
+    """``queue``'s policy (a DLQ's is its regular queue's), read at most every
+    :data:`forqapp.services.policy.CACHE_S` seconds by each process."""
+    name = base_of(queue)
+    st = _store(using)
+    key = (st.alias, name)
+    cached = _policies.get(key)
+    now = time.monotonic()
+    if cached is not None and now - cached[0] < CACHE_S:
+        return cached[1]
+    resolved = resolve(st.queue_get(name))
+    _policies[key] = (now, resolved)
+    return resolved
+
+
+def forget_policies() -> None:
+    """Drop this process's cached policies (after a change, and in tests)."""
+    _policies.clear()

@@ -29,9 +29,11 @@ from cronsim import CronSim, CronSimError
 from django.db import transaction
 from django.utils import timezone
 
-from .. import errors, metrics, services, validation, vocab
+from .. import errors, metrics, validation, vocab
 from ..errors import ForqError
 from ..store import ScheduleRow
+from .base import _store, now_ms
+from .produce import send, send_entries
 
 logger = logging.getLogger("forqapp.schedules")
 
@@ -147,8 +149,8 @@ def schedule(name: str, *, queue: str | None = None, content: str | None = None,
                                    "catch_up": catch_up, "priority": priority or 0, "attributes": attributes,
                                    "paused": paused})
     cron, every_ms = fields[2], fields[3]
-    st = services._store(using)
-    now = services.now_ms()
+    st = _store(using)
+    now = now_ms()
     with transaction.atomic(using=st.alias):
         old = st.schedule_get(name)
         same_timing = old is not None and (old.cron, old.every_ms) == (cron, every_ms)
@@ -175,8 +177,8 @@ def resume(name: str, *, using: str | None = None) -> ScheduleInfo:
 
 
 def _set_paused(name: str, paused: bool, using: str | None) -> ScheduleInfo:
-    st = services._store(using)
-    now = services.now_ms()
+    st = _store(using)
+    now = now_ms()
     with transaction.atomic(using=st.alias):
         row = st.schedule_get(str(name))
         if row is None:
@@ -190,15 +192,15 @@ def _set_paused(name: str, paused: bool, using: str | None) -> ScheduleInfo:
 
 def unschedule(name: str, *, using: str | None = None) -> bool:
     """Delete the schedule ``name``; False when there was none."""
-    return services._store(using).schedule_delete(str(name))
+    return _store(using).schedule_delete(str(name))
 
 
 def list_schedules(*, using: str | None = None) -> list[ScheduleInfo]:
-    return [ScheduleInfo.from_row(r) for r in services._store(using).schedule_list()]
+    return [ScheduleInfo.from_row(r) for r in _store(using).schedule_list()]
 
 
 def get(name: str, *, using: str | None = None) -> ScheduleInfo:
-    row = services._store(using).schedule_get(str(name))
+    row = _store(using).schedule_get(str(name))
     if row is None:
         raise ForqError(errors.NOT_FOUND_SCHEDULE, f"no schedule {name!r}")
     return ScheduleInfo.from_row(row)
@@ -207,7 +209,7 @@ def get(name: str, *, using: str | None = None) -> ScheduleInfo:
 def run_now(name: str, *, using: str | None = None) -> str:
     """Send the schedule's message now, outside its ticks (the admin's "run now"); returns its id."""
     info = get(name, using=using)
-    sent = services.send(info.queue, info.content, priority=info.priority, attributes=info.attributes or None,
+    sent = send(info.queue, info.content, priority=info.priority, attributes=info.attributes or None,
                          using=using)
     _signal_tasks(info.content, [sent], info.priority)
     return sent
@@ -248,8 +250,8 @@ def run_due(*, dry_run: bool = False, using: str | None = None) -> int:
     """Send every tick that has come (the ``schedules`` job); returns how many messages were sent.
     A schedule that cannot send (its queue full, say) keeps its tick for the next run and does not
     hold up the others."""
-    st = services._store(using)
-    now = services.now_ms()
+    st = _store(using)
+    now = now_ms()
     sent = 0
     failed = None
     for row in st.schedules_due(now, 100):
@@ -281,7 +283,7 @@ def _send_ticks(st: Any, row: ScheduleRow, ticks: list[int], next_run_at: int, n
         if not st.schedule_advance(row.name, row.next_run_at, next_run_at, max(ticks, default=None), now):
             return False
         if ticks:
-            sent = services.send_entries(row.queue, [
+            sent = send_entries(row.queue, [
                 {"content": row.content, "priority": row.priority, "attributes": attributes,
                  "dedup_id": f"schedule:{row.name}:{tick}"} for tick in ticks
             ], dedup_window=DEDUP_WINDOW_S, using=st.alias)

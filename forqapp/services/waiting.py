@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
-from .. import services
 from . import db, groupcommit
+from .base import alias
 from .notify import notifier_for, notifiers
+from .settle import release_many
 
 T = TypeVar("T")
 
@@ -107,7 +108,7 @@ def wait(queues: Iterable[str], timeout: float, *, using: str | None = None,
     """Block until a message may be due in any of ``queues``, ``timeout`` passes, the process
     drains or ``wake`` is set."""
     if timeout > 0 and not draining():
-        notifier_for(using or services.alias()).wait_any(tuple(queues), timeout, wake)
+        notifier_for(using or alias()).wait_any(tuple(queues), timeout, wake)
 
 
 async def wait_async(queue: str, timeout: float, *, using: str | None = None) -> None:
@@ -117,7 +118,7 @@ async def wait_async(queue: str, timeout: float, *, using: str | None = None) ->
     caller = _caller.get()
     if caller is not None:
         caller.arm()
-    await notifier_for(using or services.alias()).wait_async(queue, timeout)
+    await notifier_for(using or alias()).wait_async(queue, timeout)
 
 
 def claim(take: Callable[[], T], queues: Iterable[str], timeout: float, *, using: str | None = None,
@@ -176,5 +177,5 @@ def _give_back(future: asyncio.Future) -> None:
     for message in messages:
         by_queue.setdefault(message.queue, []).append((message.id, message.receipt))
     for queue, deliveries in by_queue.items():
-        db.pool().submit(services.release_many, queue, deliveries)
+        db.pool().submit(release_many, queue, deliveries)
 

@@ -1,0 +1,104 @@
+"""Consume: claim, receive (waiting for a message if asked), peek."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from .. import errors, metrics, validation, vocab
+from ..errors import ForqError
+from . import waiting
+from .base import ReceivedMessage, _store, now_ms
+from .policy import policy
+
+T = TypeVar("T")
+
+# --- consume --------------------------------------------------------------------------------
+
+
+def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using: str | None,
+           redriven: list[ReceivedMessage] | None = None,
+           throttled: list[str] | None = None) -> list[ReceivedMessage]:
+    st = _store(using)
+    pol = policy(queue, using=st.alias)
+    if pol.paused:
+        return []
+    visibility = pol.visibility_timeout_ms if visibility_timeout is None else \
+        validation.duration_ms(visibility_timeout, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
+    claimed = st.claim(queue, now_ms(), limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
+                       dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering,
+                       max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us)
+    if claimed.throttled:
+        metrics.throttled(queue, claimed.throttled)
+        if throttled is not None:
+            throttled.append(claimed.throttled)
+    metrics.redriven(queue, claimed.redriven)
+    if redriven is not None:
+        redriven += [ReceivedMessage.from_row(d) for d in claimed.redriven_messages]
+    if claimed.deliveries:
+        metrics.consumed(queue, len(claimed.deliveries))
+    return [ReceivedMessage.from_row(d) for d in claimed.deliveries]
+
+
+def claim(queue: str, *, visibility_timeout: Any = None, random: bool = False,
+          using: str | None = None) -> ReceivedMessage | None:
+    """Take the next due message of ``queue`` now (by its policy's order), or None (no waiting)."""
+    queue = validation.queue_name(queue)
+    got = _claim(queue, 1, visibility_timeout, random, using)
+    return got[0] if got else None
+
+
+def claim_many(queue: str, limit: int, *, visibility_timeout: Any = None, random: bool = False,
+               using: str | None = None, redriven: list[ReceivedMessage] | None = None,
+               throttled: list[str] | None = None) -> list[ReceivedMessage]:
+    """Take up to ``limit`` due messages of ``queue`` now (no waiting). Used-up messages the claim
+    moves to the DLQ instead are appended to ``redriven`` when given (as they are now: in the DLQ,
+    attempts 0, no receipt; only this claim sees them): how forq_worker's task runners learn of a
+    task whose worker died during its last attempt. A claim the queue's ``max_in_flight`` or
+    ``rate`` held back appends its reason (``"concurrency"``, ``"rate"``) to ``throttled``."""
+    queue = validation.queue_name(queue)
+    return _claim(queue, limit, visibility_timeout, random, using, redriven, throttled)
+
+
+def receive(queue: str, wait: float = 0, *, visibility_timeout: Any = None, random: bool = False,
+            using: str | None = None) -> ReceivedMessage | None:
+    """Take the next due message of ``queue``, waiting up to ``wait`` seconds for one
+    (:func:`forqapp.services.waiting.claim`). ``visibility_timeout`` (0 s to 12 h) overrides the queue's
+    lease for this receive; ``random`` picks at random among the due messages."""
+    if not wait:  # nothing to wait for: one claim (what waiting.claim would do, without its steps)
+        return claim(queue, visibility_timeout=visibility_timeout, random=random, using=using)
+
+
+    return waiting.claim(lambda: claim(queue, visibility_timeout=visibility_timeout, random=random, using=using),
+                         (queue,), wait, using=using)
+
+
+def receive_many(queue: str, max_messages: int, *, wait: float = 0, visibility_timeout: Any = None,
+                 random: bool = False, using: str | None = None) -> list[ReceivedMessage]:
+    """Take up to ``max_messages`` due messages of ``queue`` in one statement, waiting up to
+    ``wait`` seconds for the first."""
+
+
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+        raise ForqError(errors.BODY_INVALID, "max_messages must be a positive integer")
+    got = waiting.claim(
+        lambda: claim_many(queue, max_messages, visibility_timeout=visibility_timeout, random=random,
+                           using=using) or None,
+        (queue,), wait, using=using)
+    return got or []
+
+
+def peek(queue: str, id: str | None = None, *, using: str | None = None) -> ReceivedMessage | None:  # noqa: A002
+    """The message a receive would get now (or message ``id`` of ``queue``, in any state, with its
+    ``failure_reason`` and ``last_error``), changing nothing; its ``receipt`` is None."""
+    queue = validation.queue_name(queue)
+    message_id = None if id is None else validation.message_id(id)
+    st = _store(using)
+    if message_id is None:
+        row = st.peek(queue, now_ms(), policy(queue, using=st.alias).ordering)
+        return ReceivedMessage.from_row(row) if row else None
+    found = st.peek_message(queue, message_id)  # one message, looked at: why it failed too
+    if found is None:
+        return None
+    message = ReceivedMessage.from_row(found[0])
+    message.failure_reason, message.last_error = found[1], found[2]
+    return message

@@ -1,0 +1,161 @@
+"""Queues: their policy rows, information and counts, purge and delete, and the dead-letter
+queues' requeue and delete."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+from django.db import transaction
+
+from .. import errors, metrics, store, validation, vocab
+from ..errors import ForqError
+from ..store import (
+    POLICY_COLUMNS,
+    QueueCounts,
+    QueueRow,
+    Store,
+)
+from ..vocab import base_of
+from . import limits
+from . import policy as policy_module
+from .base import _store, now_ms
+from .maintenance import move_failed_to_dlq
+from .notify import kick
+from .policy import _policies, forget_policies, policy
+
+T = TypeVar("T")
+
+def _ensure_queue(st: Store, queue: str) -> None:
+    """Before the first send to ``queue`` (its cached policy says it has no row): make its row
+    within ``FORQ_MAX_QUEUES`` (``queue.limit_reached`` beyond), and read its policy again next."""
+    limits.ensure_queue(st, queue)
+    _policies.pop((st.alias, base_of(queue)), None)
+
+
+# --- queues -----------------------------------------------------------------------------------
+
+
+@dataclass
+class QueueInfo:
+    """A queue's policy (``policy``: every field resolved; ``overrides``: those the queue sets
+    itself), state and counts (ready, delayed, in_flight, failed, dlq)."""
+
+    name: str
+    policy: dict[str, Any]
+    overrides: dict[str, Any]
+    paused: bool
+    counts: dict[str, int]
+    last_sequence: int
+    created_at: int | None
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _info(name: str, row: QueueRow | None, counts: QueueCounts) -> QueueInfo:
+    pol = policy_module.resolve(row)
+    return QueueInfo(name, pol.public(), pol.overrides, pol.paused, counts._asdict(),
+                     row.last_sequence if row else 0, row.created_at if row else None)
+
+
+def configure_queue(name: str, *, using: str | None = None, **fields: Any) -> QueueInfo:
+    """Set ``name``'s policy fields (creating the queue if needed): ``max_attempts`` (≥ 1 or
+    ``"unlimited"``), ``backoff`` (a list of ms, or ``{"base_ms", "max_ms", "jitter"}``),
+    ``visibility_timeout``, ``retention``, ``dlq_retention``, ``dedup_window`` (seconds or
+    timedelta), ``max_length``, ``ordering`` (``"fifo"``/``"lifo"``), ``paused``. Fields not given
+    keep their value; None resets one to the global setting."""
+    name = validation.queue_name(name, produce=True)
+    changes = validation.policy(fields)
+    st = _store(using)
+    with transaction.atomic(using=st.alias):
+        row = st.queue_get(name)
+        current = {c: getattr(row, c) for c in (*POLICY_COLUMNS, "paused")} if row else {}
+        if row is None:
+            limits.ensure_queue(st, name)
+        st.queue_put(name, {**current, **changes}, now_ms())
+    forget_policies()
+    if row is not None and row.paused and changes.get("paused") is False:
+        kick(st.alias)  # consumers waiting on a paused queue look again
+    return queue_info(name, using=st.alias)
+
+
+def declare_queue(name: str, fields: dict[str, Any], *, using: str | None = None) -> QueueInfo:
+    """Make ``name``'s policy exactly ``fields`` (the others follow the global settings):
+    ``FORQ_QUEUES``' declarative form. Idempotent."""
+    name = validation.queue_name(name, produce=True)
+    st = _store(using)
+    # Not held to FORQ_MAX_QUEUES: the project's own configuration (migrate must not fail because
+    # clients made the other queues); its queues count toward the limit, and E050 keeps it within.
+    st.queue_put(name, validation.policy(fields), now_ms())
+    forget_policies()
+    return queue_info(name, using=st.alias)
+
+
+def queue_info(name: str, *, using: str | None = None) -> QueueInfo:
+    """``name``'s policy, state and counts; raises ``ForqError`` (``not_found.queue``) for a queue
+    that has neither a row nor messages."""
+    name = validation.queue_name(name, produce=True)
+    st = _store(using)
+    row = st.queue_get(name)
+    info = _info(name, row, st.queue_counts(name, now_ms()))
+    if row is None and not any(info.counts.values()):
+        raise ForqError(errors.NOT_FOUND_QUEUE, f"no queue {name!r}")
+    return info
+
+
+def list_queues(*, using: str | None = None) -> list[QueueInfo]:
+    """Every queue (with a row, or with messages), by name."""
+    st = _store(using)
+    now = now_ms()
+    rows = {r.name: r for r in st.queue_list()}
+    names = set(rows) | {base_of(d.queue) for d in st.queue_depths()}
+    counts = st.state_counts(now, [q for n in names for q in (n, n + vocab.DLQ_SUFFIX)])  # one read for all
+    return [_info(n, rows.get(n), store.queue_counts_of(counts, n)) for n in sorted(names)]
+
+
+def purge(name: str, *, using: str | None = None) -> int:
+    """Delete every message of queue ``name`` (in any state; its DLQ is kept); returns how many."""
+    name = validation.queue_name(name, produce=True)
+    n = _store(using).purge(name)
+    metrics.cleaned_up("purged", n)
+    return n
+
+
+def delete_queue(name: str, *, using: str | None = None) -> bool:
+    """Delete queue ``name``: its policy, its messages and its DLQ's. A later produce creates it
+    again (its sequence numbers never go back). False if there was no such queue."""
+    name = validation.queue_name(name, produce=True)
+    done = _store(using).queue_delete(name, now_ms())
+    forget_policies()
+    return done
+
+
+# --- admin: dead-letter queues --------------------------------------------------------------
+
+
+def requeue(dlq: str, message_id: str | None = None, *, using: str | None = None) -> int:
+    """Move one message (or all) of a DLQ back to its queue, ready, keeping its FIFO place. A
+    message out of attempts that the ``failed`` job has not moved to the DLQ yet is moved first."""
+    dlq = validation.dlq_name(dlq)
+    if message_id is not None:
+        message_id = validation.message_id(message_id)
+    st = _store(using)
+    retention = policy(dlq, using=st.alias).retention_ms
+    n = st.requeue(dlq, message_id, now_ms(), retention)
+    if not n and message_id is not None and move_failed_to_dlq(using=st.alias):
+        n = st.requeue(dlq, message_id, now_ms(), retention)  # (the failed job's work, done now)
+    if n:
+        metrics.requeued(base_of(dlq), n)
+        kick(st.alias)
+    return n
+
+
+def delete_dead(dlq: str, message_id: str | None = None, *, using: str | None = None) -> int:
+    """Delete one message (or all) of a DLQ."""
+    dlq = validation.dlq_name(dlq)
+    if message_id is not None:
+        message_id = validation.message_id(message_id)
+    n = _store(using).delete_dlq(dlq, message_id)
+    metrics.cleaned_up("deleted_by_user", n)
+    return n

@@ -1,0 +1,90 @@
+"""The Spark connector's bulk operations: staged writes published at once, snapshot pages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from django.db import transaction
+
+from .. import ids, validation
+from ..conf import forq_settings
+from ..store import (
+    StagedMessage,
+)
+from ..vocab import SNAPSHOT_COLUMNS
+from .base import _refuse_nul, _store, now_ms
+from .policy import policy
+from .produce import _after_produce, _refuse_full
+from .queues import _ensure_queue
+
+T = TypeVar("T")
+
+# --- bulk (the Spark connector) -------------------------------------------------------------
+
+
+
+def stage(queue: str, token: str, items: Iterable[dict[str, Any]], *, using: str | None = None) -> int:
+    """Write messages (``{"content", "processAfter"?}`` dicts) that stay invisible until
+    :func:`publish_staged` (or are discarded)."""
+    queue = validation.queue_name(queue, produce=True)
+    now = now_ms()
+    items = list(items)
+    limit = forq_settings.FORQ_MAX_CONTENT_BYTES
+    content, process_after = validation.content, validation.process_after
+    rows = [
+        StagedMessage(message_id, content(item.get("content"), limit),
+                      process_after(item.get("processAfter"), now), validation.priority(item.get("priority")),
+                      validation.attributes(item.get("attributes")))
+        for message_id, item in zip(ids.new_ids(len(items)), items, strict=True)
+    ]
+    st = _store(using)
+    _refuse_nul(st, (r.content for r in rows))
+    with transaction.atomic(using=st.alias):
+        st.stage(token, queue, rows, now)
+    return len(rows)
+
+
+def publish_staged(staged: Sequence[tuple[str, str]], *, using: str | None = None) -> int:
+    """Make all rows staged under [(token, queue)] visible, in one transaction."""
+    st = _store(using)
+    by_queue: dict[str, list[tuple[str, str]]] = {}
+    for token, queue in staged:
+        by_queue.setdefault(queue, []).append((token, queue))
+    now = now_ms()
+    published: dict[str, int] = {}
+    with transaction.atomic(using=st.alias):
+        for queue, pairs in by_queue.items():
+            pol = policy(queue, using=st.alias)
+            if not pol.exists:
+                _ensure_queue(st, queue)
+            n = st.publish_staged(pairs, now, pol.retention_ms,
+                                  forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS).get(queue, 0)
+            published[queue] = published.get(queue, 0) + n
+            # A queue's max_length holds for a job's rows too: all of them, or none (the whole
+            # publish is one transaction, so a refusal leaves every queue as it was).
+            if n and pol.max_length is not None and st.queue_length(queue, pol.max_length + 1) > pol.max_length:
+                _refuse_full(queue, pol.max_length, n)
+    for queue, n in published.items():
+        if n:
+            _after_produce(st.alias, queue, n)
+    return sum(published.values())
+
+
+def discard_staged(staged: Sequence[tuple[str, str]], *, using: str | None = None) -> int:
+    st = _store(using)
+    with transaction.atomic(using=st.alias):
+        return st.discard_staged(staged)
+
+
+def snapshot_page(queue: str, after: str = "", upto: str | None = None, limit: int = 1000, *,
+                  using: str | None = None) -> list[dict[str, Any]]:
+    queue = validation.queue_name(queue)
+    rows = _store(using).snapshot_page(queue, after, upto, limit)
+    return [dict(zip(SNAPSHOT_COLUMNS, r, strict=True)) for r in rows]
+
+
+def snapshot_bounds(queue: str, *, using: str | None = None) -> dict[str, Any]:
+    queue = validation.queue_name(queue)
+    count, lo, hi = _store(using).snapshot_bounds(queue)
+    return {"count": count, "minId": lo, "maxId": hi}

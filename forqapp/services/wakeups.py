@@ -1,0 +1,82 @@
+"""What waiters may claim now (the notifier's reads), and the store's defaults for the servers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ..conf import forq_settings
+from .base import _store, now_ms
+from .policy import policy
+
+T = TypeVar("T")
+
+# --- wake-ups (the notifier's reads) and the database threads -------------------------------
+
+
+def wake_version(*, using: str | None = None) -> int:
+    """A number that changes when another connection commits something that may make a message
+    due (see :attr:`forqapp.store.Store.wakeups`)."""
+    return _store(using).data_version()
+
+
+@dataclass
+class Due:
+    """What waiters may claim now: messages due per queue (up to a limit; queues with none left
+    out), and the earliest time (Unix ms) a rate-limited queue's next slot comes, if any."""
+
+    counts: dict[str, int]
+    recheck_at: int | None = None
+
+
+def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
+    """How many messages waiters could claim now in ``queues``: a read, no write lock. Paused
+    queues count none, and a limited queue no more than its free slots (none before its next rate
+    slot, whose time comes back in :attr:`Due.recheck_at`), so waiters never wake to claim nothing."""
+    st = _store(using)
+    now = now_ms()
+    policies = {q: policy(q, using=st.alias) for q in queues}
+    open_queues = [q for q, p in policies.items() if not p.paused]
+    counts = st.has_due(open_queues, now, limit) if open_queues else {}
+    recheck_at = None
+    for queue in [q for q in counts if policies[q].limited]:
+        pol = policies[queue]
+        state = st.throttle_state(queue, now)
+        free = counts[queue]
+        if pol.max_in_flight is not None:
+            free = min(free, pol.max_in_flight - state.in_flight)
+        if pol.rate_interval_us is not None and state.rate_next_at_us > now * 1000:
+            slot = -(-state.rate_next_at_us // 1000)
+            recheck_at = slot if recheck_at is None else min(recheck_at, slot)
+            free = 0
+        if free > 0:
+            counts[queue] = free
+        else:
+            del counts[queue]
+    return Due(counts, recheck_at)
+
+
+def due_counts(queues: Sequence[str], limit: int, *, using: str | None = None) -> dict[str, int]:
+    """:func:`due`'s counts alone."""
+    return due(queues, limit, using=using).counts
+
+
+def wake_poll_interval(*, using: str | None = None) -> float:
+    """Seconds the notifier sleeps between :func:`wake_version` checks while consumers wait."""
+    return _store(using).poll_interval(forq_settings.FORQ_WAKE_POLL_MS / 1000)
+
+
+def default_api_workers(*, using: str | None = None) -> int:
+    """``forq_serve``'s API processes when ``FORQ_API_WORKERS`` is unset."""
+    return _store(using).default_api_workers
+
+
+def default_db_threads(*, using: str | None = None) -> int:
+    """The async API's database threads when ``FORQ_DB_THREADS`` is unset."""
+    return _store(using).default_db_threads
+
+
+def startup_problems(*, using: str | None = None) -> list[str]:
+    """What stops a server from starting on the database, before it is even opened."""
+    return _store(using).startup_problems()
