@@ -22,7 +22,8 @@ from django.urls import resolve
 from forqapp import errors
 from forqapp.api import plumbing
 from forqapp.api.asgi import APIApplication
-from forqapp.keys import ACTIONS, MANAGE, PRODUCE, cache, crypto, for_access_key, for_token, service
+from forqapp.keys import ACTIONS, MANAGE, PRODUCE, cache, crypto, service
+from forqapp.keys.cache import for_access_key, for_token
 from forqapp.keys.models import ApiKey, KeyEvent
 
 from .test_hostile import APP_SECRET, _call, _pieces, _scope

@@ -33,8 +33,6 @@ import asyncio
 import io
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import django
 from django.core.exceptions import SuspiciousOperation
@@ -42,47 +40,16 @@ from django.core.handlers.asgi import ASGIRequest
 from django.urls import Resolver404, get_resolver
 
 from .. import errors
-from ..server import intake
+from ..conf import hot
+from ..server import intake, process
+from ..server.intake import DisconnectWatch
+from ..services import waiting
+from ..worker.jobs import ServerJobs
+from . import plumbing
+from .fastpath import FastPath
+from .plumbing import BODY_CODES, BodyRefused
 
 logger = logging.getLogger("forqapp.api")
-
-
-class DisconnectWatch:
-    """Cancels a waiting view's task when its client disconnects (ASGI ``http.disconnect``): the
-    :class:`forqapp.services.waiting.Caller` of a request that may wait, armed when it starts to wait."""
-
-    def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-        self.task: asyncio.Task | None = None
-        self.receive = receive
-        self.listener: asyncio.Task | None = None
-        self.disconnected = False
-
-    def arm(self) -> None:
-        if self.listener is None:
-            self.listener = asyncio.ensure_future(self._listen())
-
-    async def _listen(self) -> None:
-        while (await self.receive())["type"] != "http.disconnect":
-            pass
-        self.disconnected = True
-        if self.task is not None:
-            self.task.cancel()
-
-    def close(self) -> None:
-        if self.listener is not None:
-            self.listener.cancel()
-
-
-class BodyRefused(Exception):
-    """The body is not read whole: too big (413), too slow (408), incomplete (400), or one slow
-    body too many from its address (429)."""
-
-    def __init__(self, code: str, status: int):
-        self.code, self.status = code, status
-
-
-_BODY_CODES = {intake.TOO_LARGE: errors.CONTENT_EXCEEDS_LIMIT, intake.TOO_SLOW: errors.REQUEST_TIMEOUT,
-               intake.INCOMPLETE: errors.BODY_INVALID, intake.TOO_MANY: errors.TOO_MANY_REQUESTS}
 
 
 class APIApplication:
@@ -90,18 +57,7 @@ class APIApplication:
 
     def __init__(self):
         django.setup(set_prefix=False)
-        from .. import errors
-        from ..conf import hot
-        from ..services import waiting
-        from . import plumbing
-
-        self._plumbing = plumbing
-        self._waiting = waiting
-        self._errors = errors
-        self._hot = hot
         self._resolver = get_resolver(self.urlconf)
-        from .fastpath import FastPath
-
         self._fast: FastPath | None = FastPath(self._read_body, self._unless_disconnected)
 
     async def __call__(self, scope, receive, send):
@@ -119,7 +75,6 @@ class APIApplication:
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": content})
             return
-        plumbing = self._plumbing
         try:
             match = self._resolver.resolve(_route_path(scope))
         except Resolver404:
@@ -132,7 +87,7 @@ class APIApplication:
             # Raw non-ASCII bytes in the query string (Django decodes it as UTF-8); a charset that
             # names no codec (a NUL in it); a charset given with more query fields than
             # DATA_UPLOAD_MAX_NUMBER_FIELDS (the query is parsed again for it): a bad request.
-            await self._respond(send, plumbing.secure(plumbing.error_response(self._errors.BODY_INVALID)))
+            await self._respond(send, plumbing.secure(plumbing.error_response(errors.BODY_INVALID)))
             return
         refused = await plumbing.early_refusal(request, match.func, match.kwargs)
         if refused is not None:  # wrong method or key, throttled, no grant: the body is never received
@@ -161,9 +116,9 @@ class APIApplication:
         """The whole body, under ``forq_serve``'s bounds (:func:`forqapp.intake.read_body`: the
         ``FORQ_MAX_BODY_BYTES`` cap, ``FORQ_BODY_*``); :class:`BodyRefused` with the API's code."""
         try:
-            return await intake.read_body(scope, receive, self._hot("FORQ_MAX_BODY_BYTES"))
+            return await intake.read_body(scope, receive, hot("FORQ_MAX_BODY_BYTES"))
         except intake.BodyRefused as exc:
-            raise BodyRefused(_BODY_CODES[exc.reason], exc.status) from None
+            raise BodyRefused(BODY_CODES[exc.reason], exc.status) from None
 
     async def _unless_disconnected(self, view, receive):
         """Run a view that may wait; if its client disconnects while it waits, cancel it and
@@ -171,7 +126,7 @@ class APIApplication:
         waiting module arms the request's :class:`DisconnectWatch`), so requests answered at once
         pay nothing for it."""
         watch = DisconnectWatch(receive)
-        with self._waiting.serving(watch):  # the task starts in this context: its waits arm the watch
+        with waiting.serving(watch):  # the task starts in this context: its waits arm the watch
             task = watch.task = asyncio.ensure_future(view)
         try:
             return await task
@@ -196,11 +151,11 @@ class APIApplication:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                watcher = asyncio.ensure_future(self._waiting.watch_drain_file())  # forq_serve's request
+                watcher = asyncio.ensure_future(waiting.watch_drain_file())  # forq_serve's request
                 jobs = _server_jobs()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                self._waiting.drain()
+                waiting.drain()
                 if watcher is not None:
                     watcher.cancel()
                 if jobs is not None:
@@ -213,13 +168,9 @@ def _server_jobs():
     """The jobs scheduler of this worker, started, when ``forq_serve`` runs the jobs (it says so,
     with its verbosity, in :data:`forqapp.server.process.SERVE_JOBS_ENV`); else None: served by anything
     else (or ``forq_serve --no-jobs``), the API runs no jobs."""
-    from ..server import process
-
     verbosity = os.environ.get(process.SERVE_JOBS_ENV)
     if not verbosity:
         return None
-    from ..worker.jobs import ServerJobs
-
     jobs = ServerJobs(int(verbosity))
     jobs.start()
     return jobs

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from .. import errors, services, validation
+from .. import errors, services, validation, vocab
 from ..errors import ForqError
 from ..services import waiting
 from .plumbing import endpoint, json_body, require
@@ -147,7 +147,7 @@ async def snapshot(request: HttpRequest, queue: str) -> HttpResponse:
     rows = await services.run_async(services.snapshot_page, queue, after, upto, limit)
     nxt = rows[-1]["id"] if len(rows) == limit else None
     if shape == "columns":  # {"columns": {name: [values]}}: smaller and faster to encode and decode
-        columns = {key: [r[key] for r in rows] for key in services.SNAPSHOT_COLUMNS}
+        columns = {key: [r[key] for r in rows] for key in vocab.SNAPSHOT_COLUMNS}
         columns["attributes"] = _attributes(columns["attributes"])
         return JsonResponse({"columns": columns, "count": len(rows), "next": nxt})
     for row, attributes in zip(rows, _attributes([r["attributes"] for r in rows]), strict=True):

@@ -29,6 +29,7 @@ from .. import errors
 from ..errors import ForqError
 from ..keys import cache as key_cache
 from . import plumbing, views
+from .plumbing import BodyRefused
 
 logger = logging.getLogger("forqapp.api")
 
@@ -121,8 +122,6 @@ class FastPath:
 
     async def _produce(self, queue: str, scope: dict[str, Any],
                        receive: Callable[[], Awaitable[dict[str, Any]]]) -> Answer | None:
-        from .asgi import BodyRefused
-
         try:
             body = await self._read_body(scope, receive)
         except BodyRefused as exc:

@@ -24,6 +24,7 @@ from ..conf import forq_settings, hot
 from ..errors import ForqError
 from ..keys import ACTIONS
 from ..keys import cache as key_cache
+from ..server import intake
 from .auth import client_address, key_matches
 
 logger = logging.getLogger("forqapp.api")
@@ -265,3 +266,18 @@ def not_found(request: HttpRequest | None, exception: Exception | None = None, *
 async def unknown_path(request: HttpRequest) -> HttpResponse:
     """Any other path under ``api/v1/`` (the last route): the same JSON 404."""
     return not_found(request)
+
+
+# --- a body the ASGI listener refused to read whole (forqapp.server.intake) -------------------
+
+
+class BodyRefused(Exception):
+    """The body is not read whole: too big (413), too slow (408), incomplete (400), or one slow
+    body too many from its address (429)."""
+
+    def __init__(self, code: str, status: int):
+        self.code, self.status = code, status
+
+
+BODY_CODES = {intake.TOO_LARGE: errors.CONTENT_EXCEEDS_LIMIT, intake.TOO_SLOW: errors.REQUEST_TIMEOUT,
+               intake.INCOMPLETE: errors.BODY_INVALID, intake.TOO_MANY: errors.TOO_MANY_REQUESTS}

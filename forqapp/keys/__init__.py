@@ -6,7 +6,8 @@ sends ``X-API-Key: <access key id>.<secret>`` (the token :mod:`.tokens` makes); 
 the id and the secret themselves. ``FORQ_AUTH_SECRET`` stays the root key, with every grant.
 
 This module is the contract the API, the SQS face and the Spark connector code against. It is
-imported while apps load, so it imports no model at import time (:mod:`.cache` does, lazily).
+imported while apps load, so it imports no model: a key is looked up by :mod:`.cache`
+(``cache.for_token``, ``cache.for_access_key``).
 
 * :mod:`.grants` — grant syntax (``orders:produce``, ``orders.*:consume,read``, ``*+dlq:manage``)
   and matching;
@@ -63,21 +64,4 @@ class Key:
         return self.expires_at is not None and self.expires_at <= now_ms
 
 
-def for_access_key(access_key_id: str) -> Key | None:
-    """Sync, cached briefly per process (revocation/expiry effective within seconds); None for an
-    unknown, disabled, revoked or expired key; the root key for ROOT_ACCESS_KEY_ID when
-    FORQ_AUTH_SECRET is set. Records last use cheaply (not one write per request)."""
-    from . import cache
-
-    return cache.for_access_key(access_key_id)
-
-
-def for_token(token: str | None) -> Key | None:
-    """The key an X-API-Key value names, checked in constant time; None when wrong/unknown."""
-    from . import cache
-
-    return cache.for_token(token)
-
-
-__all__ = ["ACTIONS", "CONSUME", "MANAGE", "PRODUCE", "READ", "ROOT_ACCESS_KEY_ID", "Key", "for_access_key",
-           "for_token"]
+__all__ = ["ACTIONS", "CONSUME", "MANAGE", "PRODUCE", "READ", "ROOT_ACCESS_KEY_ID", "Key"]

@@ -24,10 +24,14 @@ import json
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import ROOT_ACCESS_KEY_ID, Key
+from ..conf import forq_settings
+from . import ROOT_ACCESS_KEY_ID, Key, crypto, grants
 from .tokens import ID, SEPARATOR
+
+if TYPE_CHECKING:
+    from .models import ApiKey
 
 logger = logging.getLogger("forqapp.keys")
 
@@ -43,13 +47,19 @@ _lock = threading.Lock()
 MISS: Any = object()
 
 
+def _api_keys() -> type[ApiKey]:
+    """The model: imported on first use, since this module is imported while apps load (the API's
+    ASGI module imports it before ``django.setup()``)."""
+    from .models import ApiKey
+
+    return ApiKey
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 def root_key() -> Key | None:
-    from ..conf import forq_settings
-
     secret = forq_settings.FORQ_AUTH_SECRET
     if not secret:
         return None
@@ -155,20 +165,14 @@ def for_token_cached(token: str | None) -> Key | None:
 
 def write_last_use(access_key_id: str) -> None:
     """Write the key's last use: now (one ``UPDATE``, after a load: the use that caused it)."""
-    from .models import ApiKey
-
     _used.pop(access_key_id, None)
-    ApiKey.objects.filter(access_key_id=access_key_id).update(last_used_at=_now_ms())
+    _api_keys().objects.filter(access_key_id=access_key_id).update(last_used_at=_now_ms())
 
 
 def load(access_key_id: str) -> Key | None:
     """Read the key from the database (and write its pending last use); cache the answer."""
-    from ..conf import forq_settings
-    from . import crypto, grants
-    from .models import ApiKey
-
     now = _now_ms()
-    row = (ApiKey.objects.usable(now).filter(access_key_id=access_key_id)
+    row = (_api_keys().objects.usable(now).filter(access_key_id=access_key_id)
            .values_list("name", "secret_sealed", "grants", "expires_at").first())
     key = None
     if row is None:
@@ -200,8 +204,6 @@ _dummies: dict[str, tuple[str, str, str]] = {}  # server key material -> a seale
 def _dummy_row() -> tuple[str, str, str]:
     """(access key id, sealed secret, grants as stored JSON) of a key that does not exist, sealed
     under the current server key: what :func:`load` opens for an unknown id."""
-    from . import crypto
-
     material = crypto.server_key_material()
     row = _dummies.get(material)
     if row is None:
@@ -213,12 +215,10 @@ def _dummy_row() -> tuple[str, str, str]:
 
 def flush_last_used() -> int:
     """Write every pending last use now (tests; a server's shutdown). How many keys were written."""
-    from .models import ApiKey
-
     pending = list(_used.items())
     _used.clear()
     for access_key_id, used in pending:
-        ApiKey.objects.filter(access_key_id=access_key_id).exclude(last_used_at__gte=used).update(last_used_at=used)
+        _api_keys().objects.filter(access_key_id=access_key_id).exclude(last_used_at__gte=used).update(last_used_at=used)
     return len(pending)
 
 

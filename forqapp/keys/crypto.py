@@ -23,6 +23,9 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
+
+from ..conf import forq_settings
 
 VERSION = "v1"  # the sealed form's prefix: v1:base64(nonce | ciphertext | tag)
 _LABEL = b"forqapp api key secrets v1"
@@ -33,10 +36,6 @@ class SealError(ValueError):
 
 
 def server_key_material() -> str:
-    from django.conf import settings
-
-    from ..conf import forq_settings
-
     return forq_settings.FORQ_KEYS_SECRET or settings.SECRET_KEY
 
 

@@ -147,6 +147,33 @@ async def read_body(scope: dict[str, Any], receive: Receive, limit: int | None,
 
 # Django logs these refusals of a client's request at ERROR with a traceback (its handler answers
 # 400 for every SuspiciousOperation): the client's fault, not the server's.
+class DisconnectWatch:
+    """Cancels a waiting view's task when its client disconnects (ASGI ``http.disconnect``): the
+    :class:`forqapp.services.waiting.Caller` of a request that may wait, armed when it starts to wait."""
+
+    def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        self.task: asyncio.Task | None = None
+        self.receive = receive
+        self.listener: asyncio.Task | None = None
+        self.disconnected = False
+
+    def arm(self) -> None:
+        if self.listener is None:
+            self.listener = asyncio.ensure_future(self._listen())
+
+    async def _listen(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.cancel()
+
+
+
 _CLIENT_FAULTS = ("TooManyFieldsSent", "TooManyFilesSent", "RequestDataTooBig", "DisallowedRedirect")
 
 

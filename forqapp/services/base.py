@@ -17,8 +17,6 @@ from ..store import (
 
 T = TypeVar("T")
 
-T = TypeVar("T")
-
 
 now_ms = utils.now_ms  # Forq's clock (Unix ms), here for the callers that always took it from services
 

@@ -18,6 +18,7 @@ from typing import Any
 from .. import keys, services
 from ..errors import ForqError
 from ..keys import Key
+from ..models import Queue
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from . import digests, messages, protocol, queues, receipts
 from .protocol import SqsError, invalid, missing
@@ -163,8 +164,6 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         if limit is None:
             raise invalid("MaxResults must be given with NextToken")
         after = _after(body["NextToken"])
-    from ..models import Queue
-
     names: set[str] = set()
     for name, meta, last_sequence, updated_at in Queue.objects.using(services.alias()).values_list(
             "name", "sqs_attributes", "last_sequence", "updated_at"):

@@ -22,9 +22,16 @@ import logging
 
 import django
 
-from .. import errors
-from ..api.asgi import DisconnectWatch
+from .. import errors, metrics, services
+from ..conf import forq_settings
+from ..errors import ForqError
+from ..keys import ROOT_ACCESS_KEY_ID
+from ..keys import cache as key_cache
 from ..server import intake
+from ..server.intake import DisconnectWatch
+from ..services import waiting
+from . import protocol, sigv4
+from .protocol import SqsError
 
 logger = logging.getLogger("forqapp.sqs")
 
@@ -40,13 +47,9 @@ _BODY_REFUSALS = {  # intake's reasons, as SQS words them
 class SQSApplication:
     def __init__(self) -> None:
         django.setup(set_prefix=False)
-        from .. import keys, metrics, services
-        from ..conf import forq_settings
-        from ..services import waiting
-        from . import actions, protocol, queues, sigv4
+        from . import actions, queues  # (they import the models: after django.setup())
 
-        self.keys, self.services, self.waiting, self.settings = keys, services, waiting, forq_settings
-        self.actions, self.protocol, self.queues, self.sigv4, self.metrics = actions, protocol, queues, sigv4, metrics
+        self.actions, self.queues = actions, queues
         self._suspects: dict[str, int] = {}  # address -> when (Unix ms) this process last saw it fail
 
     async def __call__(self, scope, receive, send):
@@ -63,28 +66,27 @@ class SQSApplication:
                     action = wanted  # a bounded label set
         try:
             answer = await self._handle(scope, receive)
-        except self.protocol.SqsError as exc:
-            answer = self.protocol.error(exc)
+        except protocol.SqsError as exc:
+            answer = protocol.error(exc)
         except _Gone:
             return
         except Exception as exc:
             reason = errors.unavailable(exc)
             if reason is not None:  # SQS's own word for "try again later"
                 errors.say_unavailable(logger, f"SQS {action}", reason)
-                answer = self.protocol.error(self.protocol.SqsError(
+                answer = protocol.error(protocol.SqsError(
                     "ServiceUnavailable", f"The request has failed due to a temporary failure of the server: {reason}.",
                     503, fault="Receiver"))
             else:
                 logger.exception("SQS %s failed", action)
-                answer = self.protocol.error(self.protocol.SqsError(
+                answer = protocol.error(protocol.SqsError(
                     "InternalError", "We encountered an internal error. Please try again.", 500, fault="Receiver"))
-        self.metrics.sqs_request(action, answer[0])
+        metrics.sqs_request(action, answer[0])
         status, headers, body = answer
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     async def _handle(self, scope, receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        protocol, sigv4, services = self.protocol, self.sigv4, self.services
         headers: dict[str, list[str]] = {}
         for name, value in scope.get("headers", ()):
             headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
@@ -101,12 +103,12 @@ class SQSApplication:
         # Authentication from the headers, before the body is received.
         auth = sigv4.parse(headers, dt.datetime.now(dt.UTC))
         address = self._address(scope, headers)
-        key = self.keys.cache.cached(auth.access_key_id) if auth.access_key_id != self.keys.ROOT_ACCESS_KEY_ID \
-            else self.keys.cache.root_key()
-        if key is self.keys.cache.MISS:
-            key = await services.run_async(self.keys.for_access_key, auth.access_key_id)
-        if (key is None or key.expired(services.now_ms())) and self.keys.cache.recheck_due(auth.access_key_id):
-            key = await services.run_async(self.keys.cache.load, auth.access_key_id)  # created or enabled elsewhere?
+        key = key_cache.cached(auth.access_key_id) if auth.access_key_id != ROOT_ACCESS_KEY_ID \
+            else key_cache.root_key()
+        if key is key_cache.MISS:
+            key = await services.run_async(key_cache.for_access_key, auth.access_key_id)
+        if (key is None or key.expired(services.now_ms())) and key_cache.recheck_due(auth.access_key_id):
+            key = await services.run_async(key_cache.load, auth.access_key_id)  # created or enabled elsewhere?
         if key is None or key.expired(services.now_ms()):
             await self._failed(address)
             raise protocol.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.",
@@ -120,8 +122,8 @@ class SQSApplication:
         request = sigv4.canonical_request("POST", scope.get("raw_path", b"/").decode("latin-1") or "/",
                                           scope.get("query_string", b"").decode("latin-1"), headers,
                                           auth.signed_headers, body)
-        if not sigv4.verify(key.secret, auth, request) and self.keys.cache.recheck_due(auth.access_key_id):
-            key = await services.run_async(self.keys.cache.load, auth.access_key_id)  # rotated elsewhere?
+        if not sigv4.verify(key.secret, auth, request) and key_cache.recheck_due(auth.access_key_id):
+            key = await services.run_async(key_cache.load, auth.access_key_id)  # rotated elsewhere?
         if key is None or not sigv4.verify(key.secret, auth, request):
             await self._failed(address)
             raise protocol.SqsError("SignatureDoesNotMatch", "The request signature we calculated does not match the "
@@ -140,21 +142,19 @@ class SQSApplication:
         return await self._receive(ctx, payload, receive)
 
     def _run(self, handler, ctx, payload):
-        from ..errors import ForqError
-
         try:
             return handler(ctx, payload)
         except ForqError as exc:
             raise self.queues.forq_error(exc) from None
 
     async def _receive(self, ctx, payload, receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        actions, services = self.actions, self.services
+        actions = self.actions
         plan = await services.run_async(self._run, actions.receive_plan, ctx, payload)
         if plan.wait:
             watch = DisconnectWatch(receive)
-            with self.waiting.serving(watch):
+            with waiting.serving(watch):
                 task = watch.task = asyncio.ensure_future(
-                    self.waiting.claim_async(actions.take, plan.queue, float(plan.wait), plan))
+                    waiting.claim_async(actions.take, plan.queue, float(plan.wait), plan))
             try:
                 got = await task
             except asyncio.CancelledError:
@@ -170,7 +170,7 @@ class SQSApplication:
 
     def _origin(self, scope, headers, region):
         scheme = scope.get("scheme", "http")
-        if self.settings.FORQ_TRUST_PROXY_HEADERS and headers.get("x-forwarded-proto"):
+        if forq_settings.FORQ_TRUST_PROXY_HEADERS and headers.get("x-forwarded-proto"):
             scheme = headers["x-forwarded-proto"][-1].split(",")[-1].strip()
         host = (headers.get("host") or [""])[0]
         if not host:
@@ -179,7 +179,7 @@ class SQSApplication:
         return self.queues.Origin(scheme if scheme in ("http", "https") else "http", host, region)
 
     def _address(self, scope, headers) -> str:
-        if self.settings.FORQ_TRUST_PROXY_HEADERS:
+        if forq_settings.FORQ_TRUST_PROXY_HEADERS:
             hops = [h.strip() for h in ",".join(headers.get("x-forwarded-for", [])).split(",") if h.strip()]
             if hops:
                 return hops[-1]
@@ -187,7 +187,6 @@ class SQSApplication:
         return client[0] if client else "unknown"
 
     async def _failed(self, address: str) -> None:
-        services = self.services
         self._suspect(address)
         retry_after = await services.run_async(services.auth_retry_after, address)
         if retry_after:
@@ -198,7 +197,7 @@ class SQSApplication:
         suspects = self._suspects
         if len(suspects) >= _SUSPECTS_MAX:
             suspects.clear()  # forgetting costs a body read per address, at most
-        suspects[address] = self.services.now_ms()
+        suspects[address] = services.now_ms()
 
     async def _unless_throttled(self, address: str) -> None:
         """``RequestThrottled`` for an address the failed-authentication throttle blocks, before
@@ -208,18 +207,18 @@ class SQSApplication:
         seen = self._suspects.get(address)
         if seen is None:
             return
-        settings = self.settings
-        if self.services.now_ms() - seen > (settings.FORQ_AUTH_FAILURE_WINDOW_S + settings.FORQ_AUTH_BLOCK_S) * 1000:
+        settings = forq_settings
+        if services.now_ms() - seen > (settings.FORQ_AUTH_FAILURE_WINDOW_S + settings.FORQ_AUTH_BLOCK_S) * 1000:
             del self._suspects[address]
             return
-        retry_after = await self.services.run_async(self.services.auth_retry_after, address)
+        retry_after = await services.run_async(services.auth_retry_after, address)
         if retry_after:
             raise _throttled(retry_after)
 
     def _limit(self) -> int:
         # A batch of the largest size this server stores, JSON-escaped (botocore's ensure_ascii
         # makes a 2- or 4-byte UTF-8 character 6 or 12 bytes: 3x), with ten entries' attributes.
-        return max(int(self.settings.FORQ_MAX_BODY_BYTES), 3 * self.queues.content_cap() + 524_288)
+        return max(int(forq_settings.FORQ_MAX_BODY_BYTES), 3 * self.queues.content_cap() + 524_288)
 
     async def _read_body(self, scope, receive) -> bytes:
         """The body under :func:`forqapp.intake.read_body`'s bounds (``FORQ_BODY_*``), refused as
@@ -229,17 +228,17 @@ class SQSApplication:
             return await intake.read_body(scope, receive, limit)
         except intake.BodyRefused as exc:
             shape, message = _BODY_REFUSALS[exc.reason]
-            raise self.protocol.SqsError(shape, message.format(limit=limit), exc.status) from None
+            raise protocol.SqsError(shape, message.format(limit=limit), exc.status) from None
 
     async def _lifespan(self, receive, send) -> None:
         watcher = None
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                watcher = asyncio.ensure_future(self.waiting.watch_drain_file())
+                watcher = asyncio.ensure_future(waiting.watch_drain_file())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                self.waiting.drain()
+                waiting.drain()
                 if watcher is not None:
                     watcher.cancel()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -247,8 +246,6 @@ class SQSApplication:
 
 
 def _throttled(retry_after: int) -> Exception:
-    from .protocol import SqsError
-
     return SqsError("RequestThrottled", f"Too many failed authentications from this address: "
                     f"retry in {retry_after} s", 403)
 
