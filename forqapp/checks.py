@@ -32,8 +32,14 @@ from importlib import import_module
 from importlib.util import find_spec
 
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 
+from . import conf, store
 from .conf import SETTINGS, parse_addr
+from .envconfig import ERRORS
+from .errors import ForqError
+from .tasks.discovery import backend_problems, with_consumers
+from .worker.consumers import registry, settings_consumers
 
 __all__ = ["parse_addr", "serve_problems"]  # parse_addr: forq_serve's, from forqapp.conf
 
@@ -44,9 +50,6 @@ MIN_SECRET = 32
 def check_configuration(app_configs=None, **kwargs):
     """Every setting's declared check (E003, E004, E010), the environment's errors (E020) and the
     database's (E005, E006)."""
-    from . import conf
-    from .envconfig import ERRORS
-
     problems = [Error(msg, id="forqapp.E020") for msg in ERRORS]
     problems += [Error(msg, id=check_id) for check_id, msg in conf.problems()]
     problems.extend(database_problems())
@@ -57,8 +60,6 @@ def database_problems() -> list[CheckMessage]:
     """The configured database's own checks (its store's :meth:`~forqapp.store.Store.check`:
     e.g. SQLite older than 3.35 has no RETURNING, forqapp.E005), or forqapp.E006 when forqapp has
     no store for it. Connects to nothing."""
-    from . import store
-
     try:
         st = store.for_alias(SETTINGS["FORQ_DATABASE"].raw())
     except NotImplementedError as exc:
@@ -123,17 +124,10 @@ def check_consumers(app_configs=None, **kwargs):
     apps' ``consumers`` modules, as ``forq_worker`` loads them: a ``@forqapp.consumer`` with a bad
     queue name, two for one queue, one on a task queue (forqapp.E041) — ``forq_worker`` alone
     said so before, when it started."""
-    from django.core.exceptions import ImproperlyConfigured
-
-    from .errors import ForqError
-    from .worker.consumers import registry, settings_consumers
-
     problems = [Error(message, id="forqapp.E040") for message in settings_consumers()[1]]
     if problems:
         return problems  # loading the consumers would only say the same again
     try:
-        from .tasks.discovery import with_consumers
-
         with_consumers(registry())
     except ImproperlyConfigured as exc:
         problems.append(Error(str(exc), id="forqapp.E041"))
@@ -153,8 +147,6 @@ if find_spec("django.tasks") is not None:
 def check_task_backends(app_configs=None, **kwargs):
     """TASKS: each forqapp.tasks.ForqBackend's check() (forqapp.E060–E063) where no one else runs it
     (Django 5.2 without the django_tasks app; see forqapp/tasks/discovery.py)."""
-    from .tasks.discovery import backend_problems
-
     return backend_problems()
 
 

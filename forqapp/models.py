@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from . import vocab
+from .validation import decode_attributes
 from .vocab import DLQ_SUFFIX as DLQ_SUFFIX  # re-exported: older imports take it from here
 from .vocab import base_of
 
@@ -123,8 +124,6 @@ class Message(models.Model):
 
     @property
     def attributes_dict(self) -> dict[str, str]:
-        from .validation import decode_attributes
-
         return decode_attributes(self.attributes)
 
 

@@ -2,7 +2,7 @@
 in-process ASGI app (no request gets a 500) and Django's own handler (``include("forqapp.urls")``).
 
 Policies set from this process (``forqapp.configure_queue``) are read by the server within
-``forqapp.services.policy.CACHE_S``; each test sets them before the server first sees its queue, or waits.
+``forqapp.services.policies.CACHE_S``; each test sets them before the server first sees its queue, or waits.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from forqapp import errors, services
 from forqapp.api import plumbing
 from forqapp.api.asgi import APIApplication
 from forqapp.models import Message, Status
-from forqapp.services.policy import CACHE_S
+from forqapp.services.policies import CACHE_S
 
 from .test_hostile import APP_SECRET, _call, _pieces, _scope, header_values, json_values, methods, queries
 

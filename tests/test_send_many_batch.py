@@ -14,7 +14,7 @@ import forqapp
 from forqapp import errors, services, store, validation
 from forqapp.errors import ForqError
 from forqapp.models import Message
-from forqapp.services import policy as policy_module
+from forqapp.services import policies as policy_module
 from forqapp.services import produce
 
 from .conftest import refused

@@ -33,6 +33,7 @@ from ..models import DeadLetter, Message, Queue, Schedule, Status
 from ..services import limits, schedules
 from ..tasks import admin as tasks_admin  # noqa: F401 - registers the task results' admin
 from ..ui import display, flow, freshness, queries, scheduling
+from ..ui.views import may as user_may  # the UI's rule: "view" is met by "change" too
 from ..utils import ms_to_datetime, now_ms, pretty_json
 from . import cells as admin_cells
 
@@ -194,9 +195,7 @@ class MessageAdmin(admin.ModelAdmin):
     # permissions — as the UI pages ask (a user with the message permissions alone could requeue
     # and delete dead letters here).
     def may_see_dead_letters(self, request) -> bool:
-        from ..ui.views import may
-
-        return may(request.user, "view", "deadletter")
+        return user_may(request.user, "view", "deadletter")
 
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
@@ -749,8 +748,6 @@ class QueueAdmin(admin.ModelAdmin):
 
     @admin.display(description="see")
     def links(self, obj):
-        from ..ui.views import may as user_may  # the UI's rule: "view" is met by "change" too
-
         user = getattr(obj, "viewer", None)
 
         def may(action: str, model: str) -> bool:

@@ -14,6 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .. import errors, services
 from ..conf import forq_settings
+from ..metrics import exposition
 from .plumbing import endpoint, error_response, secure
 
 HERE = Path(__file__).parent
@@ -28,8 +29,6 @@ async def healthcheck(request: HttpRequest) -> HttpResponse:
 
 @endpoint("GET", key="FORQ_METRICS_AUTH_SECRET")
 async def metrics(request: HttpRequest) -> HttpResponse:
-    from ..metrics import exposition
-
     body, content_type = exposition()
     return HttpResponse(body, content_type=content_type)
 

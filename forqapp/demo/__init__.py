@@ -10,16 +10,15 @@ demo data too), so :func:`other_data` can tell a database that holds something e
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.utils import timezone
-
 from .. import services
 from ..services import schedules
 from ..tasks.discovery import uses_forq_backend
+from ..tasks.models import TaskRecord
+from ..worker import jobs
 
 PREFIX = "demo-"
 
@@ -71,8 +70,6 @@ def other_data() -> list[str]:
     if names:
         found.append("schedules " + ", ".join(names[:5]) + (" …" if len(names) > 5 else ""))
     if uses_forq_backend():
-        from ..tasks.models import TaskRecord  # (a model: loaded when the command runs)
-
         if TaskRecord.objects.exclude(task_path__startswith=TASK_PATH).exists():
             found.append("task results")
     return found
@@ -81,9 +78,9 @@ def other_data() -> list[str]:
 def _task_queues() -> set[str]:
     if not uses_forq_backend():
         return set()
-    from ..tasks.running import forq_backends  # (the Tasks framework: loaded on use)
+    from . import tasks as demo_tasks  # (the Tasks framework: loaded on use)
 
-    return {q for backend in forq_backends() for q in backend.forq_queues()}
+    return demo_tasks.task_queues()
 
 
 def remove() -> None:
@@ -132,7 +129,6 @@ def fill() -> Filled:
     services.send_many("demo-reports", [json.dumps({"report": name}) for name in ("weekly", "monthly")])
     services.configure_queue("demo-reports", paused=True)
 
-    from ..worker import jobs  # (the scheduler's module: only for the failed job's one run)
 
     out.dead_letters = jobs.failed()  # the failed deliveries to their DLQ, as the server's job does
     for name, spec in SCHEDULES.items():
@@ -148,41 +144,10 @@ def _tasks(notes: list[str]) -> dict[str, int]:
     if not uses_forq_backend():
         notes.append("no task results: TASKS has no forqapp.tasks.ForqBackend")
         return {}
-    from ..tasks.models import TaskRecord  # (models and the Tasks framework: loaded on use)
 
     if TaskRecord.objects.filter(task_path__startswith=TASK_PATH).exists():
         notes.append("task results: kept from an earlier run")
         return {}
-    from ..tasks.compat import DEFAULT_TASK_QUEUE_NAME
-    from ..tasks.running import forq_backends
-    from . import tasks as demo_tasks
+    from . import tasks as demo_tasks  # (the Tasks framework: loaded on use)
 
-    backend = next((b for b in forq_backends() if DEFAULT_TASK_QUEUE_NAME in b.queues), None)
-    if backend is None:
-        notes.append(f"no task results: no ForqBackend has the {DEFAULT_TASK_QUEUE_NAME!r} queue")
-        return {}
-    queue = backend.forq_queue(DEFAULT_TASK_QUEUE_NAME)
-    info = next((q for q in services.list_queues() if q.name == queue), None)
-    if info is not None and any(info.counts.values()):
-        notes.append(f"no task results: the queue {queue} holds other tasks")
-        return {}
-    add = demo_tasks.add.using(backend=backend.alias)
-    report = demo_tasks.sales_report.using(backend=backend.alias)
-    for a, b in ((2, 3), (40, 2), (7, 6)):
-        add.enqueue(a, b)
-    report.enqueue("eu-west")
-    from ..tasks.discovery import with_consumers
-    from ..worker.runner import Worker
-
-    # The worker's lines and the failing task's traceback are the demo's, expected: not shown.
-    quiet = [logging.getLogger(name) for name in ("forqapp", "django_tasks", "django.tasks")]
-    levels = [logger.level for logger in quiet]
-    for logger in quiet:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        counts = Worker({queue: with_consumers({})[queue]}, concurrency=1, burst=True, start_jitter=0).run()
-    finally:
-        for logger, level in zip(quiet, levels, strict=True):
-            logger.setLevel(level)
-    add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 1)  # waiting
-    return {**counts, "waiting": 1}
+    return demo_tasks.make_results(notes)

@@ -12,6 +12,9 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from .. import vocab
+from ..conf import forq_settings
+from ..server.process import metrics_files_of_the_dead
+from .top import TopQueues
 
 _QUEUE = ("queue_name", "queue_type")
 
@@ -191,14 +194,9 @@ def exposition() -> tuple[bytes, str]:
         multiprocess,
     )
 
-    from ..conf import forq_settings
-    from .top import TopQueues
-
     top = forq_settings.FORQ_METRICS_TOP_QUEUES  # per-queue series for the deepest queues only
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
-        from ..server.process import metrics_files_of_the_dead
-
         # A process killed (-9, out of memory) never marked its live gauges dead: its in-flight
         # count would stay in the sum for ever. Marked here, at each scrape (its counters stay).
         for pid, files in metrics_files_of_the_dead(directory).items():

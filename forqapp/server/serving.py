@@ -41,6 +41,7 @@ from django.urls import NoReverseMatch, reverse
 
 from .. import services
 from ..conf import forq_settings, parse_addr
+from ..worker.jobs import enabled_jobs
 from . import process, supervise
 
 
@@ -235,8 +236,6 @@ class Server:
         try:
             spec, env = self.spec(drain_file)
             if self.jobs and self.verbosity >= 1:
-                from ..worker.jobs import enabled_jobs
-
                 self.stdout.write("forq_jobs: " + ", ".join(f"{j.name} every {j.every():g}s" for j in enabled_jobs()) + "\n")
             self.stdout.flush()
             self.stderr.flush()

@@ -3,7 +3,7 @@
 The HTTP APIs, the Python API (re-exported from ``forqapp``), the worker, the admin, the UI pages
 and the jobs all call these functions; none of them writes SQL. One module per concern:
 :mod:`.produce`, :mod:`.consume`, :mod:`.settle`, :mod:`.queues` (with the queue policy of
-:mod:`.policy` and the limits of :mod:`.limits`), :mod:`.staging` (the Spark connector's bulk
+:mod:`.policies` and the limits of :mod:`.limits`), :mod:`.staging` (the Spark connector's bulk
 operations), :mod:`.throttles`, :mod:`.maintenance` (the background jobs' work), :mod:`.leases`,
 :mod:`.schedules` and :mod:`.history`; the async side: :mod:`.db` (the database threads),
 :mod:`.groupcommit`, :mod:`.wakeups`, :mod:`.notify` and :mod:`.waiting`. This package re-exports
@@ -25,7 +25,7 @@ from .maintenance import (
     queue_depths,
     recover_stale,
 )
-from .policy import forget_policies, policy
+from .policies import forget_policies, policy
 from .produce import SEND_OPTIONS, content_storable, send, send_entries, send_many
 from .queues import (
     QueueInfo,

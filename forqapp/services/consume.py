@@ -8,7 +8,7 @@ from .. import errors, metrics, validation, vocab
 from ..errors import ForqError
 from . import waiting
 from .base import ReceivedMessage, _store, now_ms
-from .policy import policy
+from .policies import policy
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ from ..store import (
 )
 from .base import SendResult, _hot_setting, _refuse_nul, _store, alias, now_ms
 from .notify import kick
-from .policy import Policy, policy
+from .policies import Policy, policy
 from .queues import _ensure_queue
 
 T = TypeVar("T")

@@ -18,11 +18,11 @@ from ..store import (
 )
 from ..vocab import base_of
 from . import limits
-from . import policy as policy_module
+from . import policies as policy_module
 from .base import _store, now_ms
 from .maintenance import move_failed_to_dlq
 from .notify import kick
-from .policy import _policies, forget_policies, policy
+from .policies import _policies, forget_policies, policy
 
 T = TypeVar("T")
 

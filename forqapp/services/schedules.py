@@ -27,9 +27,11 @@ from typing import Any
 
 from cronsim import CronSim, CronSimError
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from .. import errors, metrics, validation, vocab
+from ..conf import forq_settings
 from ..errors import ForqError
 from ..store import ScheduleRow
 from .base import _store, now_ms
@@ -141,9 +143,7 @@ def schedule(name: str, *, queue: str | None = None, content: str | None = None,
     if task is not None:
         if queue is not None or content is not None:
             raise _invalid("give a schedule a task, or a queue and a content, not both")
-        from ..tasks.scheduling import task_message
-
-        queue, content = task_message(task, args, kwargs)
+        queue, content = _task_message(task, args, kwargs)
         priority = task.priority if priority is None else priority
     name, fields = validate(name, {"queue": queue, "content": content, "cron": cron, "every": every,
                                    "catch_up": catch_up, "priority": priority or 0, "attributes": attributes,
@@ -215,12 +215,27 @@ def run_now(name: str, *, using: str | None = None) -> str:
     return sent
 
 
+#: Sent after a schedule of a task sent messages (``content``: the task's message; ``ids``: the
+#: messages'; ``priority``): :mod:`forqapp.tasks.scheduling` sends ``task_enqueued`` for each.
+task_ticks_sent = Signal()
+
+
+def _task_message(task: Any, args: Any, kwargs: dict[str, Any] | None) -> tuple[str, str]:
+    """(queue, content) of a schedule of ``task``: its backend, a ``forqapp.tasks.ForqBackend``,
+    makes them (:meth:`~forqapp.tasks.ForqBackend.schedule_message`)."""
+    get_backend = getattr(task, "get_backend", None)
+    backend = get_backend() if callable(get_backend) else None
+    make = getattr(backend, "schedule_message", None)
+    if make is None:
+        raise _invalid("task must be a @task of a forqapp.tasks.ForqBackend" if backend is None else
+                       f"task {task.module_path} uses backend {task.backend!r}, not a forqapp.tasks.ForqBackend")
+    return make(task, args, kwargs or {})
+
+
 def _signal_tasks(content: str, ids: list[str], priority: int) -> None:
     """A schedule of a task sends ``task_enqueued`` for each message it sent (forqapp.tasks)."""
     if ids and content.startswith('{"task":'):
-        from ..tasks.scheduling import ticks_sent
-
-        ticks_sent(content, ids, priority)
+        task_ticks_sent.send(sender=None, content=content, ids=ids, priority=priority)
 
 
 def _ticks(row: ScheduleRow, now: int) -> tuple[list[int], int, int]:
@@ -293,8 +308,6 @@ def _send_ticks(st: Any, row: ScheduleRow, ticks: list[int], next_run_at: int, n
 
 def declare(using: str | None = None) -> list[str]:
     """Create or update every schedule of ``FORQ_SCHEDULES``; returns their names."""
-    from ..conf import forq_settings
-
     declared = forq_settings.FORQ_SCHEDULES
     for name, fields in declared.items():
         fields = dict(fields)

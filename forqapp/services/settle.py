@@ -16,7 +16,7 @@ from ..store import (
 )
 from .base import ReceivedMessage, _refuse_nul, _store, now_ms
 from .notify import kick
-from .policy import policy
+from .policies import policy
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from ..store import (
 )
 from ..vocab import SNAPSHOT_COLUMNS
 from .base import _refuse_nul, _store, now_ms
-from .policy import policy
+from .policies import policy
 from .produce import _after_produce, _refuse_full
 from .queues import _ensure_queue
 

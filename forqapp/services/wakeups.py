@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from ..conf import forq_settings
 from .base import _store, now_ms
-from .policy import policy
+from .policies import policy
 
 T = TypeVar("T")
 

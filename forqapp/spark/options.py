@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from .. import vocab  # Django-free, like this package
+from .client import ForqClient
 
 _D = TypeVar("_D", int, None)  # _int's default: an int, or None (then the result may be None)
 
@@ -113,8 +114,6 @@ class ForqOptions:
         )
 
     def client(self):
-        from .client import ForqClient
-
         return ForqClient(self.url, self.api_key, timeout=self.timeout)
 
     @property

@@ -49,6 +49,7 @@ from pyspark.sql.types import (
 )
 
 from .. import vocab  # Django-free, like this package
+from .client import ForqClientError
 from .options import ForqOptionError, ForqOptions
 
 logger = logging.getLogger("forqapp.spark")
@@ -261,8 +262,6 @@ class ForqWriter(DataSourceArrowWriter):
         is larger than :data:`MAX_REQUEST_BYTES` (the server's default cap), or that a server with
         a smaller cap refuses with 413 (refused before it is read: nothing was written), is sent
         in halves. ``batchSize`` rows of a few KB each would pass the cap otherwise."""
-        from .client import ForqClientError
-
         body = json.dumps({"messages": items}, separators=(",", ":")).encode()
         if len(body) <= MAX_REQUEST_BYTES or len(items) == 1:
             try:
@@ -288,7 +287,6 @@ class ForqWriter(DataSourceArrowWriter):
             # one publish request is one transaction; the job is aborted and nothing is visible
             raise ForqOptionError(f'format "forq" publishes at most {MAX_PUBLISH} partitions in one job '
                                   f"(this one has {len(staged)}): coalesce() or repartition() first")
-        from .client import ForqClientError
 
         with self.options.client() as client:
             try:
@@ -501,8 +499,6 @@ class ForqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """The target: what the queue holds now (its snapshot count, an upper bound; a key without
         the ``read`` grant has none, and the query then ends when the queue is empty)."""
-        from .client import ForqClientError
-
         self._available_now = True
         try:
             self._budget = int(self._api().snapshot_bounds(self.options.queue)["count"])

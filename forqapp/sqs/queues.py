@@ -35,7 +35,7 @@ NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")  # SQS's queue names (forqapp's too, w
 #: 84 characters: forqapp names it, a client reaches it by the URL or the ARN it was given).
 URL_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(?:-dlq)?")
 MAX_MESSAGE_SIZE = 1_048_576  # SQS's limit (1 MiB)
-CACHE_S = 1.0  # how long a process trusts what it read about a queue (as forqapp.services.policy does)
+CACHE_S = 1.0  # how long a process trusts what it read about a queue (as forqapp.services.policies does)
 
 DEFAULTS = {  # what CreateQueue gives a new queue (SQS's defaults)
     "VisibilityTimeout": 30, "MessageRetentionPeriod": 345_600, "DelaySeconds": 0,

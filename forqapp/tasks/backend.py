@@ -149,6 +149,15 @@ class ForqBackend(BaseTaskBackend):
             return f"TASKS[{self.alias!r}]['OPTIONS']: {exc}"
         return None
 
+    def schedule_message(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
+        """(forqapp queue, content) of a schedule that enqueues ``task(*args, **kwargs)`` at each
+        tick (``forqapp.schedule(name, task=...)``: :mod:`forqapp.tasks.scheduling`)."""
+        if task.run_after is not None:
+            raise InvalidTaskError("a scheduled task runs at its ticks: it takes no run_after")
+        self.validate_task(task)
+        text, _, _ = round_trip(args, kwargs)
+        return self.forq_queue(task.queue_name), encode(task.module_path, text, task.queue_name, self.alias, 0)
+
     # -- the framework's contract -------------------------------------------------------------
 
     def validate_task(self, task: Task) -> None:

@@ -12,27 +12,19 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from django.dispatch import receiver
+
 from .. import services, utils
-from ..errors import ForqError
-from .backend import ForqBackend, decode, encode, round_trip
-from .compat import InvalidTaskError, Task, TaskResult, TaskResultStatus, task_enqueued
+from ..services import schedules
+from .backend import decode
+from .compat import TaskResult, TaskResultStatus, task_enqueued
 
 TASK_CONTENT_START = '{"task":'  # every task message starts so (backend.encode)
 
 
-def task_message(task: Any, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None) -> tuple[str, str]:
-    """(forqapp queue, content) of a schedule that runs ``task(*args, **kwargs)`` at each tick."""
-    if not isinstance(task, Task):
-        raise ForqError("bad_request.body.invalid", "task must be a @task (of a forqapp.tasks.ForqBackend)")
-    backend = task.get_backend()
-    if not isinstance(backend, ForqBackend):
-        raise ForqError("bad_request.body.invalid",
-                        f"task {task.module_path} uses backend {task.backend!r}, not a forqapp.tasks.ForqBackend")
-    if task.run_after is not None:
-        raise InvalidTaskError("a scheduled task runs at its ticks: it takes no run_after")
-    backend.validate_task(task)
-    text, _, _ = round_trip(args, kwargs or {})
-    return backend.forq_queue(task.queue_name), encode(task.module_path, text, task.queue_name, backend.alias, 0)
+@receiver(schedules.task_ticks_sent, dispatch_uid="forqapp.tasks.scheduling")
+def _ticks_sent(sender: Any, content: str, ids: list[str], priority: int, **kwargs: Any) -> None:
+    ticks_sent(content, ids, priority)
 
 
 def is_task_content(content: str) -> bool:

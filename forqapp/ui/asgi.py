@@ -10,7 +10,10 @@ import django
 from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.asgi import ASGIHandler
 
+from ..conf import forq_settings
 from ..server import intake
+from ..server.serving import static_from_finders, ui_urlconf
+from .flow import pages_only
 
 
 def ui_application():
@@ -22,14 +25,9 @@ def ui_application():
     django.setup(set_prefix=False)
     from django.conf import settings
 
-    from ..server.serving import static_from_finders, ui_urlconf
-
     settings.ROOT_URLCONF = ui_urlconf()  # FORQ_UI_URLCONF, if set: this process serves the UI only
     no_persistent_connections(settings.DATABASES)
-    from .flow import pages_only
-
     pages_only()  # no claim is made here: the throttled-claims counts come from the other processes
-    from ..conf import forq_settings
 
     intake.quiet_client_faults()  # 1,500 query parameters: a 400, not a traceback in the log
     application = BoundedASGIHandler(forq_settings.FORQ_UI_CONCURRENCY)

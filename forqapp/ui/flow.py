@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import metrics, vocab
-from ..services.policy import Policy
+from ..services.policies import Policy
 from ..validation import rate_interval_us
 from . import display
 

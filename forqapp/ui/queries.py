@@ -3,7 +3,7 @@ store's counts.
 
 Counts come from the store, each kind of row counted in the index it lives in, every queue at once
 (never one query per queue). A queue's policy is its ``forq_queues`` row, resolved against the
-global settings by :func:`forqapp.services.policy.resolve` (the services' own rule): one read, no counting.
+global settings by :func:`forqapp.services.policies.resolve` (the services' own rule): one read, no counting.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from django.db.models.functions import Length, Substr
 from .. import store, vocab
 from ..conf import forq_settings
 from ..models import Message, Queue
-from ..services.policy import Policy, resolve
+from ..services.policies import Policy, resolve
 from ..store import QueueRow as StoredQueue
 
 PAGE_SIZE = 50
@@ -110,7 +110,7 @@ def queue_rows(using: str | None = None):
 
 def policy_of(row: Queue | None) -> Policy:
     """A queue's policy in force, from its row (None: no row, the global settings), resolved by
-    :func:`forqapp.services.policy.resolve` as the services do, without another query."""
+    :func:`forqapp.services.policies.resolve` as the services do, without another query."""
     if row is None:
         return resolve(None)
     return resolve(StoredQueue(*(getattr(row, name) for name in StoredQueue._fields)))

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from ..conf import forq_settings
 from ..services import schedules
 from ..services.schedules import ScheduleInfo
 from . import display
@@ -89,7 +90,6 @@ def declared() -> set[str]:
     """The names ``FORQ_SCHEDULES`` declares (``migrate`` and ``forq_queues apply`` set them back)."""
     from django.core.exceptions import ImproperlyConfigured
 
-    from ..conf import forq_settings
 
     try:
         return set(forq_settings.FORQ_SCHEDULES or {})

@@ -30,11 +30,12 @@ from django_htmx.http import HttpResponseClientRedirect, reswap
 from django_htmx.middleware import HtmxDetails
 
 from .. import errors, services, vocab
+from ..conf import forq_settings, parse_addr
 from ..errors import ForqError
 from ..login_throttle import AdminLoginThrottleForm
 from ..models import Status
 from ..services import history, schedules
-from ..services.policy import Policy
+from ..services.policies import Policy
 from ..tasks import browse
 from ..utils import ms_to_datetime as _dt
 from ..utils import now_ms as _now_ms
@@ -280,8 +281,6 @@ def _overview_context(request: HttpRequest, now: int) -> dict:
 
 def _api_base() -> str:
     """The API's URL as a client on this machine reaches it (the empty dashboard's example)."""
-    from ..conf import forq_settings, parse_addr
-
     try:
         host, port = parse_addr(forq_settings.FORQ_API_ADDR)
     except ValueError:

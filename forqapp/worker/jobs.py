@@ -30,7 +30,9 @@ from django.db import close_old_connections, connections
 from .. import errors, metrics, services
 from ..conf import forq_settings
 from ..server import process
+from ..services import schedules as schedules_module
 from ..services.db import DATABASE_ERRORS
+from ..tasks.discovery import uses_forq_backend
 
 logger = logging.getLogger("forqapp.jobs")
 
@@ -68,16 +70,12 @@ def db_optimize(*, dry_run: bool = False, using: str | None = None) -> int:
 def schedules(*, dry_run: bool = False, using: str | None = None) -> int:
     """Send the messages of every schedule whose tick has come (``forqapp.schedule``). Returns how
     many."""
-    from ..services import schedules as schedules_module
-
     return schedules_module.run_due(dry_run=dry_run, using=using)
 
 
 def task_results(*, dry_run: bool = False, using: str | None = None) -> int:
     """Delete the Django Tasks backend's results older than its ``result_retention``
     (:mod:`forqapp.tasks`); 0 without such a backend. Returns how many."""
-    from ..tasks.discovery import uses_forq_backend
-
     if not uses_forq_backend():
         return 0
     from ..tasks.results import prune

@@ -57,6 +57,16 @@ class Command(BaseCommand):
             self.stdout.write(f"{q.name:24} {'PAUSED ' if q.paused else ''}{counts}  ({own})")
 
 
+def after_migrate(using: str) -> None:
+    """``FORQ_QUEUES`` and ``FORQ_SCHEDULES`` applied after a migrate of forqapp's database (not
+    after a partial or backwards one: the tables must be as the code expects)."""
+    if using != forq_settings.FORQ_DATABASE or not (forq_settings.FORQ_QUEUES or forq_settings.FORQ_SCHEDULES):
+        return
+    if database_problem(using) is None:
+        apply_declared_queues(using)
+        schedules.declare(using)
+
+
 def apply_declared_queues(using: str | None = None) -> list[str]:
     """Give every queue of ``FORQ_QUEUES`` exactly its declared policy; returns their names."""
     declared = forq_settings.FORQ_QUEUES

@@ -14,7 +14,9 @@ from ... import validation
 from ...errors import ForqError
 from ...server import process
 from ...server.schema import database_problem
+from ...tasks.discovery import with_consumers
 from ...worker.consumers import registry
+from ...worker.jobs import Scheduler
 from ...worker.runner import Worker
 
 # Options the --processes children do not get: the supervisor's own, and Django's that only
@@ -87,8 +89,6 @@ class Command(BaseCommand):
         if problem := database_problem():
             raise CommandError(problem)
         try:
-            from ...tasks.discovery import with_consumers
-
             consumers = with_consumers(registry())  # and the queues of TASKS' forqapp.tasks.ForqBackend
         except ImproperlyConfigured as exc:  # e.g. two consumers for one queue
             raise CommandError(str(exc)) from None
@@ -149,7 +149,6 @@ def _start_scheduler(options):
     """``--with-jobs``: the background jobs run on a thread of this process."""
     if not options["with_jobs"]:
         return None
-    from ...worker.jobs import Scheduler
 
     def on_lease(running: bool) -> None:  # said as forq_jobs and forq_serve say it
         if options["verbosity"] >= 1:

@@ -7,14 +7,14 @@ import re
 import sys
 from collections.abc import Callable
 
+from forqapp.spark import register
+
 
 def session(app_name: str, master: str):
     """(spark, owned): ``owned`` is False when a session was already active (then the caller
     must not stop it)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
-    from forqapp.spark import register
 
     owned = SparkSession.getActiveSession() is None
     spark = (SparkSession.builder.master(master).appName(app_name)

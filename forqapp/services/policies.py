@@ -138,7 +138,7 @@ _policies: dict[tuple[str, str], tuple[float, Policy]] = {}
 
 def policy(queue: str, *, using: str | None = None) -> Policy:
     """``queue``'s policy (a DLQ's is its regular queue's), read at most every
-    :data:`forqapp.services.policy.CACHE_S` seconds by each process."""
+    :data:`forqapp.services.policies.CACHE_S` seconds by each process."""
     name = base_of(queue)
     st = _store(using)
     key = (st.alias, name)
