@@ -8,7 +8,9 @@ model is for reading (admin, UI, analytics) and for the schema.
 
 from __future__ import annotations
 
-from typing import ClassVar
+import sys
+from types import FrameType
+from typing import Any, ClassVar
 
 from django.db import models
 from django.db.models import F, Q
@@ -27,7 +29,65 @@ class Status(models.IntegerChoices):
     FAILED = vocab.Status.FAILED.value, vocab.Status.FAILED.label
 
 
-class MessageQuerySet(models.QuerySet):
+class ReadOnlyError(RuntimeError):
+    """forqapp's own code wrote one of the queue's tables through the ORM."""
+
+
+def refuse_forqapp_writes(model: type[models.Model]) -> None:
+    """The persistence rule, in code: the queue's tables are written by :mod:`forqapp.store`'s SQL
+    (through :mod:`forqapp.services`), never through the ORM by forqapp's own modules — a face that
+    tried would skip the store's locking, counters and wake-ups. Raises :class:`ReadOnlyError` when
+    the nearest caller outside Django is forqapp's code. A project's own code (a test arranging
+    rows, an operator's shell) may still write, at its own risk."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("django.", __name__)):
+        frame = frame.f_back
+    caller = "" if frame is None else str(frame.f_globals.get("__name__", ""))
+    if caller == "forqapp" or caller.startswith("forqapp."):
+        raise ReadOnlyError(f"{caller} wrote {model.__name__} through the ORM: forqapp writes its tables through "
+                            "forqapp.services (the store's SQL)")
+
+
+class ReadOnlyQuerySet(models.QuerySet):
+    """A queryset whose writes refuse forqapp's own callers (:func:`refuse_forqapp_writes`)."""
+
+    def update(self, **kwargs: Any) -> int:
+        refuse_forqapp_writes(self.model)
+        return super().update(**kwargs)
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        refuse_forqapp_writes(self.model)
+        return super().delete()
+
+    def create(self, **kwargs: Any) -> Any:
+        refuse_forqapp_writes(self.model)
+        return super().create(**kwargs)
+
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> Any:
+        refuse_forqapp_writes(self.model)
+        return super().bulk_create(objs, *args, **kwargs)
+
+    def bulk_update(self, objs: Any, fields: Any, *args: Any, **kwargs: Any) -> int:
+        refuse_forqapp_writes(self.model)
+        return super().bulk_update(objs, fields, *args, **kwargs)
+
+
+class ReadOnlyModel(models.Model):
+    """A model of the queue's tables: ``save()`` and ``delete()`` refuse forqapp's own callers."""
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        refuse_forqapp_writes(type(self))
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        refuse_forqapp_writes(type(self))
+        return super().delete(*args, **kwargs)
+
+
+class MessageQuerySet(ReadOnlyQuerySet):
     def in_queue(self, queue: str) -> MessageQuerySet:
         return self.filter(queue=queue)
 
@@ -45,7 +105,7 @@ class MessageQuerySet(models.QuerySet):
         return self.ready().filter(process_after__gt=now_ms)
 
 
-class Message(models.Model):
+class Message(ReadOnlyModel):
     id = models.CharField(primary_key=True, max_length=36, editable=False)  # UUIDv7, text
     queue = models.CharField(max_length=128)
     is_dlq = models.BooleanField(default=False)
@@ -148,13 +208,13 @@ class DeadLetter(Message):
         verbose_name_plural = "dead letters"
 
 
-class QueueManager(models.Manager["Queue"]):
+class QueueManager(models.Manager.from_queryset(ReadOnlyQuerySet)):  # type: ignore[misc]
     def get_queryset(self) -> models.QuerySet[Queue]:
         # The row named '' is no queue: SQLite keeps deleted queues' highest sequence number there.
         return super().get_queryset().exclude(name="")
 
 
-class Queue(models.Model):
+class Queue(ReadOnlyModel):
     """A queue's policy and state: created on its first produce (or by ``configure_queue``,
     ``FORQ_QUEUES``, the admin or the v2 API). A NULL field follows the global setting."""
 
@@ -195,7 +255,7 @@ class Queue(models.Model):
         return self.name
 
 
-class Schedule(models.Model):
+class Schedule(ReadOnlyModel):
     """A periodic message: every tick of ``cron`` (or every ``every_ms``) enqueues ``content`` on
     ``queue`` exactly once (the tick is the dedup key). ``catch_up`` says what happens to ticks
     missed while nothing ran: ``skip`` them, send ``one``, or send ``all``."""
@@ -215,6 +275,8 @@ class Schedule(models.Model):
     created_at = models.BigIntegerField()
     updated_at = models.BigIntegerField()
 
+    objects = ReadOnlyQuerySet.as_manager()
+
     class Meta:
         db_table = "forq_schedules"
         ordering = ["name"]
@@ -224,7 +286,7 @@ class Schedule(models.Model):
         return self.name
 
 
-class DedupEntry(models.Model):
+class DedupEntry(ReadOnlyModel):
     """A deduplication id seen on ``queue``: a send with the same id before ``expires_at`` creates
     nothing and answers ``message_id`` (also after that message was acked)."""
 
@@ -233,6 +295,8 @@ class DedupEntry(models.Model):
     dedup_id = models.CharField(max_length=128)
     message_id = models.CharField(max_length=36)
     expires_at = models.BigIntegerField()  # Unix ms
+
+    objects = ReadOnlyQuerySet.as_manager()
 
     class Meta:
         db_table = "forq_dedup"
@@ -262,7 +326,7 @@ class QueueDepthSample(models.Model):
         return f"{self.queue}={self.depth}@{self.sampled_at}"
 
 
-class AuthThrottle(models.Model):
+class AuthThrottle(ReadOnlyModel):
     """Failed API-key checks per client address, shared by every server process and host (the
     throttle of the HTTP API: docs/how-to/http-api.md). Only requests with a wrong key read or write it."""
 
@@ -271,6 +335,8 @@ class AuthThrottle(models.Model):
     window_start = models.BigIntegerField()  # Unix ms of the first failure counted
     blocked_until = models.BigIntegerField()  # Unix ms; 0 = not blocked
 
+    objects = ReadOnlyQuerySet.as_manager()
+
     class Meta:
         db_table = "forq_auth_throttle"
 
@@ -278,7 +344,7 @@ class AuthThrottle(models.Model):
         return f"{self.address}: {self.failures} failures"
 
 
-class StagedMessage(models.Model):
+class StagedMessage(ReadOnlyModel):
     """A message of an exactly-once Spark write, invisible until its job commits: the job's
     publish moves its rows into ``messages`` in one transaction, an abort deletes them, and the
     expired-dlq job deletes rows abandoned for 24 hours (``forqapp.services.STAGE_TTL_MS``).
@@ -296,6 +362,8 @@ class StagedMessage(models.Model):
     priority = models.IntegerField(default=0)
     attributes = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = no attributes
 
+    objects = ReadOnlyQuerySet.as_manager()
+
     class Meta:
         db_table = "forq_staged"
 
@@ -303,13 +371,15 @@ class StagedMessage(models.Model):
         return f"{self.token}/{self.message_id}"
 
 
-class Lease(models.Model):
+class Lease(ReadOnlyModel):
     """A named lease held by one process at a time (e.g. the jobs scheduler of ``forq_serve``):
     every host of one database agrees on one holder, which renews it; an expired lease is taken over."""
 
     name = models.CharField(primary_key=True, max_length=100)
     holder = models.CharField(max_length=200)  # host:pid:random of the holding process
     expires_at = models.BigIntegerField()  # Unix ms
+
+    objects = ReadOnlyQuerySet.as_manager()
 
     class Meta:
         db_table = "forq_leases"

@@ -154,3 +154,11 @@ def policy(queue: str, *, using: str | None = None) -> Policy:
 def forget_policies() -> None:
     """Drop this process's cached policies (after a change, and in tests)."""
     _policies.clear()
+
+
+def of_row(row: Any) -> Policy:
+    """The policy in force of a ``forq_queues`` row read some other way (the admin's and the UI's
+    ORM reads; None: no row, the global settings), resolved as :func:`resolve` does."""
+    if row is None:
+        return resolve(None)
+    return resolve(QueueRow(*(getattr(row, name) for name in QueueRow._fields)))

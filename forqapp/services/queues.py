@@ -3,6 +3,7 @@ queues' requeue and delete."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -14,6 +15,7 @@ from ..store import (
     POLICY_COLUMNS,
     QueueCounts,
     QueueRow,
+    StateCounts,
     Store,
 )
 from ..vocab import base_of
@@ -129,6 +131,25 @@ def delete_queue(name: str, *, using: str | None = None) -> bool:
     done = _store(using).queue_delete(name, now_ms())
     forget_policies()
     return done
+
+
+def state_counts(now: int, names: list[str] | None = None, *, using: str | None = None) -> dict[str, StateCounts]:
+    """{queue: counts} of every queue (or of ``names``) at ``now``, in one read (the UI's tables):
+    a delivery whose lease ended counts as ready, a message sent due is ready."""
+    return _store(using).state_counts(now, names)
+
+
+def set_sqs_attributes(name: str, attributes: dict[str, Any] | None, *, using: str | None = None) -> None:
+    """Keep the SQS face's own attributes of queue ``name`` (those no policy field holds) in its row."""
+    _store(using).queue_set_sqs_attributes(name, json.dumps(attributes) if attributes else None)
+
+
+def drop_placeholder(name: str, last_sequence: int, updated_at: int, *, using: str | None = None) -> bool:
+    """Delete queue ``name``'s row if it is unchanged since it was read (``last_sequence``,
+    ``updated_at``) and holds no message: the SQS face's placeholder row of a DLQ."""
+    dropped = _store(using).queue_drop_placeholder(name, last_sequence, updated_at)
+    forget_policies()
+    return dropped
 
 
 # --- admin: dead-letter queues --------------------------------------------------------------

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Exists, Q
+from django.db.models import Count, Q
 
 from .. import errors, services
 from ..conf import forq_settings
 from ..errors import ForqError
 from ..models import Message, Queue, Status
+from ..services import queues as queue_services
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from .protocol import SqsError, invalid
 
@@ -212,7 +213,7 @@ def existing(name: str, *, fresh: bool = False) -> Known:
 
 
 def save_meta(base: str, meta: dict[str, Any]) -> None:
-    Queue.objects.using(services.alias()).filter(name=base).update(sqs_attributes=meta or None)
+    queue_services.set_sqs_attributes(base, meta or None)
     forget(base)
 
 
@@ -345,13 +346,9 @@ def drop_placeholder(base: str, meta: dict[str, Any]) -> bool:
     mark = meta.get(HIDDEN)
     if not isinstance(mark, dict) or not all(isinstance(mark.get(k), int) for k in ("last_sequence", "updated_at")):
         return False
-    deleted, _ = (Queue.objects.using(services.alias())
-                  .filter(name=base, last_sequence=mark["last_sequence"], updated_at=mark["updated_at"])
-                  .exclude(Exists(Message.objects.filter(queue=base)))
-                  .delete())
-    services.forget_policies()
+    deleted = queue_services.drop_placeholder(base, mark["last_sequence"], mark["updated_at"])
     forget(base)
-    return bool(deleted)
+    return deleted
 
 
 def _dlq_counts(name: str, total: int) -> dict[str, int]:

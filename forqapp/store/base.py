@@ -523,6 +523,17 @@ class Store(abc.ABC):
         there was nothing to delete."""
 
     @abc.abstractmethod
+    def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:
+        """Set the queue row's ``sqs_attributes`` (JSON text; None: none) — the SQS face's own
+        attributes. No row: nothing."""
+
+    @abc.abstractmethod
+    def queue_drop_placeholder(self, name: str, last_sequence: int, updated_at: int) -> bool:
+        """Delete the queue row of ``name`` if it still has this ``last_sequence`` and
+        ``updated_at`` and ``name`` holds no message (one conditional statement: a concurrent write
+        keeps it); True when it was deleted. Its messages and its DLQ's are never touched."""
+
+    @abc.abstractmethod
     def purge(self, queue: str) -> int:
         """Delete every message of ``queue`` (in any state; not its DLQ's); returns how many."""
 

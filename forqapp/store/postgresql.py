@@ -661,6 +661,9 @@ UPDATE forq_schedules SET next_run_at = %(next)s, last_run_at = COALESCE(%(last)
 WHERE name = %(name)s AND next_run_at = %(expected)s"""
 
 QUEUE_DELETE = "DELETE FROM forq_queues WHERE name = %s"
+QUEUE_SET_SQS_ATTRIBUTES = "UPDATE forq_queues SET sqs_attributes = %s::jsonb WHERE name = %s"
+QUEUE_DROP_PLACEHOLDER = """DELETE FROM forq_queues WHERE name = %s AND last_sequence = %s AND updated_at = %s
+AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = %s)"""
 DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (%s, %s)"
 DELETE_QUEUE_DEDUP = "DELETE FROM forq_dedup WHERE queue = %s"
 PURGE = "DELETE FROM messages WHERE queue = %s AND NOT is_dlq"
@@ -1012,6 +1015,12 @@ class PostgreSQLStore(Store):
             n = self._rowcount(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX))
             self._rowcount(DELETE_QUEUE_DEDUP, (name,))
         return bool(found or n)
+
+    def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:
+        self._rowcount(QUEUE_SET_SQS_ATTRIBUTES, (attributes, name))
+
+    def queue_drop_placeholder(self, name: str, last_sequence: int, updated_at: int) -> bool:
+        return self._rowcount(QUEUE_DROP_PLACEHOLDER, (name, last_sequence, updated_at, name)) > 0
 
     def purge(self, queue: str) -> int:
         return self._rowcount(PURGE, (queue,))

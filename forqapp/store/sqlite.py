@@ -574,6 +574,9 @@ INSERT INTO forq_queues (name, last_sequence, paused, created_at, updated_at)
 SELECT '', last_sequence, 0, :now, :now FROM forq_queues WHERE name = :name
 ON CONFLICT (name) DO UPDATE SET last_sequence = MAX(last_sequence, excluded.last_sequence)"""
 QUEUE_DELETE = "DELETE FROM forq_queues WHERE name = :name"
+QUEUE_SET_SQS_ATTRIBUTES = "UPDATE forq_queues SET sqs_attributes = ? WHERE name = ?"
+QUEUE_DROP_PLACEHOLDER = """DELETE FROM forq_queues WHERE name = ? AND last_sequence = ? AND updated_at = ?
+AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = ?)"""
 DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (?, ?)"
 DELETE_QUEUE_DEDUP = "DELETE FROM forq_dedup WHERE queue = ?"
 PURGE = "DELETE FROM messages WHERE queue = ? AND is_dlq = 0"
@@ -1112,6 +1115,12 @@ class SQLiteStore(Store):
             n = conn.execute(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX)).rowcount
             conn.execute(DELETE_QUEUE_DEDUP, (name,))
         return bool(found or n)
+
+    def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:
+        self._conn().execute(QUEUE_SET_SQS_ATTRIBUTES, (attributes, name))
+
+    def queue_drop_placeholder(self, name: str, last_sequence: int, updated_at: int) -> bool:
+        return self._conn().execute(QUEUE_DROP_PLACEHOLDER, (name, last_sequence, updated_at, name)).rowcount > 0
 
     def purge(self, queue: str) -> int:
         return self._conn().execute(PURGE, (queue,)).rowcount

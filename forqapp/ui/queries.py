@@ -1,5 +1,5 @@
 """The UI's and the admin's reads, through the ORM (the same on SQLite and PostgreSQL), and the
-store's counts.
+store's counts (through :func:`forqapp.services.queues.state_counts`).
 
 Counts come from the store, each kind of row counted in the index it lives in, every queue at once
 (never one query per queue). A queue's policy is its ``forq_queues`` row, resolved against the
@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from django.db.models import Count
 from django.db.models.functions import Length, Substr
 
-from .. import store, vocab
+from .. import vocab
 from ..conf import forq_settings
 from ..models import Message, Queue
-from ..services.policies import Policy, resolve
-from ..store import QueueRow as StoredQueue
+from ..services import queues
+from ..services.policies import Policy, of_row
 
 PAGE_SIZE = 50
 PREVIEW_CHARS = 160
@@ -99,7 +99,7 @@ def queue_stats(now: int, queue: str | Sequence[str] | None = None, *,
     lives in). As the store counts (``queue_info``): a delivery whose lease ended counts as ready
     (the next receive takes it), only a live lease is in flight; a message sent due is ready."""
     names = [queue] if isinstance(queue, str) else None if queue is None else list(queue)
-    counts = store.for_alias(using or forq_settings.FORQ_DATABASE).state_counts(now, names)
+    counts = queues.state_counts(now, names, using=using or forq_settings.FORQ_DATABASE)
     return {name: QueueStats(name, ready=c.ready, delayed=c.delayed, processing=c.processing, failed=c.failed)
             for name, c in counts.items()}
 
@@ -111,9 +111,7 @@ def queue_rows(using: str | None = None):
 def policy_of(row: Queue | None) -> Policy:
     """A queue's policy in force, from its row (None: no row, the global settings), resolved by
     :func:`forqapp.services.policies.resolve` as the services do, without another query."""
-    if row is None:
-        return resolve(None)
-    return resolve(StoredQueue(*(getattr(row, name) for name in StoredQueue._fields)))
+    return of_row(row)
 
 
 def queue_policy(queue: str, *, using: str | None = None) -> tuple[Policy, bool]:
