@@ -186,11 +186,19 @@ def _fresh_policies():
 
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
-    from forqapp import services
-
     c = Clock()
-    monkeypatch.setattr(services, "now_ms", c)
+    patch_clock(monkeypatch, c)
     return c
+
+
+def patch_clock(monkeypatch, now_ms) -> None:
+    """Replace forqapp's clock (Unix ms): the services' own (``services.base.now_ms``) and the one
+    they export to the faces (``services.now_ms``)."""
+    from forqapp import services
+    from forqapp.services import base
+
+    monkeypatch.setattr(services, "now_ms", now_ms)
+    monkeypatch.setattr(base, "now_ms", now_ms)
 
 
 def refused(code: str, fn, *args, **kwargs):

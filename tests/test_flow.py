@@ -22,7 +22,7 @@ import forqapp
 from forqapp import services, utils, validation
 from forqapp.errors import ForqError
 from forqapp.models import Message, Status
-from forqapp.services import consume
+from forqapp.services import base, consume
 from forqapp.worker.consumers import Consumer
 from forqapp.worker.runner import Worker
 
@@ -469,7 +469,7 @@ def test_burst_waits_out_a_queues_limits_and_drains_it():
 
 def test_queues_without_limits_are_unaffected():
     forqapp.send_many("fc-plain", [f"m{i}" for i in range(50)])
-    with mock.patch.object(type(services._store(None)), "throttle_state") as state:
+    with mock.patch.object(type(base._store(None)), "throttle_state") as state:
         assert services.due(["fc-plain"], 100).counts == {"fc-plain": 50}
         got = forqapp.receive_many("fc-plain", 50)
         assert len(got) == 50

@@ -379,9 +379,8 @@ def test_two_scheduler_processes_send_each_tick_once(tmp_path):
 CRASHER = """
 import django; django.setup()
 import time
-from forqapp import services
 from forqapp.services import schedules
-send_entries = services.send_entries
+send_entries = schedules.send_entries
 
 def send_then_hang(*args, **kwargs):
     result = send_entries(*args, **kwargs)
@@ -389,7 +388,7 @@ def send_then_hang(*args, **kwargs):
     time.sleep(120)
     return result
 
-services.send_entries = send_then_hang
+schedules.send_entries = send_then_hang
 schedules.run_due()
 """
 
@@ -430,7 +429,7 @@ def test_a_tick_whose_send_fails_is_not_lost(clock, monkeypatch):
         raise RuntimeError("database went away")
 
     with monkeypatch.context() as m:
-        m.setattr(services, "send_entries", boom)
+        m.setattr(schedules, "send_entries", boom)
         with pytest.raises(RuntimeError):
             schedules.run_due()
     assert schedules.get("flaky").next_run_at == clock.now  # rolled back with the send

@@ -35,6 +35,7 @@ from forqapp.tasks.models import TaskRecord
 from forqapp.tasks.running import TaskRunner
 from forqapp.worker import jobs
 from forqapp.worker.runner import Worker
+from tests.conftest import patch_clock
 from tests.tasksapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -270,7 +271,7 @@ def test_enqueue_and_get_result_agree_on_enqueued_at(monkeypatch):
     from forqapp.utils import ms_to_datetime
 
     ticks = itertools.count(services.now_ms())
-    monkeypatch.setattr(services, "now_ms", lambda: next(ticks))
+    patch_clock(monkeypatch, lambda: next(ticks))
     for result in (tasks.add.enqueue(1, 1), tasks.add.using(run_after=datetime.now(UTC) - timedelta(hours=1)).enqueue(2, 2),
                    tasks.add.using(run_after=datetime.now(UTC) + timedelta(hours=1)).enqueue(3, 3)):
         assert result.enqueued_at == ms_to_datetime(Message.objects.get(id=result.id).received_at)

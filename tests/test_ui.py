@@ -19,7 +19,7 @@ from forqapp import services, store
 from forqapp.models import Message, QueueDepthSample
 from forqapp.services import history, schedules
 from forqapp.ui import freshness, queries
-from tests.conftest import HX
+from tests.conftest import HX, patch_clock
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("live_counts")]
 
@@ -267,7 +267,7 @@ def test_thirty_wrong_passwords_then_the_block_ends(url, staff, monkeypatch):
     assert not ok and BLOCKED in response.content.decode()
     # Retries while blocked do not extend the block: when it ends, the right password works.
     real_now = services.now_ms
-    monkeypatch.setattr(services, "now_ms", lambda: real_now() + 901_000)
+    patch_clock(monkeypatch, lambda: real_now() + 901_000)
     assert log_in(url, "staff", "pw-staff-123")[1]
 
 
@@ -287,7 +287,7 @@ def test_wrong_api_keys_do_not_prune_login_counters(staff, monkeypatch):
     for _ in range(4):
         log_in("/ui/login/", "staff", "wrong")
     real_now = services.now_ms
-    monkeypatch.setattr(services, "now_ms", lambda: real_now() + 300_000)  # 5 minutes later
+    patch_clock(monkeypatch, lambda: real_now() + 300_000)  # 5 minutes later
     services.auth_failed("192.0.2.9")  # a wrong API key: prunes the API's stale rows
     log_in("/ui/login/", "staff", "wrong")
     response, ok = log_in("/ui/login/", "staff", "pw-staff-123", address="10.9.9.9")

@@ -14,7 +14,7 @@ from django.db import connections, transaction
 import forqapp
 from forqapp import services
 from forqapp.models import Message
-from forqapp.services import waiting
+from forqapp.services import waiting, wakeups
 from forqapp.services.notify import Notifier, notifier_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -155,7 +155,7 @@ def test_the_notifier_says_a_database_that_cannot_serve_in_one_line(monkeypatch,
 
     errors._said.clear()
     caplog.set_level(logging.WARNING, logger="forqapp")
-    monkeypatch.setattr(services, "wake_version", disk_io_error)
+    monkeypatch.setattr(wakeups, "wake_version", disk_io_error)
     notifier = Notifier("default")
     notifier.wait("cannot-serve", 1.3)  # the watching thread fails about three times meanwhile
     lines = [r for r in caplog.records if r.name == "forqapp.notify"]

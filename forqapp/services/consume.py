@@ -6,8 +6,8 @@ from typing import Any, TypeVar
 
 from .. import errors, metrics, validation, vocab
 from ..errors import ForqError
-from . import waiting
-from .base import ReceivedMessage, _store, now_ms
+from . import base, waiting
+from .base import ReceivedMessage, _store
 from .policies import policy
 
 T = TypeVar("T")
@@ -24,7 +24,7 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
         return []
     visibility = pol.visibility_timeout_ms if visibility_timeout is None else \
         validation.duration_ms(visibility_timeout, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
-    claimed = st.claim(queue, now_ms(), limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
+    claimed = st.claim(queue, base.now_ms(), limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
                        dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering,
                        max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us)
     if claimed.throttled:
@@ -94,7 +94,7 @@ def peek(queue: str, id: str | None = None, *, using: str | None = None) -> Rece
     message_id = None if id is None else validation.message_id(id)
     st = _store(using)
     if message_id is None:
-        row = st.peek(queue, now_ms(), policy(queue, using=st.alias).ordering)
+        row = st.peek(queue, base.now_ms(), policy(queue, using=st.alias).ordering)
         return ReceivedMessage.from_row(row) if row else None
     found = st.peek_message(queue, message_id)  # one message, looked at: why it failed too
     if found is None:

@@ -57,7 +57,7 @@ def width() -> int:
     return pool()._max_workers
 
 
-def _call(fn, args, kwargs):
+def _call(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
     try:
         return fn(*args, **kwargs)
     except DATABASE_ERRORS:

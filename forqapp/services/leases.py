@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TypeVar
 
 from .. import store
-from .base import _store, now_ms
+from . import base
+from .base import _store
 
 T = TypeVar("T")
 
@@ -15,7 +16,7 @@ T = TypeVar("T")
 def acquire_lease(name: str, holder: str, ttl_ms: int, *, replacing: str = "", using: str | None = None) -> bool:
     """Take or renew the named lease for ``holder`` (one atomic statement); False while another
     live holder has it. ``replacing`` names a holder the caller knows is dead: taken over at once."""
-    return _store(using).lease_acquire(name, holder, now_ms(), int(ttl_ms), replacing)
+    return _store(using).lease_acquire(name, holder, base.now_ms(), int(ttl_ms), replacing)
 
 
 def lease_holder(name: str, *, using: str | None = None) -> store.LeaseHolder | None:

@@ -7,7 +7,8 @@ from typing import TypeVar
 
 from .. import metrics, store
 from ..conf import forq_settings
-from .base import STAGE_TTL_MS, _store, now_ms
+from . import base
+from .base import STAGE_TTL_MS, _store
 from .notify import kick
 
 T = TypeVar("T")
@@ -33,8 +34,8 @@ def move_expired_to_dlq(*, dry_run: bool = False, using: str | None = None) -> i
     62-minute ``expired-dlq`` before)."""
     st = _store(using)
     if dry_run:
-        return st.count_expired(now_ms(), False)
-    now = now_ms()
+        return st.count_expired(base.now_ms(), False)
+    now = base.now_ms()
     n = st.move_expired_to_dlq(now, forq_settings.dlq_ttl_ms)
     metrics.moved_to_dlq("expired", n)
     st.delete_expired_dedup(now)
@@ -46,7 +47,7 @@ def move_failed_to_dlq(*, dry_run: bool = False, using: str | None = None) -> in
     st = _store(using)
     if dry_run:
         return st.count_failed(False)
-    n = st.move_failed_to_dlq(now_ms(), forq_settings.dlq_ttl_ms)
+    n = st.move_failed_to_dlq(base.now_ms(), forq_settings.dlq_ttl_ms)
     metrics.moved_to_dlq("failed", n)
     return n
 
@@ -56,8 +57,8 @@ def recover_stale(*, dry_run: bool = False, using: str | None = None) -> int:
     receive takes such a delivery by itself."""
     st = _store(using)
     if dry_run:
-        return st.count_stale(now_ms())
-    n = st.recover_stale(now_ms(), forq_settings.FORQ_MAX_ATTEMPTS)
+        return st.count_stale(base.now_ms())
+    n = st.recover_stale(base.now_ms(), forq_settings.FORQ_MAX_ATTEMPTS)
     metrics.stale_recovered(n)
     if n:
         kick(st.alias)
@@ -68,7 +69,7 @@ def delete_expired_dlq(*, dry_run: bool = False, using: str | None = None) -> in
     """Expired DLQ messages → deleted. Also deletes rows staged by Spark jobs that never published
     nor discarded them within ``STAGE_TTL_MS`` (they were never messages: not counted)."""
     st = _store(using)
-    now = now_ms()
+    now = base.now_ms()
     if dry_run:
         return st.count_expired(now, True)
     n = st.delete_expired_dlq(now)
@@ -96,7 +97,7 @@ def optimize_database(*, dry_run: bool = False, using: str | None = None) -> int
 
 def in_flight_counts(*, using: str | None = None) -> dict[str, int]:
     """{queue: messages under a live lease} for every queue that has any."""
-    return _store(using).in_flight_by_queue(now_ms())
+    return _store(using).in_flight_by_queue(base.now_ms())
 
 
 def queue_depths(*, using: str | None = None) -> list[store.QueueDepth]:

@@ -18,13 +18,13 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 
 from django.db import connections, transaction
 
 from .. import errors
 from ..conf import forq_settings
-from . import wakeups
-from .base import now_ms
+from . import base, wakeups
 
 logger = logging.getLogger("forqapp.notify")
 
@@ -75,7 +75,7 @@ class Notifier:
         """Block until a message may be due in ``queue`` (or ``timeout`` seconds pass)."""
         self.wait_any((queue,), timeout)
 
-    def wait_any(self, queues, timeout: float, event: threading.Event | None = None) -> None:
+    def wait_any(self, queues: Iterable[str], timeout: float, event: threading.Event | None = None) -> None:
         """Block until a message may be due in any of ``queues`` (or ``timeout`` seconds pass);
         ``event``: the caller's, which it may set to end the wait itself (a worker told to stop)."""
         waiter = _Waiter(tuple(queues), event)
@@ -158,7 +158,7 @@ class Notifier:
                 version = wakeups.wake_version(using=self.alias)
                 now = time.monotonic()
                 fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
-                slot_came = recheck_at is not None and now_ms() >= recheck_at
+                slot_came = recheck_at is not None and base.now_ms() >= recheck_at
                 if kicked or version != last_version or now - last_check >= fallback or slot_came:
                     last_version, last_check = version, now
                     due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)

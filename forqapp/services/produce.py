@@ -18,7 +18,8 @@ from ..store import (
     MessageRow,
     NewMessage,
 )
-from .base import SendResult, _hot_setting, _refuse_nul, _store, alias, now_ms
+from . import base
+from .base import SendResult, _hot_setting, _refuse_nul, _store, alias
 from .notify import kick
 from .policies import Policy, policy
 from .queues import _ensure_queue
@@ -159,7 +160,7 @@ def _send_one(queue: str, content: str, process_after: int | datetime | None, de
                 "attributes": attributes, "retention": retention}
         return send_entries(queue, [item], using=using)[0].id
     st = store.for_alias(using)
-    now = now_ms()
+    now = base.now_ms()
     content = validation.content(content, _hot_setting("FORQ_MAX_CONTENT_BYTES"))  # before the due time (SPEC)
     due = now if process_after is None and delay is None else _due(process_after, delay, now)
     if retention is None:
@@ -201,7 +202,7 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
     """:func:`send_entries`; with ``ids_only``, the ids alone (:func:`send_many`: no result object
     a message on the usual path, which shows at 100,000 messages a second)."""
     queue = validation.queue_name(queue, produce=True)
-    now = now_ms()
+    now = base.now_ms()
     items = list(items)
     if not items:
         return []

@@ -19,9 +19,9 @@ from ..store import (
     Store,
 )
 from ..vocab import base_of
-from . import limits
+from . import base, limits
 from . import policies as policy_module
-from .base import _store, now_ms
+from .base import _store
 from .maintenance import move_failed_to_dlq
 from .notify import kick
 from .policies import _policies, forget_policies, policy
@@ -75,7 +75,7 @@ def configure_queue(name: str, *, using: str | None = None, **fields: Any) -> Qu
         current = {c: getattr(row, c) for c in (*POLICY_COLUMNS, "paused")} if row else {}
         if row is None:
             limits.ensure_queue(st, name)
-        st.queue_put(name, {**current, **changes}, now_ms())
+        st.queue_put(name, {**current, **changes}, base.now_ms())
     forget_policies()
     if row is not None and row.paused and changes.get("paused") is False:
         kick(st.alias)  # consumers waiting on a paused queue look again
@@ -89,7 +89,7 @@ def declare_queue(name: str, fields: dict[str, Any], *, using: str | None = None
     st = _store(using)
     # Not held to FORQ_MAX_QUEUES: the project's own configuration (migrate must not fail because
     # clients made the other queues); its queues count toward the limit, and E050 keeps it within.
-    st.queue_put(name, validation.policy(fields), now_ms())
+    st.queue_put(name, validation.policy(fields), base.now_ms())
     forget_policies()
     return queue_info(name, using=st.alias)
 
@@ -100,7 +100,7 @@ def queue_info(name: str, *, using: str | None = None) -> QueueInfo:
     name = validation.queue_name(name, produce=True)
     st = _store(using)
     row = st.queue_get(name)
-    info = _info(name, row, st.queue_counts(name, now_ms()))
+    info = _info(name, row, st.queue_counts(name, base.now_ms()))
     if row is None and not any(info.counts.values()):
         raise ForqError(errors.NOT_FOUND_QUEUE, f"no queue {name!r}")
     return info
@@ -109,7 +109,7 @@ def queue_info(name: str, *, using: str | None = None) -> QueueInfo:
 def list_queues(*, using: str | None = None) -> list[QueueInfo]:
     """Every queue (with a row, or with messages), by name."""
     st = _store(using)
-    now = now_ms()
+    now = base.now_ms()
     rows = {r.name: r for r in st.queue_list()}
     names = set(rows) | {base_of(d.queue) for d in st.queue_depths()}
     counts = st.state_counts(now, [q for n in names for q in (n, n + vocab.DLQ_SUFFIX)])  # one read for all
@@ -128,7 +128,7 @@ def delete_queue(name: str, *, using: str | None = None) -> bool:
     """Delete queue ``name``: its policy, its messages and its DLQ's. A later produce creates it
     again (its sequence numbers never go back). False if there was no such queue."""
     name = validation.queue_name(name, produce=True)
-    done = _store(using).queue_delete(name, now_ms())
+    done = _store(using).queue_delete(name, base.now_ms())
     forget_policies()
     return done
 
@@ -163,9 +163,9 @@ def requeue(dlq: str, message_id: str | None = None, *, using: str | None = None
         message_id = validation.message_id(message_id)
     st = _store(using)
     retention = policy(dlq, using=st.alias).retention_ms
-    n = st.requeue(dlq, message_id, now_ms(), retention)
+    n = st.requeue(dlq, message_id, base.now_ms(), retention)
     if not n and message_id is not None and move_failed_to_dlq(using=st.alias):
-        n = st.requeue(dlq, message_id, now_ms(), retention)  # (the failed job's work, done now)
+        n = st.requeue(dlq, message_id, base.now_ms(), retention)  # (the failed job's work, done now)
     if n:
         metrics.requeued(base_of(dlq), n)
         kick(st.alias)

@@ -34,7 +34,8 @@ from .. import errors, metrics, validation, vocab
 from ..conf import forq_settings
 from ..errors import ForqError
 from ..store import ScheduleRow
-from .base import _store, now_ms
+from . import base
+from .base import _store
 from .produce import send, send_entries
 
 logger = logging.getLogger("forqapp.schedules")
@@ -150,7 +151,7 @@ def schedule(name: str, *, queue: str | None = None, content: str | None = None,
                                    "paused": paused})
     cron, every_ms = fields[2], fields[3]
     st = _store(using)
-    now = now_ms()
+    now = base.now_ms()
     with transaction.atomic(using=st.alias):
         old = st.schedule_get(name)
         same_timing = old is not None and (old.cron, old.every_ms) == (cron, every_ms)
@@ -178,7 +179,7 @@ def resume(name: str, *, using: str | None = None) -> ScheduleInfo:
 
 def _set_paused(name: str, paused: bool, using: str | None) -> ScheduleInfo:
     st = _store(using)
-    now = now_ms()
+    now = base.now_ms()
     with transaction.atomic(using=st.alias):
         row = st.schedule_get(str(name))
         if row is None:
@@ -229,7 +230,8 @@ def _task_message(task: Any, args: Any, kwargs: dict[str, Any] | None) -> tuple[
     if make is None:
         raise _invalid("task must be a @task of a forqapp.tasks.ForqBackend" if backend is None else
                        f"task {task.module_path} uses backend {task.backend!r}, not a forqapp.tasks.ForqBackend")
-    return make(task, args, kwargs or {})
+    queue, content = make(task, args, kwargs or {})
+    return str(queue), str(content)
 
 
 def _signal_tasks(content: str, ids: list[str], priority: int) -> None:
@@ -266,7 +268,7 @@ def run_due(*, dry_run: bool = False, using: str | None = None) -> int:
     A schedule that cannot send (its queue full, say) keeps its tick for the next run and does not
     hold up the others."""
     st = _store(using)
-    now = now_ms()
+    now = base.now_ms()
     sent = 0
     failed = None
     for row in st.schedules_due(now, 100):

@@ -14,7 +14,8 @@ from ..errors import ForqError
 from ..store import (
     Store,
 )
-from .base import ReceivedMessage, _refuse_nul, _store, now_ms
+from . import base
+from .base import ReceivedMessage, _refuse_nul, _store
 from .notify import kick
 from .policies import policy
 
@@ -73,7 +74,7 @@ def nack_delivery(queue: str, message_id: str, receipt: int, *, using: str | Non
     queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
     st = _store(using)
     pol = policy(queue, using=st.alias)
-    _settled(st.nack(queue, message_id, receipt, now_ms(), pol.max_attempts, pol.backoff_ms,
+    _settled(st.nack(queue, message_id, receipt, base.now_ms(), pol.max_attempts, pol.backoff_ms,
                      describe_error(error), pol.jitter))
     metrics.nacked(queue, 1)
     _slot_freed(st, queue)
@@ -120,7 +121,7 @@ def settle_many(action: str, queue: str, deliveries: Sequence[tuple[str, int]], 
     queue = validation.queue_name(queue)
     valid = [(validation.message_id(m), int(r)) for m, r in deliveries]
     st = _store(using)
-    now = now_ms()
+    now = base.now_ms()
     with transaction.atomic(using=st.alias):
         if action == "ack":
             done = [st.ack(queue, m, r) for m, r in valid]
@@ -164,7 +165,7 @@ def fail(message: ReceivedMessage, error: str | BaseException | None = None, *, 
     task's ``@retries``): the reason is then ``max_attempts_reached``, and it counts as a nack."""
     queue, message_id = validation.queue_name(message.queue), validation.message_id(message.id)
     st = _store(using)
-    _settled(st.fail(queue, message_id, _receipt(message), now_ms(), describe_error(error), used_up=used_up))
+    _settled(st.fail(queue, message_id, _receipt(message), base.now_ms(), describe_error(error), used_up=used_up))
     if used_up:
         metrics.nacked(queue, 1)
     else:
@@ -175,7 +176,7 @@ def fail(message: ReceivedMessage, error: str | BaseException | None = None, *, 
 def release(message: ReceivedMessage, *, using: str | None = None) -> bool:
     """Give back a claimed message that no consumer saw (its attempt is not counted)."""
     st = _store(using)
-    done = st.release(message.queue, message.id, _receipt(message), now_ms())
+    done = st.release(message.queue, message.id, _receipt(message), base.now_ms())
     if done:
         kick(st.alias)
     return done
@@ -190,7 +191,7 @@ def release_many(queue: str, deliveries: Iterable[tuple[str, int]], *, using: st
         return 0
     st = _store(using)
     with transaction.atomic(using=st.alias):
-        n = st.release_many(queue, valid, now_ms())
+        n = st.release_many(queue, valid, base.now_ms())
         if n:
             kick(st.alias)
     return n
@@ -207,7 +208,7 @@ def change_visibility(message: ReceivedMessage | Iterable[ReceivedMessage], seco
                            seconds=seconds, using=using)
         _settled(done[0])
         ms = validation.duration_ms(seconds, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
-        message.lease_expires_at = now_ms() + ms
+        message.lease_expires_at = base.now_ms() + ms
         return 1
     return sum(settle_many("change_visibility", queue, pairs, seconds=seconds, using=using).count(True)
                for queue, pairs in _by_queue(message, ()).items())
@@ -225,7 +226,7 @@ def defer(message: ReceivedMessage, delay: Any = 0, *, state: str | None = None,
     st = _store(using)
     if state is not None:  # the same rules as content: valid text, at most FORQ_MAX_CONTENT_BYTES
         _refuse_nul(st, [validation.content(state)])
-    _settled(st.defer(queue, message_id, _receipt(message), now_ms(), delay_ms, state))
+    _settled(st.defer(queue, message_id, _receipt(message), base.now_ms(), delay_ms, state))
     metrics.deferred(queue)
     kick(st.alias)  # a slot freed, or the message is due again
 
@@ -238,7 +239,7 @@ def extend(message: ReceivedMessage, *, using: str | None = None) -> bool:
     ms = policy(message.queue, using=st.alias).visibility_timeout_ms
     if message.lease_ms is not None:
         ms = max(ms, message.lease_ms)  # the lease the receive took
-    now = now_ms()
+    now = base.now_ms()
     done = st.change_visibility(message.queue, [(message.id, _receipt(message))], now, ms)[0]
     if done:
         message.lease_expires_at = now + ms

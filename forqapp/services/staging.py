@@ -13,7 +13,8 @@ from ..store import (
     StagedMessage,
 )
 from ..vocab import SNAPSHOT_COLUMNS
-from .base import _refuse_nul, _store, now_ms
+from . import base
+from .base import _refuse_nul, _store
 from .policies import policy
 from .produce import _after_produce, _refuse_full
 from .queues import _ensure_queue
@@ -28,7 +29,7 @@ def stage(queue: str, token: str, items: Iterable[dict[str, Any]], *, using: str
     """Write messages (``{"content", "processAfter"?}`` dicts) that stay invisible until
     :func:`publish_staged` (or are discarded)."""
     queue = validation.queue_name(queue, produce=True)
-    now = now_ms()
+    now = base.now_ms()
     items = list(items)
     limit = forq_settings.FORQ_MAX_CONTENT_BYTES
     content, process_after = validation.content, validation.process_after
@@ -51,7 +52,7 @@ def publish_staged(staged: Sequence[tuple[str, str]], *, using: str | None = Non
     by_queue: dict[str, list[tuple[str, str]]] = {}
     for token, queue in staged:
         by_queue.setdefault(queue, []).append((token, queue))
-    now = now_ms()
+    now = base.now_ms()
     published: dict[str, int] = {}
     with transaction.atomic(using=st.alias):
         for queue, pairs in by_queue.items():

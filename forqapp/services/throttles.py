@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 from ..conf import forq_settings
-from .base import _store, now_ms
+from . import base
+from .base import _store
 
 T = TypeVar("T")
 
@@ -15,19 +16,19 @@ T = TypeVar("T")
 
 def auth_blocked(address: str, *, using: str | None = None) -> bool:
     """Is ``address`` refused for too many wrong keys? (Shared by every process and host.)"""
-    return _store(using).auth_blocked_until(address[:100]) > now_ms()
+    return _store(using).auth_blocked_until(address[:100]) > base.now_ms()
 
 
 def auth_retry_after(address: str, *, using: str | None = None) -> int:
     """Whole seconds until ``address`` may try a key again (a 429's ``Retry-After``); 0: not blocked."""
-    left_ms = _store(using).auth_blocked_until(address[:100]) - now_ms()
+    left_ms = _store(using).auth_blocked_until(address[:100]) - base.now_ms()
     return max(0, -(-left_ms // 1000))  # rounded up: retrying at once after would still be refused
 
 
 def auth_failed(address: str, *, using: str | None = None) -> None:
     """Count a wrong key from ``address``: the ``FORQ_AUTH_MAX_FAILURES``-th within
     ``FORQ_AUTH_FAILURE_WINDOW_S`` blocks it for ``FORQ_AUTH_BLOCK_S``."""
-    _store(using).auth_failed(address[:100], now_ms(), forq_settings.FORQ_AUTH_FAILURE_WINDOW_S * 1000,
+    _store(using).auth_failed(address[:100], base.now_ms(), forq_settings.FORQ_AUTH_FAILURE_WINDOW_S * 1000,
                    forq_settings.FORQ_AUTH_MAX_FAILURES, forq_settings.FORQ_AUTH_BLOCK_S * 1000)
 
 
@@ -39,7 +40,7 @@ def login_blocked_until(keys: Iterable[str], *, using: str | None = None) -> int
     address and username keys); 0 when it is not."""
     st = _store(using)
     until = max((st.auth_blocked_until(key[:100]) for key in keys), default=0)
-    return until if until > now_ms() else 0
+    return until if until > base.now_ms() else 0
 
 
 def login_failed(keys: Iterable[str], *, using: str | None = None) -> int:
@@ -47,7 +48,7 @@ def login_failed(keys: Iterable[str], *, using: str | None = None) -> int:
     ``FORQ_LOGIN_FAILURE_WINDOW_S`` blocks that key for ``FORQ_LOGIN_BLOCK_S``. Returns until when
     the login is now blocked (Unix ms, or 0)."""
     st = _store(using)
-    now = now_ms()
+    now = base.now_ms()
     window = forq_settings.FORQ_LOGIN_FAILURE_WINDOW_S * 1000
     limit = forq_settings.FORQ_LOGIN_MAX_FAILURES
     block = forq_settings.FORQ_LOGIN_BLOCK_S * 1000

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..conf import forq_settings
-from .base import _store, now_ms
+from . import base
+from .base import _store
 from .policies import policy
 
 T = TypeVar("T")
@@ -35,7 +36,7 @@ def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
     queues count none, and a limited queue no more than its free slots (none before its next rate
     slot, whose time comes back in :attr:`Due.recheck_at`), so waiters never wake to claim nothing."""
     st = _store(using)
-    now = now_ms()
+    now = base.now_ms()
     policies = {q: policy(q, using=st.alias) for q in queues}
     open_queues = [q for q, p in policies.items() if not p.paused]
     counts = st.has_due(open_queues, now, limit) if open_queues else {}
