@@ -316,3 +316,9 @@ def test_sqs_attributes_edges(name, bounds):
         with pytest.raises(SqsError) as exc:
             sqs_queues._integer(name, wrong)
         assert exc.value.message == f"Invalid value for the parameter {name}: must be an integer from {lo} to {hi}"
+
+
+def test_a_schedule_s_fields_are_the_schedules_module_s():
+    from forqapp import schedules
+
+    assert validation.SCHEDULE_FIELDS == schedules.FIELDS

@@ -480,7 +480,7 @@ async def schedule(request: HttpRequest, name: str) -> HttpResponse:
     "paused"?}``; a schedule whose timing is unchanged keeps its next tick) → 200 the schedule;
     DELETE it → 204."""
     if request.method == "PUT":
-        given = ScheduleInput.parse(_body(request, schedules.FIELDS), storable=services.content_storable)
+        given = ScheduleInput.parse(_body(request, validation.SCHEDULE_FIELDS), storable=services.content_storable)
         info = await services.run_async(schedules.schedule, name, **given.fields)
         return JsonResponse(info.json())
     name = _schedule_name(name)
