@@ -388,8 +388,9 @@ def duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int:
 
 
 def _seconds(value: float) -> str:
-    """A bound as people read it: 31622400 (a year), not 3.16224e+07; 0.001 as is."""
-    return str(int(value)) if value == int(value) else f"{value:g}"
+    """A bound as people read it: 31622400 (a year), not 3.16224e+07; 0.001 as is (an infinite
+    one, a setting's, as ``inf``)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def optional_duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int | None:

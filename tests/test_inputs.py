@@ -322,3 +322,8 @@ def test_a_schedule_s_fields_are_the_schedules_module_s():
     from forqapp import schedules
 
     assert validation.SCHEDULE_FIELDS == schedules.FIELDS
+
+
+def test_an_unbounded_wait_is_said_so():
+    refused(lambda: ReceiveOptions.parse({"wait": -1}, longest_wait=math.inf),
+            text="wait must be a number of seconds from 0 to inf")
