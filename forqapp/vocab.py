@@ -1,7 +1,8 @@
 """The queue's words, shared by the stores, services, models, UI and the Spark connector.
 
 Django-free on purpose: :mod:`forqapp.spark` runs on Spark executors without Django settings and
-imports this module too. Every status code, failure reason and DLQ name rule lives here once.
+imports this module too. Every status code, failure reason, DLQ name rule and input limit (the
+table of limits, below) lives here once.
 """
 
 from __future__ import annotations
