@@ -1,4 +1,11 @@
-"""Input rules of Forq's API, shared by the HTTP API and the Python API. Each raises ForqError."""
+"""Input rules, shared by every face (v1, v2, SQS, the tasks backend, the admin) and the Python
+API. Each raises ForqError.
+
+The bounds come from one table, :mod:`forqapp.vocab`'s limits. The typed inputs at the end
+(:class:`SendEntry`, :class:`Delivery`, :class:`ReceiveOptions`, :class:`PolicyChange`,
+:class:`ScheduleInput`) are a request's values parsed once, by a face, into a frozen value; the
+functions above them check one value each.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +13,16 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from itertools import chain
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import errors, vocab
 from .conf import forq_settings
 from .errors import ForqError
-from .vocab import QUEUE_NAME, V1_QUEUE_NAME, is_dlq
+from .vocab import QUEUE_NAME, V1_QUEUE_NAME, Bounds, is_dlq
 
 # Names already found valid, each with whether it names a DLQ: every send, claim and ack checks its
 # queue's name, and a dict lookup is a fifth of the pattern's cost. Bounded: emptied when full.
@@ -72,17 +80,18 @@ def content(value: object, limit: int | None = None) -> str:
     return value
 
 
-def process_after(value: object, now: int) -> int:
+def process_after(value: object, now: int, name: str = "processAfter") -> int:
     """Unix ms when the message becomes due; ``None`` or ``0`` means now (Forq treats 0, Go's zero
-    value, as absent)."""
+    value, as absent). ``name``: the field as the caller's request spells it (Forq's body:
+    ``processAfter``; v2's: ``process_after``)."""
     if value is None or (type(value) is int and value == 0):  # not False, which is no integer here
         return now
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ForqError(errors.BODY_INVALID, "processAfter must be an integer (Unix ms)")
+    if not is_integer(value):
+        raise ForqError(errors.BODY_INVALID, f"{name} must be an integer (Unix ms)")
     if value < now - forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS:
-        raise ForqError(errors.PROCESS_AFTER_IN_PAST, "processAfter is in the past")
+        raise ForqError(errors.PROCESS_AFTER_IN_PAST, f"{name} is in the past")
     if value > now + forq_settings.FORQ_PROCESS_AFTER_MAX_MS:
-        raise ForqError(errors.PROCESS_AFTER_TOO_FAR, "processAfter is more than 366 days ahead")
+        raise ForqError(errors.PROCESS_AFTER_TOO_FAR, f"{name} is more than 366 days ahead")
     return value
 
 
@@ -97,32 +106,45 @@ _RECEIPT = re.compile(r"[-+]?[0-9]{1,19}")  # ASCII digits only (no "--5", no Un
 _INT64 = range(-(2**63), 2**63)  # what a receipt is stored as (SQLite INTEGER, PostgreSQL bigint)
 
 
-def receipt(value: object) -> int:
+def receipt(value: object, name: str | None = None) -> int:
     """A delivery's receipt (``X-Forq-Receipt``, or ``receipt`` in a bulk body) as an integer. A
     value out of the 64-bit range is refused here, as Go's ParseInt does in Forq: the database
-    would otherwise fail on it (SQLite: "Python int too large to convert")."""
+    would otherwise fail on it (SQLite: "Python int too large to convert"). ``name``: a body's
+    field (the v2 API's ``receipt``), whose errors name it; None: Forq's header and its words."""
     if value is None or value == "":
-        raise ForqError(errors.RECEIPT_MISSING, "X-Forq-Receipt header is missing")
+        if name is None:
+            raise ForqError(errors.RECEIPT_MISSING, "X-Forq-Receipt header is missing")
+        # (a body's empty string: missing, as the header's, in the words of a wrong receipt)
+        raise ForqError(errors.RECEIPT_MISSING, f"{name} is missing" if value is None else _RECEIPT_TEXT.format(name))
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ForqError(errors.RECEIPT_INVALID, "X-Forq-Receipt is not an integer")
+        raise _bad_receipt(name, "is not an integer")
     if isinstance(value, str):
         text = value.strip()
         if not _RECEIPT.fullmatch(text):
-            raise ForqError(errors.RECEIPT_INVALID, "X-Forq-Receipt is not an integer")
+            raise _bad_receipt(name, "is not an integer")
         value = int(text)
     if value not in _INT64:
-        raise ForqError(errors.RECEIPT_INVALID, "X-Forq-Receipt is out of range")
+        raise _bad_receipt(name, "is out of range")
     return value
+
+
+def _bad_receipt(name: str | None, why: str) -> ForqError:
+    if name is None:
+        return ForqError(errors.RECEIPT_INVALID, f"X-Forq-Receipt {why}")
+    return ForqError(errors.RECEIPT_INVALID, _RECEIPT_TEXT.format(name))
+
+
+_RECEIPT_TEXT = "{} must be a receive's receipt: a 64-bit integer (or its digits)"
 
 
 # --- bulk request bodies (the Spark connector's endpoints, forqapp/api/bulk.py) -------------------
 
-MAX_BATCH = 10_000  # messages in one batch produce or staged write (the 2 MiB body cap applies too)
-MAX_CLAIM = 10_000  # messages in one claim
-MAX_DELIVERIES = 10_000  # deliveries in one ack or release
-MAX_STAGED = 10_000  # (token, queue) pairs in one publish or discard
-MAX_PAGE = 10_000  # rows in one snapshot page
-MAX_WAIT_S = 30.0  # longest wait of a bulk claim
+MAX_BATCH = vocab.BULK_MAX_ITEMS  # messages in one batch produce or staged write (the 2 MiB body cap applies too)
+MAX_CLAIM = int(vocab.BULK_CLAIM.hi)  # messages in one claim
+MAX_DELIVERIES = vocab.BULK_MAX_ITEMS  # deliveries in one ack or release
+MAX_STAGED = vocab.BULK_MAX_ITEMS  # (token, queue) pairs in one publish or discard
+MAX_PAGE = int(vocab.BULK_PAGE.hi)  # rows in one snapshot page
+MAX_WAIT_S = float(vocab.BULK_WAIT_S.hi)  # longest wait of a bulk claim
 DEFAULT_CLAIM = 100
 DEFAULT_PAGE = "1000"
 SNAPSHOT_FORMATS = ("rows", "columns")
@@ -152,12 +174,22 @@ def token(value: object) -> str:
     return value
 
 
-def int_field(value: object, name: str, lo: int, hi: int, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise _invalid(f"{name} must be an integer from {lo} to {hi}")
+def is_integer(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is an integer (an int, not a bool): every integer reader asks this."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer(value: object, name: str, bounds: Bounds) -> int:
+    """``value``, an integer within ``bounds`` (else 400 ``bad_request.body_invalid``:
+    "``name`` must be an integer from lo to hi")."""
+    if not is_integer(value) or value not in bounds:
+        raise _invalid(f"{name} must be an integer from {_seconds(bounds.lo)} to {_seconds(bounds.hi)}")
     return value
+
+
+def int_field(value: object, name: str, lo: int, hi: int, default: int) -> int:
+    """:func:`integer` from ``lo`` to ``hi``, or ``default`` when absent (None)."""
+    return default if value is None else integer(value, name, Bounds(lo, hi))
 
 
 def batch_items(body: dict) -> list[dict]:
@@ -192,13 +224,13 @@ def deliveries(body: dict) -> list[tuple[str, int]]:
 
 def claim_limit(body: dict) -> int:
     """A bulk claim's ``max`` (default 100)."""
-    return int_field(body.get("max"), "max", 1, MAX_CLAIM, DEFAULT_CLAIM)
+    return DEFAULT_CLAIM if body.get("max") is None else integer(body["max"], "max", vocab.BULK_CLAIM)
 
 
 def claim_wait(body: dict) -> float:
     """A bulk claim's ``wait``: seconds to wait for the first message (default 0)."""
     wait = body.get("wait", 0)
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_WAIT_S:
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait not in vocab.BULK_WAIT_S:
         raise _invalid(f"wait must be a number of seconds from 0 to {MAX_WAIT_S:g}")
     return float(wait)
 
@@ -207,7 +239,7 @@ def page_limit(raw: str | None) -> int:
     """A snapshot's ``limit`` query parameter (default 1000)."""
     raw = DEFAULT_PAGE if raw is None else raw
     # At most 5 ASCII digits before int(): Python's int() refuses over 4,300 digits (ValueError).
-    if not _LIMIT.fullmatch(raw) or not 1 <= int(raw) <= MAX_PAGE:
+    if not _LIMIT.fullmatch(raw) or int(raw) not in vocab.BULK_PAGE:
         raise _invalid(f"limit must be an integer from 1 to {MAX_PAGE}")
     return int(raw)
 
@@ -233,11 +265,7 @@ _DEDUP_ID = re.compile(rf"[\x21-\x7e]{{1,{vocab.DEDUP_ID_MAX}}}")  # printable A
 
 
 def priority(value: object) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or not vocab.PRIORITY_MIN <= value <= vocab.PRIORITY_MAX:
-        raise _invalid(f"priority must be an integer from {vocab.PRIORITY_MIN} to {vocab.PRIORITY_MAX}")
-    return value
+    return 0 if value is None else integer(value, "priority", vocab.PRIORITY)
 
 
 def attributes(value: object) -> str | None:
@@ -316,7 +344,7 @@ def _attributes_checked(value: object) -> str | None:
             raise _invalid(f"an attribute key must be a string of 1 to {vocab.ATTRIBUTE_KEY_MAX} characters")
         if not isinstance(item, str) or len(item) > vocab.ATTRIBUTE_VALUE_MAX:
             raise _invalid(f"attribute {key!r} must be a string of at most {vocab.ATTRIBUTE_VALUE_MAX} characters")
-        if not (key.isascii() and item.isascii()) and not _text_ok(key + item):  # a lone surrogate
+        if not (key.isascii() and item.isascii()) and not is_text(key + item):  # a lone surrogate
             raise _invalid(f"attribute {key!r} holds characters that cannot be stored")
     if not value:
         return None
@@ -329,7 +357,8 @@ _ATTRIBUTES_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).e
 _JSON_STRING: Callable[[str], str] = json.encoder.encode_basestring  # (C) what that encoder writes for a str
 
 
-def _text_ok(text: str) -> bool:
+def is_text(text: str) -> bool:
+    """Whether ``text`` is storable Unicode (no lone surrogate, as ``"\\ud800"`` in JSON)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -359,25 +388,24 @@ def duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int:
 
 
 def _seconds(value: float) -> str:
-    """A bound as people read it: 31622400 (a year), not 3.16224e+07; 0.001 as is."""
-    return str(int(value)) if value == int(value) else f"{value:g}"
+    """A bound as people read it: 31622400 (a year), not 3.16224e+07; 0.001 as is (an infinite
+    one, a setting's, as ``inf``)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def optional_duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int | None:
     return None if value is None else duration_ms(value, name, lo_s, hi_s)
 
 
-DAY_S = 86_400.0
-YEAR_S = 366 * DAY_S
+DAY_S = float(vocab.DAY_S)
+YEAR_S = float(vocab.YEAR_S)
 
 
 def backoff(value: object) -> str:
     """A backoff policy as the JSON text stored: a list of 1 to 100 delays (ms, ≥ 0), or an
     exponential one, ``{"base_ms", "max_ms", "jitter"}`` (jitter a fraction from 0 to 1)."""
     if isinstance(value, (list, tuple)):
-        if not 1 <= len(value) <= 100 or not all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= YEAR_S * 1000 for v in value
-        ):
+        if len(value) not in vocab.BACKOFF_DELAYS or not all(is_integer(v) and v in vocab.BACKOFF_MS for v in value):
             raise _invalid("backoff must be 1 to 100 delays in ms (integers from 0 to a year)")
         return json.dumps(list(value))
     if isinstance(value, dict):
@@ -385,7 +413,7 @@ def backoff(value: object) -> str:
             raise _invalid('an exponential backoff is {"base_ms", "max_ms"?, "jitter"?}')
         base, cap, jit = value["base_ms"], value.get("max_ms", 3_600_000), value.get("jitter", 0)
         for name, v in (("base_ms", base), ("max_ms", cap)):
-            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= YEAR_S * 1000:
+            if not is_integer(v) or v not in vocab.BACKOFF_BASE_MS:
                 raise _invalid(f"backoff {name} must be an integer from 1 to a year in ms")
         if cap < base:
             raise _invalid("backoff max_ms must be at least base_ms")
@@ -399,8 +427,9 @@ def max_attempts(value: object) -> int:
     """At least 1, or unlimited (``"unlimited"``, ``math.inf`` or 0): stored as 0."""
     if value == "unlimited" or value == 0 or (isinstance(value, float) and math.isinf(value) and value > 0):
         return 0
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
-        raise _invalid('max_attempts must be an integer from 1 to 1000000, or "unlimited"')
+    if not is_integer(value) or value not in vocab.MAX_ATTEMPTS:
+        hi = int(vocab.MAX_ATTEMPTS.hi)
+        raise _invalid(f'max_attempts must be an integer from {vocab.MAX_ATTEMPTS.lo} to {hi}, or "unlimited"')
     return value
 
 
@@ -411,15 +440,13 @@ def ordering(value: object) -> str:
 
 
 def max_length(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**12:
-        raise _invalid("max_length must be an integer from 1 to 10**12")
+    if not is_integer(value) or value not in vocab.MAX_LENGTH:
+        raise _invalid(f"max_length must be an integer from {vocab.MAX_LENGTH.lo} to 10**{math.log10(vocab.MAX_LENGTH.hi):.0f}")
     return value
 
 
 def max_in_flight(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
-        raise _invalid("max_in_flight must be an integer from 1 to 1000000")
-    return value
+    return integer(value, "max_in_flight", vocab.MAX_IN_FLIGHT)
 
 
 _RATE = re.compile(r"([1-9][0-9]{0,8})/([0-9]*\.?[0-9]*)(s|m|h|d)")
@@ -430,7 +457,7 @@ def rate(value: object) -> str:
     """A rate limit: ``"N/s"``, ``"N/m"``, ``"N/h"``, ``"N/d"`` (or ``"N/2.5s"``), or a minimum
     interval between claims (seconds or timedelta, stored as ``"1/<seconds>s"``)."""
     if isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
-        return f"1/{duration_ms(value, 'rate', 0.001, DAY_S) / 1000:g}s"
+        return f"1/{duration_ms(value, 'rate', *vocab.RATE_INTERVAL_S) / 1000:g}s"
     if isinstance(value, str) and (match := _RATE.fullmatch(value.strip())):
         count, amount, unit = match.groups()
         try:
@@ -462,12 +489,12 @@ POLICY_FIELDS = {
     "max_attempts": ("max_attempts", max_attempts),
     "backoff": ("backoff", backoff),
     "visibility_timeout": ("visibility_timeout_ms",
-                           lambda v: duration_ms(v, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)),
-    "retention": ("retention_ms", lambda v: duration_ms(v, "retention", 1, YEAR_S)),
-    "dlq_retention": ("dlq_retention_ms", lambda v: duration_ms(v, "dlq_retention", 1, YEAR_S)),
+                           lambda v: duration_ms(v, "visibility_timeout", *vocab.VISIBILITY_S)),
+    "retention": ("retention_ms", lambda v: duration_ms(v, "retention", *vocab.RETENTION_S)),
+    "dlq_retention": ("dlq_retention_ms", lambda v: duration_ms(v, "dlq_retention", *vocab.RETENTION_S)),
     "max_length": ("max_length", max_length),
     "ordering": ("ordering", ordering),
-    "dedup_window": ("dedup_window_ms", lambda v: duration_ms(v, "dedup_window", 0.001, 12 * 3600)),
+    "dedup_window": ("dedup_window_ms", lambda v: duration_ms(v, "dedup_window", *vocab.DEDUP_WINDOW_S)),
     "max_in_flight": ("max_in_flight", max_in_flight),
     "rate": ("rate", rate),
     "paused": ("paused", paused),
@@ -485,3 +512,205 @@ def policy(values: dict) -> dict:
         column, rule = POLICY_FIELDS[name]
         out[column] = (False if name == "paused" else None) if value is None else rule(value)
     return out
+
+
+# --- a JSON body's values (the v2 API) --------------------------------------------------------
+
+
+def fields(value: object, what: str, allowed: Iterable[str]) -> dict[str, Any]:
+    """``value``, a JSON object holding no field but ``allowed`` (a misspelt ``prority`` must not
+    pass silently)."""
+    if not isinstance(value, dict):
+        raise _invalid(f"{what} must be a JSON object")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise _invalid(f"unknown field {unknown[0][:64]!r} in {what}")
+    return value
+
+
+def seconds(value: object, name: str, bounds: Bounds | tuple[float, float]) -> float:
+    """A duration in a JSON body: a finite number of seconds within ``bounds`` (Python's JSON reads
+    ``1e999`` as infinity, and a 400-digit integer is no float). Returned as given (int or float)."""
+    lo, hi = bounds
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not (isinstance(value, int) or math.isfinite(value)) or not lo <= value <= hi):
+        raise _invalid(f"{name} must be a number of seconds from {_seconds(lo)} to {_seconds(hi)}")
+    return value
+
+
+def text(value: object, name: str, lo: int, hi: int) -> str:
+    """A string of ``lo`` to ``hi`` characters that a database can store (no NUL, no lone surrogate)."""
+    if not isinstance(value, str) or not lo <= len(value) <= hi:
+        raise _invalid(f"{name} must be a string of {lo} to {hi} characters")
+    if "\x00" in value or not is_text(value):
+        raise _invalid(f"{name} must be Unicode text without NUL characters")
+    return value
+
+
+def boolean(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid(f"{name} must be true or false")
+    return value
+
+
+def delay_bounds() -> Bounds:
+    """A delay's (a send's, a defer's): 0 to ``FORQ_PROCESS_AFTER_MAX_MS`` (366 days by default)."""
+    return Bounds(0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
+
+
+# --- typed inputs: a request parsed once ---------------------------------------------------------
+#
+# Each is what a face read from its request, checked by the rules above in the order the API
+# documents, with the API's own words for each refusal. A service given one trusts it; a service
+# given plain Python values (``forqapp.send(...)``) checks them itself, once, by the same rules.
+
+Storable = Callable[[str], bool]  # whether the database stores a text (PostgreSQL's holds no NUL)
+
+
+def _nul_free(value: str, what: str, storable: Storable | None) -> None:
+    if "\x00" in value and storable is not None and not storable(value):
+        raise _invalid(f"{what} with NUL characters cannot be stored on this database")
+
+
+@dataclass(frozen=True, slots=True)
+class SendEntry:
+    """One message to send (v2's body, or an entry of its batch): ``content`` and send's options,
+    durations in seconds as given. :meth:`item` is what :func:`forqapp.services.send_entries` takes."""
+
+    content: str
+    delay: float | None = None
+    process_after: int | None = None
+    priority: int | None = None
+    attributes: dict[str, str] | None = None
+    dedup_id: str | None = None
+    dedup_window: float | None = None
+    retention: float | None = None
+
+    FIELDS = ("content", "delay", "process_after", "priority", "attributes", "dedup_id", "dedup_window",
+              "retention")
+
+    @classmethod
+    def parse(cls, item: object, *, now: int, storable: Storable | None = None) -> SendEntry:
+        """``item``, a JSON object of :data:`FIELDS` (null is absent); ``now``: Unix ms, for
+        ``process_after``; ``storable``: the database's test for a text holding NUL."""
+        given = {name: value for name, value in fields(item, "a message", cls.FIELDS).items() if value is not None}
+        body = content(given.get("content"))
+        _nul_free(body, "content", storable)
+        if "delay" in given and "process_after" in given:
+            raise _invalid("give delay or process_after, not both")
+        if "delay" in given:
+            seconds(given["delay"], "delay", delay_bounds())
+        if "process_after" in given:
+            process_after(given["process_after"], now, "process_after")
+        priority(given.get("priority"))
+        attributes(given.get("attributes"))
+        dedup_id(given.get("dedup_id"))
+        if "dedup_window" in given:
+            seconds(given["dedup_window"], "dedup_window", vocab.DEDUP_WINDOW_S)
+        if "retention" in given:
+            seconds(given["retention"], "retention", vocab.RETENTION_S)
+        return cls(**{**given, "content": body})
+
+    def item(self) -> dict[str, Any]:
+        """The options given (none of them None), with ``content``."""
+        return {name: value for name in self.FIELDS if (value := getattr(self, name)) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A delivery named by its queue, its message's id and its receipt: what an ack, a nack, a
+    change of visibility or a defer needs (and all it reads of a received message)."""
+
+    queue: str
+    id: str
+    receipt: int
+
+    @classmethod
+    def parse(cls, queue: str, id_value: object, receipt_value: object, *,
+              receipt_name: str | None = None) -> Delivery:
+        """``queue`` (already checked: its rules are the face's) and the id and receipt as given;
+        ``receipt_name``: the body field the receipt came in (None: Forq's ``X-Forq-Receipt``)."""
+        return cls(queue, message_id(id_value), receipt(receipt_value, receipt_name))
+
+    @classmethod
+    def entry(cls, queue: str, item: object) -> Delivery:
+        """A v2 batch's entry ``{"id", "receipt"}``."""
+        item = fields(item, "an entry", ("id", "receipt"))
+        return cls.parse(queue, item.get("id"), item.get("receipt"), receipt_name="receipt")
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveOptions:
+    """A receive's options: up to ``max_messages``, waiting up to ``wait`` seconds for the first,
+    leased for ``visibility_timeout`` seconds (None: the queue's), in ``random`` order or not."""
+
+    max_messages: int = 1
+    wait: float = 0
+    visibility_timeout: float | None = None
+    random: bool = False
+
+    FIELDS = ("max_messages", "wait", "visibility_timeout", "random")
+
+    @classmethod
+    def parse(cls, body: dict[str, Any], *, longest_wait: float) -> ReceiveOptions:
+        """v2's receive body (every field optional; null is absent); ``longest_wait``:
+        ``FORQ_LONG_POLL_SECONDS``."""
+        get = body.get
+        return cls(
+            1 if get("max_messages") is None else integer(get("max_messages"), "max_messages", vocab.V2_ENTRIES),
+            0 if get("wait") is None else seconds(get("wait"), "wait", (0, longest_wait)),
+            None if get("visibility_timeout") is None else visibility(get("visibility_timeout")),
+            False if get("random") is None else boolean(get("random"), "random"),
+        )
+
+
+def visibility(value: object) -> float:
+    """A lease in a JSON body (``visibility_timeout``): 0 s to 12 h."""
+    if value is None:
+        raise _invalid("visibility_timeout is missing")
+    return seconds(value, "visibility_timeout", vocab.VISIBILITY_S)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyChange:
+    """A change of a queue's policy: ``fields`` as given (``configure_queue``'s keywords; None
+    resets one to the global setting) and ``columns``, the stored values they make."""
+
+    fields: dict[str, Any]
+    columns: dict[str, Any]
+
+    @classmethod
+    def parse(cls, body: object, *, replace: bool = False) -> PolicyChange:
+        """A PUT's body (``replace``: every field; an absent one resets to the global setting) or a
+        PATCH's (only the fields given), checked by :func:`policy`."""
+        given = fields(body, "the body", POLICY_FIELDS)
+        for name, value in given.items():  # durations become floats: a 400-digit integer is none
+            if isinstance(value, int) and not -(2**53) <= value <= 2**53:
+                raise _invalid(f"{name} is out of range")
+        values = {**dict.fromkeys(POLICY_FIELDS), **given} if replace else dict(given)
+        return cls(values, policy(values))
+
+
+SCHEDULE_FIELDS = ("queue", "content", "cron", "every", "catch_up", "priority", "attributes", "paused")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInput:
+    """A schedule as v2's PUT gives it: the fields given (null is absent), checked here where the
+    HTTP API says more than :func:`forqapp.services.schedules.validate` (which checks the rest: the name,
+    cron, catch_up, priority, attributes): the required fields, ``every``'s seconds, NUL."""
+
+    fields: dict[str, Any]
+
+    @classmethod
+    def parse(cls, body: object, *, storable: Storable | None = None) -> ScheduleInput:
+        given = {name: value for name, value in fields(body, "the body", SCHEDULE_FIELDS).items()
+                 if value is not None}
+        for required in ("queue", "content"):
+            if required not in given:
+                raise _invalid(f"{required} is missing")
+        if isinstance(given["content"], str):
+            _nul_free(given["content"], "content", storable)
+        if "every" in given:
+            seconds(given["every"], "every", vocab.SCHEDULE_EVERY_S)
+        return cls(given)

@@ -1,13 +1,15 @@
 """The queue's words, shared by the stores, services, models, UI and the Spark connector.
 
 Django-free on purpose: :mod:`forqapp.spark` runs on Spark executors without Django settings and
-imports this module too. Every status code, failure reason and DLQ name rule lives here once.
+imports this module too. Every status code, failure reason, DLQ name rule and input limit (the
+table of limits, below) lives here once.
 """
 
 from __future__ import annotations
 
 import re
 from enum import IntEnum, StrEnum
+from typing import NamedTuple
 
 
 class Status(IntEnum):
@@ -77,12 +79,69 @@ SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "priority", "attributes", "dedup_id", "sequence", "first_received_at", "last_error",
 )
 
-# --- messages and queues --------------------------------------------------------------------
+# --- limits: the one table ------------------------------------------------------------------
+#
+# Every bound an input is checked against, written once: the typed inputs of
+# :mod:`forqapp.validation` read them, and so do the faces (v1, v2, SQS, the tasks backend, the
+# admin's forms) and the OpenAPI documents' test (``tests/test_limits.py``), which holds
+# ``forqapp/api/openapi*.json`` to them. A bound is a pair (lo, hi), both included. Durations are in
+# seconds unless the name says ms.
+
+
+class Bounds(NamedTuple):
+    """An inclusive range: ``lo <= value <= hi``."""
+
+    lo: float
+    hi: float
+
+    def __contains__(self, value: object) -> bool:  # a range, not the pair
+        return self.lo <= value <= self.hi  # type: ignore[operator]
+
+
+DAY_S = 86_400
+YEAR_S = 366 * DAY_S  # the longest retention, schedule period, backoff delay (in ms) and delay
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+PRIORITY = Bounds(PRIORITY_MIN, PRIORITY_MAX)
 MAX_ATTRIBUTES = 10
 ATTRIBUTE_KEY_MAX, ATTRIBUTE_VALUE_MAX = 64, 1024
 DEDUP_ID_MAX = 128
 VISIBILITY_MAX_S = 12 * 3600  # a receive's lease: 0 s to 12 h
+VISIBILITY_S = Bounds(0, VISIBILITY_MAX_S)
+DEDUP_WINDOW_MIN_S, DEDUP_WINDOW_MAX_S = 0.001, 12 * 3600  # how long a dedup id is remembered
+DEDUP_WINDOW_S = Bounds(DEDUP_WINDOW_MIN_S, DEDUP_WINDOW_MAX_S)
+RETENTION_S = Bounds(1, YEAR_S)  # a message's (a send's, a queue's, a DLQ's)
+MAX_ATTEMPTS = Bounds(1, 1_000_000)  # or unlimited (0)
+BACKOFF_DELAYS = Bounds(1, 100)  # delays in a backoff list
+BACKOFF_MS = Bounds(0, YEAR_S * 1000)  # each delay of a backoff list
+BACKOFF_BASE_MS = Bounds(1, YEAR_S * 1000)  # an exponential backoff's base_ms and max_ms
+MAX_LENGTH = Bounds(1, 10**12)
+MAX_IN_FLIGHT = Bounds(1, 1_000_000)
+RATE_INTERVAL_S = Bounds(0.001, DAY_S)  # a rate given as the least interval between claims
+SCHEDULE_EVERY_S = Bounds(1, YEAR_S)  # a schedule's period
+
+#: The v2 API's: messages in a send batch, deliveries in a settle batch, messages in a receive;
+#: a nack's failure reason (characters).
+V2_MAX_ENTRIES = 10
+V2_ENTRIES = Bounds(1, V2_MAX_ENTRIES)
+ERROR_TEXT_MAX = 2_000
+
+#: The bulk endpoints' (the Spark connector's, ``forqapp/api/bulk.py``): items in one request, a
+#: claim's ``max`` and ``wait``, a snapshot page's ``limit``.
+BULK_MAX_ITEMS = 10_000
+BULK_CLAIM = Bounds(1, 10_000)
+BULK_WAIT_S = Bounds(0, 30)
+BULK_PAGE = Bounds(1, 10_000)
+
+#: The SQS listener's own, narrower than forqapp's where SQS is (AWS's documented limits): they
+#: apply to what comes in through it, and its queues' attributes.
+SQS_BATCH_MAX = 10  # entries in a batch, messages in a receive
+SQS_MAX_MESSAGES = Bounds(1, SQS_BATCH_MAX)
+SQS_VISIBILITY_S = Bounds(0, 43_200)  # VisibilityTimeout, and a delivery's lease in all
+SQS_DELAY_S = Bounds(0, 900)  # DelaySeconds
+SQS_WAIT_S = Bounds(0, 20)  # WaitTimeSeconds, ReceiveMessageWaitTimeSeconds
+SQS_RETENTION_S = Bounds(60, 1_209_600)  # MessageRetentionPeriod: 1 minute to 14 days
+SQS_MESSAGE_SIZE = Bounds(1_024, 1_048_576)  # MaximumMessageSize (bytes)
+SQS_MAX_RECEIVE_COUNT = Bounds(1, 1000)  # a RedrivePolicy's maxReceiveCount
 
 ORDERINGS = ("fifo", "lifo")

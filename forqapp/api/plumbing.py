@@ -19,7 +19,7 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import errors, metrics, services, validation
+from .. import errors, metrics, services
 from ..conf import forq_settings, hot
 from ..errors import ForqError
 from ..keys import ACTIONS
@@ -249,11 +249,6 @@ def json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ForqError(errors.BODY_INVALID, "body is not a JSON object")
     return body
-
-
-def receipt(request: HttpRequest) -> int:
-    """The delivery's receipt, from the ``X-Forq-Receipt`` header."""
-    return validation.receipt(request.headers.get(RECEIPT_HEADER))
 
 
 @csrf_exempt

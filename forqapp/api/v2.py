@@ -11,14 +11,14 @@ put, delete, run now).
 Same API key, throttle and security headers as v1 (:func:`forqapp.api.plumbing.endpoint`), but
 errors are ``{"code", "message"}``. Fields are snake_case, durations are seconds (numbers), times
 Unix ms. Unknown fields are refused (a misspelt ``prority`` must not pass silently). Each view
-reads its request with the readers below, calls one service function and shapes the answer.
+parses its request once, into :mod:`forqapp.validation`'s typed inputs (bounds from the one table
+of limits in :mod:`forqapp.vocab`), calls one service function and shapes the answer.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,11 +29,8 @@ from .. import errors, services, validation, vocab
 from ..conf import forq_settings
 from ..errors import ForqError
 from ..services import groupcommit, schedules, waiting
+from ..validation import Delivery, PolicyChange, ReceiveOptions, ScheduleInput, SendEntry
 from .plumbing import View, endpoint, json_body, key_of, require, secure
-
-MAX_ENTRIES = 10  # messages in a send batch, deliveries in a settle batch, messages in a receive
-MAX_ERROR_TEXT = 2_000  # a nack's failure reason (services.MAX_ERROR_CHARS)
-DEDUP_WINDOW_S = (0.001, 12 * 3600)  # a send's dedup_window (services._dedup_window)
 
 # The answer's ``message`` when the error carries none of its own (the plumbing's refusals).
 MESSAGES = {
@@ -111,20 +108,6 @@ async def unknown_path(request: HttpRequest) -> HttpResponse:
 # --- reading requests -----------------------------------------------------------------------------
 
 
-def _invalid(message: str) -> ForqError:
-    return ForqError(errors.BODY_INVALID, message)
-
-
-def _object(value: object, what: str, allowed: Iterable[str]) -> dict[str, Any]:
-    """``value``, a JSON object holding no field but ``allowed``."""
-    if not isinstance(value, dict):
-        raise _invalid(f"{what} must be a JSON object")
-    unknown = sorted(set(value) - set(allowed))
-    if unknown:
-        raise _invalid(f"unknown field {unknown[0][:64]!r} in {what}")
-    return value
-
-
 def _no_fields(request: HttpRequest) -> None:
     """An endpoint that takes no field: its body is empty or ``{}`` (an empty form post, which
     Django's test client sends, carries no JSON: not looked at)."""
@@ -137,107 +120,27 @@ def _body(request: HttpRequest, allowed: Iterable[str], *, empty_ok: bool = Fals
     try:
         empty = not request.body.strip()
     except ValueError:  # Django sizes the body by a Content-Length it reads as a number
-        raise _invalid("Content-Length is not a number") from None
+        raise ForqError(errors.BODY_INVALID, "Content-Length is not a number") from None
     if empty_ok and empty:
         return {}
-    return _object(json_body(request), "the body", allowed)
-
-
-def _integer(value: object, name: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise _invalid(f"{name} must be an integer from {lo} to {hi}")
-    return value
-
-
-def _seconds(value: object, name: str, lo: float, hi: float) -> float:
-    """A duration: a finite JSON number of seconds from ``lo`` to ``hi`` (Python's JSON reads
-    ``1e999`` as infinity, and a 400-digit integer is no float)."""
-    if (isinstance(value, bool) or not isinstance(value, int | float)
-            or not (isinstance(value, int) or math.isfinite(value)) or not lo <= value <= hi):
-        raise _invalid(f"{name} must be a number of seconds from {_figure(lo)} to {_figure(hi)}")
-    return value
-
-
-def _figure(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
-
-
-def _text(value: object, name: str, lo: int, hi: int) -> str:
-    """A string of ``lo`` to ``hi`` characters that a database can store (no NUL, no lone surrogate)."""
-    if not isinstance(value, str) or not lo <= len(value) <= hi:
-        raise _invalid(f"{name} must be a string of {lo} to {hi} characters")
-    if "\x00" in value or not _encodable(value):
-        raise _invalid(f"{name} must be Unicode text without NUL characters")
-    return value
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON)
-        return False
-    return True
-
-
-def _boolean(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise _invalid(f"{name} must be true or false")
-    return value
-
-
-SEND_FIELDS = ("content", "delay", "process_after", "priority", "attributes", "dedup_id", "dedup_window",
-               "retention")
-
-
-def send_entry(item: object) -> dict[str, Any]:
-    """One message to send, as :func:`forqapp.services.send_entries` takes it (``content`` and
-    send's keywords; durations in seconds), checked by the services' own rules, so that a batch
-    refuses the entry rather than the whole request."""
-    item = _object(item, "a message", SEND_FIELDS)
-    entry = {name: value for name, value in item.items() if value is not None}
-    entry["content"] = content = validation.content(item.get("content"))
-    if "\x00" in content and not services.content_storable(content):  # PostgreSQL's text holds no NUL
-        raise _invalid("content with NUL characters cannot be stored on this database")
-    if "delay" in entry and "process_after" in entry:
-        raise _invalid("give delay or process_after, not both")
-    if "delay" in entry:
-        _seconds(entry["delay"], "delay", 0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
-    if "process_after" in entry:
-        _process_after(entry["process_after"])
-    validation.priority(entry.get("priority"))
-    validation.attributes(entry.get("attributes"))
-    validation.dedup_id(entry.get("dedup_id"))
-    if "dedup_window" in entry:
-        _seconds(entry["dedup_window"], "dedup_window", *DEDUP_WINDOW_S)
-    if "retention" in entry:
-        _seconds(entry["retention"], "retention", 1, validation.YEAR_S)
-    return entry
-
-
-def _process_after(value: object) -> int:
-    """Unix ms (Forq's rules: not more than 10 s past, at most 366 days ahead; 0 is now)."""
-    try:
-        validation.process_after(value, services.now_ms())
-    except ForqError as exc:
-        message = str(exc).replace("processAfter", "process_after")
-        raise ForqError(exc.code, message) from None
-    return value  # type: ignore[return-value]  # checked above: an int
+    return validation.fields(json_body(request), "the body", allowed)
 
 
 def _entries(body: dict[str, Any]) -> list[Any]:
     entries = body.get("entries")
-    if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
-        raise _invalid(f"entries must be a list of 1 to {MAX_ENTRIES} items")
+    if not isinstance(entries, list) or len(entries) not in vocab.V2_ENTRIES:
+        raise ForqError(errors.BODY_INVALID, f"entries must be a list of 1 to {vocab.V2_MAX_ENTRIES} items")
     return entries
 
 
-def _receipt(value: object) -> int:
-    if value is None:
-        raise ForqError(errors.RECEIPT_MISSING, "receipt is missing")
-    try:
-        return validation.receipt(value)
-    except ForqError as exc:
-        raise ForqError(exc.code, "receipt must be a receive's receipt: a 64-bit integer (or its digits)") from None
+def _settling(request: HttpRequest, queue: str, message_id: str,
+              allowed: tuple[str, ...]) -> tuple[Delivery, dict[str, Any]]:
+    """(the delivery a settle of one message names: the path's queue and id, the body's receipt;
+    the body), checked in that order."""
+    queue = validation.queue_name(queue)
+    message_id = validation.message_id(message_id)
+    body = _body(request, allowed)
+    return Delivery.parse(queue, message_id, body.get("receipt"), receipt_name="receipt"), body
 
 
 def _regular(queue: str) -> str:
@@ -250,20 +153,9 @@ def _regular(queue: str) -> str:
     return queue
 
 
-def _delivery(item: object) -> tuple[str, int]:
-    item = _object(item, "an entry", ("id", "receipt"))
-    return validation.message_id(item.get("id")), _receipt(item.get("receipt"))
-
-
 def _error(value: object) -> str | None:
     """A nack's failure reason, kept as the message's ``last_error``."""
-    return None if value is None else _text(value, "error", 0, MAX_ERROR_TEXT)
-
-
-def _visibility(value: object) -> float:
-    if value is None:
-        raise _invalid("visibility_timeout is missing")
-    return _seconds(value, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
+    return None if value is None else validation.text(value, "error", 0, vocab.ERROR_TEXT_MAX)
 
 
 def _failure(index: int, exc: ForqError) -> dict[str, Any]:
@@ -272,22 +164,9 @@ def _failure(index: int, exc: ForqError) -> dict[str, Any]:
     return {"index": index, "code": exc.code, "message": text if text != exc.code else MESSAGES.get(text, text)}
 
 
-def policy(body: dict[str, Any], *, replace: bool) -> dict[str, Any]:
-    """``configure_queue``'s keywords from a PUT (``replace``: every field; an absent one resets to
-    the global setting) or a PATCH (only the fields given; null resets one). The services check
-    the values (:func:`forqapp.validation.policy`)."""
-    fields = _object(body, "the body", validation.POLICY_FIELDS)
-    for name, value in fields.items():  # durations become floats: a 400-digit integer is none
-        if isinstance(value, int) and not -(2**53) <= value <= 2**53:
-            raise _invalid(f"{name} is out of range")
-    return {**dict.fromkeys(validation.POLICY_FIELDS), **fields} if replace else dict(fields)
-
-
 def _delay(value: object) -> float:
     """A defer's delay: seconds from now until the message is due again (default 0: at once)."""
-    if value is None:
-        return 0
-    return _seconds(value, "delay", 0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
+    return 0 if value is None else validation.seconds(value, "delay", validation.delay_bounds())
 
 
 def _state(value: object) -> str | None:
@@ -295,34 +174,14 @@ def _state(value: object) -> str | None:
     ``FORQ_MAX_CONTENT_BYTES``, storable); None keeps what was saved."""
     if value is None:
         return None
-    if not isinstance(value, str) or not _encodable(value):
-        raise _invalid("state must be a string (JSON-encode other values), or null to keep the saved one")
+    if not isinstance(value, str) or not validation.is_text(value):
+        raise ForqError(errors.BODY_INVALID, "state must be a string (JSON-encode other values), or null to keep the saved one")
     if "\x00" in value and not services.content_storable(value):  # PostgreSQL's text holds no NUL
-        raise _invalid("state with NUL characters cannot be stored on this database")
+        raise ForqError(errors.BODY_INVALID, "state with NUL characters cannot be stored on this database")
     limit = forq_settings.FORQ_MAX_CONTENT_BYTES
     if len(value.encode("utf-8")) > limit:
         raise ForqError(errors.CONTENT_EXCEEDS_LIMIT, f"state is over {limit} bytes")
     return value
-
-
-EVERY_S = (1, 366 * 86_400)  # a schedule's period (schedules.validate)
-
-
-def schedule_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """:func:`forqapp.services.schedules.schedule`'s keywords from a PUT: the whole schedule (an absent or
-    null field takes its default). Checked here where v2 says more (seconds, NUL on PostgreSQL);
-    the schedules module checks the rest (the name, cron, catch_up, priority, attributes)."""
-    fields = {name: value for name, value in _object(body, "the body", schedules.FIELDS).items()
-              if value is not None}
-    for required in ("queue", "content"):
-        if required not in fields:
-            raise _invalid(f"{required} is missing")
-    content = fields["content"]
-    if isinstance(content, str) and "\x00" in content and not services.content_storable(content):
-        raise _invalid("content with NUL characters cannot be stored on this database")
-    if "every" in fields:
-        _seconds(fields["every"], "every", *EVERY_S)
-    return fields
 
 
 def _schedule_name(name: str) -> str:
@@ -382,8 +241,8 @@ async def queue(request: HttpRequest, queue: str) -> HttpResponse:
     if request.method == "GET":
         info = await services.run_async(services.queue_info, queue)
     else:
-        changes = policy(json_body(request), replace=request.method == "PUT")
-        info = await services.run_async(services.configure_queue, queue, **changes)
+        change = PolicyChange.parse(json_body(request), replace=request.method == "PUT")
+        info = await services.run_async(services.configure_queue, queue, **change.fields)
     return JsonResponse(queue_json(info))
 
 
@@ -424,13 +283,17 @@ async def send(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v2/queues/{queue}/messages`` → 201 ``{"id", "sequence", "deduplicated": false}``
     (``Location``: the message); a deduplicated send creates nothing: 200, the original's id."""
     queue = validation.queue_name(queue, produce=True)
-    entry = send_entry(_body(request, SEND_FIELDS))
-    (result,) = await groupcommit.run(services.send_entries, queue, [entry])
+    entry = _send_entry(_body(request, SendEntry.FIELDS))
+    (result,) = await groupcommit.run(services.send_entries, queue, [entry.item()])
     if result.deduplicated:
         return JsonResponse(_sent(result))
     response = JsonResponse(_sent(result), status=201)
     response["Location"] = f"{request.path.rstrip('/')}/{result.id}"
     return response
+
+
+def _send_entry(item: object) -> SendEntry:
+    return SendEntry.parse(item, now=services.now_ms(), storable=services.content_storable)
 
 
 def _sent(result: services.SendResult) -> dict[str, Any]:
@@ -445,14 +308,14 @@ async def send_batch(request: HttpRequest, queue: str) -> HttpResponse:
     refusal of the whole batch (the queue is full) is the request's error, and sends nothing."""
     queue = validation.queue_name(queue, produce=True)
     entries = _entries(_body(request, ("entries",)))
-    valid: list[tuple[int, dict[str, Any]]] = []
+    valid: list[tuple[int, SendEntry]] = []
     failed = []
     for index, item in enumerate(entries):
         try:
-            valid.append((index, send_entry(item)))
+            valid.append((index, _send_entry(item)))
         except ForqError as exc:
             failed.append(_failure(index, exc))
-    results = await services.run_async(services.send_entries, queue, [e for _, e in valid]) if valid else []
+    results = await services.run_async(services.send_entries, queue, [e.item() for _, e in valid]) if valid else []
     successful = [{"index": index, **_sent(result)} for (index, _), result in zip(valid, results, strict=True)]
     return JsonResponse({"successful": successful, "failed": failed})
 
@@ -466,15 +329,11 @@ async def receive(request: HttpRequest, queue: str) -> HttpResponse:
     "random"}`` (all optional; an empty body is fine) → ``{"messages": [...]}``, highest priority
     first; with ``wait``, a long poll of up to that many seconds for the first message."""
     queue = validation.queue_name(queue)
-    body = _body(request, ("max_messages", "wait", "visibility_timeout", "random"), empty_ok=True)
-    limit = 1 if body.get("max_messages") is None else _integer(body["max_messages"], "max_messages", 1, MAX_ENTRIES)
-    longest = forq_settings.FORQ_LONG_POLL_SECONDS
-    wait = 0 if body.get("wait") is None else _seconds(body["wait"], "wait", 0, longest)
-    visibility = None if body.get("visibility_timeout") is None else _visibility(body["visibility_timeout"])
-    shuffle = False if body.get("random") is None else _boolean(body["random"], "random")
-    take = functools.partial(services.receive_many, max_messages=limit, visibility_timeout=visibility,
-                             random=shuffle)
-    messages = await waiting.claim_async(take, queue, float(wait))
+    body = _body(request, ReceiveOptions.FIELDS, empty_ok=True)
+    options = ReceiveOptions.parse(body, longest_wait=forq_settings.FORQ_LONG_POLL_SECONDS)
+    take = functools.partial(services.receive_many, max_messages=options.max_messages,
+                             visibility_timeout=options.visibility_timeout, random=options.random)
+    messages = await waiting.claim_async(take, queue, float(options.wait))
     return JsonResponse({"messages": [message_json(m) for m in messages]})
 
 
@@ -510,9 +369,8 @@ async def message(request: HttpRequest, queue: str, message_id: str) -> HttpResp
 @v2_endpoint("POST", action="consume")
 async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     """``POST …/messages/{id}/ack`` ``{"receipt"}`` → 204: done, the message is deleted."""
-    queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
-    body = _body(request, ("receipt",))
-    await groupcommit.run(services.ack_delivery, queue, message_id, _receipt(body.get("receipt")))
+    delivery, _ = _settling(request, queue, message_id, ("receipt",))
+    await groupcommit.run(services.ack_delivery, delivery.queue, delivery.id, delivery.receipt)
     return HttpResponse(status=204)
 
 
@@ -520,10 +378,9 @@ async def ack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse
 async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     """``POST …/messages/{id}/nack`` ``{"receipt", "error"?}`` → 204: retried after the queue's
     backoff, or dead-lettered when out of attempts; ``error`` is kept as the failure reason."""
-    queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
-    body = _body(request, ("receipt", "error"))
-    receipt, error = _receipt(body.get("receipt")), _error(body.get("error"))
-    await groupcommit.run(services.nack_delivery, queue, message_id, receipt, error=error)
+    delivery, body = _settling(request, queue, message_id, ("receipt", "error"))
+    error = _error(body.get("error"))
+    await groupcommit.run(services.nack_delivery, delivery.queue, delivery.id, delivery.receipt, error=error)
     return HttpResponse(status=204)
 
 
@@ -531,11 +388,10 @@ async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpRespons
 async def change_visibility(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
     """``POST …/messages/{id}/change-visibility`` ``{"receipt", "visibility_timeout"}`` → 204: the
     lease now ends that many seconds from now (0: released, receivable at once)."""
-    queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
-    body = _body(request, ("receipt", "visibility_timeout"))
-    receipt, seconds = _receipt(body.get("receipt")), _visibility(body.get("visibility_timeout"))
-    (done,) = await services.run_async(services.settle_many, "change_visibility", queue,
-                                       [(message_id, receipt)], seconds=seconds)
+    delivery, body = _settling(request, queue, message_id, ("receipt", "visibility_timeout"))
+    seconds = validation.visibility(body.get("visibility_timeout"))
+    (done,) = await services.run_async(services.settle_many, "change_visibility", delivery.queue,
+                                       [(delivery.id, delivery.receipt)], seconds=seconds)
     if not done:
         raise ForqError(errors.NOT_FOUND_MESSAGE, "no such delivery (wrong receipt, queue or id)")
     return HttpResponse(status=204)
@@ -547,10 +403,10 @@ async def defer(request: HttpRequest, queue: str, message_id: str) -> HttpRespon
     (id, attempts) back on its queue ``delay`` seconds from now (default 0), behind the others of
     its priority, with ``state`` saved for its next delivery (null or absent: the saved one kept).
     Fenced by the receipt, like ack (:func:`forqapp.services.defer`)."""
-    queue, message_id = validation.queue_name(queue), validation.message_id(message_id)
-    body = _body(request, ("receipt", "delay", "state"))
-    receipt, delay, state = _receipt(body.get("receipt")), _delay(body.get("delay")), _state(body.get("state"))
-    delivery = services.ReceivedMessage(message_id, queue, "", 0, receipt)  # all services.defer reads
+    delivery, body = _settling(request, queue, message_id, ("receipt", "delay", "state"))
+    delay, state = _delay(body.get("delay")), _state(body.get("state"))
+    # services.defer reads a delivery's queue, id and receipt, which a Delivery names (its
+    # annotation, ReceivedMessage, is to take a Delivery too)
     await services.run_async(services.defer, delivery, delay, state=state)
     return HttpResponse(status=204)
 
@@ -566,21 +422,21 @@ async def _settle_batch(request: HttpRequest, queue: str, action: str) -> HttpRe
     extra = {"nack": ("error",), "change_visibility": ("visibility_timeout",)}.get(action, ())
     body = _body(request, ("entries", *extra))
     entries = _entries(body)
-    seconds = _visibility(body.get("visibility_timeout")) if action == "change_visibility" else None
+    seconds = validation.visibility(body.get("visibility_timeout")) if action == "change_visibility" else None
     error = _error(body.get("error"))
-    valid: list[tuple[int, tuple[str, int]]] = []
+    valid: list[tuple[int, Delivery]] = []
     failed = []
     for index, item in enumerate(entries):
         try:
-            valid.append((index, _delivery(item)))
+            valid.append((index, Delivery.entry(queue, item)))
         except ForqError as exc:
             failed.append(_failure(index, exc))
-    done = await services.run_async(services.settle_many, action, queue, [d for _, d in valid],
+    done = await services.run_async(services.settle_many, action, queue, [(d.id, d.receipt) for _, d in valid],
                                     seconds=seconds, error=error) if valid else []
     successful = []
-    for (index, (message_id, _)), ok in zip(valid, done, strict=True):
+    for (index, delivery), ok in zip(valid, done, strict=True):
         if ok:
-            successful.append({"index": index, "id": message_id})
+            successful.append({"index": index, "id": delivery.id})
         else:
             failed.append(_failure(index, ForqError(
                 errors.NOT_FOUND_MESSAGE, "no such delivery (wrong receipt, or the message is gone)")))
@@ -625,8 +481,8 @@ async def schedule(request: HttpRequest, name: str) -> HttpResponse:
     "paused"?}``; a schedule whose timing is unchanged keeps its next tick) → 200 the schedule;
     DELETE it → 204."""
     if request.method == "PUT":
-        fields = schedule_fields(_body(request, schedules.FIELDS))
-        info = await services.run_async(schedules.schedule, name, **fields)
+        given = ScheduleInput.parse(_body(request, validation.SCHEDULE_FIELDS), storable=services.content_storable)
+        info = await services.run_async(schedules.schedule, name, **given.fields)
         return JsonResponse(info.json())
     name = _schedule_name(name)
     if request.method == "DELETE":

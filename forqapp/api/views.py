@@ -14,7 +14,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from .. import services, validation
 from ..conf import hot
 from ..services import groupcommit, waiting
-from .plumbing import RECEIPT_HEADER, body_of, endpoint, json_object, receipt
+from ..validation import Delivery
+from .plumbing import RECEIPT_HEADER, body_of, endpoint, json_object
 
 
 @endpoint("GET", "POST", waits=("GET",), action={"GET": "consume", "POST": "produce"})
@@ -67,15 +68,12 @@ def delivered(message: services.ReceivedMessage) -> dict[str, str]:
 
 
 async def ack_receipt(queue: str, message_id: str, receipt_header: str | None) -> None:
-    queue, message_id = validation.v1_queue_name(queue), validation.message_id(message_id)
-    await groupcommit.run(services.ack_delivery, queue, message_id, validation.receipt(receipt_header))
+    delivery = Delivery.parse(validation.v1_queue_name(queue), message_id, receipt_header)
+    await groupcommit.run(services.ack_delivery, delivery.queue, delivery.id, delivery.receipt)
 
 
 @endpoint("POST", action="consume")
 async def nack(request: HttpRequest, queue: str, message_id: str) -> HttpResponse:
-    await groupcommit.run(services.nack_delivery, *_delivery(request, queue, message_id))
+    delivery = Delivery.parse(validation.v1_queue_name(queue), message_id, request.headers.get(RECEIPT_HEADER))
+    await groupcommit.run(services.nack_delivery, delivery.queue, delivery.id, delivery.receipt)
     return HttpResponse(status=204)
-
-
-def _delivery(request: HttpRequest, queue: str, message_id: str) -> tuple[str, str, int]:
-    return validation.v1_queue_name(queue), validation.message_id(message_id), receipt(request)

@@ -15,17 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import keys, services
+from .. import keys, services, validation, vocab
 from ..errors import ForqError
 from ..keys import Key
 from ..models import Queue
-from ..vocab import DLQ_SUFFIX, base_of, is_dlq
+from ..vocab import DLQ_SUFFIX, Bounds, base_of, is_dlq
 from . import digests, messages, protocol, queues, receipts
 from .protocol import SqsError, invalid, missing
 from .queues import Origin
 
 logger = logging.getLogger("forqapp.sqs")
-BATCH_MAX = 10
+BATCH_MAX = vocab.SQS_BATCH_MAX
+LIST_QUEUES_MAX = Bounds(1, 1000)  # ListQueues' MaxResults
 _ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 
 
@@ -49,14 +50,17 @@ def _queue(ctx: Context, body: dict[str, Any], action: str) -> tuple[str, queues
     return name, queues.existing(name, fresh=action in (keys.MANAGE, keys.READ))
 
 
-def _integer(body: dict[str, Any], name: str, lo: int, hi: int, default: int | None = None) -> int | None:
+def _integer(body: dict[str, Any], name: str, bounds: Bounds, default: int | None = None) -> int | None:
+    """The integer parameter ``name`` within ``bounds`` (SQS's limits, :mod:`forqapp.vocab`), in
+    SQS's words when it is not; ``default`` when absent."""
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not validation.is_integer(value):
         raise invalid(f"Value {json.dumps(value)[:100]} for parameter {name} is invalid. Reason: Must be an integer.")
-    if not lo <= value <= hi:
-        raise invalid(f"Value {value} for parameter {name} is invalid. Reason: Must be between {lo} and {hi}.")
+    if value not in bounds:
+        raise invalid(f"Value {value} for parameter {name} is invalid. Reason: Must be between "
+                      f"{bounds.lo} and {bounds.hi}.")
     return value
 
 
@@ -158,7 +162,7 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     prefix = body.get("QueueNamePrefix") or ""
     if not isinstance(prefix, str):
         raise invalid("QueueNamePrefix must be a string")
-    limit = _integer(body, "MaxResults", 1, 1000)
+    limit = _integer(body, "MaxResults", LIST_QUEUES_MAX)
     after = ""
     if body.get("NextToken") not in (None, ""):  # (an empty one: the first page)
         if limit is None:
@@ -177,7 +181,7 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     shown = sorted(n for n in names if n.startswith(prefix) and n > after and queues.URL_NAME.fullmatch(n)
                    and ctx.key.allows(n, keys.READ))
     out: dict[str, Any] = {}
-    page = shown[:limit] if limit else shown[:1000]
+    page = shown[:limit] if limit else shown[:int(LIST_QUEUES_MAX.hi)]
     if page:
         out["QueueUrls"] = [ctx.origin.url(n) for n in page]
     if limit and len(shown) > limit:
@@ -243,7 +247,7 @@ def _message(entry: dict[str, Any], meta: dict[str, Any], limit: int) -> tuple[d
     body = messages.check_body(entry.get("MessageBody"), limit)
     if entry.get("MessageDeduplicationId") is not None:
         raise invalid("The request includes parameter MessageDeduplicationId, which is only valid for FIFO queues.")
-    delay = _integer(entry, "DelaySeconds", 0, 900, int(meta.get("DelaySeconds", 0)))
+    delay = _integer(entry, "DelaySeconds", vocab.SQS_DELAY_S, int(meta.get("DelaySeconds", 0)))
     attributes = messages.check_attributes(entry.get("MessageAttributes"))
     if attributes and messages.size(body, attributes) > limit:
         raise messages.too_large(limit)  # (SQS counts the attributes in the message's size)
@@ -312,9 +316,9 @@ class ReceivePlan:
 def receive_plan(ctx: Context, body: dict[str, Any]) -> ReceivePlan:
     name, info = _queue(ctx, body, keys.CONSUME)
     own = (info.meta.get("dlq") or {}) if is_dlq(name) else info.meta
-    max_messages = _integer(body, "MaxNumberOfMessages", 1, BATCH_MAX, 1)
-    wait = _integer(body, "WaitTimeSeconds", 0, 20, int(own.get("ReceiveMessageWaitTimeSeconds", 0)))
-    visibility = _integer(body, "VisibilityTimeout", 0, 43_200)
+    max_messages = _integer(body, "MaxNumberOfMessages", vocab.SQS_MAX_MESSAGES, 1)
+    wait = _integer(body, "WaitTimeSeconds", vocab.SQS_WAIT_S, int(own.get("ReceiveMessageWaitTimeSeconds", 0)))
+    visibility = _integer(body, "VisibilityTimeout", vocab.SQS_VISIBILITY_S)
     if visibility is None and is_dlq(name) and "VisibilityTimeout" in own:
         visibility = int(own["VisibilityTimeout"])  # a DLQ's lease is its queue's unless set on the DLQ
     return ReceivePlan(name, max_messages or 1, wait or 0, visibility, messages.system_names(body),
@@ -370,7 +374,7 @@ def _not_inflight() -> SqsError:
     return SqsError("MessageNotInflight", "The message referred to isn't in flight (its receipt handle is stale).")
 
 
-MAX_VISIBILITY_S = 43_200
+MAX_VISIBILITY_S = int(vocab.SQS_VISIBILITY_S.hi)  # a delivery's lease, and its leases in all
 
 
 def _visibility(entry: dict[str, Any], handle: receipts.Handle) -> int:
@@ -378,7 +382,7 @@ def _visibility(entry: dict[str, Any], handle: receipts.Handle) -> int:
     12 hours after the delivery's receive in all (the receipt is the time of that receive, ms)."""
     if entry.get("VisibilityTimeout") is None:
         raise missing("VisibilityTimeout")
-    seconds = _integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_S)
+    seconds = _integer(entry, "VisibilityTimeout", vocab.SQS_VISIBILITY_S)
     assert seconds is not None
     if services.now_ms() + seconds * 1000 - handle.receipt > MAX_VISIBILITY_S * 1000:
         raise invalid(f"Value {seconds} for parameter VisibilityTimeout is invalid. Reason: Total "

@@ -22,7 +22,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, Q
 
-from .. import errors, services
+from .. import errors, services, validation, vocab
 from ..conf import forq_settings
 from ..errors import ForqError
 from ..models import Message, Queue, Status
@@ -35,16 +35,17 @@ NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")  # SQS's queue names (forqapp's too, w
 #: A name a queue URL may carry: an SQS name, or the dead-letter queue ``<name>-dlq`` of one (up to
 #: 84 characters: forqapp names it, a client reaches it by the URL or the ARN it was given).
 URL_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(?:-dlq)?")
-MAX_MESSAGE_SIZE = 1_048_576  # SQS's limit (1 MiB)
+MAX_MESSAGE_SIZE = int(vocab.SQS_MESSAGE_SIZE.hi)  # SQS's limit (1 MiB)
 CACHE_S = 1.0  # how long a process trusts what it read about a queue (as forqapp.services.policies does)
 
 DEFAULTS = {  # what CreateQueue gives a new queue (SQS's defaults)
     "VisibilityTimeout": 30, "MessageRetentionPeriod": 345_600, "DelaySeconds": 0,
     "ReceiveMessageWaitTimeSeconds": 0,
 }
-RANGES = {
-    "VisibilityTimeout": (0, 43_200), "MessageRetentionPeriod": (60, 1_209_600), "DelaySeconds": (0, 900),
-    "ReceiveMessageWaitTimeSeconds": (0, 20), "MaximumMessageSize": (1_024, MAX_MESSAGE_SIZE),
+RANGES = {  # SQS's limits (the table in forqapp.vocab)
+    "VisibilityTimeout": vocab.SQS_VISIBILITY_S, "MessageRetentionPeriod": vocab.SQS_RETENTION_S,
+    "DelaySeconds": vocab.SQS_DELAY_S, "ReceiveMessageWaitTimeSeconds": vocab.SQS_WAIT_S,
+    "MaximumMessageSize": vocab.SQS_MESSAGE_SIZE,
 }
 SETTABLE = (*RANGES, "RedrivePolicy")
 READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
@@ -231,7 +232,7 @@ def max_message_size(meta: dict[str, Any], dlq: bool = False) -> int:
 
 def _integer(name: str, value: object) -> int:
     lo, hi = RANGES[name]
-    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,10}", value) or not lo <= int(value) <= hi:
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,10}", value) or int(value) not in RANGES[name]:
         raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: must be an integer "
                        f"from {lo} to {hi}")
     number = int(value)
@@ -257,9 +258,10 @@ def _redrive(queue: str, value: object) -> dict[str, Any] | None:
     count = policy.get("maxReceiveCount")
     if isinstance(count, str) and re.fullmatch(r"[0-9]{1,4}", count):
         count = int(count)
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
+    if not validation.is_integer(count) or count not in vocab.SQS_MAX_RECEIVE_COUNT:
+        lo, hi = vocab.SQS_MAX_RECEIVE_COUNT
         raise SqsError("InvalidAttributeValue", "Invalid value for the parameter RedrivePolicy: maxReceiveCount "
-                       "must be an integer from 1 to 1000")
+                       f"must be an integer from {lo} to {hi}")
     target = policy.get("deadLetterTargetArn")
     parts = target.split(":") if isinstance(target, str) else []
     if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"]:
