@@ -31,6 +31,10 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from . import validation
+from .errors import ForqError
+from .validation import SendLimits
+
 T = TypeVar("T")
 
 _MISSING = object()
@@ -149,17 +153,20 @@ def delays(name: str, value: Any) -> str | None:
     return f"{name} must be a non-empty list of integers >= 0 (milliseconds; got {value!r})"
 
 
+#: The background jobs (forqapp.worker.jobs.JOBS has one of each): FORQ_JOB_INTERVALS' keys.
+JOB_NAMES = ("expired", "failed", "stale", "expired-dlq", "failed-dlq", "db-optimize", "queue-depth", "schedules",
+             "task-results")
+
+
 def intervals(name: str, value: Any) -> str | None:
     """``{job name: seconds}``: known jobs, positive numbers."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         return f"{name} must be a dict of job name to seconds (got {value!r})"
-    from .worker.jobs import JOBS  # the job names; imported only when checked
-
     for job, seconds in value.items():
-        if job not in JOBS:
-            return f"{name}: no job {job!r} (jobs: {', '.join(sorted(JOBS))})"
+        if job not in JOB_NAMES:
+            return f"{name}: no job {job!r} (jobs: {', '.join(sorted(JOB_NAMES))})"
         if not _is_number(seconds) or seconds <= 0:
             return f"{name}[{job!r}] must be a number of seconds > 0 (got {seconds!r})"
     return None
@@ -167,9 +174,6 @@ def intervals(name: str, value: Any) -> str | None:
 
 def queues(name: str, value: Any) -> str | None:
     """``FORQ_QUEUES``: ``{queue name: {policy field: value}}``, each valid as ``configure_queue``'s."""
-    from .errors import ForqError
-    from .validation import policy, queue_name
-
     if not isinstance(value, dict):
         return f"{name} must be a dict of {{queue: policy}}"
     limit = ForqSettings.FORQ_MAX_QUEUES.raw()
@@ -177,10 +181,10 @@ def queues(name: str, value: Any) -> str | None:
         return f"{name} declares {len(value)} queues, more than FORQ_MAX_QUEUES ({limit})"
     for queue, fields in value.items():
         try:
-            queue_name(queue, produce=True)
+            validation.queue_name(queue, produce=True)
             if not isinstance(fields, dict):
                 return f"{name}[{queue!r}] must be a dict of policy fields"
-            policy(fields)
+            validation.policy(fields)
         except ForqError as e:
             return f"{name}[{queue!r}]: {e}"
     return None
@@ -188,16 +192,14 @@ def queues(name: str, value: Any) -> str | None:
 
 def schedules(name: str, value: Any) -> str | None:
     """``FORQ_SCHEDULES``: ``{name: {queue, content, cron | every, …}}``, each valid as ``schedule()``'s."""
-    from .errors import ForqError
-    from .services.schedules import validate
-
     if not isinstance(value, dict):
         return f"{name} must be a dict of {{name: schedule}}"
+    limit = ForqSettings.FORQ_MAX_CONTENT_BYTES.resolve()[0] or ForqSettings.FORQ_MAX_CONTENT_BYTES.default
     for key, fields in value.items():
         if not isinstance(fields, dict):
             return f"{name}[{key!r}] must be a dict of schedule fields"
         try:
-            validate(key, fields)
+            validation.schedule(key, fields, content_limit=limit)
         except ForqError as e:
             return f"{name}[{key!r}]: {e}"
     return None
@@ -494,3 +496,9 @@ def _forget_hot(**kwargs: Any) -> None:
 
 
 setting_changed.connect(_forget_hot, dispatch_uid="forqapp.conf.hot")
+
+
+def send_limits() -> SendLimits:
+    """What a send is checked against, from the settings (cached as :func:`hot` is)."""
+    return SendLimits(hot("FORQ_MAX_CONTENT_BYTES"), hot("FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS"),
+                      hot("FORQ_PROCESS_AFTER_MAX_MS"))

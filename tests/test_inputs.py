@@ -16,6 +16,7 @@ from forqapp.sqs.protocol import SqsError
 from forqapp.validation import Delivery, PolicyChange, ReceiveOptions, ScheduleInput, SendEntry
 
 NOW = 1_800_000_000_000
+LIMITS = validation.SendLimits(content_bytes=262_144, past_ms=10_000, ahead_ms=366 * 86_400_000)  # the settings' defaults
 MID = "0190a0b0-c0d0-7e0f-8a0b-0c0d0e0f1a2b"
 YEAR = vocab.YEAR_S
 
@@ -111,13 +112,13 @@ def test_receipt_in(value):
 
 
 def test_process_after_names_its_field_at_the_source():
-    refused(lambda: validation.process_after(1, NOW), errors.PROCESS_AFTER_IN_PAST, "processAfter is in the past")
-    refused(lambda: validation.process_after(1, NOW, "process_after"), errors.PROCESS_AFTER_IN_PAST,
+    refused(lambda: validation.process_after(1, NOW, LIMITS), errors.PROCESS_AFTER_IN_PAST, "processAfter is in the past")
+    refused(lambda: validation.process_after(1, NOW, LIMITS, "process_after"), errors.PROCESS_AFTER_IN_PAST,
             "process_after is in the past")
-    refused(lambda: validation.process_after(NOW + YEAR * 1000 + 1, NOW, "process_after"),
+    refused(lambda: validation.process_after(NOW + YEAR * 1000 + 1, NOW, LIMITS, "process_after"),
             errors.PROCESS_AFTER_TOO_FAR, "process_after is more than 366 days ahead")
-    refused(lambda: validation.process_after("1", NOW, "process_after"), text="process_after must be an integer (Unix ms)")
-    assert validation.process_after(NOW + YEAR * 1000, NOW, "process_after") == NOW + YEAR * 1000
+    refused(lambda: validation.process_after("1", NOW, LIMITS, "process_after"), text="process_after must be an integer (Unix ms)")
+    assert validation.process_after(NOW + YEAR * 1000, NOW, LIMITS, "process_after") == NOW + YEAR * 1000
 
 
 # --- a send entry ---------------------------------------------------------------------------------
@@ -125,12 +126,12 @@ def test_process_after_names_its_field_at_the_source():
 
 def test_send_entry_keeps_what_was_given():
     entry = SendEntry.parse({"content": "x", "priority": 5, "delay": 2.5, "attributes": {"a": "b"},
-                             "dedup_id": "d", "dedup_window": 60, "retention": 120, "process_after": None}, now=NOW)
+                             "dedup_id": "d", "dedup_window": 60, "retention": 120, "process_after": None}, now=NOW, limits=LIMITS)
     assert entry == SendEntry("x", delay=2.5, priority=5, attributes={"a": "b"}, dedup_id="d", dedup_window=60,
                               retention=120)
     assert entry.item() == {"content": "x", "delay": 2.5, "priority": 5, "attributes": {"a": "b"}, "dedup_id": "d",
                             "dedup_window": 60, "retention": 120}
-    assert SendEntry.parse({"content": ""}, now=NOW).item() == {"content": ""}
+    assert SendEntry.parse({"content": ""}, now=NOW, limits=LIMITS).item() == {"content": ""}
 
 
 @pytest.mark.parametrize(("field", "inside", "outside", "wrong", "text"), [
@@ -142,14 +143,14 @@ def test_send_entry_keeps_what_was_given():
 ])
 def test_send_entry_edges(field, inside, outside, wrong, text):
     for value in inside:
-        assert getattr(SendEntry.parse({"content": "x", field: value}, now=NOW), field) == value
+        assert getattr(SendEntry.parse({"content": "x", field: value}, now=NOW, limits=LIMITS), field) == value
     for value in [*outside, wrong]:
-        refused(lambda v=value: SendEntry.parse({"content": "x", field: v}, now=NOW), text=text)
+        refused(lambda v=value: SendEntry.parse({"content": "x", field: v}, now=NOW, limits=LIMITS), text=text)
 
 
 def test_send_entry_attributes_and_dedup_id_edges():
     def parse(**options):
-        return SendEntry.parse({"content": "x", **options}, now=NOW)
+        return SendEntry.parse({"content": "x", **options}, now=NOW, limits=LIMITS)
 
     ten = {f"k{i}": "v" for i in range(vocab.MAX_ATTRIBUTES)}
     assert parse(attributes=ten).attributes == ten
@@ -165,16 +166,16 @@ def test_send_entry_attributes_and_dedup_id_edges():
 
 
 def test_send_entry_refusals_in_the_documented_order():
-    refused(lambda: SendEntry.parse([], now=NOW), text="a message must be a JSON object")
-    refused(lambda: SendEntry.parse({"content": "x", "prority": 1}, now=NOW), text="unknown field 'prority' in a message")
-    refused(lambda: SendEntry.parse({"priority": 2000}, now=NOW), text="content must be a string")
-    refused(lambda: SendEntry.parse({"content": "x", "delay": 1, "process_after": NOW}, now=NOW),
+    refused(lambda: SendEntry.parse([], now=NOW, limits=LIMITS), text="a message must be a JSON object")
+    refused(lambda: SendEntry.parse({"content": "x", "prority": 1}, now=NOW, limits=LIMITS), text="unknown field 'prority' in a message")
+    refused(lambda: SendEntry.parse({"priority": 2000}, now=NOW, limits=LIMITS), text="content must be a string")
+    refused(lambda: SendEntry.parse({"content": "x", "delay": 1, "process_after": NOW}, now=NOW, limits=LIMITS),
             text="give delay or process_after, not both")
-    refused(lambda: SendEntry.parse({"content": "x", "process_after": 1}, now=NOW), errors.PROCESS_AFTER_IN_PAST,
+    refused(lambda: SendEntry.parse({"content": "x", "process_after": 1}, now=NOW, limits=LIMITS), errors.PROCESS_AFTER_IN_PAST,
             "process_after is in the past")
-    refused(lambda: SendEntry.parse({"content": "a\x00", "delay": -1}, now=NOW, storable=lambda text: False),
+    refused(lambda: SendEntry.parse({"content": "a\x00", "delay": -1}, now=NOW, limits=LIMITS, storable=lambda text: False),
             text="content with NUL characters cannot be stored on this database")
-    assert SendEntry.parse({"content": "a\x00"}, now=NOW, storable=lambda text: True).content == "a\x00"
+    assert SendEntry.parse({"content": "a\x00"}, now=NOW, limits=LIMITS, storable=lambda text: True).content == "a\x00"
 
 
 # --- a delivery, a receive ------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils.html import escape
 
-from forqapp.keys import cache, for_token, service
+from forqapp.keys import cache, service
+from forqapp.keys.cache import for_token
 from forqapp.keys.models import ApiKey, KeyEvent
 
 pytestmark = pytest.mark.django_db

@@ -46,7 +46,7 @@ def test_a_queue_name_seen_valid_stays_checked_as_it_was(monkeypatch):
     """validation.queue_name keeps the names it found valid (a bounded dict): a DLQ's name, once
     seen by a receive, is still refused to a send; an invalid name is never kept; a full dict is
     emptied, not grown."""
-    from forqapp import validation
+    from forqapp.validation import rules as validation
 
     assert forqapp.receive("seen-dlq") is None
     for _ in range(2):

@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from .. import errors, services, validation, vocab
-from ..conf import forq_settings
+from ..conf import forq_settings, send_limits
 from ..errors import ForqError
 from ..services import groupcommit, schedules, waiting
 from ..validation import Delivery, PolicyChange, ReceiveOptions, ScheduleInput, SendEntry
@@ -166,7 +166,7 @@ def _failure(index: int, exc: ForqError) -> dict[str, Any]:
 
 def _delay(value: object) -> float:
     """A defer's delay: seconds from now until the message is due again (default 0: at once)."""
-    return 0 if value is None else validation.seconds(value, "delay", validation.delay_bounds())
+    return 0 if value is None else validation.seconds(value, "delay", validation.delay_bounds(send_limits()))
 
 
 def _state(value: object) -> str | None:
@@ -187,7 +187,7 @@ def _state(value: object) -> str | None:
 def _schedule_name(name: str) -> str:
     """The ``{name}`` of a schedule's path: one no schedule can bear (not 1 to 100 of A-Z a-z 0-9
     . _ : -) is no schedule (404), and never reaches the database (PostgreSQL's text holds no NUL)."""
-    if not schedules._NAME.fullmatch(name):
+    if not validation.SCHEDULE_NAME.fullmatch(name):
         raise ForqError(errors.NOT_FOUND_SCHEDULE, "no such schedule (a schedule's name is 1 to 100 of "
                         "A-Z a-z 0-9 . _ : -)")
     return name
@@ -293,7 +293,7 @@ async def send(request: HttpRequest, queue: str) -> HttpResponse:
 
 
 def _send_entry(item: object) -> SendEntry:
-    return SendEntry.parse(item, now=services.now_ms(), storable=services.content_storable)
+    return SendEntry.parse(item, now=services.now_ms(), limits=send_limits(), storable=services.content_storable)
 
 
 def _sent(result: services.SendResult) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 from django.db import transaction
 
 from .. import errors, ids, metrics, store, validation, vocab
-from ..conf import forq_settings
+from ..conf import send_limits
 from ..errors import ForqError
 from ..store import (
     MessageRow,
@@ -119,10 +119,10 @@ def _due(process_after: Any, delay: Any, now: int) -> int:
     if delay is not None:
         if process_after is not None:
             raise ForqError(errors.BODY_INVALID, "give process_after or delay, not both")
-        return now + validation.duration_ms(delay, "delay", 0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
+        return now + validation.duration_ms(delay, "delay", *validation.delay_bounds(send_limits()))
     if isinstance(process_after, datetime):
         process_after = int(process_after.timestamp() * 1000)
-    return validation.process_after(process_after, now)
+    return validation.process_after(process_after, now, send_limits())
 
 
 # ``NewMessage(...)`` runs a generated ``__new__`` (~0.4 µs); building the tuple directly costs a

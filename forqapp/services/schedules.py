@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections import deque
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from cronsim import CronSim, CronSimError
+from cronsim import CronSim
 from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from .. import errors, metrics, validation, vocab
+from .. import errors, metrics, validation
 from ..conf import forq_settings
 from ..errors import ForqError
 from ..store import ScheduleRow
@@ -43,7 +42,7 @@ logger = logging.getLogger("forqapp.schedules")
 GRACE_MS = 60_000  # a tick this late is on time, not missed
 MAX_CATCH_UP = 1_000  # ticks one run sends at most ("all")
 DEDUP_WINDOW_S = 12 * 3600
-CATCH_UP = ("skip", "one", "all")
+CATCH_UP = validation.CATCH_UP
 
 
 @dataclass
@@ -88,47 +87,14 @@ def next_tick(cron: str | None, every_ms: int | None, after: int) -> int:
     raise _invalid(f"cron {cron!r} never ticks")  # pragma: no cover - cronsim ends only on bad input
 
 
-def _check_cron(cron: object) -> str:
-    if not isinstance(cron, str) or len(cron) > 200:
-        raise _invalid("cron must be a cron expression (five fields)")
-    if len(cron.split()) != 5:  # (cronsim would read a sixth as seconds)
-        raise _invalid(f"cron {cron!r}: five fields are needed (minute hour day-of-month month day-of-week)")
-    try:
-        next(iter(CronSim(cron, timezone.now())))
-    except (CronSimError, StopIteration) as exc:
-        raise _invalid(f"cron {cron!r}: {exc}") from None
-    return cron
-
-
-_NAME = re.compile(vocab.NOT_DOT_SEGMENT + r"[A-Za-z0-9._:-]{1,100}")  # ("." and "..": no URL could name them)
-
-
-FIELDS = ("queue", "content", "cron", "every", "catch_up", "priority", "attributes", "paused")
+FIELDS = validation.SCHEDULE_FIELDS
 
 
 def validate(name: object, fields: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
     """``name`` and the schedule's ``fields`` (:func:`schedule`'s keywords) → (name, the stored
-    values from ``queue`` to ``paused``). Raises ``ForqError``; touches no database (the
-    ``FORQ_SCHEDULES`` check uses it)."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise _invalid("a schedule's name is 1 to 100 of A-Z a-z 0-9 . _ : - (not . nor ..)")
-    unknown = set(fields) - set(FIELDS)
-    if unknown:
-        raise _invalid(f"unknown schedule field(s): {', '.join(sorted(map(str, unknown)))}")
-    if "queue" not in fields or "content" not in fields:
-        raise _invalid("a schedule needs a queue and a content")
-    queue = validation.queue_name(fields["queue"], produce=True)
-    content = validation.content(fields["content"])
-    cron, every = fields.get("cron"), fields.get("every")
-    if (cron is None) == (every is None):
-        raise _invalid("give a schedule cron or every, one of them")
-    cron = None if cron is None else _check_cron(cron)
-    every_ms = None if every is None else validation.duration_ms(every, "every", 1, 366 * 86_400)
-    catch_up = fields.get("catch_up", "one")
-    if catch_up not in CATCH_UP:
-        raise _invalid('catch_up must be "skip", "one" or "all"')
-    return name, (queue, content, cron, every_ms, catch_up, validation.priority(fields.get("priority", 0)),
-                  validation.attributes(fields.get("attributes")), validation.paused(fields.get("paused", False)))
+    values from ``queue`` to ``paused``): :func:`forqapp.validation.schedule` under this
+    project's ``FORQ_MAX_CONTENT_BYTES``. Raises ``ForqError``; touches no database."""
+    return validation.schedule(name, fields, content_limit=forq_settings.FORQ_MAX_CONTENT_BYTES)
 
 
 def schedule(name: str, *, queue: str | None = None, content: str | None = None, cron: str | None = None,

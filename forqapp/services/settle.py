@@ -225,7 +225,7 @@ def defer(message: ReceivedMessage, delay: Any = 0, *, state: str | None = None,
         raise ForqError(errors.BODY_INVALID, "state must be a string (JSON-encode other values)")
     st = _store(using)
     if state is not None:  # the same rules as content: valid text, at most FORQ_MAX_CONTENT_BYTES
-        _refuse_nul(st, [validation.content(state)])
+        _refuse_nul(st, [validation.content(state, forq_settings.FORQ_MAX_CONTENT_BYTES)])
     _settled(st.defer(queue, message_id, _receipt(message), base.now_ms(), delay_ms, state))
     metrics.deferred(queue)
     kick(st.alias)  # a slot freed, or the message is due again

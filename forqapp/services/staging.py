@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from django.db import transaction
 
 from .. import ids, validation
-from ..conf import forq_settings
+from ..conf import forq_settings, send_limits
 from ..store import (
     StagedMessage,
 )
@@ -31,11 +31,12 @@ def stage(queue: str, token: str, items: Iterable[dict[str, Any]], *, using: str
     queue = validation.queue_name(queue, produce=True)
     now = base.now_ms()
     items = list(items)
-    limit = forq_settings.FORQ_MAX_CONTENT_BYTES
+    limits = send_limits()
+    limit = limits.content_bytes
     content, process_after = validation.content, validation.process_after
     rows = [
         StagedMessage(message_id, content(item.get("content"), limit),
-                      process_after(item.get("processAfter"), now), validation.priority(item.get("priority")),
+                      process_after(item.get("processAfter"), now, limits), validation.priority(item.get("priority")),
                       validation.attributes(item.get("attributes")))
         for message_id, item in zip(ids.new_ids(len(items)), items, strict=True)
     ]

@@ -16,7 +16,6 @@ apps load.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from datetime import datetime
 from functools import cached_property
@@ -36,71 +35,11 @@ from .compat import (
     TaskResultStatus,
     task_enqueued,
 )
+from .messages import TaskArgumentsError, encode, round_trip
+from .retrying import RetryPolicyError, backend_retries, own_retries
 
 DEFAULT_RESULT_RETENTION_S = 7 * 86_400
 OPTION_NAMES = ("queue_prefix", "result_retention", "max_attempts", "backoff")
-
-
-class TaskArgumentsError(InvalidTaskError, TypeError):
-    """A task's arguments that do not survive a strict JSON round trip, or whose JSON is over
-    ``FORQ_MAX_CONTENT_BYTES``. A ``TypeError`` too, as the framework's own ``normalize_json``
-    raises, with its wording (``Unsupported type: <class 'datetime.datetime'>``)."""
-
-
-def _unsupported(value: Any) -> Any:
-    raise TypeError(f"Unsupported type: {type(value)}")  # Django's normalize_json's wording
-
-
-def dumps(value: Any) -> str:
-    """``value`` as strict JSON text (no NaN, no infinity, no object that is not JSON). Raises
-    ``TypeError("Unsupported type: <class …>")`` (Django's words) for an object JSON has no type
-    for, ``ValueError`` for NaN or infinity, ``RecursionError`` when nested ~1,000 deep."""
-    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False, default=_unsupported)
-
-
-def to_json(value: Any, what: str) -> str:
-    """``value`` as strict JSON text; raises :class:`TaskArgumentsError` saying what was refused
-    (Django's ``Unsupported type: <class …>`` first)."""
-    try:
-        return dumps(value)
-    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested ~1,000 deep
-        raise TaskArgumentsError(f"{exc} ({what} must be JSON: str, int, float, bool, None, lists and dicts "
-                                 f"of them)") from None
-
-
-def round_trip(args: Iterable[Any], kwargs: dict[str, Any]) -> tuple[str, list[Any], dict[str, Any]]:
-    """(the JSON of ``{"args", "kwargs"}``, and the args and kwargs the task will receive: tuples
-    become lists, int dict keys become strings — what the result shows is exactly what runs)."""
-    text = to_json({"args": list(args), "kwargs": kwargs}, "a task's arguments")
-    try:
-        back = json.loads(text)
-    except RecursionError:  # the encoder went a level or two deeper than the parser goes
-        raise TaskArgumentsError("a task's arguments are nested too deep") from None
-    return text, back["args"], back["kwargs"]
-
-
-def encode(task_path: str, args_kwargs: str, queue_name: str, backend: str, enqueued_at: int,
-           run_after: int | None = None) -> str:
-    """The message content of a task (the ``{"args", "kwargs"}`` JSON spliced in, not re-encoded);
-    ``run_after`` (Unix ms) as the task asked it, for the results to show."""
-    fields: dict[str, Any] = {"task": task_path, "queue_name": queue_name, "backend": backend,
-                              "enqueued_at": enqueued_at}
-    if run_after is not None:
-        fields["run_after"] = run_after
-    head = to_json(fields, "a task")
-    return head[:-1] + ',"call":' + args_kwargs + "}"
-
-
-def decode(content: str) -> dict[str, Any]:
-    """A task message's content: ``task``, ``queue_name``, ``backend``, ``enqueued_at`` and
-    ``call`` (``{"args", "kwargs"}``)."""
-    try:
-        data = json.loads(content)
-    except RecursionError:  # a message sent to a task queue by other means, nested ~1,000 deep
-        raise ValueError("not a task message: nested too deep") from None
-    if not isinstance(data, dict) or not isinstance(data.get("task"), str) or not isinstance(data.get("call"), dict):
-        raise ValueError("not a task message")
-    return data
 
 
 class ForqBackend(BaseTaskBackend):
@@ -141,8 +80,6 @@ class ForqBackend(BaseTaskBackend):
     @cached_property
     def _options_problem(self) -> str | None:
         """What is wrong with ``OPTIONS``' retry policy (E063), once per backend instance."""
-        from .retrying import RetryPolicyError, backend_retries
-
         try:
             backend_retries(self)
         except RetryPolicyError as exc:
@@ -169,7 +106,6 @@ class ForqBackend(BaseTaskBackend):
         configured = isinstance(task.queue_name, str) and task.queue_name in (self.queues or {DEFAULT_TASK_QUEUE_NAME})
         if not configured and (problem := self._queue_problem(task.queue_name, prefixed=False)):
             raise InvalidTaskError(problem)
-        from .retrying import own_retries
 
         own_retries(task)  # a wrong @retries option is refused here, not at the first failure
 

@@ -17,7 +17,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.db import connections
@@ -26,8 +26,21 @@ from django.utils.module_loading import import_string
 
 from .. import services, utils
 from ..vocab import Status
-from .backend import ForqBackend, decode
-from .compat import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_field
+from .messages import decode
+
+if TYPE_CHECKING:
+    from .backend import ForqBackend
+from ..models import Message
+from .compat import (
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    set_field,
+    task_backends,
+)
+from .models import TaskRecord
 
 UNKNOWN_WORKER = "unknown"
 TERMINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)
@@ -86,8 +99,6 @@ class Record:
 
 def previous(ids: list[str], using: str) -> dict[str, tuple[list[dict[str, str]], list[str], int | None]]:
     """{id: (errors, worker_ids, started_at)} of the rows of ``ids`` that exist (earlier attempts)."""
-    from .models import TaskRecord
-
     out = {}
     for row_id, errors, worker_ids, started_at in (TaskRecord.objects.using(using).filter(id__in=ids)
                                                    .values_list("id", "errors", "worker_ids", "started_at")):
@@ -129,9 +140,6 @@ def _uuid(result_id: object) -> str:
 
 
 def get_result(backend: ForqBackend, result_id: str, *, using: str | None = None) -> TaskResult:
-    from ..models import Message
-    from .models import TaskRecord
-
     result_id = _uuid(result_id)
     using = using or services.alias()
     message = (Message.objects.using(using).filter(id=result_id)
@@ -221,15 +229,12 @@ def prune(*, dry_run: bool = False, using: str | None = None) -> int:
     """Delete the results of tasks that finished longer ago than their backend's
     ``result_retention`` (and rows of unfinished tasks whose message is gone and that nothing
     touched for as long). Returns how many. The ``task-results`` job."""
-    from ..models import Message
-    from .compat import task_backends
-    from .models import TaskRecord
-
     using = using or services.alias()
     now = services.now_ms()
     total = 0
     backends = {alias: task_backends[alias] for alias in task_backends.settings}
-    retention = {alias: b.result_retention_ms for alias, b in backends.items() if isinstance(b, ForqBackend)}
+    # ForqBackends' retentions (forqapp keeps their results; another backend's are not its to prune)
+    retention = {alias: ms for alias, b in backends.items() if isinstance(ms := getattr(b, "result_retention_ms", None), int)}
     default_ms = max(retention.values(), default=7 * 86_400_000)
     aliases = set(TaskRecord.objects.using(using).values_list("backend", flat=True).distinct())
     for alias in aliases:

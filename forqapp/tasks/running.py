@@ -47,7 +47,7 @@ from django.db import transaction
 from .. import errors, services, utils
 from ..errors import ForqError
 from ..services.db import DATABASE_ERRORS
-from .backend import ForqBackend, decode, dumps
+from .backend import ForqBackend
 from .compat import (
     TaskContext,
     TaskError,
@@ -58,6 +58,7 @@ from .compat import (
     task_finished,
     task_started,
 )
+from .messages import decode, dumps
 from .results import UNKNOWN_WORKER, Record, build, get_result, load_task, previous, run_after_of, write
 from .retrying import RetryPolicy, RetryPolicyError, backend_retries, task_retries
 

@@ -16,8 +16,9 @@ from django.dispatch import receiver
 
 from .. import services, utils
 from ..services import schedules
-from .backend import decode
 from .compat import TaskResult, TaskResultStatus, task_enqueued
+from .messages import decode
+from .results import load_task
 
 TASK_CONTENT_START = '{"task":'  # every task message starts so (backend.encode)
 
@@ -36,7 +37,6 @@ def ticks_sent(content: str, ids: Iterable[str], priority: int = 0) -> None:
     transaction that sent them committed)."""
     try:
         data = decode(content)
-        from .results import load_task
 
         backend_alias = data.get("backend", "default")
         task = load_task(data["task"], data.get("queue_name", "default"), priority, backend_alias)

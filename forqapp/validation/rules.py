@@ -1,11 +1,6 @@
-"""Input rules, shared by every face (v1, v2, SQS, the tasks backend, the admin) and the Python
-API. Each raises ForqError.
-
-The bounds come from one table, :mod:`forqapp.vocab`'s limits. The typed inputs at the end
-(:class:`SendEntry`, :class:`Delivery`, :class:`ReceiveOptions`, :class:`PolicyChange`,
-:class:`ScheduleInput`) are a request's values parsed once, by a face, into a frozen value; the
-functions above them check one value each.
-"""
+"""The rules of one value each (a queue name, a content, a receipt, a duration, a policy field),
+shared by every face and the Python API. Each raises ForqError; the bounds come from the table of
+limits in :mod:`forqapp.vocab`."""
 
 from __future__ import annotations
 
@@ -19,10 +14,9 @@ from datetime import timedelta
 from itertools import chain
 from typing import Any, TypeGuard
 
-from . import errors, vocab
-from .conf import forq_settings
-from .errors import ForqError
-from .vocab import QUEUE_NAME, V1_QUEUE_NAME, Bounds, is_dlq
+from .. import errors, vocab
+from ..errors import ForqError
+from ..vocab import QUEUE_NAME, V1_QUEUE_NAME, Bounds, is_dlq
 
 # Names already found valid, each with whether it names a DLQ: every send, claim and ack checks its
 # queue's name, and a dict lookup is a fifth of the pattern's cost. Bounded: emptied when full.
@@ -60,14 +54,21 @@ def dlq_name(queue: object) -> str:
     return queue
 
 
-def content(value: object, limit: int | None = None) -> str:
-    """``value`` if it is storable message content of at most ``limit`` bytes in UTF-8 (default:
-    ``FORQ_MAX_CONTENT_BYTES``; bulk callers read the setting once and pass it). The empty string
-    is content like any other: Forq stores it."""
+@dataclass(frozen=True, slots=True)
+class SendLimits:
+    """The settings a send is checked against (:func:`forqapp.conf.send_limits` reads them):
+    ``FORQ_MAX_CONTENT_BYTES``, ``FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS``, ``FORQ_PROCESS_AFTER_MAX_MS``."""
+
+    content_bytes: int
+    past_ms: int
+    ahead_ms: int
+
+
+def content(value: object, limit: int) -> str:
+    """``value`` if it is storable message content of at most ``limit`` bytes in UTF-8
+    (``FORQ_MAX_CONTENT_BYTES``). The empty string is content like any other: Forq stores it."""
     if not isinstance(value, str):
         raise ForqError(errors.BODY_INVALID, "content must be a string")
-    if limit is None:
-        limit = forq_settings.FORQ_MAX_CONTENT_BYTES
     if value.isascii():  # one byte a character: no encoding needed to measure it
         size = len(value)
     else:
@@ -80,17 +81,17 @@ def content(value: object, limit: int | None = None) -> str:
     return value
 
 
-def process_after(value: object, now: int, name: str = "processAfter") -> int:
+def process_after(value: object, now: int, limits: SendLimits, name: str = "processAfter") -> int:
     """Unix ms when the message becomes due; ``None`` or ``0`` means now (Forq treats 0, Go's zero
-    value, as absent). ``name``: the field as the caller's request spells it (Forq's body:
-    ``processAfter``; v2's: ``process_after``)."""
+    value, as absent), within ``limits``' past tolerance and horizon. ``name``: the field as the
+    caller's request spells it (Forq's body: ``processAfter``; v2's: ``process_after``)."""
     if value is None or (type(value) is int and value == 0):  # not False, which is no integer here
         return now
     if not is_integer(value):
         raise ForqError(errors.BODY_INVALID, f"{name} must be an integer (Unix ms)")
-    if value < now - forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS:
+    if value < now - limits.past_ms:
         raise ForqError(errors.PROCESS_AFTER_IN_PAST, f"{name} is in the past")
-    if value > now + forq_settings.FORQ_PROCESS_AFTER_MAX_MS:
+    if value > now + limits.ahead_ms:
         raise ForqError(errors.PROCESS_AFTER_TOO_FAR, f"{name} is more than 366 days ahead")
     return value
 
@@ -137,41 +138,8 @@ def _bad_receipt(name: str | None, why: str) -> ForqError:
 _RECEIPT_TEXT = "{} must be a receive's receipt: a 64-bit integer (or its digits)"
 
 
-# --- bulk request bodies (the Spark connector's endpoints, forqapp/api/bulk.py) -------------------
-
-MAX_BATCH = vocab.BULK_MAX_ITEMS  # messages in one batch produce or staged write (the 2 MiB body cap applies too)
-MAX_CLAIM = int(vocab.BULK_CLAIM.hi)  # messages in one claim
-MAX_DELIVERIES = vocab.BULK_MAX_ITEMS  # deliveries in one ack or release
-MAX_STAGED = vocab.BULK_MAX_ITEMS  # (token, queue) pairs in one publish or discard
-MAX_PAGE = int(vocab.BULK_PAGE.hi)  # rows in one snapshot page
-MAX_WAIT_S = float(vocab.BULK_WAIT_S.hi)  # longest wait of a bulk claim
-DEFAULT_CLAIM = 100
-DEFAULT_PAGE = "1000"
-SNAPSHOT_FORMATS = ("rows", "columns")
-
-_TOKEN = re.compile(r"[A-Za-z0-9._-]{1,100}")
-_LIMIT = re.compile(r"[0-9]{1,5}")
-
-
 def _invalid(message: str) -> ForqError:
     return ForqError(errors.BODY_INVALID, message)
-
-
-def list_field(body: dict, name: str, limit: int) -> list:
-    """``body[name]``, a list of at most ``limit`` items."""
-    value = body.get(name)
-    if not isinstance(value, list):
-        raise _invalid(f"{name} must be a list")
-    if len(value) > limit:
-        raise _invalid(f"{name} holds more than {limit} items")
-    return value
-
-
-def token(value: object) -> str:
-    """A staged write's token (the writer's id for one task attempt)."""
-    if not isinstance(value, str) or not _TOKEN.fullmatch(value):
-        raise _invalid("token must match ^[A-Za-z0-9._-]{1,100}$")
-    return value
 
 
 def is_integer(value: object) -> TypeGuard[int]:
@@ -190,73 +158,6 @@ def integer(value: object, name: str, bounds: Bounds) -> int:
 def int_field(value: object, name: str, lo: int, hi: int, default: int) -> int:
     """:func:`integer` from ``lo`` to ``hi``, or ``default`` when absent (None)."""
     return default if value is None else integer(value, name, Bounds(lo, hi))
-
-
-def batch_items(body: dict) -> list[dict]:
-    """The ``messages`` of a batch: every item checked for shape here, for content and
-    ``processAfter`` by the service (the whole batch is refused if one item is bad)."""
-    items = list_field(body, "messages", MAX_BATCH)
-    for item in items:
-        if not isinstance(item, dict):
-            raise _invalid("each message must be an object")
-    return items
-
-
-def staged_pairs(body: dict) -> list[tuple[str, str]]:
-    """The ``staged`` [(token, queue)] of a publish or discard."""
-    pairs = []
-    for item in list_field(body, "staged", MAX_STAGED):
-        if not isinstance(item, dict):
-            raise _invalid("each staged entry must be an object {token, queue}")
-        pairs.append((token(item.get("token")), queue_name(item.get("queue"), produce=True)))
-    return pairs
-
-
-def deliveries(body: dict) -> list[tuple[str, int]]:
-    """The ``deliveries`` [(id, receipt)] of a bulk ack or release."""
-    out = []
-    for item in list_field(body, "deliveries", MAX_DELIVERIES):
-        if not isinstance(item, dict):
-            raise _invalid("each delivery must be an object {id, receipt}")
-        out.append((message_id(item.get("id")), receipt(item.get("receipt"))))
-    return out
-
-
-def claim_limit(body: dict) -> int:
-    """A bulk claim's ``max`` (default 100)."""
-    return DEFAULT_CLAIM if body.get("max") is None else integer(body["max"], "max", vocab.BULK_CLAIM)
-
-
-def claim_wait(body: dict) -> float:
-    """A bulk claim's ``wait``: seconds to wait for the first message (default 0)."""
-    wait = body.get("wait", 0)
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait not in vocab.BULK_WAIT_S:
-        raise _invalid(f"wait must be a number of seconds from 0 to {MAX_WAIT_S:g}")
-    return float(wait)
-
-
-def page_limit(raw: str | None) -> int:
-    """A snapshot's ``limit`` query parameter (default 1000)."""
-    raw = DEFAULT_PAGE if raw is None else raw
-    # At most 5 ASCII digits before int(): Python's int() refuses over 4,300 digits (ValueError).
-    if not _LIMIT.fullmatch(raw) or int(raw) not in vocab.BULK_PAGE:
-        raise _invalid(f"limit must be an integer from 1 to {MAX_PAGE}")
-    return int(raw)
-
-
-def page_format(raw: str | None) -> str:
-    """A snapshot's ``format`` query parameter: ``rows`` (default) or ``columns``."""
-    raw = SNAPSHOT_FORMATS[0] if raw is None else raw
-    if raw not in SNAPSHOT_FORMATS:
-        raise _invalid("format must be rows or columns")
-    return raw
-
-
-def optional_message_id(value: str | None) -> str | None:
-    """A message id query parameter; absent or empty is None."""
-    if value is None or value == "":
-        return None
-    return message_id(value)
 
 
 # --- message options and queue policy ---------------------------------------------------------
@@ -553,164 +454,6 @@ def boolean(value: object, name: str) -> bool:
     return value
 
 
-def delay_bounds() -> Bounds:
+def delay_bounds(limits: SendLimits) -> Bounds:
     """A delay's (a send's, a defer's): 0 to ``FORQ_PROCESS_AFTER_MAX_MS`` (366 days by default)."""
-    return Bounds(0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
-
-
-# --- typed inputs: a request parsed once ---------------------------------------------------------
-#
-# Each is what a face read from its request, checked by the rules above in the order the API
-# documents, with the API's own words for each refusal. A service given one trusts it; a service
-# given plain Python values (``forqapp.send(...)``) checks them itself, once, by the same rules.
-
-Storable = Callable[[str], bool]  # whether the database stores a text (PostgreSQL's holds no NUL)
-
-
-def _nul_free(value: str, what: str, storable: Storable | None) -> None:
-    if "\x00" in value and storable is not None and not storable(value):
-        raise _invalid(f"{what} with NUL characters cannot be stored on this database")
-
-
-@dataclass(frozen=True, slots=True)
-class SendEntry:
-    """One message to send (v2's body, or an entry of its batch): ``content`` and send's options,
-    durations in seconds as given. :meth:`item` is what :func:`forqapp.services.send_entries` takes."""
-
-    content: str
-    delay: float | None = None
-    process_after: int | None = None
-    priority: int | None = None
-    attributes: dict[str, str] | None = None
-    dedup_id: str | None = None
-    dedup_window: float | None = None
-    retention: float | None = None
-
-    FIELDS = ("content", "delay", "process_after", "priority", "attributes", "dedup_id", "dedup_window",
-              "retention")
-
-    @classmethod
-    def parse(cls, item: object, *, now: int, storable: Storable | None = None) -> SendEntry:
-        """``item``, a JSON object of :data:`FIELDS` (null is absent); ``now``: Unix ms, for
-        ``process_after``; ``storable``: the database's test for a text holding NUL."""
-        given = {name: value for name, value in fields(item, "a message", cls.FIELDS).items() if value is not None}
-        body = content(given.get("content"))
-        _nul_free(body, "content", storable)
-        if "delay" in given and "process_after" in given:
-            raise _invalid("give delay or process_after, not both")
-        if "delay" in given:
-            seconds(given["delay"], "delay", delay_bounds())
-        if "process_after" in given:
-            process_after(given["process_after"], now, "process_after")
-        priority(given.get("priority"))
-        attributes(given.get("attributes"))
-        dedup_id(given.get("dedup_id"))
-        if "dedup_window" in given:
-            seconds(given["dedup_window"], "dedup_window", vocab.DEDUP_WINDOW_S)
-        if "retention" in given:
-            seconds(given["retention"], "retention", vocab.RETENTION_S)
-        return cls(**{**given, "content": body})
-
-    def item(self) -> dict[str, Any]:
-        """The options given (none of them None), with ``content``."""
-        return {name: value for name in self.FIELDS if (value := getattr(self, name)) is not None}
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """A delivery named by its queue, its message's id and its receipt: what an ack, a nack, a
-    change of visibility or a defer needs (and all it reads of a received message)."""
-
-    queue: str
-    id: str
-    receipt: int
-
-    @classmethod
-    def parse(cls, queue: str, id_value: object, receipt_value: object, *,
-              receipt_name: str | None = None) -> Delivery:
-        """``queue`` (already checked: its rules are the face's) and the id and receipt as given;
-        ``receipt_name``: the body field the receipt came in (None: Forq's ``X-Forq-Receipt``)."""
-        return cls(queue, message_id(id_value), receipt(receipt_value, receipt_name))
-
-    @classmethod
-    def entry(cls, queue: str, item: object) -> Delivery:
-        """A v2 batch's entry ``{"id", "receipt"}``."""
-        item = fields(item, "an entry", ("id", "receipt"))
-        return cls.parse(queue, item.get("id"), item.get("receipt"), receipt_name="receipt")
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiveOptions:
-    """A receive's options: up to ``max_messages``, waiting up to ``wait`` seconds for the first,
-    leased for ``visibility_timeout`` seconds (None: the queue's), in ``random`` order or not."""
-
-    max_messages: int = 1
-    wait: float = 0
-    visibility_timeout: float | None = None
-    random: bool = False
-
-    FIELDS = ("max_messages", "wait", "visibility_timeout", "random")
-
-    @classmethod
-    def parse(cls, body: dict[str, Any], *, longest_wait: float) -> ReceiveOptions:
-        """v2's receive body (every field optional; null is absent); ``longest_wait``:
-        ``FORQ_LONG_POLL_SECONDS``."""
-        get = body.get
-        return cls(
-            1 if get("max_messages") is None else integer(get("max_messages"), "max_messages", vocab.V2_ENTRIES),
-            0 if get("wait") is None else seconds(get("wait"), "wait", (0, longest_wait)),
-            None if get("visibility_timeout") is None else visibility(get("visibility_timeout")),
-            False if get("random") is None else boolean(get("random"), "random"),
-        )
-
-
-def visibility(value: object) -> float:
-    """A lease in a JSON body (``visibility_timeout``): 0 s to 12 h."""
-    if value is None:
-        raise _invalid("visibility_timeout is missing")
-    return seconds(value, "visibility_timeout", vocab.VISIBILITY_S)
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyChange:
-    """A change of a queue's policy: ``fields`` as given (``configure_queue``'s keywords; None
-    resets one to the global setting) and ``columns``, the stored values they make."""
-
-    fields: dict[str, Any]
-    columns: dict[str, Any]
-
-    @classmethod
-    def parse(cls, body: object, *, replace: bool = False) -> PolicyChange:
-        """A PUT's body (``replace``: every field; an absent one resets to the global setting) or a
-        PATCH's (only the fields given), checked by :func:`policy`."""
-        given = fields(body, "the body", POLICY_FIELDS)
-        for name, value in given.items():  # durations become floats: a 400-digit integer is none
-            if isinstance(value, int) and not -(2**53) <= value <= 2**53:
-                raise _invalid(f"{name} is out of range")
-        values = {**dict.fromkeys(POLICY_FIELDS), **given} if replace else dict(given)
-        return cls(values, policy(values))
-
-
-SCHEDULE_FIELDS = ("queue", "content", "cron", "every", "catch_up", "priority", "attributes", "paused")
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleInput:
-    """A schedule as v2's PUT gives it: the fields given (null is absent), checked here where the
-    HTTP API says more than :func:`forqapp.services.schedules.validate` (which checks the rest: the name,
-    cron, catch_up, priority, attributes): the required fields, ``every``'s seconds, NUL."""
-
-    fields: dict[str, Any]
-
-    @classmethod
-    def parse(cls, body: object, *, storable: Storable | None = None) -> ScheduleInput:
-        given = {name: value for name, value in fields(body, "the body", SCHEDULE_FIELDS).items()
-                 if value is not None}
-        for required in ("queue", "content"):
-            if required not in given:
-                raise _invalid(f"{required} is missing")
-        if isinstance(given["content"], str):
-            _nul_free(given["content"], "content", storable)
-        if "every" in given:
-            seconds(given["every"], "every", vocab.SCHEDULE_EVERY_S)
-        return cls(given)
+    return Bounds(0, limits.ahead_ms / 1000)
