@@ -423,7 +423,7 @@ def test_view_only_staff_see_the_queue_but_cannot_change_it(db):
 
 
 def test_a_newer_policy_field_gets_a_plain_form_field_and_shows_in_the_policy():
-    from forqapp.admin import LooseField
+    from forqapp.admin.queues import LooseField
     from forqapp.ui import display
 
     field = LooseField(required=False)

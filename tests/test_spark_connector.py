@@ -703,9 +703,9 @@ def test_only_the_first_sigterm_unwinds_the_source_runner(monkeypatch):
     import signal
     import threading
 
-    from forqapp.spark import source
+    from forqapp.spark import stream
 
-    monkeypatch.setattr(source, "_stopping", threading.Event())
+    monkeypatch.setattr(stream, "_stopping", threading.Event())
     with pytest.raises(SystemExit):
-        source._unwind(signal.SIGTERM, None)
-    source._unwind(signal.SIGTERM, None)  # the second: ignored, before stop() has begun too
+        stream._unwind(signal.SIGTERM, None)
+    stream._unwind(signal.SIGTERM, None)  # the second: ignored, before stop() has begun too

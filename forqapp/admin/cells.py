@@ -3,7 +3,8 @@ id shortened to its last characters (the whole id in a tooltip, and on its page)
 characters (the full date, to the millisecond, in a tooltip), a long text cut to a few lines (the
 whole text in a tooltip and on the detail page). Everything escaped (``format_html``); the look is
 ``forqapp/admin.css``'s (:data:`MEDIA`: no inline style, the staff pages' Content-Security-Policy
-allows none)."""
+allows none). And two texts the change pages and the actions' messages share: a date
+(:func:`date_text`), a list of names (:func:`listed`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ def full_time(ms: int) -> str:
     when = ms_to_datetime(ms)
     assert when is not None  # noqa: S101 - ms is an int
     return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d} UTC"
+
+
+def date_text(ms: int | None) -> str:
+    """A change page's date: ``2026-11-28 08:32:01 UTC`` ("—" for none)."""
+    when = ms_to_datetime(ms)
+    return "—" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def compact_time(ms: int, now: int | None = None) -> str:
@@ -84,3 +91,8 @@ def column(field: str, cell: Callable[[Any], Any], description: str, *, sortable
 
     method.__name__ = method.__qualname__ = f"{field}_cell"
     return admin.display(description=description, ordering=field if sortable else None)(method)
+
+
+def listed(names: list[str]) -> str:
+    """The first ten of ``names`` (an action's message): ``a, b, c`` or ``a, …, j and 5 more``."""
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")

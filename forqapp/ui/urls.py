@@ -3,7 +3,7 @@ root of the UI listener by ``project.urls_ui``."""
 
 from django.urls import path
 
-from . import keys, tasks, views
+from . import keys, schedules, tasks, views
 
 app_name = "forqapp-ui"
 
@@ -19,10 +19,10 @@ urlpatterns = [
     path("queues/<str:queue>/messages/requeue/", views.requeue_all, name="requeue-all"),
     path("queues/<str:queue>/messages/<str:message_id>/", views.message_detail, name="message"),
     path("queues/<str:queue>/messages/<str:message_id>/requeue/", views.requeue_message, name="requeue"),
-    path("schedules/", views.schedules_page, name="schedules"),
-    path("schedules/<str:name>/pause/", views.pause_schedule, name="schedule-pause"),
-    path("schedules/<str:name>/resume/", views.resume_schedule, name="schedule-resume"),
-    path("schedules/<str:name>/run/", views.run_schedule, name="schedule-run"),
+    path("schedules/", schedules.schedules_page, name="schedules"),
+    path("schedules/<str:name>/pause/", schedules.pause_schedule, name="schedule-pause"),
+    path("schedules/<str:name>/resume/", schedules.resume_schedule, name="schedule-resume"),
+    path("schedules/<str:name>/run/", schedules.run_schedule, name="schedule-run"),
     path("tasks/", tasks.tasks_page, name="tasks"),
     path("tasks/<str:result_id>/", tasks.task_detail, name="task"),
     path("keys/", keys.keys_page, name="keys"),

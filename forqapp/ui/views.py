@@ -1,6 +1,8 @@
-"""The HTMX pages. Reads go through :mod:`.queries` (ORM); every change goes through
-:mod:`forqapp.services` or :mod:`forqapp.services.schedules` (validation, SQL in the store, metrics). GET never
-changes anything.
+"""The HTMX pages (login, the dashboard, a queue's page and its messages) and what every page
+shares (:func:`ui_view`: staff, permissions, methods, headers, 503s); the schedules', tasks' and
+keys' pages are :mod:`.schedules`', :mod:`.tasks`' and :mod:`.keys`'. Reads go through
+:mod:`.queries` (ORM); every change goes through :mod:`forqapp.services` (validation, SQL in the
+store, metrics). GET never changes anything.
 
 An htmx request (that is not a history restore) gets the page's ``_partial`` template; anything
 else gets the full page, so every URL also works as a plain link or after a reload. An action the
@@ -34,7 +36,7 @@ from ..conf import forq_settings, parse_addr
 from ..errors import ForqError
 from ..login_throttle import AdminLoginThrottleForm
 from ..models import Status
-from ..services import history, schedules
+from ..services import history
 from ..services.policies import Policy
 from ..tasks import browse
 from ..utils import ms_to_datetime as _dt
@@ -42,7 +44,7 @@ from ..utils import now_ms as _now_ms
 from ..utils import pretty_json as _pretty
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
-from . import charts, confirm, csp, display, flow, freshness, queries, scheduling, taskpolicy
+from . import charts, confirm, csp, display, flow, freshness, queries, taskpolicy
 from . import dashboard as dashboard_table
 
 REFRESH_SECONDS = 5
@@ -547,93 +549,3 @@ def _bulk(request: HtmxHttpRequest, queue: str, action: str) -> HttpResponse:
     context = {**_stats_context(queue, now), **_page_context(queue, now),
                "flash": {"level": level, "text": text}, "count": n, "oob": True}
     return render(request, "forqapp/_action_bulk.html", context)
-
-
-# --- schedules --------------------------------------------------------------------------------
-
-
-def _schedule_name(name: str) -> str:
-    if not scheduling.NAME.fullmatch(name):
-        raise Http404("no such schedule")
-    return name
-
-
-def _schedules_context(now: int) -> dict:
-    declared = scheduling.declared()
-    rows = [scheduling.row(info, now, declared) for info in schedules.list_schedules()]
-    return {"schedules": rows, "refresh": REFRESH_SECONDS, "zone": scheduling.zone(),
-            "paused_count": sum(r.info.paused for r in rows)}
-
-
-@ui_view("GET", needs=("view", "schedule"))
-def schedules_page(request: HtmxHttpRequest) -> HttpResponse:
-    context = _schedules_context(_now_ms())
-    if _partial(request):
-        return render(request, "forqapp/_schedules.html", context)
-    return render(request, "forqapp/schedules.html", context)
-
-
-@ui_view("POST", needs=("change", "schedule"))
-def pause_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    name = _schedule_name(name)
-    if confirm.needed(request):
-        return confirm.page(request, title=f"Pause {name}", label="Pause", danger=False,
-                            question=f"Pause {name}? It sends nothing until it is resumed; the ticks it misses "
-                                     f"meanwhile are skipped.", back=reverse("forqapp-ui:schedules"))
-    return _schedule_action(request, name, "pause")
-
-
-@ui_view("POST", needs=("change", "schedule"))
-def resume_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    return _schedule_action(request, _schedule_name(name), "resume")
-
-
-@ui_view("POST", needs=("change", "schedule"))
-def run_schedule(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    name = _schedule_name(name)
-    if confirm.needed(request):
-        info = _schedule_or_none(name)
-        where = f" to {info.queue}" if info is not None else ""
-        return confirm.page(request, title=f"Run {name} now", label="Run now", danger=False,
-                            question=f"Send {name}'s message{where} now? Its ticks are not changed.",
-                            back=reverse("forqapp-ui:schedules"))
-    return _schedule_action(request, name, "run")
-
-
-def _schedule_action(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse:
-    """Pause, resume (through ``schedules.schedule``) or run now (``schedules.run_now``); htmx gets
-    the schedule's row again (none when it was deleted meanwhile) and the flash out of band."""
-    info: schedules.ScheduleInfo | None
-    try:
-        if action == "run":
-            message_id = schedules.run_now(name)
-            freshness.invalidate()
-            info = schedules.get(name)
-            level = "success"
-            text = f"Sent {name}'s message to {info.queue} now (message {message_id}); its next run is unchanged."
-        else:
-            info = scheduling.set_paused(name, action == "pause")
-            level = "success"
-            text = (f"Paused {name}: it sends nothing until it is resumed." if action == "pause" else
-                    f"Resumed {name}: next run {scheduling.when(info.next_run_at)}; the ticks missed while it "
-                    f"was paused are skipped.")
-    except ForqError as e:
-        level = "error"
-        if e.code == errors.NOT_FOUND_SCHEDULE:
-            info, text = None, f"No schedule {name!r}: it was deleted meanwhile."
-        else:
-            info, text = _schedule_or_none(name), f"{name}: {e}"
-    if not request.htmx:
-        getattr(flash, level)(request, text)
-        return redirect("forqapp-ui:schedules")
-    now = _now_ms()
-    context = {"s": None if info is None else scheduling.row(info, now, scheduling.declared()),
-               "flash": {"level": level, "text": text}, "oob": True}
-    return render(request, "forqapp/_action_schedule.html", context)
-
-
-def _schedule_or_none(name: str) -> schedules.ScheduleInfo | None:
-    try:
-        return schedules.get(name)
-    except ForqError:
-        return None
