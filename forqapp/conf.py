@@ -31,7 +31,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from . import validation
+from . import validation, vocab
 from .errors import ForqError
 from .validation import SendLimits
 
@@ -358,7 +358,7 @@ class ForqSettings:
     FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS: Setting[int] = Setting(
         10_000, "how far in the past a `processAfter` may be (ms)", check=integer(0))
     FORQ_PROCESS_AFTER_MAX_MS: Setting[int] = Setting(
-        366 * 24 * 3600 * 1000, "how far in the future a `processAfter` may be (ms)", check=integer(1))
+        vocab.YEAR_S * 1000, "how far in the future a `processAfter` may be (ms)", check=integer(1))
     # Slow request bodies (forqapp's ASGI app, i.e. forq_serve): a body must arrive within
     # FORQ_BODY_TIMEOUT_S, and after FORQ_BODY_GRACE_S at least FORQ_BODY_MIN_RATE_BYTES_S on average.
     FORQ_BODY_TIMEOUT_S: Setting[float] = Setting(30.0, "a request body must arrive within this (seconds; 408)",

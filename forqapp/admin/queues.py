@@ -65,7 +65,7 @@ class QueueForm(forms.ModelForm):
                               "or exponential: <code>{}</code>.", "1000, 5000, 30000",
                               '{"base_ms": 1000, "max_ms": 300000, "jitter": 0.2}'))
     visibility_timeout = forms.FloatField(
-        required=False, label="Visibility timeout (s)", help_text="The lease a receive takes: 0 to 43200 seconds.")
+        required=False, label="Visibility timeout (s)", help_text=f"The lease a receive takes: 0 to {vocab.VISIBILITY_MAX_S} seconds.")
     retention = forms.FloatField(
         required=False, label="Retention (s)", help_text="How long a message may wait in the queue (seconds).")
     dlq_retention = forms.FloatField(

@@ -14,6 +14,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
+from .. import vocab
 from ..errors import ForqError
 from ..models import Schedule
 from ..services import schedules
@@ -53,7 +54,7 @@ class ScheduleForm(forms.ModelForm):
                               "Blank when Every is set.", "0 3 * * *", "*/15 * * * *"))
     every = forms.FloatField(
         required=False, label="Every (s)",
-        help_text="Or a fixed period, in seconds (1 to 31622400). Blank when Cron is set.")
+        help_text=f"Or a fixed period, in seconds ({vocab.SCHEDULE_EVERY_S.lo:.0f} to {vocab.SCHEDULE_EVERY_S.hi:.0f}). Blank when Cron is set.")
     catch_up = forms.ChoiceField(
         label="Catch up", initial="one",
         choices=[("one", "one: send one message for the missed ticks"),

@@ -23,7 +23,7 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
     if pol.paused:
         return []
     visibility = pol.visibility_timeout_ms if visibility_timeout is None else \
-        validation.duration_ms(visibility_timeout, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
+        validation.duration_ms(visibility_timeout, "visibility_timeout", *vocab.VISIBILITY_S)
     claimed = st.claim(queue, base.now_ms(), limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
                        dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering,
                        max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us)

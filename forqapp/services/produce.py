@@ -108,7 +108,7 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
     return _new_message((
         message_id, queue, content, due, now,
         due + (pol.retention_ms if retention is None
-               else validation.duration_ms(retention, "retention", 1, validation.YEAR_S)),
+               else validation.duration_ms(retention, "retention", *vocab.RETENTION_S)),
         0 if priority is None else validation.priority(priority),
         None if attributes is None else validation.attributes(attributes),
         None if dedup_id is None else validation.dedup_id(dedup_id),
@@ -166,7 +166,7 @@ def _send_one(queue: str, content: str, process_after: int | datetime | None, de
     if retention is None:
         expires = due + pol.retention_ms
     else:
-        expires = due + validation.duration_ms(retention, "retention", 1, validation.YEAR_S)
+        expires = due + validation.duration_ms(retention, "retention", *vocab.RETENTION_S)
     priority = validation.priority(priority)
     attributes_json = None if attributes is None else validation.attributes(attributes)
     _refuse_nul(st, (content,))
@@ -273,4 +273,4 @@ def _dedup_window(item: Any, default: Any, pol: Policy) -> int:
     window = item.get("dedup_window", default) if isinstance(item, dict) else default
     if window is None:
         return pol.dedup_window_ms
-    return validation.duration_ms(window, "dedup_window", 0.001, 12 * 3600)
+    return validation.duration_ms(window, "dedup_window", *vocab.DEDUP_WINDOW_S)

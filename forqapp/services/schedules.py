@@ -29,7 +29,7 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from .. import errors, metrics, validation
+from .. import errors, metrics, validation, vocab
 from ..conf import forq_settings
 from ..errors import ForqError
 from ..store import ScheduleRow
@@ -41,7 +41,7 @@ logger = logging.getLogger("forqapp.schedules")
 
 GRACE_MS = 60_000  # a tick this late is on time, not missed
 MAX_CATCH_UP = 1_000  # ticks one run sends at most ("all")
-DEDUP_WINDOW_S = 12 * 3600
+DEDUP_WINDOW_S = vocab.DEDUP_WINDOW_MAX_S
 CATCH_UP = validation.CATCH_UP
 
 

@@ -132,7 +132,7 @@ def settle_many(action: str, queue: str, deliveries: Sequence[tuple[str, int]], 
             done = [st.nack(queue, m, r, now, pol.max_attempts, pol.backoff_ms, text, pol.jitter) for m, r in valid]
             metrics.nacked(queue, done.count(True))
         elif action == "change_visibility":
-            ms = validation.duration_ms(seconds, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
+            ms = validation.duration_ms(seconds, "visibility_timeout", *vocab.VISIBILITY_S)
             done = st.change_visibility(queue, valid, now, ms)
             if ms == 0 and any(done):
                 kick(st.alias)
@@ -143,7 +143,7 @@ def settle_many(action: str, queue: str, deliveries: Sequence[tuple[str, int]], 
     return done
 
 
-MAX_ERROR_CHARS = 2_000  # a consumer's error is a diagnosis, not a log: keep rows small
+MAX_ERROR_CHARS = vocab.ERROR_TEXT_MAX  # a consumer's error is a diagnosis, not a log: keep rows small
 
 
 def describe_error(error: str | BaseException | None) -> str | None:
@@ -207,7 +207,7 @@ def change_visibility(message: ReceivedMessage | Iterable[ReceivedMessage], seco
         done = settle_many("change_visibility", message.queue, [(message.id, _receipt(message))],
                            seconds=seconds, using=using)
         _settled(done[0])
-        ms = validation.duration_ms(seconds, "visibility_timeout", 0, vocab.VISIBILITY_MAX_S)
+        ms = validation.duration_ms(seconds, "visibility_timeout", *vocab.VISIBILITY_S)
         message.lease_expires_at = base.now_ms() + ms
         return 1
     return sum(settle_many("change_visibility", queue, pairs, seconds=seconds, using=using).count(True)
