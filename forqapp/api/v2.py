@@ -242,7 +242,7 @@ async def queue(request: HttpRequest, queue: str) -> HttpResponse:
         info = await services.run_async(services.queue_info, queue)
     else:
         change = PolicyChange.parse(json_body(request), replace=request.method == "PUT")
-        info = await services.run_async(services.configure_queue, queue, **change.fields)
+        info = await services.run_async(services.configure_queue, queue, change)
     return JsonResponse(queue_json(info))
 
 
@@ -405,8 +405,6 @@ async def defer(request: HttpRequest, queue: str, message_id: str) -> HttpRespon
     Fenced by the receipt, like ack (:func:`forqapp.services.defer`)."""
     delivery, body = _settling(request, queue, message_id, ("receipt", "delay", "state"))
     delay, state = _delay(body.get("delay")), _state(body.get("state"))
-    # services.defer reads a delivery's queue, id and receipt, which a Delivery names (its
-    # annotation, ReceivedMessage, is to take a Delivery too)
     await services.run_async(services.defer, delivery, delay, state=state)
     return HttpResponse(status=204)
 

@@ -61,14 +61,18 @@ def _info(name: str, row: QueueRow | None, counts: QueueCounts) -> QueueInfo:
                      row.last_sequence if row else 0, row.created_at if row else None)
 
 
-def configure_queue(name: str, *, using: str | None = None, **fields: Any) -> QueueInfo:
+def configure_queue(name: str, change: validation.PolicyChange | None = None, *, using: str | None = None,
+                    **fields: Any) -> QueueInfo:
     """Set ``name``'s policy fields (creating the queue if needed): ``max_attempts`` (≥ 1 or
     ``"unlimited"``), ``backoff`` (a list of ms, or ``{"base_ms", "max_ms", "jitter"}``),
     ``visibility_timeout``, ``retention``, ``dlq_retention``, ``dedup_window`` (seconds or
     timedelta), ``max_length``, ``ordering`` (``"fifo"``/``"lifo"``), ``paused``. Fields not given
-    keep their value; None resets one to the global setting."""
+    keep their value; None resets one to the global setting. ``change``: a face's request, parsed
+    already (its stored columns are used as they are; ``fields`` must then be empty)."""
     name = validation.queue_name(name, produce=True)
-    changes = validation.policy(fields)
+    if change is not None and fields:
+        raise TypeError("configure_queue takes a PolicyChange or policy fields, not both")
+    changes = change.columns if change is not None else validation.policy(fields)
     st = _store(using)
     with transaction.atomic(using=st.alias):
         row = st.queue_get(name)

@@ -44,7 +44,7 @@ def nack(message: ReceivedMessage, error: str | BaseException | None = None, *, 
     nack_delivery(message.queue, message.id, _receipt(message), using=using, error=error)
 
 
-def _receipt(message: ReceivedMessage) -> int:
+def _receipt(message: ReceivedMessage | validation.Delivery) -> int:
     if message.receipt is None:
         raise ForqError(errors.RECEIPT_MISSING, "a peeked message has no receipt: receive it first")
     return message.receipt
@@ -214,11 +214,13 @@ def change_visibility(message: ReceivedMessage | Iterable[ReceivedMessage], seco
                for queue, pairs in _by_queue(message, ()).items())
 
 
-def defer(message: ReceivedMessage, delay: Any = 0, *, state: str | None = None, using: str | None = None) -> None:
+def defer(message: ReceivedMessage | validation.Delivery, delay: Any = 0, *, state: str | None = None,
+          using: str | None = None) -> None:
     """Put a delivered message back on its queue ``delay`` (seconds or timedelta) from now, keeping
     its id and attempts, behind the messages of its priority already waiting, with ``state`` (text; None keeps what was saved) given to its next delivery
     as ``message.state``: a long job saves its progress and lets others have a turn. Fenced by the
-    receipt, like ack (``not_found.message`` when the delivery is no longer current)."""
+    receipt, like ack (``not_found.message`` when the delivery is no longer current). ``message``: a
+    received message, or a face's :class:`~forqapp.validation.Delivery` (its queue, id and receipt)."""
     queue, message_id = validation.queue_name(message.queue), validation.message_id(message.id)
     delay_ms = validation.duration_ms(delay, "delay", 0, forq_settings.FORQ_PROCESS_AFTER_MAX_MS / 1000)
     if state is not None and not isinstance(state, str):

@@ -25,12 +25,12 @@ def ui_application():
     django.setup(set_prefix=False)
     from django.conf import settings
 
-    settings.ROOT_URLCONF = ui_urlconf()  # FORQ_UI_URLCONF, if set: this process serves the UI only
     no_persistent_connections(settings.DATABASES)
     pages_only()  # no claim is made here: the throttled-claims counts come from the other processes
 
     intake.quiet_client_faults()  # 1,500 query parameters: a 400, not a traceback in the log
-    application = BoundedASGIHandler(forq_settings.FORQ_UI_CONCURRENCY)
+    # FORQ_UI_URLCONF, if set: this process serves the UI only (each request's urlconf; settings unchanged)
+    application = BoundedASGIHandler(forq_settings.FORQ_UI_CONCURRENCY, urlconf=ui_urlconf())
     if static_from_finders():
         from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
@@ -58,10 +58,17 @@ class BoundedASGIHandler(ASGIHandler):
     requests whose bodies never end hold no turn, and are cut off (408, or 429 for one slow body
     too many from an address). Before, eight of them took every turn, and the UI answered nobody."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, urlconf: str | None = None) -> None:
         super().__init__()
         self.limit = limit
+        self.urlconf = urlconf  # each request's (Django resolves and reverses with it), else ROOT_URLCONF
         self.slots: asyncio.Semaphore | None = None
+
+    def create_request(self, scope, body_file):
+        request, error = super().create_request(scope, body_file)
+        if request is not None and self.urlconf is not None:
+            request.urlconf = self.urlconf
+        return request, error
 
     async def handle(self, scope, receive, send):
         from django.conf import settings
