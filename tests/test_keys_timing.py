@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from forqapp.keys import cache, for_token, service, tokens
+from forqapp.keys import cache, service, tokens
+from forqapp.keys.cache import for_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
