@@ -146,22 +146,7 @@ class APIApplication:
         await send({"type": "http.response.body", "body": content})
 
     async def _lifespan(self, receive, send) -> None:
-        watcher = None
-        jobs = None
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                watcher = asyncio.ensure_future(waiting.watch_drain_file())  # forq_serve's request
-                jobs = _server_jobs()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                waiting.drain()
-                if watcher is not None:
-                    watcher.cancel()
-                if jobs is not None:
-                    await asyncio.to_thread(jobs.stop)  # the lease given up; requests still finish meanwhile
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await intake.lifespan(receive, send, start_jobs=_server_jobs)
 
 
 def _server_jobs():

@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from ..conf import hot
+from ..services import waiting
 
 logger = logging.getLogger("forqapp.intake")
 
@@ -172,6 +173,33 @@ class DisconnectWatch:
         if self.listener is not None:
             self.listener.cancel()
 
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+async def lifespan(receive: Receive, send: Callable[[dict[str, Any]], Awaitable[None]],
+                   start_jobs: Callable[[], Stoppable | None] | None = None) -> None:
+    """A listener's ASGI lifespan: from startup, watch for ``forq_serve``'s drain request (and run
+    the jobs ``start_jobs`` starts, if any); at shutdown, drain the waiting requests (each answered
+    at once with what it has) and stop the jobs, their lease given up while requests still finish."""
+    watcher: asyncio.Future[None] | None = None
+    jobs: Stoppable | None = None
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            watcher = asyncio.ensure_future(waiting.watch_drain_file())
+            jobs = start_jobs() if start_jobs is not None else None
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            waiting.drain()
+            if watcher is not None:
+                watcher.cancel()
+            if jobs is not None:
+                await asyncio.to_thread(jobs.stop)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 _CLIENT_FAULTS = ("TooManyFieldsSent", "TooManyFilesSent", "RequestDataTooBig", "DisallowedRedirect")

@@ -231,18 +231,7 @@ class SQSApplication:
             raise protocol.SqsError(shape, message.format(limit=limit), exc.status) from None
 
     async def _lifespan(self, receive, send) -> None:
-        watcher = None
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                watcher = asyncio.ensure_future(waiting.watch_drain_file())
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                waiting.drain()
-                if watcher is not None:
-                    watcher.cancel()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await intake.lifespan(receive, send)
 
 
 def _throttled(retry_after: int) -> Exception:
