@@ -533,7 +533,7 @@ def test_the_supervisor_imports_no_django_and_stops_when_a_child_exits(tmp_path)
     }
     code = (
         "import json, sys\n"
-        "from forqapp import supervise\n"
+        "from forqapp.server import supervise\n"
         "code = supervise.run(json.loads(sys.argv[1]))\n"
         "print('modules:', sorted({m.split('.')[0] for m in sys.modules} & {'django', 'prometheus_client'}))\n"
         "sys.exit(code)\n"
