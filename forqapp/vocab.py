@@ -85,4 +85,4 @@ ATTRIBUTE_KEY_MAX, ATTRIBUTE_VALUE_MAX = 64, 1024
 DEDUP_ID_MAX = 128
 VISIBILITY_MAX_S = 12 * 3600  # a receive's lease: 0 s to 12 h
 
-ORDERINGS = ("fifo", "lifo")
+ORDERINGS = ("fifo", "lifo", "due")
