@@ -152,6 +152,14 @@ class Message(ReadOnlyModel):
                 condition=Q(status=0, process_after__gt=F("received_at")),
                 name="idx_queue_timed",
             ),
+            # The ready rows sent with a due time in the past (a Django task's past ``run_after``), by
+            # priority, then that time: the due order's (``ordering`` "due", migration 0017). A plain
+            # send writes nothing here.
+            models.Index(
+                fields=["queue", "-priority", "process_after", "sequence"],
+                condition=Q(status=0, process_after__lt=F("received_at")),
+                name="idx_queue_past",
+            ),
             models.Index(
                 # (status last: SQLite reads a lease's status from here; PostgreSQL, which takes
                 # status = 1 from the condition, can then range over process_after: migration 0016)
@@ -228,7 +236,7 @@ class Queue(ReadOnlyModel):
     dlq_retention_ms = models.BigIntegerField(null=True, blank=True)
     max_length = models.BigIntegerField(null=True, blank=True)
     ordering = models.CharField(max_length=4, null=True, blank=True,  # noqa: DJ001 - NULL = fifo
-                                choices=[("fifo", "FIFO"), ("lifo", "LIFO")])
+                                choices=[("fifo", "FIFO"), ("lifo", "LIFO"), ("due", "by due time")])
     dedup_window_ms = models.BigIntegerField(null=True, blank=True)
     paused = models.BooleanField(default=False)
     # Flow control: at most this many messages in processing at once (NULL: no limit) …

@@ -144,4 +144,4 @@ SQS_RETENTION_S = Bounds(60, 1_209_600)  # MessageRetentionPeriod: 1 minute to 1
 SQS_MESSAGE_SIZE = Bounds(1_024, 1_048_576)  # MaximumMessageSize (bytes)
 SQS_MAX_RECEIVE_COUNT = Bounds(1, 1000)  # a RedrivePolicy's maxReceiveCount
 
-ORDERINGS = ("fifo", "lifo")
+ORDERINGS = ("fifo", "lifo", "due")

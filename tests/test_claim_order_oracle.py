@@ -1,8 +1,9 @@
 """The claim's order against an oracle computed from the rows themselves (written for the audit of
 migration 0013): random operations on one queue — plain, delayed and slightly past sends; nack with
 backoff, release, defer, change_visibility(0), lapsed leases, ack; settles stamped by hosts whose
-clocks differ — and each claim compared with FIFO = priority DESC, sequence ASC, or LIFO = newest
-first within the top priority, then the next priority. Fewer than ENDED_AMONG rows come due by time
+clocks differ — and each claim compared with FIFO = priority DESC, sequence ASC, LIFO = newest
+first within the top priority, then the next priority, or the due order = priority DESC, then the
+time each came due (``process_after``: a past send's own time), then sequence. Fewer than ENDED_AMONG rows come due by time
 at once here, so the result must be exact; at the end everything left comes out, each once."""
 
 from __future__ import annotations
@@ -26,11 +27,14 @@ def expected(queue: str, now: int, limit: int, order: str) -> list[str]:
     if order == "fifo":
         rows.sort(key=lambda r: (-r["priority"], r["sequence"]))
         return [r["id"] for r in rows[:limit]]
+    if order == "due":
+        rows.sort(key=lambda r: (-r["priority"], r["process_after"], r["sequence"]))
+        return [r["id"] for r in rows[:limit]]
     rows.sort(key=lambda r: (-r["priority"], -r["sequence"]))
     return [r["id"] for r in rows[:limit]]
 
 
-@pytest.mark.parametrize("order", ["fifo", "lifo"])
+@pytest.mark.parametrize("order", ["fifo", "lifo", "due"])
 @pytest.mark.parametrize("seed", range(20))
 def test_claims_match_the_oracle(st, order, seed):  # noqa: F811
     rng = random.Random(seed)
@@ -46,8 +50,10 @@ def test_claims_match_the_oracle(st, order, seed):  # noqa: F811
                 put(st, q, rng.randrange(1, 4), due=t, received=t, priority=rng.randrange(3))
             elif kind < 0.8:
                 put(st, q, 1, due=t + rng.choice([1, 30, 200]), received=t, priority=rng.randrange(3))
-            else:  # a little in the past at send (Forq v1 allows it)
+            elif kind < 0.9:  # a little in the past at send (Forq v1 allows it)
                 put(st, q, 1, due=t - rng.choice([1, 50]), received=t, priority=rng.randrange(3))
+            else:  # long past (a Django task's past run_after)
+                put(st, q, 1, due=t - rng.choice([3_600_000, 36_000_000]), received=t, priority=rng.randrange(3))
         elif op < 0.55:
             limit = rng.choice([1, 1, 2, 5])
             want = expected(q, t, limit, order)

@@ -22,8 +22,9 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 
 import forqapp
-from forqapp import services, store
+from forqapp import ids, services, store
 from forqapp.models import Message, Status
+from forqapp.store import NewMessage
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "rehearsal-secret-0123456789abcdef-0123456789"  # noqa: S105
@@ -111,12 +112,14 @@ def test_migration_creates_table_and_partial_index():
         cur.execute("""SELECT column_name, collation_name FROM information_schema.columns
                        WHERE table_name = 'messages' AND column_name IN ('id', 'queue')""")
         collations = dict(cur.fetchall())
-    assert set(indexes) == {"messages_pkey", "idx_queue_claim", "idx_queue_timed", "idx_for_queue_depth",
-                            "idx_expired", "idx_leases"}  # no varchar_pattern_ops copies
+    assert set(indexes) == {"messages_pkey", "idx_queue_claim", "idx_queue_timed", "idx_queue_past",
+                            "idx_for_queue_depth", "idx_expired", "idx_leases"}  # no varchar_pattern_ops copies
     assert indexes["idx_queue_claim"].endswith("(queue, priority DESC, sequence, process_after, status) "
                                                "WHERE ((process_after <= received_at) AND (status = 0))")
     assert indexes["idx_queue_timed"].endswith("(queue, process_after, priority DESC, sequence) "
                                                "WHERE ((process_after > received_at) AND (status = 0))")
+    assert indexes["idx_queue_past"].endswith("(queue, priority DESC, process_after, sequence) "
+                                              "WHERE ((process_after < received_at) AND (status = 0))")
     assert indexes["idx_leases"].endswith("(queue, process_after, priority, sequence, status) WHERE (status = 1)")
     assert indexes["idx_expired"].endswith("(status, is_dlq, expires_after) WHERE ((status = 0) OR (status = 2))")
     assert collations == {"id": "C", "queue": "C"}
@@ -191,7 +194,7 @@ def test_the_stale_lease_job_reads_the_leases_not_the_table():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("order", ["fifo", "lifo", "random"])
+@pytest.mark.parametrize("order", ["fifo", "lifo", "random", "due"])
 def test_the_claims_generic_plan_reads_each_part_from_its_own_index(order):
     """The claim's generic plan (the one ``forq_claim`` keeps for the session, for any queue): each
     part reads the index of its rows. Before migration 0014 it read the ended leases through
@@ -214,7 +217,7 @@ def test_the_claims_generic_plan_reads_each_part_from_its_own_index(order):
             cur.execute("RESET plan_cache_mode")
             cur.execute("RESET enable_seqscan")
     assert "idx_expired" not in plan and "Seq Scan" not in plan, plan
-    for index in ("idx_queue_claim", "idx_queue_timed", "idx_leases"):
+    for index in ("idx_queue_claim", "idx_queue_timed", "idx_leases", *(("idx_queue_past",) if order == "due" else ())):
         assert f"using {index} on messages" in plan, plan
 
 
@@ -748,3 +751,54 @@ def test_a_claim_finds_the_ended_leases_without_reading_the_live_ones(plan):
     for node in leases:
         assert node["Actual Rows"] == 0
         assert node["Shared Hit Blocks"] + node["Shared Read Blocks"] <= 3, node
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("plan", ["force_custom_plan", "force_generic_plan"])
+def test_a_due_ordered_claim_reads_a_few_index_pages_of_a_long_queue(plan):
+    """The due order on 100,000 messages due, 2,000 of them sent long past due (a task's past
+    ``run_after``): the pick reads the head of idx_queue_claim and of idx_queue_past in their order
+    and sorts only what it read; no part reads the table or sorts the queue. Both plans: the one
+    PostgreSQL makes for the values at hand, and the generic one ``forq_claim`` keeps."""
+    import json
+
+    from forqapp.store.postgresql import CLAIM
+
+    now = services.now_ms()
+    forqapp.send_many("long", ["x"] * 98_000)
+    st = store.for_alias(connection.alias)
+    past = ids.new_ids(2_000)
+    st.insert([NewMessage(m, "long", "p", now - 3_600_000 + k, now, now + 3_600_000, k % 3, None, None)
+               for k, m in enumerate(past)])
+    sql, names = numbered(CLAIM["due"])
+    types = {"queue": "text", "delivered": "text[]"}
+    values = {"queue": "'long'", "now": str(now + 1), "limit": "10", "ended_among": "100", "among": "1000",
+              "visibility": "30000", "max": "5", "dlq_ttl": "1000"}
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE messages")
+        cur.execute(f"SET plan_cache_mode = {plan}")
+        try:
+            cur.execute(f"PREPARE due_claim ({', '.join(types.get(n, 'bigint') for n in names)}) AS {sql}")
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                        f"EXECUTE due_claim ({', '.join(values[n] for n in names)})")
+            found = cur.fetchone()[0]
+        finally:
+            cur.execute("DEALLOCATE ALL")
+            cur.execute("RESET plan_cache_mode")
+    found = json.loads(found) if isinstance(found, str) else found
+
+    def nodes(node: dict):
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    every = list(nodes(found[0]["Plan"]))
+    assert not [n for n in every if n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")], found
+    reads = {n.get("Index Name") for n in every if n.get("Index Name")}
+    assert {"idx_queue_claim", "idx_queue_past"} <= reads, found
+    assert all(n.get("Actual Rows", 0) <= 100 for n in every if n["Node Type"] == "Sort"), found
+    heads = [n for n in every if n.get("Index Name") in ("idx_queue_claim", "idx_queue_past")]
+    # (10 rows, each locked through its heap page: dozens of pages, where the queue holds ~1,500)
+    assert all(n["Shared Hit Blocks"] + n["Shared Read Blocks"] <= 100 for n in heads), heads
+    top = [m for k, m in enumerate(past) if k % 3 == 2][:10]  # priority 2, the longest past due first
+    assert set(Message.objects.filter(status=Status.PROCESSING).values_list("id", flat=True)) == set(top)

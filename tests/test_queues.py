@@ -184,6 +184,23 @@ def test_lifo_ordering_delivers_the_newest_first(clock):
     sent = forqapp.send_many("stack", ["a", "b", "c"])
     assert [m.id for m in drain("stack")] == sent
     refused(errors.BODY_INVALID, forqapp.configure_queue, "stack", ordering="random")
+    refused(errors.BODY_INVALID, forqapp.configure_queue, "stack", ordering="DUE")
+
+
+def test_the_due_ordering_takes_by_due_time_and_a_plain_queue_keeps_fifo(clock):
+    """A message sent a little in the past (within FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS), after
+    another: a plain queue (no ordering set: FIFO) delivers by sequence, as Forq does; a queue
+    ordered "due" delivers it first. A past time beyond the tolerance is still refused there."""
+    for queue in ("plain", "by-due"):
+        if queue == "by-due":
+            assert forqapp.configure_queue(queue, ordering="due").policy["ordering"] == "due"
+        first = forqapp.send(queue, "first")
+        clock.advance(1)
+        earlier = forqapp.send(queue, "earlier", process_after=services.now_ms() - 5_000)
+        want = [first, earlier] if queue == "plain" else [earlier, first]
+        assert [m.id for m in drain(queue)] == want, queue
+        refused(errors.PROCESS_AFTER_IN_PAST, forqapp.send, queue, "x", process_after=services.now_ms() - 60_000)
+    assert forqapp.queue_info("plain").policy["ordering"] == "fifo"
 
 
 def test_a_paused_queue_accepts_sends_and_delivers_nothing_until_resumed(clock):

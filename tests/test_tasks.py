@@ -394,6 +394,66 @@ def test_a_deferred_task_outlives_a_retention_shorter_than_its_deferral(clock):
     assert Message.objects.get(id=plain.id).queue == "tasks-default-dlq"
 
 
+def test_run_after_priority():
+    """django-tasks-db's ``test_run_after_priority``, ported: the tasks due run by priority, then by
+    due time (a past run_after counts as its time), then enqueue order; the future ones wait. (Its
+    first half orders its model's every row, the future ones too: a table forqapp does not have.)"""
+    now = datetime.now(UTC)
+
+    def enqueue(label, **using):
+        return tasks.echo.using(**using).enqueue(label)
+
+    old_task = enqueue("old_task", priority=20, run_after=now - timedelta(hours=2))
+    very_old_task = enqueue("very_old_task", priority=20, run_after=now - timedelta(hours=10))
+    far_future = enqueue("far_future", run_after=now + timedelta(hours=10))
+    high_priority_far_future = enqueue("high_priority_far_future", priority=10, run_after=now + timedelta(hours=10))
+    future = enqueue("future", run_after=now + timedelta(hours=2))
+    enqueue("high_priority", priority=10)
+    enqueue("low_priority", priority=2)
+    enqueue("lower_priority", priority=-2)
+    assert drain(concurrency=1) == {"ack": 5}
+    assert [c[1]["args"][0] for c in tasks.CALLS if c[0] == "echo"] == \
+        ["very_old_task", "old_task", "high_priority", "low_priority", "lower_priority"]
+    for waiting in (far_future, high_priority_far_future, future):
+        assert tasks.echo.get_result(waiting.id).status == TaskResultStatus.READY
+    assert tasks.echo.get_result(old_task.id).status == tasks.echo.get_result(very_old_task.id).status \
+        == TaskResultStatus.SUCCESSFUL
+
+
+def test_equal_priorities_run_by_due_time_then_enqueue_order_one_claim_at_a_time():
+    """The same order when the worker claims one task at a time; a task without run_after counts its
+    enqueue time."""
+    now = datetime.now(UTC)
+    tasks.echo.using(run_after=now - timedelta(hours=2)).enqueue("2h")
+    tasks.echo.enqueue("now")
+    tasks.echo.using(run_after=now - timedelta(hours=10)).enqueue("10h")
+    tasks.echo.using(run_after=now - timedelta(hours=2)).enqueue("2h, enqueued later")
+    assert drain(concurrency=1, prefetch=1) == {"ack": 4}
+    assert [c[1]["args"][0] for c in tasks.CALLS if c[0] == "echo"] == ["10h", "2h", "2h, enqueued later", "now"]
+
+
+def test_the_backends_queues_take_the_due_order_unless_they_set_their_own():
+    tasks.echo.enqueue("x")
+    assert services.queue_info("tasks-default").overrides == {"ordering": "due"}
+    services.configure_queue("tasks-other", ordering="fifo")  # the project's own choice is kept
+    tasks.urgent.enqueue(1)
+    assert services.queue_info("tasks-other").overrides == {"ordering": "fifo"}
+    now = datetime.now(UTC)
+    tasks.urgent.using(run_after=now - timedelta(hours=1)).enqueue(2)
+    tasks.urgent.using(run_after=now - timedelta(hours=10)).enqueue(3)
+    assert drain(concurrency=1) == {"ack": 4}
+    assert [c[1]["n"] for c in tasks.CALLS if c[0] == "urgent"] == [1, 2, 3]  # FIFO: enqueue order
+
+
+def test_a_past_run_after_is_kept_as_the_due_time_and_its_retention_counts_from_now():
+    services.configure_queue("tasks-default", retention=3_600)
+    before = datetime.now(UTC) - timedelta(days=3)
+    m = Message.objects.get(id=tasks.add.using(run_after=before).enqueue(1, 1).id)
+    assert m.process_after == int(before.timestamp() * 1000) < m.received_at
+    assert m.expires_after == m.received_at + 3_600_000  # not already expired
+    assert jobs.expired() == 0 and drain() == {"ack": 1}
+
+
 # --- 2. running: sync, async, context; results through each state ------------------------------
 
 

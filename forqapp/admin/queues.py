@@ -73,8 +73,8 @@ class QueueForm(forms.ModelForm):
     max_length = forms.IntegerField(
         required=False, label="Max length", help_text="A produce beyond it is refused (503, queue.full).")
     ordering = forms.ChoiceField(
-        required=False, label="Ordering", choices=[("", "—"), ("fifo", "FIFO"), ("lifo", "LIFO")],
-        help_text="Within a priority: oldest (FIFO) or newest (LIFO) first.")
+        required=False, label="Ordering", choices=[("", "—"), ("fifo", "FIFO"), ("lifo", "LIFO"), ("due", "by due time")],
+        help_text="Within a priority: oldest (FIFO) or newest (LIFO) first, or by due time.")
     dedup_window = forms.FloatField(
         required=False, label="Dedup window (s)", help_text="How long a dedup id is remembered (seconds).")
     max_in_flight = forms.IntegerField(
@@ -100,7 +100,7 @@ class QueueForm(forms.ModelForm):
                                                help_text=next((h for n, _, h in display.FIELDS if n == name), ""))
         ordering = self.fields["ordering"]
         assert isinstance(ordering, forms.ChoiceField)  # noqa: S101 - declared above
-        ordering.choices = [("", f"— ({_global('ordering')})"), ("fifo", "FIFO"), ("lifo", "LIFO")]
+        ordering.choices = [("", f"— ({_global('ordering')})"), ("fifo", "FIFO"), ("lifo", "LIFO"), ("due", "by due time")]
         for name in POLICY_FIELDS:
             if name in self.fields and name != "paused":
                 field = self.fields[name]

@@ -87,9 +87,10 @@ def _batch_rows(queue: str, batch: _Batch, now: int, pol: Policy) -> list[Messag
                     repeat(now + pol.retention_ms), batch.priorities, batch.attributes, repeat(None)))
 
 
-def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int) -> NewMessage:
+def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int,
+           past_due: bool = False) -> NewMessage:
     """One send's row: ``item`` is the content, or a dict of ``content`` and :data:`SEND_OPTIONS`
-    (``processAfter`` too, as Forq's bulk bodies spell it)."""
+    (``processAfter`` too, as Forq's bulk bodies spell it). ``past_due``: see :func:`send_entries`."""
     if not isinstance(item, dict):
         due = now
         return _new_message((message_id, queue, validation.content(item, limit), due, now, due + pol.retention_ms,
@@ -103,11 +104,11 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
     process_after, delay, retention = get("process_after"), get("delay"), get("retention")
     if process_after is None:
         process_after = get("processAfter")
-    due = now if process_after is None and delay is None else _due(process_after, delay, now)
+    due = now if process_after is None and delay is None else _due(process_after, delay, now, past_due)
     priority, attributes, dedup_id = get("priority"), get("attributes"), get("dedup_id")
     return _new_message((
         message_id, queue, content, due, now,
-        due + (pol.retention_ms if retention is None
+        (max(due, now) if past_due else due) + (pol.retention_ms if retention is None
                else validation.duration_ms(retention, "retention", *vocab.RETENTION_S)),
         0 if priority is None else validation.priority(priority),
         None if attributes is None else validation.attributes(attributes),
@@ -115,13 +116,15 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
     ))
 
 
-def _due(process_after: Any, delay: Any, now: int) -> int:
+def _due(process_after: Any, delay: Any, now: int, past_due: bool = False) -> int:
     if delay is not None:
         if process_after is not None:
             raise ForqError(errors.BODY_INVALID, "give process_after or delay, not both")
         return now + validation.duration_ms(delay, "delay", *validation.delay_bounds(send_limits()))
     if isinstance(process_after, datetime):
         process_after = int(process_after.timestamp() * 1000)
+    if past_due and type(process_after) is int and 0 < process_after < now:
+        return process_after  # due at once; the time kept (the due order's place)
     return validation.process_after(process_after, now, send_limits())
 
 
@@ -189,16 +192,18 @@ def send_many(queue: str, items: Iterable[Any], process_after: int | None = None
 
 
 def send_entries(queue: str, items: Iterable[Any], *, dedup_window: Any = None,
-                 using: str | None = None) -> list[SendResult]:
+                 using: str | None = None, past_due: bool = False) -> list[SendResult]:
     """Send ``items`` (contents, or dicts of ``content`` and :data:`SEND_OPTIONS`; a dict may
     carry its own ``dedup_window``) to ``queue`` in one transaction; one :class:`SendResult` each.
     Raises ``ForqError`` (and sends nothing) if any item is invalid, or ``queue.full`` when the
-    queue's ``max_length`` would be passed."""
-    return _send_entries(queue, items, dedup_window, using, ids_only=False)
+    queue's ``max_length`` would be passed. ``past_due``: a ``process_after`` in the past is kept
+    as the message's due time (due at once; its place in a queue ordered by due time; its
+    retention counts from now) rather than refused (the Django Tasks backend's past ``run_after``)."""
+    return _send_entries(queue, items, dedup_window, using, ids_only=False, past_due=past_due)
 
 
 def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: str | None, *,
-                  ids_only: bool) -> list[Any]:
+                  ids_only: bool, past_due: bool = False) -> list[Any]:
     """:func:`send_entries`; with ``ids_only``, the ids alone (:func:`send_many`: no result object
     a message on the usual path, which shows at 100,000 messages a second)."""
     queue = validation.queue_name(queue, produce=True)
@@ -226,7 +231,7 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
     if batch is not None:
         rows = _batch_rows(queue, batch, now, pol)
     else:
-        rows = [_entry(mid, queue, item, now, pol, limit)
+        rows = [_entry(mid, queue, item, now, pol, limit, past_due)
                 for mid, item in zip(ids.new_ids(len(items)), items, strict=True)]
         if any(r[8] for r in rows):  # a dedup id
             windows = [_dedup_window(item, dedup_window, pol) for item in items]

@@ -66,7 +66,7 @@ def configure_queue(name: str, change: validation.PolicyChange | None = None, *,
     """Set ``name``'s policy fields (creating the queue if needed): ``max_attempts`` (≥ 1 or
     ``"unlimited"``), ``backoff`` (a list of ms, or ``{"base_ms", "max_ms", "jitter"}``),
     ``visibility_timeout``, ``retention``, ``dlq_retention``, ``dedup_window`` (seconds or
-    timedelta), ``max_length``, ``ordering`` (``"fifo"``/``"lifo"``), ``paused``. Fields not given
+    timedelta), ``max_length``, ``ordering`` (``"fifo"``/``"lifo"``/``"due"``), ``paused``. Fields not given
     keep their value; None resets one to the global setting. ``change``: a face's request, parsed
     already (its stored columns are used as they are; ``fields`` must then be empty)."""
     name = validation.queue_name(name, produce=True)

@@ -376,7 +376,8 @@ class Store(abc.ABC):
         deliveries whose lease has ended (among the first :data:`ENDED_AMONG` to end) — by priority (highest
         first), then sequence (``order`` ``"fifo"``: oldest first; ``"lifo"``: newest first within
         a priority, a priority at a time; ``"random"``: at random among the next
-        :data:`RANDOM_AMONG`). Each becomes processing, one
+        :data:`RANDOM_AMONG`; ``"due"``: by the time each came due — its ``process_after``, which
+        for a message sent with a due time in the past is that time — then sequence). Each becomes processing, one
         attempt more, a new receipt, leased until ``now + visibility_ms``. A message whose attempts
         are used up (``max_attempts`` > 0) is moved to its DLQ (reason ``max_attempts_reached``,
         expiring after ``dlq_ttl_ms``) instead, counted in :attr:`Claim.redriven` and returned in

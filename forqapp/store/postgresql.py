@@ -172,6 +172,13 @@ LAST_WINDOWS = ((TIMED_DUE, "process_after DESC, priority, sequence DESC"),
 # delivered (with a 0 s lease, those are due again at once).
 EXCEPT_DELIVERED = " AND id <> ALL(%(delivered)s::text[])"
 BY_PRIORITY = "priority DESC, sequence"
+# The due order (``ordering`` "due": the Django Tasks backend's queues): by priority, then by the time
+# each row came due (``process_after``: a past ``run_after`` counts as its time), then sequence. The
+# rows sent with a due time in the past (``process_after < received_at``) are also in an index of their
+# own, ``idx_queue_past`` (migration 0017), in that order; the other rows due when written come due as
+# they are written, so ``idx_queue_claim``'s order (sequence) is theirs. A plain send writes nothing more.
+PAST_DUE = f"queue = %(queue)s AND status = {READY} AND process_after < received_at AND process_after <= %(now)s"
+BY_DUE = "priority DESC, process_after, sequence"
 LOCK = " FOR UPDATE SKIP LOCKED"
 
 
@@ -237,7 +244,38 @@ def _picks(where: str = "", lock: str = LOCK) -> dict[str, str]:
     }
 
 
-PICK = _picks()
+def _due_rows(where: str = "", lock: str = LOCK) -> str:
+    """The due order's first ``%(limit)s`` rows (id, priority, due_at, sequence), in that order: the
+    first of each part in the due order (each part a CTE that locks its rows), and the first of them
+    all. A row sent with a past due time is in both idx_queue_claim and idx_queue_past: ``UNION``
+    keeps it once."""
+    columns = "id, priority, process_after, sequence"
+    windows = " UNION ALL ".join(
+        f"""(SELECT id AS first_id, priority AS p, process_after AS d, sequence AS s FROM messages
+             WHERE {due}{where} ORDER BY {window_order} LIMIT %(ended_among)s)"""
+        for due, window_order in FIRST_WINDOWS)
+    return f"""WITH ready AS (
+                        SELECT {columns} FROM messages WHERE {READY_DUE}{where}
+                        ORDER BY {BY_PRIORITY} LIMIT %(limit)s{lock}),
+                    past AS (
+                        SELECT {columns} FROM messages WHERE {PAST_DUE}{where}
+                        ORDER BY {BY_DUE} LIMIT %(limit)s{lock}),
+                    by_time AS (SELECT {columns} FROM (
+                                    SELECT * FROM ({windows}) AS window_rows ORDER BY p DESC, d, s) AS in_order
+                                JOIN messages ON id = first_id
+                                WHERE {BY_TIME_DUE}{where}
+                                ORDER BY p DESC, d, s
+                                LIMIT %(limit)s{lock.replace("UPDATE", "UPDATE OF messages")})
+               SELECT id, priority, process_after AS due_at, sequence
+               FROM (SELECT * FROM ready UNION SELECT * FROM past UNION SELECT * FROM by_time) AS due
+               ORDER BY priority DESC, due_at, sequence LIMIT %(limit)s"""
+
+
+def _all_picks(where: str = "", lock: str = LOCK) -> dict[str, str]:
+    return {**_picks(where, lock), "due": f"SELECT id FROM ({_due_rows(where, lock)}) AS due_rows"}
+
+
+PICK = _all_picks()
 
 
 def _claims(picks: dict[str, str]) -> dict[str, str]:
@@ -250,8 +288,24 @@ RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.prior
             for order, pick in picks.items()}
 
 
-CLAIM = _claims(PICK)
-CLAIM_AGAIN = _claims(_picks(EXCEPT_DELIVERED))
+def _claim_due(where: str = "") -> str:
+    """The due order's claim: its rows come back in the pick's order (RETURNING shows a row's new
+    ``process_after``, its lease end, so the order is the pick's, kept here)."""
+    return f"""
+WITH picked AS ({_due_rows(where)}),
+claimed AS (
+UPDATE messages AS m {CLAIM_SET}
+FROM picked WHERE m.id = picked.id
+RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.priority, m.attributes,
+          m.dedup_id, m.sequence, m.received_at, m.first_received_at, m.process_after, m.state, m.status,
+          picked.priority AS picked_priority, picked.due_at AS picked_due_at, picked.sequence AS picked_sequence)
+SELECT id, queue, content, attempts, processing_started_at, priority, attributes, dedup_id, sequence, received_at,
+       first_received_at, process_after, state, status
+FROM claimed ORDER BY picked_priority DESC, picked_due_at, picked_sequence"""
+
+
+CLAIM = {**_claims(PICK), "due": _claim_due()}
+CLAIM_AGAIN = {**_claims(_picks(EXCEPT_DELIVERED)), "due": _claim_due(EXCEPT_DELIVERED)}
 
 # A receive runs CLAIM through ``forq_claim``, a PL/pgSQL function that holds it (migration 0015),
 # so that PostgreSQL plans it once per connection rather than at each call: PL/pgSQL keeps each
@@ -308,7 +362,8 @@ CALL_CLAIM = f"SELECT * FROM forq_claim({', '.join(f'%({name})s' for name, _ in 
 
 PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attributes, dedup_id, sequence,
                    received_at, first_received_at, CASE WHEN status = {PROCESSING} THEN process_after END, state"""
-PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})" for order, pick in _picks(lock="").items()}
+PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})"
+        for order, pick in _all_picks(lock="").items()}
 PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error FROM messages WHERE id = %(id)s AND queue = %(queue)s"
 
 # Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
@@ -881,7 +936,7 @@ class PostgreSQLStore(Store):
             params["limit"] = limit - len(deliveries)
             params["delivered"] = [d.id for d in deliveries]
             sql = CLAIM_AGAIN[order]
-        if len(deliveries) > 1 and order != "random":  # RETURNING order is unspecified
+        if len(deliveries) > 1 and order not in ("random", "due"):  # RETURNING order is unspecified (due: sorted)
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
         return Claim(deliveries, tuple(redriven))

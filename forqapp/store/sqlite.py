@@ -240,6 +240,13 @@ LAST_WINDOWS = (("idx_queue_timed", TIMED_DUE, "process_after DESC, priority, se
 # delivered (with a 0 s lease, those are due again at once).
 EXCEPT_DELIVERED = " AND id NOT IN (SELECT value FROM json_each(:delivered))"
 BY_PRIORITY = "priority DESC, sequence"
+# The due order (``ordering`` "due": the Django Tasks backend's queues): by priority, then by the time
+# each row came due (``process_after``: a past ``run_after`` counts as its time), then sequence. The
+# rows sent with a due time in the past (``process_after < received_at``) are also in an index of their
+# own, ``idx_queue_past`` (migration 0017), in that order; the other rows due when written come due as
+# they are written, so ``idx_queue_claim``'s order (sequence) is theirs. A plain send writes nothing more.
+PAST_DUE = f"queue = :queue AND status = {READY} AND process_after < received_at AND process_after <= :now"
+BY_DUE = "priority DESC, process_after, sequence"
 
 CLAIM_RETURNING = """
 RETURNING id, queue, content, attempts, processing_started_at, priority, attributes, dedup_id, sequence,
@@ -278,11 +285,41 @@ def _picks(where: str = "") -> dict[str, str]:
     }
 
 
-PICK = _picks()
+def _due_rows(where: str = "") -> str:
+    """The due order's first ``:limit`` rows (id, priority, process_after, sequence), in that order:
+    the first of each part in the due order, and the first of them all. A row sent with a past due
+    time is in both idx_queue_claim and idx_queue_past: ``UNION`` keeps it once."""
+    columns = "id, priority, process_after, sequence"
+    by_time = [f"""SELECT {columns} FROM (SELECT {columns} FROM (
+                                          SELECT {columns} FROM messages INDEXED BY {index}
+                                          WHERE {due}{where}
+                                          ORDER BY {window_order} LIMIT :ended_among)
+                                      ORDER BY {BY_DUE} LIMIT :limit)"""
+               for index, due, window_order in FIRST_WINDOWS]
+    return f"""SELECT {columns} FROM (SELECT {columns} FROM messages INDEXED BY idx_queue_claim
+                                      WHERE {READY_DUE}{where} ORDER BY {BY_PRIORITY} LIMIT :limit)
+               UNION SELECT {columns} FROM (SELECT {columns} FROM messages INDEXED BY idx_queue_past
+                                            WHERE {PAST_DUE}{where} ORDER BY {BY_DUE} LIMIT :limit)
+               UNION {by_time[0]}
+               UNION {by_time[1]}
+               ORDER BY {BY_DUE} LIMIT :limit"""
+
+
+def _all_picks(where: str = "") -> dict[str, str]:
+    return {**_picks(where), "due": f"SELECT id FROM ({_due_rows(where)})"}
+
+
+PICK = _all_picks()
 CLAIM = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURNING}"
          for order, pick in PICK.items()}
 CLAIM_AGAIN = {order: f"UPDATE messages {CLAIM_SET} WHERE id IN ({pick}) {CLAIM_RETURNING}"
-               for order, pick in _picks(EXCEPT_DELIVERED).items()}
+               for order, pick in _all_picks(EXCEPT_DELIVERED).items()}
+# A due-order claim of several rows picks them first (DUE_ROWS, in order), then takes those, in one
+# ``BEGIN IMMEDIATE`` transaction: RETURNING shows a row's new ``process_after`` (its lease end), so the
+# deliveries are put in the pick's order, which one statement could not tell.
+DUE_ROWS = _due_rows()
+DUE_ROWS_AGAIN = _due_rows(EXCEPT_DELIVERED)
+CLAIM_PICKED = f"UPDATE messages {CLAIM_SET} WHERE id IN (SELECT value FROM json_each(:picked)) {CLAIM_RETURNING}"
 CLAIM_ONE = f"UPDATE messages {CLAIM_SET} WHERE id = ({PICK['fifo']}) {CLAIM_RETURNING}"
 
 # What the trigger forq_redrive does, for a database without it (see SQLiteStore._redriven).
@@ -850,18 +887,37 @@ class SQLiteStore(Store):
     @_reads_claim_indexes
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
                order: str) -> Claim:
+        if order == "due" and limit > 1:
+            with self._transaction():  # the pick, then the claim of what it picked (DUE_ROWS)
+                return self._claim_rows(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+        return self._claim_rows(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+
+    @staticmethod
+    def _claim_due(conn: sqlite3.Connection, again: bool, params: dict[str, Any]) -> list[Any]:
+        """A due-order claim of several rows: the ones DUE_ROWS picks, in its order."""
+        picked = [r[0] for r in conn.execute(DUE_ROWS_AGAIN if again else DUE_ROWS, params)]
+        if not picked:
+            return []
+        place = {message_id: n for n, message_id in enumerate(picked)}
+        rows = conn.execute(CLAIM_PICKED, {**params, "picked": json.dumps(picked)}).fetchall()
+        rows.sort(key=lambda r: place[r[0]])
+        return rows
+
+    def _claim_rows(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
+                    dlq_ttl_ms: int, order: str) -> Claim:
         conn = self._conn()
+        by_due = order == "due" and limit > 1
         sql = CLAIM_ONE if limit == 1 and order == "fifo" else CLAIM[order]
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
                   "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG, "ended_among": max(ENDED_AMONG, limit)}
-        rows = conn.execute(sql, params).fetchall()
+        rows = self._claim_due(conn, False, params) if by_due else conn.execute(sql, params).fetchall()
         if len(rows) == 1 and limit == 1 and rows[0][13] == PROCESSING:  # the usual receive: one delivery
             return Claim([Delivery._make(rows[0][:13])])
         deliveries: list[Delivery] = []
         redriven: list[Delivery] = []
         for round_ in range(MAX_REDRIVE_ROUNDS):
             if round_:
-                rows = conn.execute(sql, params).fetchall()
+                rows = self._claim_due(conn, True, params) if by_due else conn.execute(sql, params).fetchall()
             live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
             moved = [r for r in rows if r[13] != PROCESSING]
             if moved:
@@ -874,7 +930,7 @@ class SQLiteStore(Store):
             params["limit"] = limit - len(deliveries)
             params["delivered"] = json.dumps([d.id for d in deliveries])
             sql = CLAIM_AGAIN[order]
-        if len(deliveries) > 1 and order != "random":  # RETURNING order is unspecified
+        if len(deliveries) > 1 and order not in ("random", "due"):  # RETURNING order is unspecified
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
         return Claim(deliveries, tuple(redriven))

@@ -4,7 +4,10 @@
                          "OPTIONS": {"queue_prefix": "tasks-", "result_retention": 7 * 86400}}}
 
 A task is one message on the forqapp queue named ``queue_prefix + task.queue_name``: its id is the
-task result's id, its priority the task's, its due time ``run_after``. The message's content is the
+task result's id, its priority the task's, its due time ``run_after`` (one in the past is kept: it is
+due at once, and its place is that time). The backend's queues run in the due order (``ordering``
+"due", set at a queue's first enqueue unless the queue has an ordering of its own): by priority,
+then due time, then enqueue order, as django-tasks-db orders its tasks. The message's content is the
 task (its dotted path) and its arguments as JSON. ``enqueue`` writes that one row on the caller's
 database connection: inside the caller's ``transaction.atomic()`` the task commits or rolls back with
 the caller's own writes (the outbox guarantee), and no worker can see it before the commit.
@@ -148,10 +151,13 @@ class ForqBackend(BaseTaskBackend):
         content = encode(task.module_path, text, task.queue_name, self.alias, now, run_after)
         item: dict[str, Any] = {"content": content, "priority": task.priority}
         if run_after is not None:
-            # a run_after already past runs at once; one more than FORQ_PROCESS_AFTER_MAX_MS ahead is refused
-            item["process_after"] = max(now, run_after)
+            # a run_after already past runs at once, its time kept for the due order (past_due); one
+            # more than FORQ_PROCESS_AFTER_MAX_MS ahead is refused
+            item["process_after"] = run_after
+        queue = self.forq_queue(task.queue_name)
         try:
-            sent = services.send_entries(self.forq_queue(task.queue_name), [item])[0]
+            order_by_due(queue)
+            sent = services.send_entries(queue, [item], past_due=True)[0]
         except ForqError as exc:
             if exc.code == errors.CONTENT_EXCEEDS_LIMIT:
                 raise TaskArgumentsError(f"a task's arguments are too large: {exc}") from None
@@ -175,6 +181,13 @@ class ForqBackend(BaseTaskBackend):
 
     def is_async(self, task: Task) -> bool:
         return iscoroutinefunction(task.func)
+
+
+def order_by_due(queue: str) -> None:
+    """Give ``queue`` the due order (``ordering`` "due"), unless it has an ordering of its own: the
+    queue's policy is cached, so this reads the database at most once a second per process."""
+    if "ordering" not in services.policy(queue).overrides:
+        services.configure_queue(queue, ordering="due")
 
 
 def _ms(when: datetime) -> int:

@@ -22,7 +22,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("retention", "Retention", "how long a message may wait in the queue"),
     ("dlq_retention", "DLQ retention", "how long a message stays in the dead-letter queue"),
     ("max_length", "Max length", "a produce beyond it is refused (503 queue.full)"),
-    ("ordering", "Ordering", "within a priority: oldest (FIFO) or newest (LIFO) first"),
+    ("ordering", "Ordering", "within a priority: oldest (FIFO) or newest (LIFO) first, or by due time"),
     ("dedup_window", "Dedup window", "how long a dedup id is remembered"),
     ("max_in_flight", "Max in flight", "deliveries leased at once; receives beyond it get nothing"),
     ("rate", "Rate", "at most this many receives per second, minute, hour or day"),
@@ -91,7 +91,7 @@ def value(field: str, raw: Any) -> str:
     if raw is None:
         return "no limit" if field in ("max_in_flight", "rate") else "—"
     if field == "ordering":
-        return str(raw or "fifo").upper()
+        return "by due time" if raw == "due" else str(raw or "fifo").upper()
     if field in ("visibility_timeout", "retention", "dlq_retention", "dedup_window"):
         return duration(raw)
     return str(raw)

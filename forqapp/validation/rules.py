@@ -336,7 +336,7 @@ def max_attempts(value: object) -> int:
 
 def ordering(value: object) -> str:
     if value not in vocab.ORDERINGS:
-        raise _invalid('ordering must be "fifo" or "lifo"')
+        raise _invalid('ordering must be "fifo", "lifo" or "due"')
     return str(value)
 
 
