@@ -28,9 +28,6 @@ from .. import services, utils
 from ..vocab import Status
 from .messages import decode
 
-if TYPE_CHECKING:
-    from .backend import ForqBackend
-from ..models import Message
 from .compat import (
     Task,
     TaskError,
@@ -40,7 +37,26 @@ from .compat import (
     set_field,
     task_backends,
 )
-from .models import TaskRecord
+
+if TYPE_CHECKING:
+    from ..models import Message
+    from .backend import ForqBackend
+    from .models import TaskRecord
+
+
+# The models are imported on first use: ``@task`` imports the backend (and so this module) while
+# apps load, when no model may be imported yet.
+def _records() -> type[TaskRecord]:
+    from .models import TaskRecord
+
+    return TaskRecord
+
+
+def _messages() -> type[Message]:
+    from ..models import Message
+
+    return Message
+
 
 UNKNOWN_WORKER = "unknown"
 TERMINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)
@@ -100,7 +116,7 @@ class Record:
 def previous(ids: list[str], using: str) -> dict[str, tuple[list[dict[str, str]], list[str], int | None]]:
     """{id: (errors, worker_ids, started_at)} of the rows of ``ids`` that exist (earlier attempts)."""
     out = {}
-    for row_id, errors, worker_ids, started_at in (TaskRecord.objects.using(using).filter(id__in=ids)
+    for row_id, errors, worker_ids, started_at in (_records().objects.using(using).filter(id__in=ids)
                                                    .values_list("id", "errors", "worker_ids", "started_at")):
         out[row_id] = (json.loads(errors), json.loads(worker_ids), started_at)
     return out
@@ -142,10 +158,10 @@ def _uuid(result_id: object) -> str:
 def get_result(backend: ForqBackend, result_id: str, *, using: str | None = None) -> TaskResult:
     result_id = _uuid(result_id)
     using = using or services.alias()
-    message = (Message.objects.using(using).filter(id=result_id)
+    message = (_messages().objects.using(using).filter(id=result_id)
                .values("queue", "is_dlq", "status", "attempts", "process_after", "processing_started_at",
                        "first_received_at", "updated_at", "content", "priority", "received_at").first())
-    row = TaskRecord.objects.using(using).filter(id=result_id).first()
+    row = _records().objects.using(using).filter(id=result_id).first()
     if message is None and row is None:
         raise TaskResultDoesNotExist(result_id)
     content = message["content"] if message is not None else row.content  # type: ignore[union-attr]
@@ -236,11 +252,11 @@ def prune(*, dry_run: bool = False, using: str | None = None) -> int:
     # ForqBackends' retentions (forqapp keeps their results; another backend's are not its to prune)
     retention = {alias: ms for alias, b in backends.items() if isinstance(ms := getattr(b, "result_retention_ms", None), int)}
     default_ms = max(retention.values(), default=7 * 86_400_000)
-    aliases = set(TaskRecord.objects.using(using).values_list("backend", flat=True).distinct())
+    aliases = set(_records().objects.using(using).values_list("backend", flat=True).distinct())
     for alias in aliases:
         cutoff = now - retention.get(alias, default_ms)
-        stale = TaskRecord.objects.using(using).filter(backend=alias, updated_at__lt=cutoff).filter(
-            Q(status__in=TERMINAL) | ~Exists(Message.objects.using(using).filter(id=OuterRef("id"))))
+        stale = _records().objects.using(using).filter(backend=alias, updated_at__lt=cutoff).filter(
+            Q(status__in=TERMINAL) | ~Exists(_messages().objects.using(using).filter(id=OuterRef("id"))))
         if dry_run:
             total += stale.count()
             continue
@@ -248,5 +264,5 @@ def prune(*, dry_run: bool = False, using: str | None = None) -> int:
             ids = list(stale.values_list("id", flat=True)[:1000])
             if not ids:
                 break
-            total += TaskRecord.objects.using(using).filter(id__in=ids).delete()[0]
+            total += _records().objects.using(using).filter(id__in=ids).delete()[0]
     return total
