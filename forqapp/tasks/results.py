@@ -26,8 +26,6 @@ from django.utils.module_loading import import_string
 
 from .. import services, utils
 from ..vocab import Status
-from .messages import decode
-
 from .compat import (
     Task,
     TaskError,
@@ -37,6 +35,7 @@ from .compat import (
     set_field,
     task_backends,
 )
+from .messages import decode
 
 if TYPE_CHECKING:
     from ..models import Message
