@@ -60,7 +60,7 @@ def test_the_demo_fills_the_pages_with_what_it_says():
         "demo-nightly-report": ("demo-reports", "0 3 * * *", None), "demo-heartbeat": ("demo-emails", None, 600)}
     # Task results (tests/settings.py has a ForqBackend): three done, one failed, one waiting.
     results = sorted(TaskRecord.objects.values_list("task_path", "status"))
-    assert results == [("forqapp.demo_tasks.add", "SUCCESSFUL")] * 3 + [("forqapp.demo_tasks.sales_report", "FAILED")]
+    assert results == [("forqapp.demo.tasks.add", "SUCCESSFUL")] * 3 + [("forqapp.demo.tasks.sales_report", "FAILED")]
     assert services.queue_info("tasks-default").counts["delayed"] == 1  # the waiting one
 
     # The dashboard shows them.
