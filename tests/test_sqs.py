@@ -962,6 +962,7 @@ def test_protocol_errors_are_sqs_errors(server):
 
 
 def test_scoped_keys(server, settings):
+    from forqapp.keys import cache as key_cache
     from forqapp.keys import service as key_service
 
     settings.FORQ_KEYS_SECRET = KEYS_SECRET  # this process seals as the server opens
@@ -984,7 +985,9 @@ def test_scoped_keys(server, settings):
         client(server, issued.key.access_key_id, "wrong").list_queues()
     assert code_of(exc)[0] == "SignatureDoesNotMatch"
     # Rotated here (another process than the server, which has the key cached for 5 s): the new
-    # secret works there within a quarter second of its cached answer's age, not after 5 s.
+    # secret works there within a quarter second of its cached answer's age, not after 5 s. Each
+    # refusal counts towards the address's throttle (FORQ_AUTH_MAX_FAILURES, 5 with "wrong" above),
+    # so the tries are RECHECK_SECONDS apart: the second one finds the cached answer old enough.
     rotated = key_service.rotate(issued.key, actor="test", via="test")
     started = time.monotonic()
     while True:
@@ -994,7 +997,7 @@ def test_scoped_keys(server, settings):
         except botocore.exceptions.ClientError as refused:
             assert refused.response["Error"]["Code"] == "SignatureDoesNotMatch"
             assert time.monotonic() - started < 2, "the new secret was refused for 2 s (the cache period is 5 s)"
-            time.sleep(0.05)
+            time.sleep(key_cache.RECHECK_SECONDS + 0.05)
 
 
 def test_delete_queue_needs_manage_on_its_dlq_too(server, settings):
