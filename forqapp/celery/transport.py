@@ -250,7 +250,11 @@ class Channel(virtual.Channel):
                    if m.lease_ms and m.lease_expires_at is not None and m.lease_expires_at - now < m.lease_ms * 2 / 3]
         for message in due:
             try:
-                renewed = services.extend(message, using=self.using)
+                if self.visibility_timeout is None:  # the queue's lease
+                    renewed = services.extend(message, using=self.using)
+                else:  # not extend(): it never gives less than the queue's own lease
+                    renewed = services.change_visibility([message], self.visibility_timeout, using=self.using) == 1
+                    message.lease_expires_at = services.now_ms() + (message.lease_ms or 0)
             except ForqError:
                 renewed = False
             if not renewed:  # settled meanwhile, or its lease ended: nothing more to renew
