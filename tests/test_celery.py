@@ -17,8 +17,8 @@ from django.db import transaction
 from kombu import Connection
 
 from forqapp import services
-from forqapp.errors import ForqError
 from forqapp.celery import transport
+from forqapp.errors import ForqError
 from tests.celeryapp import record, retry_once, sees_user, stuck_once
 
 from .conftest import ROOT, subprocess_env

@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from queue import Empty
@@ -288,7 +287,7 @@ class Transport(virtual.Transport):
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise socket.timeout()
+                raise TimeoutError()
             try:
                 self.cycle.get(self._deliver, timeout=remaining)
                 return
