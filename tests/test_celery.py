@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 from django.db import transaction
-from kombu import Connection
+from kombu import Connection, Exchange
 
 from forqapp import services
 from forqapp.celery import transport
@@ -129,6 +129,16 @@ def test_a_queue_forqapp_cannot_have_is_refused_by_name():
         conn.default_channel.queue_declare("celery@host.pidbox")
     with pytest.raises(ValueError, match="no database alias"), Connection("forq://nowhere") as conn:
         conn.default_channel  # noqa: B018
+
+
+def test_a_direct_message_nobody_bound_goes_to_its_routing_key_a_topic_one_nowhere():
+    events = Exchange("events", type="topic")
+    with Connection("forq://") as conn:
+        producer = conn.Producer()
+        producer.publish({"n": 1}, exchange=events, routing_key="task.received", declare=[events])
+        producer.publish({"n": 2}, exchange=Exchange("unbound", type="direct"), routing_key=QUEUE)
+    assert services.queue_info(QUEUE).counts["ready"] == 1
+    assert "task.received" not in [q.name for q in services.list_queues()]
 
 
 def test_ack_reject_and_requeue_settle_the_forqapp_delivery():

@@ -143,8 +143,12 @@ class Channel(virtual.Channel):
         services.delete_queue(queue_name(queue), using=self.using)
 
     def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
-        # Bindings live in each process's memory: a producer that declared none sends by routing key.
-        return super()._lookup(exchange, routing_key, default) or [routing_key]
+        # Bindings live in each process's memory: a producer that declared none sends by routing key
+        # (direct exchanges only: a topic's routing key, as Celery's events', names no queue).
+        found = super()._lookup(exchange, routing_key, default)
+        if found or not routing_key or self.typeof(exchange).type != "direct":
+            return found
+        return [routing_key]
 
     # --- consuming -------------------------------------------------------------------------
 
