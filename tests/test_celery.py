@@ -169,6 +169,16 @@ def test_delay_in_a_rolled_back_atomic_leaves_nothing():
     assert services.peek(QUEUE) is None
 
 
+def test_celery_purge_empties_the_queue_where_the_app_registers_forq_itself():
+    record.delay("a")
+    record.delay("b")
+    done = subprocess.run([sys.executable, "-m", "celery", "-A", "tests.celeryapp.bare", "purge", "-f"], cwd=ROOT,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "Purged 2 messages" in done.stdout
+    assert services.peek(QUEUE) is None
+
+
 # --- a real worker --------------------------------------------------------------------------------
 
 

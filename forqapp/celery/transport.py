@@ -27,8 +27,6 @@ import time
 from queue import Empty
 from typing import Any
 
-import django
-from django.apps import apps
 from django.db import connections
 from kombu.transport import virtual
 from kombu.utils.json import dumps, loads
@@ -278,11 +276,6 @@ class Transport(virtual.Transport):
 
     implements = virtual.Transport.implements.extend(
         asynchronous=False, exchange_type=frozenset(["direct", "topic"]), heartbeats=False)
-
-    def __init__(self, client: Any, **kwargs: Any) -> None:
-        if not apps.ready:  # a celery command Django was not set up for (the worker's is, by Celery)
-            django.setup()
-        super().__init__(client, **kwargs)
 
     def driver_version(self) -> str:
         return "1"
