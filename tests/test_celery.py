@@ -68,10 +68,12 @@ class Worker:
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
+        """A warm shutdown; then kill -9 (billiard's pool finalizer sometimes waits for ever on its
+        inqueue lock after the worker has finished, seen on PostgreSQL runs)."""
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
