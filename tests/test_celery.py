@@ -26,6 +26,7 @@ from .conftest import ROOT, subprocess_env
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUE = "celery"
+OTHER = "celery-other"  # the workers consume it too (-Q)
 LEASE_S = 4  # the workers' visibility_timeout in the kill test
 
 
@@ -57,7 +58,7 @@ class Worker:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "tests.celeryapp", "worker", f"--pool={self.pool}",
-                 "--concurrency=2", "--loglevel=INFO", "--without-heartbeat", "--without-gossip",
+                 "--concurrency=2", f"--queues={QUEUE},{OTHER}", "--loglevel=INFO", "--without-heartbeat", "--without-gossip",
                  "--without-mingle"],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
@@ -94,6 +95,7 @@ class Worker:
 @pytest.fixture
 def worker(tmp_path):
     services.purge(QUEUE)
+    services.purge(OTHER)
     made: list[Worker] = []
 
     def make(**kwargs) -> Worker:
@@ -105,16 +107,15 @@ def worker(tmp_path):
         w.stop()
 
 
-def counts() -> dict[str, int]:
+def counts(queue: str = QUEUE) -> dict[str, int]:
     try:
-        return services.queue_info(QUEUE).counts
+        return services.queue_info(queue).counts
     except ForqError:  # no such queue (yet)
         return {}
 
 
 def settled() -> bool:
-    c = counts()
-    return not (c.get("ready") or c.get("delayed") or c.get("in_flight"))
+    return not any(c.get("ready") or c.get("delayed") or c.get("in_flight") for c in (counts(), counts(OTHER)))
 
 
 # --- the transport, in this process ---------------------------------------------------------------
@@ -197,6 +198,9 @@ def test_every_task_runs_as_often_as_intended_and_no_countdown_early(worker, poo
         if i % 10 == 1:  # a tenth retry once, a second later
             retry_once.delay(key)
             expected[key] = 2
+        elif i % 10 == 3:  # a tenth routed to another queue
+            record.apply_async((key,), queue=OTHER)
+            expected[key] = 1
         elif i % 20 == 2:  # a twentieth run two seconds after they are sent
             not_before[key] = time.time() + 2
             record.apply_async((key,), countdown=2)
@@ -205,8 +209,9 @@ def test_every_task_runs_as_often_as_intended_and_no_countdown_early(worker, poo
             record.delay(key)
             expected[key] = 1
     until(lambda: all(w.counts()[k] >= v for k, v in expected.items()), 90, f"{n} tasks to run", w)
-    until(settled, 30, "the queue to settle")
+    until(settled, 30, "the queues to settle")
     assert w.counts() == Counter(expected)
+    assert services.queue_info(OTHER).last_sequence >= n // 10  # a forqapp queue of that name
     for parts in w.lines():
         if parts[1] in not_before:
             assert float(parts[2]) >= not_before[parts[1]], parts
