@@ -164,6 +164,19 @@ def test_ack_reject_and_requeue_settle_the_forqapp_delivery():
         queue.close()
 
 
+def test_a_message_that_is_not_kombus_goes_to_the_dlq_and_the_next_one_is_delivered():
+    services.send(QUEUE, "plain text from another client")
+    with Connection("forq://") as conn:
+        queue = conn.SimpleQueue(QUEUE)
+        queue.put({"n": 1})
+        message = queue.get(timeout=5)
+        assert message.payload == {"n": 1}
+        message.ack()
+        queue.close()
+    info = services.queue_info(QUEUE).counts
+    assert info["failed"] + info["dlq"] == 1 and info["ready"] == 0
+
+
 def test_delay_in_a_rolled_back_atomic_leaves_nothing():
     with pytest.raises(RuntimeError), transaction.atomic():
         User.objects.create(username="rolled")

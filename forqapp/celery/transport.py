@@ -168,11 +168,14 @@ class Channel(virtual.Channel):
         return message
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        got = services.claim_many(queue_name(queue), 1, visibility_timeout=self.visibility_timeout,
-                                  using=self.using)
-        if not got:
-            raise Empty()
-        return self._payload(got[0])
+        while True:
+            got = services.claim_many(queue_name(queue), 1, visibility_timeout=self.visibility_timeout,
+                                      using=self.using)
+            if not got:
+                raise Empty()
+            payload = self._payload(got[0])
+            if payload is not None:
+                return payload
 
     def drain_events(self, timeout: float | None = None, callback: Any = None) -> Any:
         if not self._consumers:
@@ -192,11 +195,17 @@ class Channel(virtual.Channel):
         if not got:
             raise Empty()
         deliver = callback or self.connection._deliver
+        delivered = 0
         for message in got:
             payload = self._payload(message)
+            if payload is None:
+                continue
+            delivered += 1
             if message.queue in self._no_ack:  # nobody will ack it: taken for good when delivered
                 self._settle(payload["properties"]["delivery_tag"], "ack")
             deliver(payload, message.queue)
+        if not delivered:
+            raise Empty()
         return None
 
     def _claim(self, queues: list[str], limit: int) -> list[services.ReceivedMessage]:
@@ -208,10 +217,20 @@ class Channel(virtual.Channel):
                                        using=self.using)
         return got
 
-    def _payload(self, message: services.ReceivedMessage) -> dict[str, Any]:
-        payload = loads(message.content)
+    def _payload(self, message: services.ReceivedMessage) -> dict[str, Any] | None:
+        """The kombu message a delivery carries; None for content that is not one (sent to the
+        queue by another client), which goes to the DLQ rather than stop the worker."""
         tag = delivery_tag(message)
-        payload["properties"]["delivery_tag"] = tag
+        try:
+            payload = loads(message.content)
+            payload["properties"]["delivery_tag"] = tag
+        except (ValueError, TypeError, KeyError) as exc:
+            logger.error("forq://: message %s of %s is not a kombu message: to the DLQ", message.id, message.queue)
+            try:
+                services.fail(message, f"not a kombu message: {exc!r}"[:200], using=self.using)
+            except ForqError:
+                pass
+            return None
         payload["redelivered"] = message.attempts > 1
         with self._lock:
             self._held[tag] = message
