@@ -15,7 +15,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import transaction
 from kombu import Connection, Exchange
+from kombu.transport import TRANSPORT_ALIASES
 
+import forqapp.celery
 from forqapp import services
 from forqapp.celery import transport
 from forqapp.errors import ForqError
@@ -119,6 +121,12 @@ def settled() -> bool:
 
 
 # --- the transport, in this process ---------------------------------------------------------------
+
+
+def test_forq_is_registered_with_kombu_and_registering_needs_kombu(monkeypatch):
+    assert TRANSPORT_ALIASES["forq"] == "forqapp.celery.transport:Transport"
+    monkeypatch.setitem(sys.modules, "kombu.transport", None)  # as where kombu is not installed
+    assert forqapp.celery.register() is False
 
 
 def test_a_published_message_is_a_forqapp_message_with_its_priority():
