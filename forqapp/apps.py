@@ -4,6 +4,7 @@ from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 
 from . import checks  # noqa: F401 - registers the system checks
+from .celery import register as register_celery_transport
 from .store import configure_connection
 from .tasks.discovery import uses_forq_backend
 
@@ -30,6 +31,8 @@ class ForqConfig(AppConfig):
             from .tasks import scheduling  # noqa: F401 - its receiver (it imports the Tasks framework)
         if apps.is_installed("django.contrib.admin") and admin.site.login_form is None:
             admin.site.login_form = login_throttle.AdminLoginThrottleForm
+        # Celery's broker_url = "forq://" (where kombu is installed; nothing is imported otherwise).
+        register_celery_transport()
 
 
 def _apply_declared_queues(sender, using: str, **kwargs) -> None:

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "forqapp"
 WORDS = {"forqapp.conf", "forqapp.errors", "forqapp.vocab", "forqapp.ids", "forqapp.utils", "forqapp.validation"}
 SERVER = ("forqapp.server",)
 FACES = ("forqapp.api", "forqapp.sqs", "forqapp.ui", "forqapp.admin", "forqapp.tasks", "forqapp.spark",
-         "forqapp.keys", "forqapp.management", "forqapp.demo", "forqapp.worker")
+         "forqapp.keys", "forqapp.management", "forqapp.demo", "forqapp.worker", "forqapp.celery")
 
 
 def _name(path: Path) -> str:
