@@ -15,6 +15,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
@@ -96,3 +98,23 @@ def column(field: str, cell: Callable[[Any], Any], description: str, *, sortable
 def listed(names: list[str]) -> str:
     """The first ten of ``names`` (an action's message): ``a, b, c`` or ``a, …, j and 5 more``."""
     return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+
+
+def confirm_action(modeladmin, request, rows: list, *, skipped: int, action: str, verb: str,
+                   question: str) -> TemplateResponse:
+    """Django's intermediate confirmation page for an action (as ``delete_selected`` has): ``rows``
+    listed (each with ``id`` and ``queue``), ``skipped`` selected rows the action leaves alone."""
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Are you sure?",
+        "opts": modeladmin.model._meta,
+        "queryset": rows,
+        "skipped": skipped,
+        "action": action,
+        "verb": verb,
+        "question": question,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        "select_across": request.POST.get("select_across", "0"),
+    }
+    return TemplateResponse(request, "forqapp/admin/confirm_action.html", context)

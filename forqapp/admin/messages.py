@@ -7,8 +7,6 @@ from __future__ import annotations
 import uuid
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
-from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
 from .. import services, vocab
@@ -23,23 +21,10 @@ ERROR_PREVIEW = 80  # characters of last_error in the lists
 
 
 def _confirm(modeladmin, request, queryset, *, action: str, verb: str, question: str):
-    """Django's intermediate confirmation page for an action (as ``delete_selected`` has)."""
-    dead = list(queryset.dlq().only("id", "queue")[:1000])
-    skipped = queryset.regular().count()
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": "Are you sure?",
-        "opts": modeladmin.model._meta,
-        "queryset": dead,
-        "skipped": skipped,
-        "action": action,
-        "verb": verb,
-        "question": question,
-        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-        "select_across": request.POST.get("select_across", "0"),
-    }
-    return TemplateResponse(request, "forqapp/admin/confirm_action.html", context)
+    """The confirmation page of an action on dead letters (the regular messages selected are skipped)."""
+    return admin_cells.confirm_action(modeladmin, request, list(queryset.dlq().only("id", "queue")[:1000]),
+                                      skipped=queryset.regular().count(), action=action, verb=verb,
+                                      question=question)
 
 
 def _apply(modeladmin, request, queryset, fn, done: str) -> None:

@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.db.models import Q
-from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
 from .. import services, vocab
@@ -29,20 +27,8 @@ def _dt(ms: int | None) -> str:
 
 
 def _confirm(modeladmin, request, queryset, *, action: str, verb: str, question: str):
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": "Are you sure?",
-        "opts": modeladmin.model._meta,
-        "queryset": list(queryset.only("id", "queue")[:CONFIRM_LIMIT]),
-        "skipped": 0,
-        "action": action,
-        "verb": verb,
-        "question": question,
-        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-        "select_across": request.POST.get("select_across", "0"),
-    }
-    return TemplateResponse(request, "forqapp/admin/confirm_action.html", context)
+    return admin_cells.confirm_action(modeladmin, request, list(queryset.only("id", "queue")[:CONFIRM_LIMIT]),
+                                      skipped=0, action=action, verb=verb, question=question)
 
 
 def _plural(n: int, word: str) -> str:
