@@ -217,7 +217,7 @@ def test_celery_purge_empties_the_queue_where_the_app_registers_forq_itself():
 @pytest.mark.slow
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_every_task_runs_as_often_as_intended_and_no_countdown_early(worker, pool):
-    n = int(os.environ.get("FORQ_CELERY_TASKS", "200"))
+    n = int(os.environ.get("FORQ_CELERY_TASKS", "1000"))
     w = worker(pool=pool).start()
     expected: dict[str, int] = {}
     not_before: dict[str, float] = {}

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -20,8 +21,10 @@ from django.contrib.auth.models import User  # noqa: E402
 
 app = Celery("celeryapp")
 app.conf.update(
-    broker_url="forq://",
-    broker_transport_options={"visibility_timeout": float(os.environ.get("FORQ_CELERY_VISIBILITY", "30"))},
+    # forq:// (the tests); bench/celery_bench.py also runs it on kombu's SQS and Redis transports
+    broker_url=os.environ.get("FORQ_CELERY_BROKER", "forq://"),
+    broker_transport_options={"visibility_timeout": float(os.environ.get("FORQ_CELERY_VISIBILITY", "30")),
+                              **json.loads(os.environ.get("FORQ_CELERY_TRANSPORT_OPTIONS", "{}"))},
     task_acks_late=True,
     worker_prefetch_multiplier=4,
     broker_connection_retry_on_startup=True,
