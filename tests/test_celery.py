@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -145,7 +146,7 @@ def test_a_task_routed_to_a_queue_is_a_message_of_the_forqapp_queue_of_that_name
 
 def test_a_queue_forqapp_cannot_have_is_refused_by_name():
     with Connection("forq://") as conn, pytest.raises(ValueError, match="not a valid|cannot use the queue"):
-        conn.default_channel.queue_declare("celery@host.pidbox")
+        conn.default_channel.queue_declare("tasks@host")
     with pytest.raises(ValueError, match="no database alias"), Connection("forq://nowhere") as conn:
         conn.default_channel  # noqa: B018
 
@@ -277,3 +278,63 @@ def test_a_task_whose_worker_is_killed_runs_again_after_its_lease(worker):
     until(settled, 30, "the queue to settle")
     assert again.counts() == Counter({"stuck": 2, "after": 1})
     assert float(again.lines()[-1][2]) > killed_at
+
+
+# --- remote control: celery inspect / control -----------------------------------------------------
+
+
+def test_a_mailbox_queue_is_escaped_into_a_forqapp_queue_name():
+    assert transport.queue_name("celery@web-1.example.com.celery.pidbox") == "celery_40web-1.example.com.celery.pidbox"
+    assert transport.queue_name("reply.celery.pidbox") == "reply.celery.pidbox"
+    long = transport.queue_name("celery@" + "h" * 120 + ".celery.pidbox")
+    assert len(long) <= 80 and long.endswith(".celery.pidbox")
+    assert long != transport.queue_name("celery@" + "h" * 121 + ".celery.pidbox")
+    with pytest.raises(ValueError, match="cannot use the queue"):  # a task queue is not escaped: refused
+        transport.queue_name("tasks@host")
+
+
+def test_a_fanout_of_another_exchange_than_the_mailbox_is_refused():
+    with Connection("forq://") as conn:
+        channel = conn.channel()
+        with pytest.raises(NotImplementedError, match="mailbox"):
+            channel._put_fanout("broadcast", {"body": "x"}, "")
+
+
+def celery_command(*args: str) -> subprocess.CompletedProcess:
+    """``celery -A tests.celeryapp.bare ARGS`` for the test's worker (named: the command returns
+    as soon as it replied, rather than wait out its timeout for others)."""
+    node = f"celery@{socket.gethostname()}"
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "tests.celeryapp.bare", *args, "--destination", node,
+                           "--timeout", "30"],
+                          cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.slow
+def test_celery_inspect_and_control_reach_the_worker_and_leave_no_reply_queue(worker):
+    w = worker().start()
+    record.delay("up")
+    until(lambda: w.counts()["up"] == 1, 60, "the worker to run a task", w)
+    mailbox = until(lambda: [q.name for q in services.list_queues() if q.name.endswith(".celery.pidbox")],
+                    30, "the worker's mailbox queue", w)
+    assert len(mailbox) == 1 and mailbox[0].startswith("celery_40"), mailbox
+
+    ping = celery_command("inspect", "ping")
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    assert "pong" in ping.stdout and "1 node online" in ping.stdout, ping.stdout
+
+    queues = celery_command("inspect", "active_queues", "--json")
+    assert queues.returncode == 0, queues.stdout + queues.stderr
+    assert f"'{OTHER}'" in queues.stdout or f'"{OTHER}"' in queues.stdout, queues.stdout
+
+    # control: stop consuming OTHER; a task sent there waits, the worker's other queue goes on
+    cancel = celery_command("control", "cancel_consumer", OTHER)
+    assert cancel.returncode == 0 and "no longer consuming" in cancel.stdout, cancel.stdout + cancel.stderr
+    record.apply_async(("parked",), queue=OTHER)
+    record.delay("after")
+    until(lambda: w.counts()["after"] == 1, 60, "the worker to run a task after the cancel", w)
+    assert w.counts()["parked"] == 0 and counts(OTHER).get("ready") == 1
+
+    # each command's reply queue is deleted when it ends; only the worker's mailbox remains
+    assert [q.name for q in services.list_queues() if q.name.endswith(".pidbox")] == mailbox
+    w.stop()  # and the worker's mailbox when it stops
+    assert [q.name for q in services.list_queues() if q.name.endswith(".pidbox")] == []

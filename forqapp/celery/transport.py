@@ -16,12 +16,24 @@
   loop: a held message is never delivered twice while its worker lives, and comes back one lease
   after the worker died.
 * An idle consumer waits on forqapp's wake-ups (:func:`forqapp.services.waiting.claim`): a send
-  from any process wakes it within milliseconds, and no query runs while nothing happens.
+  from any process wakes it within milliseconds, and no query runs while nothing happens. A
+  process that consumes on several channels (a worker's tasks and its remote-control mailbox)
+  waits on all their queues at once.
+* Remote control (``celery inspect``, ``celery control``): kombu's mailbox broadcasts on a
+  *fanout* exchange ``NS.pidbox`` to each worker's queue ``HOSTNAME.NS.pidbox`` and replies on the
+  direct exchange ``reply.NS.pidbox`` to the queue ``OID.reply.NS.pidbox`` (routing key ``OID``).
+  Bindings live in each process's memory, so the mailbox's are found by those names: a fanout
+  message goes to every existing queue named ``*.EXCHANGE`` but the reply queues. Mailbox queues are forqapp queues
+  whose names are escaped where a host name has other characters (``celery@host`` →
+  ``celery_40host``), keep their messages a minute, and are deleted when the channel that
+  declared them closes. Other fanout exchanges (a broadcast queue of your own) are not supported.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import threading
 import time
 from queue import Empty
@@ -43,16 +55,38 @@ DEFAULT_BATCH = 10
 LONG_WAIT_S = 60.0
 #: kombu's priorities (0-9), as forqapp priorities: the same numbers, higher first.
 PRIORITY_MIN, PRIORITY_MAX = 0, 9
+#: kombu's mailbox (remote control) queues and exchanges end so.
+MAILBOX_SUFFIX = ".pidbox"
+#: How long a mailbox queue keeps a message, in seconds (a dead worker's queue is not read).
+MAILBOX_RETENTION_S = 60
+_NOT_IN_A_NAME = re.compile(r"[^a-zA-Z0-9._-]")
+QUEUE_NAME_MAX = 80  # vocab.QUEUE_NAME_PATTERN's
 
 
 def queue_name(name: str) -> str:
-    """``name`` as a forqapp queue name, or ValueError saying why it cannot be one."""
+    """``name`` as a forqapp queue name, or ValueError saying why it cannot be one. A mailbox
+    queue's name (``….pidbox``, made of a host name) is escaped instead: see :func:`mailbox_queue`."""
+    if name.endswith(MAILBOX_SUFFIX):
+        return mailbox_queue(name)
     try:
         return validation.queue_name(name, produce=True)
     except ForqError:
         raise ValueError(
             f"forq:// cannot use the queue {name!r}: a Celery queue is a forqapp queue, named by 1-80 of "
             f"a-z A-Z 0-9 . _ - (not ending in {vocab.DLQ_SUFFIX!r}); rename it in task_queues or -Q") from None
+
+
+def mailbox_queue(name: str) -> str:
+    """A kombu mailbox queue's forqapp name: each character a queue name cannot hold as ``_`` and
+    its code in hex (``celery@web-1.celery.pidbox`` → ``celery_40web-1.celery.pidbox``); a name
+    still too long keeps its end (the exchange's name) after a digest of the whole."""
+    escaped = _NOT_IN_A_NAME.sub(lambda m: "".join(f"_{b:02x}" for b in m.group().encode()), name)
+    if escaped.startswith("."):
+        escaped = "_2e" + escaped[1:]
+    if len(escaped) > QUEUE_NAME_MAX:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        escaped = f"{digest}.{escaped[-(QUEUE_NAME_MAX - 17):].lstrip('.')}"
+    return validation.queue_name(escaped, produce=True)
 
 
 def priority(message: dict[str, Any]) -> int:
@@ -103,6 +137,7 @@ class QoS(virtual.QoS):
 class Channel(virtual.Channel):
     QoS = QoS
     from_transport_options = (*virtual.Channel.from_transport_options, "visibility_timeout")
+    supports_fanout = True  # the mailbox's fanout only (see the module's docstring)
 
     #: the lease of a delivery, in seconds (None: the queue's visibility timeout)
     visibility_timeout: float | None = None
@@ -117,11 +152,25 @@ class Channel(virtual.Channel):
         self._lock = threading.Lock()
         self._settled = threading.Event()  # set by each ack/reject: a full prefetch may take more
         self._no_ack: set[str] = set()  # queues consumed without acks: settled when delivered
+        self._mailboxes: set[str] = set()  # mailbox queues this channel declared: deleted at close
+        self._kombu_names: dict[str, str] = {}  # forqapp name -> kombu's, where they differ (mailboxes)
 
     # --- kombu's queue operations ----------------------------------------------------------
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
-        queue_name(queue)  # a queue forqapp cannot have is refused when declared, not on first send
+        name = queue_name(queue)  # a queue forqapp cannot have is refused when declared, not on first send
+        if queue.endswith(MAILBOX_SUFFIX) and name not in self._mailboxes:
+            services.configure_queue(name, retention=MAILBOX_RETENTION_S, using=self.using)
+            self._mailboxes.add(name)
+
+    def close(self) -> None:
+        super().close()
+        mailboxes, self._mailboxes = self._mailboxes, set()
+        for name in mailboxes:
+            try:
+                services.delete_queue(name, using=self.using)
+            except Exception:  # noqa: BLE001 - a closing channel (the database may be gone)
+                logger.warning("forq://: could not delete the mailbox queue %s", name, exc_info=True)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return True  # forqapp queues exist once named
@@ -144,15 +193,39 @@ class Channel(virtual.Channel):
 
     def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
         # Bindings live in each process's memory: a producer that declared none sends by routing key
-        # (direct exchanges only: a topic's routing key, as Celery's events', names no queue).
+        # (direct exchanges only: a topic's routing key, as Celery's events', names no queue), and a
+        # mailbox's reply to the queue kombu names by it.
         found = super()._lookup(exchange, routing_key, default)
         if found or not routing_key or self.typeof(exchange).type != "direct":
             return found
+        if exchange.endswith(MAILBOX_SUFFIX):
+            return [f"{routing_key}.{exchange}"]
         return [routing_key]
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        """A fanout binding: kept by the queue's name (the mailbox's), nothing to store."""
+
+    def get_table(self, exchange: str) -> list:
+        return self.state.exchanges[exchange]["table"]
+
+    def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
+        """A mailbox broadcast: to every queue named ``*.EXCHANGE`` (each worker's mailbox), not
+        to the reply queues (``*.reply.EXCHANGE``)."""
+        if not exchange.endswith(MAILBOX_SUFFIX):
+            raise NotImplementedError(f"forq:// delivers fanout exchanges of kombu's mailbox only, not {exchange!r}")
+        suffix = "." + queue_name(exchange)
+        replies = ".reply" + suffix  # the callers' reply queues, OID.reply.NS.pidbox
+        body = dumps(message)
+        for info in services.list_queues(using=self.using):
+            if info.name.endswith(suffix) and not info.name.endswith(replies):
+                services.send(info.name, body, using=self.using)
 
     # --- consuming -------------------------------------------------------------------------
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        name = queue_name(queue)
+        if name != queue:
+            self._kombu_names[name] = queue
         if no_ack:
             self._no_ack.add(queue)
         return super().basic_consume(queue, no_ack, *args, **kwargs)
@@ -184,6 +257,8 @@ class Channel(virtual.Channel):
         wait = LONG_WAIT_S if timeout is None else timeout
         if self._held:  # wake up in time to renew what is held
             wait = min(wait, self._renew_every())
+        if wait > 0 and len([c for c in self.connection.channels if c._consumers]) > 1:
+            wait = 0  # several channels consume: the transport waits for all of them (Transport.drain_events)
         if not self.qos.can_consume():  # the prefetch is full: wait for an ack, not for messages
             self._settled.clear()
             if not self.qos.can_consume():
@@ -201,9 +276,10 @@ class Channel(virtual.Channel):
             if payload is None:
                 continue
             delivered += 1
-            if message.queue in self._no_ack:  # nobody will ack it: taken for good when delivered
+            queue = self._kombu_names.get(message.queue, message.queue)
+            if queue in self._no_ack:  # nobody will ack it: taken for good when delivered
                 self._settle(payload["properties"]["delivery_tag"], "ack")
-            deliver(payload, message.queue)
+            deliver(payload, queue)
         if not delivered:
             raise Empty()
         return None
@@ -294,7 +370,7 @@ class Transport(virtual.Transport):
     polling_interval = 1.0  # only where no channel consumes: the consuming channel waits on wake-ups
 
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct", "topic"]), heartbeats=False)
+        asynchronous=False, exchange_type=frozenset(["direct", "topic", "fanout"]), heartbeats=False)
 
     def driver_version(self) -> str:
         return "1"
@@ -304,16 +380,40 @@ class Transport(virtual.Transport):
         return {"port": None, "hostname": ""}
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
-        """Deliver what comes within ``timeout`` seconds (socket.timeout if nothing does): each
-        consuming channel waits for wake-ups itself, so there is no polling loop here."""
+        """Deliver what comes within ``timeout`` seconds (socket.timeout if nothing does): a
+        consuming channel waits for wake-ups itself; several consuming channels (a worker's tasks
+        and its mailbox) are tried in turn without waiting, and the wait is for all their queues."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError()
+            consuming = [channel for channel in self.channels if channel._consumers]
             try:
                 self.cycle.get(self._deliver, timeout=remaining)
                 return
             except Empty:
-                if not any(channel._consumers for channel in self.channels):
+                if not consuming:
                     time.sleep(self.polling_interval if remaining is None else min(remaining, self.polling_interval))
+                elif len(consuming) > 1:
+                    _wait(consuming, LONG_WAIT_S if remaining is None else remaining)
+
+
+def _wait(channels: list[Channel], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for a wake-up on the queues of ``channels`` that may
+    take more, or for an ack on one whose prefetch is full (less when one holds deliveries
+    whose leases are to be renewed)."""
+    for channel in channels:
+        channel._settled.clear()  # before can_consume(): an ack in between is not missed
+    queues: set[str] = set()
+    wake = None
+    for channel in channels:
+        if channel._held:
+            timeout = min(timeout, channel._renew_every())
+        if channel.qos.can_consume():
+            queues.update(queue_name(q) for q in channel._active_queues)
+        elif wake is None:
+            wake = channel._settled
+        else:  # a second full channel: look again soon
+            timeout = min(timeout, 0.1)
+    waiting.wait(sorted(queues), timeout, using=channels[0].using, wake=wake)
