@@ -580,14 +580,14 @@ def test_writer_splits_requests_to_fit_the_body_cap(live_forq, monkeypatch):
     """batchSize counts rows: 500 rows of 5 KB are a 2.5 MB body, past the server's 2 MiB cap (the
     job failed with 413). Bodies over the cap are sent in halves; so is one a server with a smaller
     cap refuses with 413 (here: the client's own limit lifted, so the server's answers)."""
-    from forqapp.spark import source
+    from forqapp.spark import write
 
     contents = [f"{i:05d}" + "x" * 5_000 for i in range(1_000)]
     w = _writer(live_forq, "big")
     m = w.write(_batches(contents, size=1_000))
     w.commit([m])
     assert m.count == 1_000 and live_forq.count("big") == 1_000
-    monkeypatch.setattr(source, "MAX_REQUEST_BYTES", 10**9)
+    monkeypatch.setattr(write, "MAX_REQUEST_BYTES", 10**9)
     w = _writer(live_forq, "big2", delivery="atLeastOnce")
     assert w.write(_batches(contents, size=1_000)).count == 1_000
     assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'big2'")) == contents

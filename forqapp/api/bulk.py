@@ -67,12 +67,20 @@ def _require_produce(request: HttpRequest, pairs: list[tuple[str, str]]) -> None
 
 @endpoint("POST", action="produce", scope="view")
 async def publish(request: HttpRequest) -> HttpResponse:
-    """``POST /api/v1/staged/publish`` ``{"staged": [{"token", "queue"}]}`` → ``{"published": n}``,
-    all in one transaction. Publishing a token again publishes nothing more."""
-    pairs = validation.staged_pairs(json_body(request))
-    _require_produce(request, pairs)
-    n = await services.run_async(services.publish_staged, pairs) if pairs else 0
-    return JsonResponse({"published": n})
+    """``POST /api/v1/staged/publish`` ``{"staged": [{"token", "queue"}], "sink"?: {"queue", "id",
+    "batch"}}`` → ``{"published": n}``, all in one transaction. Publishing a token again publishes
+    nothing more. With ``sink`` (a Spark streaming query's micro-batch) the answer also says
+    ``"replayed"``: true when that query published this batch or a later one before (then nothing
+    is published, and the staged rows are discarded)."""
+    body = json_body(request)
+    pairs = validation.staged_pairs(body)
+    sink = validation.sink_batch(body)
+    _require_produce(request, pairs + ([("", sink[0])] if sink else []))
+    if sink is None:
+        n = await services.run_async(services.publish_staged, pairs) if pairs else 0
+        return JsonResponse({"published": n})
+    published = await services.run_async(services.publish_sink_batch, pairs, *sink)
+    return JsonResponse({"published": published or 0, "replayed": published is None})
 
 
 @endpoint("POST", action="produce", scope="view")

@@ -157,6 +157,15 @@ class ForqClient:
         body = {"staged": [{"token": t, "queue": q} for t, q in staged]}
         return self.request("POST", "/api/v1/staged/publish", body)["published"]
 
+    def publish_batch(self, staged: list[tuple[str, str]], queue: str, sink: str, batch_id: int) -> int | None:
+        """Publish a streaming query's micro-batch ``batch_id`` (query ``sink``, into ``queue``):
+        how many rows, or None when that query published this batch (or a later one) before (a
+        replay: nothing is published, the staged rows are dropped). Safe to retry."""
+        body = {"staged": [{"token": t, "queue": q} for t, q in staged],
+                "sink": {"queue": queue, "id": sink, "batch": batch_id}}
+        answer = self.request("POST", "/api/v1/staged/publish", body)
+        return None if answer.get("replayed") else answer["published"]
+
     def discard(self, staged: list[tuple[str, str]]) -> int:
         body = {"staged": [{"token": t, "queue": q} for t, q in staged]}
         return self.request("POST", "/api/v1/staged/discard", body)["discarded"]
