@@ -101,18 +101,28 @@ async def claim(request: HttpRequest, queue: str) -> HttpResponse:
     ``{"messages": [{"id", "content", "attempts", "receipt", "priority", "attributes", "dedup_id",
     "sequence", "received_at", "first_received_at", "lease_expires_at"}]}`` (times in Unix ms), in the
     queue's order (priority first, then FIFO or LIFO); with ``wait``, waits up to that many seconds
-    for the first message (an empty list when none came)."""
+    for the first message (an empty list when none came). ``"throttled"`` (``"concurrency"`` or
+    ``"rate"``) says the queue's ``max_in_flight`` or ``rate`` held the claim back."""
     queue = validation.queue_name(queue)
     body = json_body(request)
     limit, wait = validation.claim_limit(body), validation.claim_wait(body)
-    messages = await waiting.claim_async(services.claim_many, queue, wait, limit)
-    return JsonResponse({"messages": [
+    throttled: list[str] = []  # why the queue's policy held a claim back (its last word counts)
+
+    def take(name: str, n: int) -> list:
+        del throttled[:]
+        return services.claim_many(name, n, throttled=throttled)
+
+    messages = await waiting.claim_async(take, queue, wait, limit)
+    answer: dict = {"messages": [
         {"id": m.id, "content": m.content, "attempts": m.attempts, "receipt": str(m.receipt),
          "priority": m.priority, "attributes": m.attributes or None, "dedup_id": m.dedup_id,
          "sequence": m.sequence, "received_at": m.received_at, "first_received_at": m.first_received_at,
          "lease_expires_at": m.lease_expires_at}
         for m in messages
-    ]})
+    ]}
+    if throttled:
+        answer["throttled"] = throttled[-1]
+    return JsonResponse(answer)
 
 
 @endpoint("POST", action="consume")

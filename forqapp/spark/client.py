@@ -171,11 +171,16 @@ class ForqClient:
         return self.request("POST", "/api/v1/staged/discard", body)["discarded"]
 
     def claim(self, queue: str, max_messages: int, wait: float = 0) -> list[dict]:
+        return self.claim_throttled(queue, max_messages, wait)[0]
+
+    def claim_throttled(self, queue: str, max_messages: int, wait: float = 0) -> tuple[list[dict], str | None]:
+        """Claimed messages, and why the queue's policy held the claim back (``"concurrency"``:
+        its max_in_flight; ``"rate"``), or None (a server from before says None)."""
         # Not retried: a claim that landed but whose answer was lost would hide messages until
         # their lease runs out (they come back then; nothing is lost).
         body = {"max": max_messages, "wait": wait}
-        return self.request("POST", f"/api/v1/queues/{self._q(queue)}/messages/claim", body,
-                            idempotent=False)["messages"]
+        answer = self.request("POST", f"/api/v1/queues/{self._q(queue)}/messages/claim", body, idempotent=False)
+        return answer["messages"], answer.get("throttled")
 
     def ack(self, queue: str, deliveries: list[tuple[str, str]]) -> int:
         body = {"deliveries": [{"id": i, "receipt": r} for i, r in deliveries]}
