@@ -380,8 +380,8 @@ class StagedMessage(ReadOnlyModel):
 
 
 class SinkBatch(ReadOnlyModel):
-    """The last micro-batch a Spark streaming query (a *sink*, named by a hash of its checkpoint
-    location) published into a queue: recorded in the publish's own transaction, so that a batch
+    """The last micro-batch a Spark streaming query (a *sink*, named by a hash of Spark's id of the
+    query, kept in its checkpoint) published into a queue: recorded in the publish's own transaction, so that a batch
     Spark replays after a crash or a restart (same batch id, or an earlier one) publishes nothing
     again. One row per query and queue; deleted with its queue."""
 

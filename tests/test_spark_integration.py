@@ -3,6 +3,7 @@ once), against a live forqapp server. Slow: the session alone takes 10-25 s to s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -432,6 +433,8 @@ def test_file_drop_into_the_sink_exactly_once_through_a_task_failure_a_stop_and_
     from pyspark import TaskContext
     from pyspark.sql.functions import col, udf
 
+    from forqapp.spark.sink import sink_id
+
     @udf("string")
     def flaky(line):
         ctx = TaskContext.get()
@@ -470,7 +473,10 @@ def test_file_drop_into_the_sink_exactly_once_through_a_task_failure_a_stop_and_
     assert replayed.awaitTermination(120)
     assert (checkpoint / "commits" / str(last)).exists()  # Spark ran it again
     assert live_forq.count(queue) == len(lines) and live_forq.staged_rows(queue) == 0
-    assert live_forq.sql("SELECT batch_id FROM forq_sink_batches WHERE queue = ?", (queue,)) == [(last,)]
+    # recorded under Spark's id of the query, which the checkpoint keeps
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    assert live_forq.sql("SELECT sink, batch_id FROM forq_sink_batches WHERE queue = ?", (queue,)) == [
+        (sink_id(query_id), last)]
 
 
 def test_an_aborted_micro_batch_leaves_nothing_and_the_restart_publishes_it_once(spark, live_forq, tmp_path):
@@ -511,3 +517,18 @@ def test_the_sink_refuses_the_complete_output_mode_and_a_key_without_produce(spa
     with pytest.raises(Exception, match="checkpointLocation"):
         lines.writeStream.format("forq").options(**live_forq.options("modes-s")).start().awaitTermination(60)
     assert live_forq.count("modes-s") == 0
+
+
+def test_the_file_drop_example_enqueues_each_line_once_across_runs(spark, live_forq, tmp_path, capsys):
+    from forqapp.spark.examples import file_drop
+
+    inbox, checkpoint = tmp_path / "inbox", tmp_path / "cp"
+    inbox.mkdir()
+    common = ["--url", live_forq.url, "--api-key", live_forq.api_key, "--queue", "landed", "--inbox", str(inbox),
+              "--checkpoint", str(checkpoint), "--once", "--files-per-batch", "1"]
+    lines = _drop_files(inbox, ["a", "b"], rows=20)
+    assert file_drop.main(common) == 0
+    lines += _drop_files(inbox, ["c"], rows=20)
+    assert file_drop.main(common) == 0  # the second run takes only the new file
+    assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'landed'")) == sorted(lines)
+    assert "landed: 20 lines" in capsys.readouterr().out

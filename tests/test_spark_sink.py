@@ -57,7 +57,8 @@ def test_a_batch_is_published_on_commit_once_and_a_replay_publishes_nothing(live
     other.commit([other.write(_batches(["q2-b0"]))], 0)
     assert live_forq.count("s1") == 102
     recorded = live_forq.sql("SELECT sink, batch_id FROM forq_sink_batches WHERE queue = 's1' ORDER BY batch_id")
-    assert recorded == [(sink_id("/checkpoints/q2"), 0), (sink_id("/checkpoints/q1"), 1)]
+    # (Outside Spark a task has no query id: the checkpoint location names the query.)
+    assert recorded == [(sink_id(None, "/checkpoints/q2"), 0), (sink_id(None, "/checkpoints/q1"), 1)]
 
 
 def test_a_failed_task_and_an_aborted_batch_leave_nothing(live_forq):
@@ -87,19 +88,23 @@ def test_an_empty_batch_records_nothing_and_at_least_once_writes_straight_throug
 def test_options_and_modes_are_checked(live_forq):
     from pyspark.sql.types import StringType, StructField, StructType
 
+    w = _stream_writer(live_forq, "s4", None)  # no checkpoint and no query id: nothing names the query
     with pytest.raises(ForqOptionError, match="checkpointLocation"):
-        _stream_writer(live_forq, "s4", None)
+        w.commit([w.write(_batches(["m"]))], 0)
+    assert live_forq.count("s4") == 0
     schema = StructType([StructField("content", StringType())])
     with pytest.raises(ForqOptionError, match='"append" and "update" output modes'):
         ForqDataSource(live_forq.options("s4", checkpointLocation="/cp")).streamWriter(schema, overwrite=True)
     with pytest.raises(ForqOptionError, match="dead-letter"):
         _stream_writer(live_forq, "s4-dlq")
-    assert sink_id("/cp/x/") == sink_id("/cp/x") != sink_id("/cp/y")
-    assert sink_id("/cp/x", "q") == sink_id("/cp/x") != sink_id(None, "q") != sink_id(None, "r")
-    assert sink_id(None, None) is None
+    assert sink_id(None, "/cp/x/") == sink_id(None, "/cp/x") != sink_id(None, "/cp/y")
+    assert sink_id("id-1", "/cp/x") == sink_id("id-1", "/cp/moved") != sink_id("id-2", "/cp/x")  # Spark's id first
+    assert sink_id(None, None, "q") != sink_id(None, None, "r") and sink_id(None, None, None) is None
+    assert len(sink_id(None, "s3a://bucket/" + "p" * 500) or "") <= 100
     # a checkpoint from spark.sql.streaming.checkpointLocation is not passed: the query's name is
-    assert _stream_writer(live_forq, "s4", None, queryname="orders-in").sink == sink_id(None, "orders-in")
-    assert len(sink_id("s3a://bucket/" + "p" * 500)) <= 100
+    w = _stream_writer(live_forq, "s4", None, queryname="orders-in")
+    w.commit([w.write(_batches(["m"]))], 0)
+    assert live_forq.sql("SELECT sink FROM forq_sink_batches WHERE queue = 's4'") == [(sink_id(None, None, "orders-in"),)]
 
 
 def test_a_key_needs_produce_and_a_refused_one_says_so(live_forq):

@@ -8,12 +8,11 @@
   nothing (Spark replays the last batch after a crash or a restart from the checkpoint: its rows
   are dropped). ``abort`` discards the staged rows; rows of attempts that never reported back stay
   invisible until the server's cleanup deletes them (after 24 hours).
-* The query is named by its ``checkpointLocation`` option (Spark passes it to the sink), hashed:
-  two queries writing one queue have two checkpoints, so two names, and each keeps its own last
-  batch. A checkpoint set through ``spark.sql.streaming.checkpointLocation`` is not passed to
-  sinks; Spark keeps such a query's checkpoint in ``<that folder>/<queryName>``, so its
-  ``queryName`` (which Spark does pass) names it. With neither, ``exactlyOnce`` is refused: a
-  restart could not be told from another query.
+* The server records a query's batches under Spark's id of the query, which Spark keeps in the
+  checkpoint (the same across restarts from it, another for another checkpoint) and hands each
+  task (the local property ``sql.streaming.queryId``): two queries writing one queue are two
+  records. Where a task has no such id, the ``checkpointLocation`` option (which Spark passes to
+  the sink), hashed, names the query, else its ``queryName``; with none of them the batch fails.
 * ``delivery=atLeastOnce``: rows go straight to the queue as tasks write them; a retried task or a
   replayed batch sends them again.
 """
@@ -24,9 +23,8 @@ import hashlib
 import logging
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
-from pyspark.sql.types import StructType
 
-from .options import ForqOptionError, ForqOptions
+from .options import ForqOptionError
 from .write import ForqCommitMessage, Stager, _task_token
 
 logger = logging.getLogger("forqapp.spark")
@@ -35,10 +33,12 @@ logger = logging.getLogger("forqapp.spark")
 # write path (write.py: WRITE_OPTIONAL and _WRITE_RULES); nothing here needs to change for it.
 
 
-def sink_id(checkpoint_location: str | None, query_name: str | None = None) -> str | None:
-    """The name the server records a query's batches under: a hash of its checkpoint location, else
-    of its query name (a token: ``[A-Za-z0-9._-]``, 100 characters at most, whatever the path
-    holds); None with neither."""
+def sink_id(query_id: str | None, checkpoint_location: str | None = None, query_name: str | None = None) -> str | None:
+    """The name the server records a query's batches under (a token: ``[A-Za-z0-9._-]``, 100
+    characters at most): Spark's query id, else a hash of the checkpoint location, else of the
+    query's name; None with none of them."""
+    if query_id:
+        return "q-" + hashlib.sha256(query_id.encode()).hexdigest()[:40]
     if checkpoint_location:
         return "cp-" + hashlib.sha256(checkpoint_location.rstrip("/").encode()).hexdigest()[:40]
     if query_name:
@@ -46,32 +46,34 @@ def sink_id(checkpoint_location: str | None, query_name: str | None = None) -> s
     return None
 
 
-def _batch_id() -> str:
-    """The micro-batch a task writes (Spark's local property), for a readable token."""
+def _local_property(name: str) -> str | None:
     try:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        return (ctx and ctx.getLocalProperty("streaming.sql.batchId")) or "x"
-    except Exception:  # noqa: BLE001 - only a name: the token is unique without it
-        return "x"
+        return ctx.getLocalProperty(name) if ctx is not None else None
+    except Exception:  # noqa: BLE001 - not in a task (a test): no property
+        return None
 
 
 class ForqStreamWriter(Stager, DataSourceStreamArrowWriter):
     """``df.writeStream.format("forq")``: a micro-batch's rows, published once when Spark commits it."""
 
-    def __init__(self, options: ForqOptions, schema: StructType):
-        super().__init__(options, schema)
-        self.sink = sink_id(options.checkpoint_location, options.query_name)
-        if options.exactly_once and self.sink is None:
-            raise ForqOptionError(
-                'format "forq" streaming writes with delivery=exactlyOnce need the query\'s '
-                '.option("checkpointLocation", ...) (or a .queryName(...) with spark.sql.streaming.checkpointLocation): '
-                "it names the query, so that a batch replayed after a restart is not published twice "
-                "(or set delivery=atLeastOnce)")
-
     def _token(self) -> str:
-        return _task_token(f"{self.job}-b{_batch_id()}")
+        return _task_token(f"{self.job}-b{_local_property('streaming.sql.batchId') or 'x'}")
+
+    def _query(self) -> str | None:
+        return _local_property("sql.streaming.queryId")
+
+    def _sink(self, messages) -> str:
+        queries = {m.query for m in messages if isinstance(m, ForqCommitMessage)}
+        sink = sink_id(queries.pop() if len(queries) == 1 else None, self.options.checkpoint_location,
+                       self.options.query_name)
+        if sink is None:
+            raise ForqOptionError(
+                'format "forq" streaming writes with delivery=exactlyOnce need to know the query: set its '
+                '.option("checkpointLocation", ...) (or set delivery=atLeastOnce)')
+        return sink
 
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark passes it by this name
         """Spark committed micro-batch ``batchId``: publish its rows, once."""
@@ -80,8 +82,7 @@ class ForqStreamWriter(Stager, DataSourceStreamArrowWriter):
         if not any(isinstance(m, ForqCommitMessage) and m.count for m in messages):
             self._discard(messages)  # tokens with no rows: nothing to publish, nothing to record
             return
-        sink = self.sink
-        assert sink is not None  # (checked in __init__ for exactlyOnce)
+        sink = self._sink(messages)
         published = self._publish(messages, lambda client, staged: client.publish_batch(
             staged, self.options.queue, sink, batchId))
         if published is None:

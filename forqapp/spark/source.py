@@ -9,7 +9,7 @@ streaming read. Runs on the driver and on executors: no Django, HTTP only (:mod:
   -1000..1000) and ``attributes`` (map<string, string>, up to 10 pairs); a null is "not given".
   (:mod:`.write`.)
 * **Streaming write** (``writeStream``; "append" and "update" output modes): exactly once per
-  micro-batch, the query named by its checkpoint location. See :mod:`.sink`.
+  micro-batch, the query known by the id Spark keeps in its checkpoint. See :mod:`.sink`.
 * **Snapshot read**: partitions are id ranges of the queue as it was when the read was planned
   (ids are UUIDv7, so ranges are time ranges), each read in keyset pages. No lease, no change.
 * **Streaming read**: the driver claims up to ``maxMessagesPerBatch`` messages per micro-batch

@@ -109,6 +109,11 @@ class ForqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     A message whose lease (its queue's visibility timeout, 5 minutes unless the queue's policy
     sets another) runs out before its batch commits is delivered again: keep batches well under
     it, and make sinks idempotent (key on ``id``).
+
+    The queue's policy holds (:meth:`_claim`): leases are its visibility timeout's; a batch held
+    until its commit counts towards its ``max_in_flight``; a batch stops claiming once its
+    ``max_in_flight`` or ``rate`` holds a claim back, and an ``availableNow`` query held back waits
+    for the policy rather than ending early.
     """
 
     def __init__(self, options: ForqOptions):

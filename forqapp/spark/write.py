@@ -42,6 +42,7 @@ class ForqCommitMessage(WriterCommitMessage):
     token: str
     queue: str
     count: int
+    query: str | None = None  # a streaming write's: Spark's id of the query (kept in its checkpoint)
 
 
 #: The optional columns a write takes, each sent as the bulk message field of the same name.
@@ -199,7 +200,10 @@ class Stager:
             raise
         finally:
             client.close()
-        return ForqCommitMessage(token=token, queue=opts.queue, count=count)
+        return ForqCommitMessage(token=token, queue=opts.queue, count=count, query=self._query())
+
+    def _query(self) -> str | None:
+        return None
 
     def _drop(self, client, token: str, exc: BaseException) -> None:
         """This attempt's rows will never be published; drop them now rather than leave them to the
