@@ -30,7 +30,7 @@ from .write import ForqCommitMessage, Stager, _task_token
 logger = logging.getLogger("forqapp.spark")
 
 # TODO(groups): the ``group`` column, once the core has message groups, goes through the shared
-# write path (write.py: WRITE_OPTIONAL and _WRITE_RULES); nothing here needs to change for it.
+# write path (write.py: WRITE_OPTIONAL, marked there); nothing here needs to change for it.
 
 
 def sink_id(query_id: str | None, checkpoint_location: str | None = None, query_name: str | None = None) -> str | None:

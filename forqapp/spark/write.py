@@ -46,6 +46,8 @@ class ForqCommitMessage(WriterCommitMessage):
 
 
 #: The optional columns a write takes, each sent as the bulk message field of the same name.
+#: TODO(groups): add "group" here and in _WRITE_RULES (a string column) once the core's bulk
+#: message and staged rows take a group; the batch and the streaming writers both go through here.
 WRITE_OPTIONAL = ("processAfter", "priority", "attributes")
 
 
