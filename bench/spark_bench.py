@@ -1,5 +1,8 @@
 """Spark connector benchmark: 1,000,000 rows from a DataFrame into a queue (batch write, committed
-in one publish), then a snapshot read of them back into Spark.
+in one publish), then a snapshot read of them back into Spark; then the streaming sink: the same
+rows as files landing in a folder, streamed into another queue (``writeStream.format("forq")``, a
+micro-batch per ``--files-per-batch`` files), with its same-run reference: the batch writer
+writing those same files.
 
     python bench/spark_bench.py                 # serves forqapp itself on a temporary database
     python bench/spark_bench.py --rows 200000 --url http://127.0.0.1:8080 --api-key ...
@@ -56,6 +59,8 @@ def main() -> None:
     parser.add_argument("--content-bytes", type=int, default=100)
     parser.add_argument("--delivery", default="exactlyOnce", choices=["exactlyOnce", "atLeastOnce"])
     parser.add_argument("--api-workers", type=int, default=2, help="server processes (when serving itself)")
+    parser.add_argument("--files", type=int, default=10, help="streaming sink: files the rows land in")
+    parser.add_argument("--files-per-batch", type=int, default=2, help="streaming sink: files per micro-batch")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -72,7 +77,8 @@ def main() -> None:
         from forqapp.spark import register
 
         spark = (SparkSession.builder.master("local[2]").appName("forq-spark-bench")
-                 .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g").getOrCreate())
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.memory", "2g").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         options = {"url": url, "apiKey": args.api_key, "queue": args.queue}
@@ -95,7 +101,29 @@ def main() -> None:
         read.write.format("noop").mode("overwrite").save()  # reads every row and column
         read_s = time.perf_counter() - started
         n = read.count()  # what the read covers (untimed: a second read); the rate is of these rows
+
+        # The streaming sink: the rows land as files; the reference is the batch writer on them.
+        landing = Path(tmp.name) / "landing"
+        df.repartition(args.files).write.parquet(str(landing))
+        files = spark.read.parquet(str(landing))
+        written = {"batchSize": str(args.batch_size), "delivery": args.delivery}
+        started = time.perf_counter()
+        files.write.format("forq").options(**{**options, "queue": args.queue + "-files"}, **written) \
+            .mode("append").save()
+        files_s = time.perf_counter() - started
+        stream = spark.readStream.schema(files.schema).option("maxFilesPerTrigger", args.files_per_batch) \
+            .parquet(str(landing))
+        started = time.perf_counter()
+        query = stream.writeStream.format("forq").options(**{**options, "queue": args.queue + "-stream"}, **written) \
+            .option("checkpointLocation", str(Path(tmp.name) / "checkpoint")).trigger(availableNow=True).start()
+        query.awaitTermination()
+        stream_s = time.perf_counter() - started
+        batches = len(query.recentProgress)
         spark.stop()
+        from forqapp.spark.client import ForqClient
+
+        with ForqClient(url, args.api_key) as client:
+            landed = {q: client.snapshot_bounds(args.queue + q)["count"] for q in ("-files", "-stream")}
     finally:
         if proc is not None:
             proc.terminate()
@@ -105,6 +133,11 @@ def main() -> None:
           f"batchSize: {args.batch_size}  api workers: {args.api_workers if args.url is None else '?'}")
     print(f"batch write ({args.delivery}, DataFrame -> queue): {write_s:6.1f} s  {args.rows / write_s:10,.0f} msg/s")
     print(f"snapshot read (queue -> DataFrame, {n:,} rows):   {read_s:6.1f} s  {n / read_s:10,.0f} rows/s")
+    print(f"batch write of {args.files} files (reference):      {files_s:6.1f} s  {args.rows / files_s:10,.0f} msg/s"
+          f"  ({landed['-files']:,} in the queue)")
+    print(f"streaming sink ({args.delivery}, {batches} micro-batches): {stream_s:6.1f} s  "
+          f"{args.rows / stream_s:10,.0f} msg/s  ({landed['-stream']:,} in the queue)  "
+          f"x{files_s / stream_s:.2f} of the reference")
 
 
 if __name__ == "__main__":

@@ -379,6 +379,27 @@ class StagedMessage(ReadOnlyModel):
         return f"{self.token}/{self.message_id}"
 
 
+class SinkBatch(ReadOnlyModel):
+    """The last micro-batch a Spark streaming query (a *sink*, named by a hash of Spark's id of the
+    query, kept in its checkpoint) published into a queue: recorded in the publish's own transaction, so that a batch
+    Spark replays after a crash or a restart (same batch id, or an earlier one) publishes nothing
+    again. One row per query and queue; deleted with its queue."""
+
+    pk = models.CompositePrimaryKey("queue", "sink")
+    queue = models.CharField(max_length=128)
+    sink = models.CharField(max_length=100)  # the writer's id for its query
+    batch_id = models.BigIntegerField()  # the last batch published
+    committed_at = models.BigIntegerField()  # Unix ms
+
+    objects = ReadOnlyQuerySet.as_manager()
+
+    class Meta:
+        db_table = "forq_sink_batches"
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.sink}: batch {self.batch_id}"
+
+
 class Lease(ReadOnlyModel):
     """A named lease held by one process at a time (e.g. the jobs scheduler of ``forq_serve``):
     every host of one database agrees on one holder, which renews it; an expired lease is taken over."""

@@ -43,6 +43,29 @@ def test_publishing_respects_each_queues_max_length_all_or_nothing():
     assert services.queue_info("capped").counts["ready"] == 9
 
 
+def test_a_streaming_querys_batch_is_published_once_and_a_replay_publishes_nothing():
+    """The Spark streaming sink: each micro-batch is recorded with its rows, in one transaction; a
+    batch id seen before (or an earlier one) publishes nothing and drops its rows; another query
+    (another sink id) or another queue keeps its own record; deleting the queue forgets it."""
+    from forqapp.models import SinkBatch
+
+    services.stage("sunk", "q1-b0-0", [{"content": "a"}, {"content": "b"}])
+    assert services.publish_sink_batch([("q1-b0-0", "sunk")], "sunk", "q1", 0) == 2
+    services.stage("sunk", "q1-b0-replay", [{"content": "a"}, {"content": "b"}])  # Spark replays batch 0
+    assert services.publish_sink_batch([("q1-b0-replay", "sunk")], "sunk", "q1", 0) is None
+    assert not StagedMessage.objects.exists()  # the replay's rows are dropped at once
+    services.stage("sunk", "q2-b0-0", [{"content": "c"}])
+    assert services.publish_sink_batch([("q2-b0-0", "sunk")], "sunk", "q2", 0) == 1  # another query
+    services.stage("sunk", "q1-b2-0", [{"content": "d"}])
+    assert services.publish_sink_batch([("q1-b2-0", "sunk")], "sunk", "q1", 2) == 1
+    services.stage("sunk", "q1-b1-0", [{"content": "late"}])
+    assert services.publish_sink_batch([("q1-b1-0", "sunk")], "sunk", "q1", 1) is None  # before the last
+    assert sorted(Message.objects.filter(queue="sunk").values_list("content", flat=True)) == ["a", "b", "c", "d"]
+    assert sorted(SinkBatch.objects.values_list("sink", "batch_id")) == [("q1", 2), ("q2", 0)]
+    services.delete_queue("sunk")
+    assert not SinkBatch.objects.exists()
+
+
 def test_staged_rows_keep_their_ids_and_delays_and_old_ones_are_cleaned_up():
     later = services.now_ms() + 60_000
     services.stage("bulk", "job2-0-0", [{"content": "now"}, {"content": "later", "processAfter": later}])

@@ -52,6 +52,8 @@ EXPECTED: dict[tuple[str, str], dict[str, float]] = {
     **{("openapi_bulk.json", k): v for k, v in {
         f"{S}BatchRequest/properties/messages": {"maxItems": vocab.BULK_MAX_ITEMS},
         f"{S}StagedRefs/properties/staged": {"maxItems": vocab.BULK_MAX_ITEMS},
+        f"{S}PublishRequest/properties/staged": {"maxItems": vocab.BULK_MAX_ITEMS},
+        f"{S}PublishRequest/properties/sink/properties/batch": {"minimum": 0, "maximum": 2**63 - 1},
         f"{S}DeliveriesRequest/properties/deliveries": {"maxItems": vocab.BULK_MAX_ITEMS},
         f"{S}ClaimRequest/properties/max": _range(vocab.BULK_CLAIM),
         f"{S}ClaimRequest/properties/wait": _range(vocab.BULK_WAIT_S),

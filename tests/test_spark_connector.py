@@ -580,14 +580,14 @@ def test_writer_splits_requests_to_fit_the_body_cap(live_forq, monkeypatch):
     """batchSize counts rows: 500 rows of 5 KB are a 2.5 MB body, past the server's 2 MiB cap (the
     job failed with 413). Bodies over the cap are sent in halves; so is one a server with a smaller
     cap refuses with 413 (here: the client's own limit lifted, so the server's answers)."""
-    from forqapp.spark import source
+    from forqapp.spark import write
 
     contents = [f"{i:05d}" + "x" * 5_000 for i in range(1_000)]
     w = _writer(live_forq, "big")
     m = w.write(_batches(contents, size=1_000))
     w.commit([m])
     assert m.count == 1_000 and live_forq.count("big") == 1_000
-    monkeypatch.setattr(source, "MAX_REQUEST_BYTES", 10**9)
+    monkeypatch.setattr(write, "MAX_REQUEST_BYTES", 10**9)
     w = _writer(live_forq, "big2", delivery="atLeastOnce")
     assert w.write(_batches(contents, size=1_000)).count == 1_000
     assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'big2'")) == contents
@@ -709,3 +709,33 @@ def test_only_the_first_sigterm_unwinds_the_source_runner(monkeypatch):
     with pytest.raises(SystemExit):
         stream._unwind(signal.SIGTERM, None)
     stream._unwind(signal.SIGTERM, None)  # the second: ignored, before stop() has begun too
+
+
+def test_stream_reader_honours_the_queues_policy(live_forq):
+    """The stream reader claims as the queue's policy says: its visibility timeout is the leases',
+    no more than ``max_in_flight`` are ever leased (a batch held until Spark commits it counts),
+    and its ``rate`` spaces the claims; an availableNow query held back by the policy waits for it
+    rather than ending with messages left."""
+    with live_forq.client() as c:
+        c.request("PUT", "/api/v2/queues/policed", {"max_in_flight": 4, "rate": "20/s", "visibility_timeout": 45})
+    live_forq.send_batch("policed", [{"content": f"m{i}"} for i in range(30)])
+    r = _stream(live_forq, "policed", maxMessagesPerBatch=10)
+    r.prepareForTriggerAvailableNow()
+    start, seen, most_leased = r.initialOffset(), [], 0
+    began = time.monotonic()
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    while end != start:
+        leased = live_forq.sql("SELECT COUNT(*), MIN(process_after - processing_started_at), "
+                               "MAX(process_after - processing_started_at) FROM messages "
+                               "WHERE queue = 'policed' AND status = 1")[0]
+        most_leased = max(most_leased, leased[0])
+        if leased[0]:
+            assert 44_000 <= leased[1] <= leased[2] <= 45_000  # the queue's visibility timeout
+        seen += [row[2] for p in r.partitions(start, end) for row in r.read(p)]
+        nxt = r.latestOffset(end, r.getDefaultReadLimit())
+        r.commit(end)
+        start, end = end, nxt
+    r.stop()
+    assert sorted(seen) == sorted(f"m{i}" for i in range(30)) and live_forq.count("policed") == 0
+    assert most_leased <= 4
+    assert time.monotonic() - began >= 29 / 20 * 0.9  # 30 claims at 20/s: about 1.5 s at least

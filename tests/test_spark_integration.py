@@ -3,6 +3,7 @@ once), against a live forqapp server. Slow: the session alone takes 10-25 s to s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -395,3 +396,139 @@ def test_available_now_takes_what_is_there_commits_its_last_batch_and_ends(spark
     assert sorted(seen) == sorted(f"m{i}" for i in range(25))
     assert live_forq.count("avail", 1) == 0  # the last batch is acked too, none left leased
     assert [r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'avail'")] == ["late"]
+
+
+# --- the streaming sink: writeStream.format("forq") ------------------------------------------
+
+
+def _drop_files(inbox, names, rows: int = 300) -> list[str]:
+    """Files landing in ``inbox``, ``rows`` lines each (written aside, then moved in whole, as a
+    file source needs); returns every line."""
+    lines, start = [], time.time() - 60
+    for k, name in enumerate(names):
+        body = [f"{name}-{i}" for i in range(rows)]
+        tmp = inbox.parent / f".{name}.tmp"
+        tmp.write_text("\n".join(body) + "\n")
+        os.utime(tmp, (start + k, start + k))  # one a second: the file source takes them in this order
+        tmp.rename(inbox / f"{name}.txt")
+        lines += body
+    return lines
+
+
+def _file_stream(spark, inbox, content):
+    """The lines of the files in ``inbox``, one file per micro-batch, through ``content`` (a column)."""
+    return spark.readStream.option("maxFilesPerTrigger", 1).text(str(inbox)).select(content.alias("content"))
+
+
+def _sink(df, live_forq, queue: str, checkpoint, **extra):
+    return df.writeStream.format("forq").options(**live_forq.options(queue, **extra)) \
+        .option("checkpointLocation", str(checkpoint))
+
+
+def test_file_drop_into_the_sink_exactly_once_through_a_task_failure_a_stop_and_a_replay(spark, live_forq, tmp_path):
+    """Files → writeStream.format("forq") with a checkpoint: a task fails once after staging part of
+    its batch (Spark retries it); the query is stopped mid-stream and restarted from its checkpoint;
+    then Spark replays the last batch (its commit log entry lost, as in a crash between the sink's
+    commit and Spark's): the queue holds each line once."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import col, udf
+
+    from forqapp.spark.sink import sink_id
+
+    @udf("string")
+    def flaky(line):
+        ctx = TaskContext.get()
+        if line == "f1-150" and ctx.attemptNumber() == 0:
+            return "x" * 300_000  # over the size limit: this attempt fails after staging 100 rows
+        return line
+
+    queue, inbox, checkpoint = "drop", tmp_path / "inbox", tmp_path / "cp"
+    inbox.mkdir()
+    lines = _drop_files(inbox, ["f0", "f1", "f2", "f3", "f4"])
+    query = _sink(_file_stream(spark, inbox, flaky(col("value"))), live_forq, queue, checkpoint, batchSize=50) \
+        .trigger(processingTime="300 milliseconds").start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (checkpoint / "commits" / "1").exists():  # f0 and f1 (its task retried) are in
+            assert query.exception() is None and time.monotonic() < deadline, query.exception()
+            time.sleep(0.1)
+    finally:
+        query.stop()  # mid-stream: a batch may be in flight
+    assert 600 <= live_forq.count(queue) < 1500
+
+    lines += _drop_files(inbox, ["f5"])  # more files land while it is stopped
+    restarted = _sink(_file_stream(spark, inbox, col("value")), live_forq, queue, checkpoint, batchSize=50) \
+        .trigger(availableNow=True).start()
+    assert restarted.awaitTermination(120)
+    contents = [r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = ?", (queue,))]
+    assert sorted(contents) == sorted(lines)  # each line once
+
+    # A crash after the sink published its last batch but before Spark wrote that batch's commit:
+    # the restart runs the batch again, with the same id. It publishes nothing.
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    (checkpoint / "commits" / str(last)).unlink()
+    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)  # (Hadoop's checksum of it)
+    replayed = _sink(_file_stream(spark, inbox, col("value")), live_forq, queue, checkpoint, batchSize=50) \
+        .trigger(availableNow=True).start()
+    assert replayed.awaitTermination(120)
+    assert (checkpoint / "commits" / str(last)).exists()  # Spark ran it again
+    assert live_forq.count(queue) == len(lines) and live_forq.staged_rows(queue) == 0
+    # recorded under Spark's id of the query, which the checkpoint keeps
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    assert live_forq.sql("SELECT sink, batch_id FROM forq_sink_batches WHERE queue = ?", (queue,)) == [
+        (sink_id(query_id), last)]
+
+
+def test_an_aborted_micro_batch_leaves_nothing_and_the_restart_publishes_it_once(spark, live_forq, tmp_path):
+    from pyspark.sql.functions import col, udf
+
+    poison = tmp_path / "poisoned"
+    poison.touch()
+
+    @udf("string")
+    def broken(line, poison=str(poison)):
+        if line == "g1-299" and os.path.exists(poison):
+            return "x" * 300_000  # every attempt fails while the file is there: the batch aborts
+        return line
+
+    queue, inbox, checkpoint = "aborts", tmp_path / "inbox", tmp_path / "cp"
+    inbox.mkdir()
+    lines = _drop_files(inbox, ["g0", "g1", "g2"])
+    query = _sink(_file_stream(spark, inbox, broken(col("value"))), live_forq, queue, checkpoint, batchSize=50) \
+        .trigger(availableNow=True).start()
+    with pytest.raises(Exception, match="exceeds_limit"):
+        query.awaitTermination(120)
+    assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = ?", (queue,))) == \
+        sorted(lines[:300])  # g0's batch only: nothing of g1's is visible
+    poison.unlink()
+    restarted = _sink(_file_stream(spark, inbox, broken(col("value"))), live_forq, queue, checkpoint, batchSize=50) \
+        .trigger(availableNow=True).start()
+    assert restarted.awaitTermination(120)
+    assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = ?", (queue,))) == sorted(lines)
+
+
+def test_the_sink_refuses_the_complete_output_mode_and_a_key_without_produce(spark, live_forq, tmp_path):
+    stream = spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+    counts = stream.groupBy().count().selectExpr("CAST(count AS STRING) AS content")
+    with pytest.raises(Exception, match='"append" and "update" output modes'):
+        q = _sink(counts, live_forq, "modes-s", tmp_path / "cp1").outputMode("complete").start()
+        q.awaitTermination(60)
+    lines = stream.selectExpr("CAST(value AS STRING) AS content")
+    with pytest.raises(Exception, match="checkpointLocation"):
+        lines.writeStream.format("forq").options(**live_forq.options("modes-s")).start().awaitTermination(60)
+    assert live_forq.count("modes-s") == 0
+
+
+def test_the_file_drop_example_enqueues_each_line_once_across_runs(spark, live_forq, tmp_path, capsys):
+    from forqapp.spark.examples import file_drop
+
+    inbox, checkpoint = tmp_path / "inbox", tmp_path / "cp"
+    inbox.mkdir()
+    common = ["--url", live_forq.url, "--api-key", live_forq.api_key, "--queue", "landed", "--inbox", str(inbox),
+              "--checkpoint", str(checkpoint), "--once", "--files-per-batch", "1"]
+    lines = _drop_files(inbox, ["a", "b"], rows=20)
+    assert file_drop.main(common) == 0
+    lines += _drop_files(inbox, ["c"], rows=20)
+    assert file_drop.main(common) == 0  # the second run takes only the new file
+    assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'landed'")) == sorted(lines)
+    assert "landed: 20 lines" in capsys.readouterr().out

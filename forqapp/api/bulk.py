@@ -67,12 +67,20 @@ def _require_produce(request: HttpRequest, pairs: list[tuple[str, str]]) -> None
 
 @endpoint("POST", action="produce", scope="view")
 async def publish(request: HttpRequest) -> HttpResponse:
-    """``POST /api/v1/staged/publish`` ``{"staged": [{"token", "queue"}]}`` → ``{"published": n}``,
-    all in one transaction. Publishing a token again publishes nothing more."""
-    pairs = validation.staged_pairs(json_body(request))
-    _require_produce(request, pairs)
-    n = await services.run_async(services.publish_staged, pairs) if pairs else 0
-    return JsonResponse({"published": n})
+    """``POST /api/v1/staged/publish`` ``{"staged": [{"token", "queue"}], "sink"?: {"queue", "id",
+    "batch"}}`` → ``{"published": n}``, all in one transaction. Publishing a token again publishes
+    nothing more. With ``sink`` (a Spark streaming query's micro-batch) the answer also says
+    ``"replayed"``: true when that query published this batch or a later one before (then nothing
+    is published, and the staged rows are discarded)."""
+    body = json_body(request)
+    pairs = validation.staged_pairs(body)
+    sink = validation.sink_batch(body)
+    _require_produce(request, pairs + ([("", sink[0])] if sink else []))
+    if sink is None:
+        n = await services.run_async(services.publish_staged, pairs) if pairs else 0
+        return JsonResponse({"published": n})
+    published = await services.run_async(services.publish_sink_batch, pairs, *sink)
+    return JsonResponse({"published": published or 0, "replayed": published is None})
 
 
 @endpoint("POST", action="produce", scope="view")
@@ -93,18 +101,28 @@ async def claim(request: HttpRequest, queue: str) -> HttpResponse:
     ``{"messages": [{"id", "content", "attempts", "receipt", "priority", "attributes", "dedup_id",
     "sequence", "received_at", "first_received_at", "lease_expires_at"}]}`` (times in Unix ms), in the
     queue's order (priority first, then FIFO or LIFO); with ``wait``, waits up to that many seconds
-    for the first message (an empty list when none came)."""
+    for the first message (an empty list when none came). ``"throttled"`` (``"concurrency"`` or
+    ``"rate"``) says the queue's ``max_in_flight`` or ``rate`` held the claim back."""
     queue = validation.queue_name(queue)
     body = json_body(request)
     limit, wait = validation.claim_limit(body), validation.claim_wait(body)
-    messages = await waiting.claim_async(services.claim_many, queue, wait, limit)
-    return JsonResponse({"messages": [
+    throttled: list[str] = []  # why the queue's policy held a claim back (its last word counts)
+
+    def take(name: str, n: int) -> list:
+        del throttled[:]
+        return services.claim_many(name, n, throttled=throttled)
+
+    messages = await waiting.claim_async(take, queue, wait, limit)
+    answer: dict = {"messages": [
         {"id": m.id, "content": m.content, "attempts": m.attempts, "receipt": str(m.receipt),
          "priority": m.priority, "attributes": m.attributes or None, "dedup_id": m.dedup_id,
          "sequence": m.sequence, "received_at": m.received_at, "first_received_at": m.first_received_at,
          "lease_expires_at": m.lease_expires_at}
         for m in messages
-    ]})
+    ]}
+    if throttled:
+        answer["throttled"] = throttled[-1]
+    return JsonResponse(answer)
 
 
 @endpoint("POST", action="consume")

@@ -55,7 +55,7 @@ from .settle import (
     release_many,
     settle_many,
 )
-from .staging import discard_staged, publish_staged, snapshot_bounds, snapshot_page, stage
+from .staging import discard_staged, publish_sink_batch, publish_staged, snapshot_bounds, snapshot_page, stage
 from .throttles import auth_blocked, auth_failed, auth_retry_after, login_blocked_until, login_failed
 from .wakeups import (
     Due,
@@ -76,7 +76,7 @@ __all__ = [
     "delete_expired_dlq", "delete_failed_dlq", "delete_queue", "describe_error", "discard_staged", "due",
     "due_counts", "extend", "fail", "forget_policies", "healthy", "in_flight_counts", "lease_holder",
     "list_queues", "login_blocked_until", "login_failed", "move_expired_to_dlq", "move_failed_to_dlq",
-    "nack", "nack_delivery", "nack_many", "now_ms", "optimize_database", "peek", "policy", "publish_staged",
+    "nack", "nack_delivery", "nack_many", "now_ms", "optimize_database", "peek", "policy", "publish_sink_batch", "publish_staged",
     "purge", "queue_depths", "queue_info", "receive", "receive_many", "recover_stale", "release",
     "release_lease", "release_many", "requeue", "run_async", "send", "send_entries", "send_many",
     "settle_many", "snapshot_bounds", "snapshot_page", "stage", "startup_problems", "wake_poll_interval",

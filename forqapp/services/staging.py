@@ -50,23 +50,48 @@ def stage(queue: str, token: str, items: Iterable[dict[str, Any]], *, using: str
 def publish_staged(staged: Sequence[tuple[str, str]], *, using: str | None = None) -> int:
     """Make all rows staged under [(token, queue)] visible, in one transaction."""
     st = _store(using)
+    with transaction.atomic(using=st.alias):
+        published = _publish(st, staged)
+    return _announce(st, published)
+
+
+def publish_sink_batch(staged: Sequence[tuple[str, str]], queue: str, sink: str, batch_id: int, *,
+                       using: str | None = None) -> int | None:
+    """A Spark streaming query's micro-batch: like :func:`publish_staged`, and in the same
+    transaction record that query ``sink`` published batch ``batch_id`` into ``queue``. A batch it
+    recorded before, or an earlier one (Spark replays a batch after a crash or a restart), publishes
+    nothing: its rows are discarded and the answer is None."""
+    queue = validation.queue_name(queue, produce=True)
+    st = _store(using)
+    with transaction.atomic(using=st.alias):
+        if not st.record_sink_batch(queue, sink, batch_id, base.now_ms()):
+            st.discard_staged(staged)
+            return None
+        published = _publish(st, staged)
+    return _announce(st, published)
+
+
+def _publish(st: Any, staged: Sequence[tuple[str, str]]) -> dict[str, int]:
     by_queue: dict[str, list[tuple[str, str]]] = {}
     for token, queue in staged:
         by_queue.setdefault(queue, []).append((token, queue))
     now = base.now_ms()
     published: dict[str, int] = {}
-    with transaction.atomic(using=st.alias):
-        for queue, pairs in by_queue.items():
-            pol = policy(queue, using=st.alias)
-            if not pol.exists:
-                _ensure_queue(st, queue)
-            n = st.publish_staged(pairs, now, pol.retention_ms,
-                                  forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS).get(queue, 0)
-            published[queue] = published.get(queue, 0) + n
-            # A queue's max_length holds for a job's rows too: all of them, or none (the whole
-            # publish is one transaction, so a refusal leaves every queue as it was).
-            if n and pol.max_length is not None and st.queue_length(queue, pol.max_length + 1) > pol.max_length:
-                _refuse_full(queue, pol.max_length, n)
+    for queue, pairs in by_queue.items():
+        pol = policy(queue, using=st.alias)
+        if not pol.exists:
+            _ensure_queue(st, queue)
+        n = st.publish_staged(pairs, now, pol.retention_ms,
+                              forq_settings.FORQ_PROCESS_AFTER_PAST_TOLERANCE_MS).get(queue, 0)
+        published[queue] = published.get(queue, 0) + n
+        # A queue's max_length holds for a job's rows too: all of them, or none (the whole
+        # publish is one transaction, so a refusal leaves every queue as it was).
+        if n and pol.max_length is not None and st.queue_length(queue, pol.max_length + 1) > pol.max_length:
+            _refuse_full(queue, pol.max_length, n)
+    return published
+
+
+def _announce(st: Any, published: dict[str, int]) -> int:
     for queue, n in published.items():
         if n:
             _after_produce(st.alias, queue, n)

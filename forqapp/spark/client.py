@@ -157,16 +157,30 @@ class ForqClient:
         body = {"staged": [{"token": t, "queue": q} for t, q in staged]}
         return self.request("POST", "/api/v1/staged/publish", body)["published"]
 
+    def publish_batch(self, staged: list[tuple[str, str]], queue: str, sink: str, batch_id: int) -> int | None:
+        """Publish a streaming query's micro-batch ``batch_id`` (query ``sink``, into ``queue``):
+        how many rows, or None when that query published this batch (or a later one) before (a
+        replay: nothing is published, the staged rows are dropped). Safe to retry."""
+        body = {"staged": [{"token": t, "queue": q} for t, q in staged],
+                "sink": {"queue": queue, "id": sink, "batch": batch_id}}
+        answer = self.request("POST", "/api/v1/staged/publish", body)
+        return None if answer.get("replayed") else answer["published"]
+
     def discard(self, staged: list[tuple[str, str]]) -> int:
         body = {"staged": [{"token": t, "queue": q} for t, q in staged]}
         return self.request("POST", "/api/v1/staged/discard", body)["discarded"]
 
     def claim(self, queue: str, max_messages: int, wait: float = 0) -> list[dict]:
+        return self.claim_throttled(queue, max_messages, wait)[0]
+
+    def claim_throttled(self, queue: str, max_messages: int, wait: float = 0) -> tuple[list[dict], str | None]:
+        """Claimed messages, and why the queue's policy held the claim back (``"concurrency"``:
+        its max_in_flight; ``"rate"``), or None (a server from before says None)."""
         # Not retried: a claim that landed but whose answer was lost would hide messages until
         # their lease runs out (they come back then; nothing is lost).
         body = {"max": max_messages, "wait": wait}
-        return self.request("POST", f"/api/v1/queues/{self._q(queue)}/messages/claim", body,
-                            idempotent=False)["messages"]
+        answer = self.request("POST", f"/api/v1/queues/{self._q(queue)}/messages/claim", body, idempotent=False)
+        return answer["messages"], answer.get("throttled")
 
     def ack(self, queue: str, deliveries: list[tuple[str, str]]) -> int:
         body = {"deliveries": [{"id": i, "receipt": r} for i, r in deliveries]}

@@ -58,7 +58,10 @@ def _float(options: Mapping[str, str], name: str, default: float, lo: float, hi:
 #: Spark's own, set by ``load(path)`` / ``save(path)``, and means nothing here.
 KNOWN = ("url", "apiKey", "queue", "delivery", "batchSize", "numPartitions", "pageSize", "maxMessagesPerBatch",
          "waitSeconds", "timeout")
-_KNOWN_LOWER = frozenset(k.lower() for k in (*KNOWN, "path"))
+#: Spark's own options, which it passes along: ``path`` (``load(path)`` / ``save(path)``, meaning
+#: nothing here), and a streaming query's ``checkpointLocation`` and ``queryName`` (they name the
+#: query for the streaming sink).
+_KNOWN_LOWER = frozenset(k.lower() for k in (*KNOWN, "path", "checkpointLocation", "queryName"))
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class ForqOptions:
     wait_seconds: float = 1.0  # stream: how long a claim waits for a message when the queue is idle
     timeout: float = 300.0  # seconds per HTTP request
     exactly_once: bool = True  # write: stage + publish on commit (False: produce batches directly)
+    checkpoint_location: str | None = None  # streaming write: Spark's option, names the query
+    query_name: str | None = None  # streaming write: Spark's, names the query without the above
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ForqOptions:
@@ -111,6 +116,8 @@ class ForqOptions:
             max_messages_per_batch=_int(options, "maxMessagesPerBatch", 1000, 1, 100_000),
             wait_seconds=_float(options, "waitSeconds", 1.0, 0.0, 30.0),
             timeout=_float(options, "timeout", 300.0, 1.0, 3600.0),
+            checkpoint_location=(_get(options, "checkpointLocation") or "").strip() or None,
+            query_name=(_get(options, "queryName") or "").strip() or None,
         )
 
     def client(self):

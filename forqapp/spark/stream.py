@@ -10,6 +10,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -108,6 +109,11 @@ class ForqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     A message whose lease (its queue's visibility timeout, 5 minutes unless the queue's policy
     sets another) runs out before its batch commits is delivered again: keep batches well under
     it, and make sinks idempotent (key on ``id``).
+
+    The queue's policy holds (:meth:`_claim`): leases are its visibility timeout's; a batch held
+    until its commit counts towards its ``max_in_flight``; a batch stops claiming once its
+    ``max_in_flight`` or ``rate`` holds a claim back, and an ``availableNow`` query held back waits
+    for the policy rather than ending early.
     """
 
     def __init__(self, options: ForqOptions):
@@ -157,13 +163,12 @@ class ForqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limit_rows = min(limit_rows, self._budget)
         outstanding = any(s <= seq for s in self._pending)
         wait = 0 if outstanding or self._available_now else self.options.wait_seconds
-        claimed: list[dict] = []
-        while len(claimed) < limit_rows:
-            got = self._api().claim(self.options.queue, min(10_000, limit_rows - len(claimed)), wait)
-            claimed += got
-            wait = 0
-            if not got:
-                break
+        claimed, throttled = self._claim(limit_rows, wait)
+        if not claimed and throttled and self._available_now and not outstanding and self._budget != 0:
+            # The queue's policy held the claim back (its rate, or its max_in_flight taken by other
+            # consumers): "no new data" would end an availableNow query before it took what the queue
+            # held. Wait for the policy to let a claim through.
+            claimed = self._claim_when_allowed(limit_rows)
         if self._budget is not None:
             self._budget -= len(claimed)
         if not claimed:
@@ -177,6 +182,30 @@ class ForqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for m in claimed:
             deliveries.setdefault(m["receipt"], []).append(m["id"])
         return {"seq": end, "deliveries": deliveries}
+
+    def _claim(self, limit_rows: int, wait: float) -> tuple[list[dict], str | None]:
+        """Up to ``limit_rows`` messages, claimed as the queue's policy allows: with its visibility
+        timeout (the server's), and no more once its ``max_in_flight`` or ``rate`` held a claim back
+        (the reason is returned): the rest comes in later batches, when the policy lets it."""
+        claimed: list[dict] = []
+        throttled = None
+        while len(claimed) < limit_rows:
+            got, throttled = self._api().claim_throttled(self.options.queue, min(10_000, limit_rows - len(claimed)),
+                                                         wait)
+            claimed += got
+            wait = 0
+            if not got or throttled:
+                break
+        return claimed, throttled
+
+    def _claim_when_allowed(self, limit_rows: int) -> list[dict]:
+        pause = 0.05
+        while True:
+            time.sleep(pause)
+            claimed, throttled = self._claim(limit_rows, 0)
+            if claimed or not throttled:
+                return claimed
+            pause = min(pause * 2, 1.0)
 
     def partitions(self, start: dict, end: dict) -> list[MessagesPartition]:
         seq = int(end.get("seq", 0))

@@ -647,6 +647,12 @@ class Store(abc.ABC):
         returns how many per queue. A token published again adds nothing."""
 
     @abc.abstractmethod
+    def record_sink_batch(self, queue: str, sink: str, batch_id: int, now: int) -> bool:
+        """Record that streaming query ``sink`` publishes its batch ``batch_id`` into ``queue``,
+        unless it recorded that batch or a later one (a replay); True when recorded. Call inside
+        the publish's transaction: a concurrent call for the same sink waits for it, then finds it."""
+
+    @abc.abstractmethod
     def discard_staged(self, staged: Sequence[Staged]) -> int:
         """Delete the rows staged under [(token, queue)]; returns how many."""
 

@@ -635,6 +635,16 @@ WITH staged AS (
 ), n AS (SELECT COUNT(*) AS n FROM published)
 SELECT n, CASE WHEN n > 0 THEN pg_notify('{CHANNEL}', %(queue)s) END FROM n"""
 
+# A streaming query's batch, recorded unless it (or a later one) was: RETURNING gives no row then.
+# A concurrent insert of the same (queue, sink) waits for the first transaction, then re-checks.
+RECORD_SINK_BATCH = """
+INSERT INTO forq_sink_batches (queue, sink, batch_id, committed_at) VALUES (%(queue)s, %(sink)s, %(batch)s, %(now)s)
+ON CONFLICT (queue, sink) DO UPDATE SET batch_id = excluded.batch_id, committed_at = excluded.committed_at
+WHERE forq_sink_batches.batch_id < excluded.batch_id
+RETURNING batch_id"""
+
+DELETE_QUEUE_SINKS = "DELETE FROM forq_sink_batches WHERE queue = %s"
+
 DISCARD = "DELETE FROM forq_staged WHERE token = %s AND queue = %s"
 
 DELETE_ABANDONED_STAGED = """
@@ -1069,6 +1079,7 @@ class PostgreSQLStore(Store):
             found = self._rowcount(QUEUE_DELETE, (name,))
             n = self._rowcount(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX))
             self._rowcount(DELETE_QUEUE_DEDUP, (name,))
+            self._rowcount(DELETE_QUEUE_SINKS, (name,))
         return bool(found or n)
 
     def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:
@@ -1191,6 +1202,10 @@ class PostgreSQLStore(Store):
                                             "tolerance": past_tolerance_ms})
             published[queue] = published.get(queue, 0) + int(rows[0][0])
         return published
+
+    def record_sink_batch(self, queue: str, sink: str, batch_id: int, now: int) -> bool:
+        return bool(self._fetchall(RECORD_SINK_BATCH, {"queue": queue, "sink": sink, "batch": batch_id,
+                                                       "now": now}))
 
     def discard_staged(self, staged: Sequence[Staged]) -> int:
         return sum(self._rowcount(DISCARD, (t, q)) for t, q in staged)

@@ -527,6 +527,15 @@ FROM forq_staged WHERE token = :token AND queue = :queue"""
 
 UNSTAGE = "DELETE FROM forq_staged WHERE token = :token AND queue = :queue"
 
+# A streaming query's batch, recorded unless it (or a later one) was: RETURNING gives no row then.
+RECORD_SINK_BATCH = """
+INSERT INTO forq_sink_batches (queue, sink, batch_id, committed_at) VALUES (:queue, :sink, :batch, :now)
+ON CONFLICT (queue, sink) DO UPDATE SET batch_id = excluded.batch_id, committed_at = excluded.committed_at
+WHERE forq_sink_batches.batch_id < excluded.batch_id
+RETURNING batch_id"""
+
+DELETE_QUEUE_SINKS = "DELETE FROM forq_sink_batches WHERE queue = ?"
+
 DISCARD = "DELETE FROM forq_staged WHERE token = ? AND queue = ?"
 
 DELETE_ABANDONED_STAGED = """
@@ -1095,6 +1104,10 @@ class SQLiteStore(Store):
             published[queue] = published.get(queue, 0) + n
         return published
 
+    def record_sink_batch(self, queue: str, sink: str, batch_id: int, now: int) -> bool:
+        params = {"queue": queue, "sink": sink, "batch": batch_id, "now": now}
+        return bool(self._conn().execute(RECORD_SINK_BATCH, params).fetchall())
+
     def discard_staged(self, staged: Sequence[Staged]) -> int:
         conn = self._conn()
         return sum(conn.execute(DISCARD, (t, q)).rowcount for t, q in staged)
@@ -1170,6 +1183,7 @@ class SQLiteStore(Store):
             found = conn.execute(QUEUE_DELETE, {"name": name}).rowcount
             n = conn.execute(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX)).rowcount
             conn.execute(DELETE_QUEUE_DEDUP, (name,))
+            conn.execute(DELETE_QUEUE_SINKS, (name,))
         return bool(found or n)
 
     def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:

@@ -22,6 +22,7 @@ from .bodies import (
     optional_message_id,
     page_format,
     page_limit,
+    sink_batch,
     staged_pairs,
     token,
 )
@@ -139,6 +140,7 @@ __all__ = [
     "receipt",
     "schedule",
     "seconds",
+    "sink_batch",
     "staged_pairs",
     "text",
     "token",

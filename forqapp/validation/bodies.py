@@ -60,6 +60,20 @@ def staged_pairs(body: dict) -> list[tuple[str, str]]:
     return pairs
 
 
+def sink_batch(body: dict) -> tuple[str, str, int] | None:
+    """A publish's optional ``sink`` ``{"queue", "id", "batch"}``: the streaming query (``id``, a
+    token) and its micro-batch id that publishes the staged rows into ``queue``; None without one."""
+    sink = body.get("sink")
+    if sink is None:
+        return None
+    if not isinstance(sink, dict):
+        raise _invalid("sink must be an object {queue, id, batch}")
+    batch = sink.get("batch")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch < 2**63:
+        raise _invalid("sink.batch must be an integer from 0 (the micro-batch id)")
+    return queue_name(sink.get("queue"), produce=True), token(sink.get("id")), batch
+
+
 def deliveries(body: dict) -> list[tuple[str, int]]:
     """The ``deliveries`` [(id, receipt)] of a bulk ack or release."""
     out = []
