@@ -1,0 +1,319 @@
+"""SQS FIFO queues on forqapp's SQS face, driven by boto3 against a live ``forq_serve`` (as
+tests/test_sqs.py): names and ``FifoQueue``, the FIFO attributes, ``MessageGroupId``,
+deduplication (given ids, content-based, per queue or per group, within SQS's 5 minutes and
+after), ``SequenceNumber``, per-message delays refused, ``ReceiveRequestAttemptId``, and the DLQ's
+type. The deduplication interval's end is tested in this process, the clock patched, by the same
+action functions the listener runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import botocore
+import httpx
+import pytest
+
+from forqapp import services
+from forqapp.keys import Key
+from forqapp.sqs import actions, queues
+from forqapp.sqs.protocol import SqsError
+
+from .conftest import free_port, patch_clock, start_server, stop_server
+from .test_sqs import ACCOUNT, KEYS_SECRET, REGION, client, code_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(scope="module")
+def server(django_db_blocker):
+    port = free_port()
+    with django_db_blocker.unblock():
+        api = start_server({"FORQ_SQS_ADDR": f"127.0.0.1:{port}", "FORQ_KEYS_SECRET": KEYS_SECRET})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # (the SQS listener may answer after the API's /healthcheck)
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield url
+    stop_server(api)
+
+
+@pytest.fixture
+def sqs(server):
+    services.forget_policies()
+    return client(server)
+
+
+def fifo_queue(sqs, name: str, **attributes: str) -> str:
+    return sqs.create_queue(QueueName=name, Attributes={"FifoQueue": "true", **attributes})["QueueUrl"]
+
+
+def error_of(call, **kwargs) -> tuple[str, str]:
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        call(**kwargs)
+    return code_of(exc)[0], exc.value.response["Error"]["Message"]
+
+
+# --- names and attributes -------------------------------------------------------------------------
+
+
+def test_fifo_name_and_fifo_queue_go_together(sqs, server):
+    url = fifo_queue(sqs, "orders.fifo")
+    assert url == f"{server}/{ACCOUNT}/orders.fifo"
+    assert sqs.get_queue_url(QueueName="orders.fifo")["QueueUrl"] == url
+    assert url in sqs.list_queues(QueueNamePrefix="orders")["QueueUrls"]
+    rule = ("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, "
+            "must end with .fifo suffix and be 1 to 80 in length")
+    for name, attributes in (("plain.fifo", {}), ("plain.fifo", {"FifoQueue": "false"}),
+                             ("plain", {"FifoQueue": "true"}), ("a.b.fifo", {"FifoQueue": "true"}),
+                             ("a" * 76 + ".fifo", {"FifoQueue": "true"})):
+        assert error_of(sqs.create_queue, QueueName=name, Attributes=attributes) == ("InvalidParameterValue", rule)
+    assert sqs.create_queue(QueueName="a" * 75 + ".fifo", Attributes={"FifoQueue": "true"})  # 80 with .fifo
+    # FifoQueue=false is a standard queue, as without it.
+    assert sqs.create_queue(QueueName="plain", Attributes={"FifoQueue": "false"})
+    assert "FifoQueue" not in sqs.get_queue_attributes(QueueUrl=url.replace("orders.fifo", "plain"),
+                                                       AttributeNames=["All"])["Attributes"]
+
+
+def test_fifo_attributes_defaults_values_and_rules(sqs):
+    url = fifo_queue(sqs, "attrs.fifo")
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert {k: attrs[k] for k in ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope",
+                                  "FifoThroughputLimit")} == {
+        "FifoQueue": "true", "ContentBasedDeduplication": "false", "DeduplicationScope": "queue",
+        "FifoThroughputLimit": "perQueue"}
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={
+        "ContentBasedDeduplication": "true", "DeduplicationScope": "messageGroup",
+        "FifoThroughputLimit": "perMessageGroupId"})
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+        "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"])["Attributes"]
+    assert attrs == {"ContentBasedDeduplication": "true", "DeduplicationScope": "messageGroup",
+                     "FifoThroughputLimit": "perMessageGroupId"}
+    # perMessageGroupId needs the messageGroup scope: refused, and nothing changed.
+    code, message = error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"DeduplicationScope": "queue"})
+    assert code == "InvalidAttributeValue" and "DeduplicationScope is messageGroup" in message
+    url2 = fifo_queue(sqs, "attrs2.fifo")
+    assert error_of(sqs.set_queue_attributes, QueueUrl=url2,
+                    Attributes={"FifoThroughputLimit": "perMessageGroupId"})[0] == "InvalidAttributeValue"
+    assert error_of(sqs.create_queue, QueueName="attrs3.fifo", Attributes={
+        "FifoQueue": "true", "FifoThroughputLimit": "perMessageGroupId"})[0] == "InvalidAttributeValue"
+    assert error_of(sqs.get_queue_url, QueueName="attrs3.fifo")[0] == "AWS.SimpleQueueService.NonExistentQueue"
+    sqs.create_queue(QueueName="attrs3.fifo", Attributes={
+        "FifoQueue": "true", "FifoThroughputLimit": "perMessageGroupId", "DeduplicationScope": "messageGroup"})
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["DeduplicationScope"])["Attributes"] == {
+        "DeduplicationScope": "messageGroup"}
+    for name, value in (("ContentBasedDeduplication", "yes"), ("DeduplicationScope", "group"),
+                        ("FifoThroughputLimit", "perGroup")):
+        assert error_of(sqs.set_queue_attributes, QueueUrl=url2, Attributes={name: value})[0] == \
+            "InvalidAttributeValue"
+    # The type is the queue's for good; the FIFO attributes are a FIFO queue's only.
+    code, message = error_of(sqs.set_queue_attributes, QueueUrl=url2, Attributes={"FifoQueue": "false"})
+    assert (code, message) == ("InvalidAttributeValue", "Invalid value for the parameter FifoQueue. Reason: "
+                               "Modifying queue type is not supported.")
+    plain = sqs.create_queue(QueueName="attrs-plain")["QueueUrl"]
+    assert error_of(sqs.set_queue_attributes, QueueUrl=plain, Attributes={"FifoQueue": "true"})[0] == \
+        "InvalidAttributeValue"
+    assert error_of(sqs.set_queue_attributes, QueueUrl=plain, Attributes={"ContentBasedDeduplication": "true"}) \
+        == ("InvalidAttributeName", "Unknown Attribute ContentBasedDeduplication.")
+    # CreateQueue of an existing FIFO queue: the same attributes, its URL; others, QueueNameExists.
+    assert fifo_queue(sqs, "attrs.fifo", ContentBasedDeduplication="true") == url
+    assert error_of(sqs.create_queue, QueueName="attrs.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "false"})[0] == "QueueAlreadyExists"
+
+
+# --- sends ----------------------------------------------------------------------------------------
+
+
+def test_message_group_id_is_required_and_delay_seconds_refused(sqs):
+    url = fifo_queue(sqs, "needs.fifo")
+    assert error_of(sqs.send_message, QueueUrl=url, MessageBody="x", MessageDeduplicationId="d") == (
+        "MissingParameter", "The request must contain the parameter MessageGroupId.")
+    assert error_of(sqs.send_message, QueueUrl=url, MessageBody="x", MessageGroupId="g") == (
+        "InvalidParameterValue", "The queue should either have ContentBasedDeduplication enabled or "
+                                 "MessageDeduplicationId provided explicitly")
+    assert error_of(sqs.send_message, QueueUrl=url, MessageBody="x", MessageGroupId="g",
+                    MessageDeduplicationId="d", DelaySeconds=5) == (
+        "InvalidParameterValue", "Value 5 for parameter DelaySeconds is invalid. Reason: The request include "
+                                 "parameter that is not valid for this queue type.")
+    code, _ = error_of(sqs.send_message, QueueUrl=url, MessageBody="x", MessageGroupId="has space",
+                       MessageDeduplicationId="d")
+    assert code == "InvalidParameterValue"
+    code, _ = error_of(sqs.send_message, QueueUrl=url, MessageBody="x", MessageGroupId="g",
+                       MessageDeduplicationId="d" * 129)
+    assert code == "InvalidParameterValue"
+    # DelaySeconds=0 is no delay of its own: accepted. Nothing refused above was stored.
+    assert sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g", MessageDeduplicationId="d",
+                            DelaySeconds=0)["MessageId"]
+    assert services.queue_info("needs.fifo").counts["ready"] == 1
+    # A batch: each entry on its own.
+    out = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "ok", "MessageBody": "y", "MessageGroupId": "g", "MessageDeduplicationId": "e"},
+        {"Id": "nogroup", "MessageBody": "y", "MessageDeduplicationId": "f"},
+        {"Id": "delayed", "MessageBody": "y", "MessageGroupId": "g", "MessageDeduplicationId": "h",
+         "DelaySeconds": 3}])
+    assert [e["Id"] for e in out["Successful"]] == ["ok"]
+    assert {e["Id"]: e["Code"] for e in out["Failed"]} == {"nogroup": "MissingParameter",
+                                                            "delayed": "InvalidParameterValue"}
+
+
+def test_queue_delay_seconds_applies_to_a_fifo_queue(sqs):
+    url = fifo_queue(sqs, "slow.fifo", DelaySeconds="60")
+    sqs.send_message(QueueUrl=url, MessageBody="later", MessageGroupId="g", MessageDeduplicationId="1")
+    counts = services.queue_info("slow.fifo").counts
+    assert (counts["delayed"], counts["ready"]) == (1, 0)
+
+
+def test_sequence_numbers_increase_on_sends_and_receives(sqs):
+    url = fifo_queue(sqs, "seq.fifo")
+    first = sqs.send_message(QueueUrl=url, MessageBody="1", MessageGroupId="g", MessageDeduplicationId="1")
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": f"e{i}", "MessageBody": str(i), "MessageGroupId": f"g{i}", "MessageDeduplicationId": str(i)}
+        for i in range(2, 6)])["Successful"]
+    numbers = [first["SequenceNumber"]] + [e["SequenceNumber"] for e in batch]
+    assert all(n.isdigit() for n in numbers)
+    assert [int(n) for n in numbers] == sorted({int(n) for n in numbers})  # increasing, distinct
+    assert numbers == sorted(numbers)  # as text too
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])["Messages"]
+    by_id = {m["MessageId"]: m["Attributes"] for m in got}
+    assert by_id[first["MessageId"]]["SequenceNumber"] == first["SequenceNumber"]
+    assert by_id[first["MessageId"]]["MessageDeduplicationId"] == "1"
+    for entry in batch:
+        if entry["MessageId"] in by_id:
+            assert by_id[entry["MessageId"]]["SequenceNumber"] == entry["SequenceNumber"]
+    # A standard queue's sends have no sequence number.
+    plain = sqs.create_queue(QueueName="seq-plain")["QueueUrl"]
+    assert "SequenceNumber" not in sqs.send_message(QueueUrl=plain, MessageBody="x")
+
+
+def test_a_duplicate_inside_the_window_is_accepted_and_not_delivered_again(sqs):
+    url = fifo_queue(sqs, "dedup.fifo")
+    first = sqs.send_message(QueueUrl=url, MessageBody="pay 10", MessageGroupId="acct",
+                             MessageDeduplicationId="payment-1")
+    again = sqs.send_message(QueueUrl=url, MessageBody="pay 10", MessageGroupId="acct",
+                             MessageDeduplicationId="payment-1")
+    assert (again["MessageId"], again["SequenceNumber"]) == (first["MessageId"], first["SequenceNumber"])
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "dup", "MessageBody": "pay 10", "MessageGroupId": "acct", "MessageDeduplicationId": "payment-1"},
+        {"Id": "new", "MessageBody": "pay 20", "MessageGroupId": "acct", "MessageDeduplicationId": "payment-2"},
+        {"Id": "new-again", "MessageBody": "pay 20", "MessageGroupId": "acct", "MessageDeduplicationId": "payment-2"},
+    ])["Successful"]
+    ids = {e["Id"]: (e["MessageId"], e["SequenceNumber"]) for e in batch}
+    assert ids["dup"] == (first["MessageId"], first["SequenceNumber"])
+    assert ids["new-again"] == ids["new"] != ids["dup"]
+    assert services.queue_info("dedup.fifo").counts["ready"] == 2
+    # Received and deleted: a duplicate is still one within the window (SQS keeps tracking the id).
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    for m in got:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    late = sqs.send_message(QueueUrl=url, MessageBody="pay 10", MessageGroupId="acct",
+                            MessageDeduplicationId="payment-1")
+    assert late["MessageId"] == first["MessageId"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+
+
+def test_content_based_deduplication_is_the_body_s_sha256(sqs):
+    url = fifo_queue(sqs, "content.fifo", ContentBasedDeduplication="true")
+    first = sqs.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId="g",
+                             MessageAttributes={"a": {"DataType": "String", "StringValue": "1"}})
+    again = sqs.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId="g",
+                             MessageAttributes={"a": {"DataType": "String", "StringValue": "2"}})
+    assert again["MessageId"] == first["MessageId"]  # the attributes are not hashed
+    other = sqs.send_message(QueueUrl=url, MessageBody="other body", MessageGroupId="g")
+    assert other["MessageId"] != first["MessageId"]
+    # An explicit id overrides the hash, and is the same id as the hash it equals (SQS's rule).
+    sha = hashlib.sha256(b"same body").hexdigest()
+    assert sqs.send_message(QueueUrl=url, MessageBody="anything", MessageGroupId="g",
+                            MessageDeduplicationId=sha)["MessageId"] == first["MessageId"]
+    explicit = sqs.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId="g",
+                                MessageDeduplicationId="mine")
+    assert explicit["MessageId"] != first["MessageId"]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                              MessageSystemAttributeNames=["MessageDeduplicationId"])["Messages"]
+    dedup = {m["Body"]: m["Attributes"]["MessageDeduplicationId"] for m in got}
+    assert dedup.get("same body", sha) in (sha, "mine")
+
+
+def test_deduplication_scope_message_group(sqs):
+    url = fifo_queue(sqs, "scoped.fifo", DeduplicationScope="messageGroup")
+    a = sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a", MessageDeduplicationId="d")
+    b = sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="b", MessageDeduplicationId="d")
+    assert a["MessageId"] != b["MessageId"]  # the same id in two groups: two messages
+    assert sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a",
+                            MessageDeduplicationId="d")["MessageId"] == a["MessageId"]
+    # A group and an id that would read alike joined are not the same pair.
+    c = sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a:b", MessageDeduplicationId="c")
+    d = sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a", MessageDeduplicationId="b:c")
+    assert c["MessageId"] != d["MessageId"]
+    # In the queue scope, the id alone.
+    url = fifo_queue(sqs, "unscoped.fifo")
+    a = sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a", MessageDeduplicationId="d")
+    assert sqs.send_message(QueueUrl=url, MessageBody="y", MessageGroupId="b",
+                            MessageDeduplicationId="d")["MessageId"] == a["MessageId"]
+
+
+# --- the deduplication interval, the clock patched (the listener's action functions, in process) ----
+
+
+def _ctx() -> actions.Context:
+    return actions.Context(Key("root", "secret", root=True), queues.Origin("http", "testserver", REGION))
+
+
+def test_the_deduplication_interval_is_five_minutes(monkeypatch):
+    now = [services.now_ms()]
+    patch_clock(monkeypatch, lambda: now[0])
+    ctx = _ctx()
+    url = actions.create_queue(ctx, {"QueueName": "window.fifo", "Attributes": {"FifoQueue": "true"}})["QueueUrl"]
+    send = {"QueueUrl": url, "MessageBody": "x", "MessageGroupId": "g", "MessageDeduplicationId": "once"}
+    first = actions.send_message(ctx, send)
+    now[0] += 299_999  # inside: the same message
+    assert actions.send_message(ctx, send)["MessageId"] == first["MessageId"]
+    assert services.queue_info("window.fifo").counts["ready"] == 1
+    now[0] += 1  # five minutes after the first send: a new message
+    second = actions.send_message(ctx, send)
+    assert second["MessageId"] != first["MessageId"]
+    assert int(second["SequenceNumber"]) > int(first["SequenceNumber"])
+    assert services.queue_info("window.fifo").counts["ready"] == 2
+
+
+# --- dead-letter queues ---------------------------------------------------------------------------
+
+
+def test_a_fifo_queue_s_dead_letter_queue_is_fifo(sqs):
+    dlq_url = fifo_queue(sqs, "work-dlq.fifo")
+    assert dlq_url.endswith("/work-dlq.fifo")
+    url = fifo_queue(sqs, "work.fifo")
+    arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:"
+    same_type = "Reason: Dead-letter queue must be same type of queue as the source.."
+    policy = json.dumps({"deadLetterTargetArn": arn + "work-dlq", "maxReceiveCount": 2})
+    code, message = error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"RedrivePolicy": policy})
+    assert code == "InvalidParameterValue" and message.endswith(same_type)
+    plain = sqs.create_queue(QueueName="work")["QueueUrl"]
+    policy = json.dumps({"deadLetterTargetArn": arn + "work-dlq.fifo", "maxReceiveCount": 2})
+    code, message = error_of(sqs.set_queue_attributes, QueueUrl=plain, Attributes={"RedrivePolicy": policy})
+    assert code == "InvalidParameterValue" and message.endswith(same_type)
+    # The FIFO queue's own: its DLQ, FIFO too, named as SQS names a FIFO queue.
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": arn + "work-dlq.fifo", "maxReceiveCount": 1})})
+    attrs = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])["Attributes"]
+    assert attrs["FifoQueue"] == "true" and attrs["QueueArn"] == arn + "work-dlq.fifo"
+    assert dlq_url in sqs.list_queues(QueueNamePrefix="work-dlq")["QueueUrls"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="poison", MessageGroupId="g", MessageDeduplicationId="p")
+    got = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"]
+    assert got[0]["MessageId"] == sent["MessageId"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)  # its one receive used: dead-lettered
+    dead = sqs.receive_message(QueueUrl=dlq_url, MessageSystemAttributeNames=["All"])["Messages"]
+    assert dead[0]["MessageId"] == sent["MessageId"]
+    assert dead[0]["Attributes"]["DeadLetterQueueSourceArn"] == arn + "work.fifo"
+    assert dead[0]["Attributes"]["SequenceNumber"] == sent["SequenceNumber"]
+
+
+def test_sqs_error_shapes_in_process():
+    with pytest.raises(SqsError) as exc:
+        queues.check_name("x.fifo", False)
+    assert exc.value.shape == "InvalidParameterValue"
+    assert queues.to_forq("jobs-dlq.fifo") == "jobs.fifo-dlq" and queues.to_sqs("jobs.fifo-dlq") == "jobs-dlq.fifo"
