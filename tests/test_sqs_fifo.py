@@ -256,6 +256,34 @@ def test_deduplication_scope_message_group(sqs):
                             MessageDeduplicationId="d")["MessageId"] == a["MessageId"]
 
 
+# --- ReceiveRequestAttemptId ---------------------------------------------------------------------
+
+
+def test_a_retried_receive_attempt_answers_the_same_messages(sqs):
+    url = fifo_queue(sqs, "attempts.fifo")
+    for i in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=str(i), MessageGroupId=f"g{i}", MessageDeduplicationId=str(i))
+
+    def receive(attempt):
+        return sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, ReceiveRequestAttemptId=attempt,
+                                   VisibilityTimeout=60).get("Messages", [])
+
+    first = receive("try-1")
+    assert len(first) == 2
+    again = receive("try-1")
+    assert [(m["MessageId"], m["ReceiptHandle"]) for m in again] == \
+        [(m["MessageId"], m["ReceiptHandle"]) for m in first]
+    assert services.queue_info("attempts.fifo").counts["in_flight"] == 2  # nothing more was taken
+    other = receive("try-2")
+    assert {m["MessageId"] for m in other}.isdisjoint({m["MessageId"] for m in first})
+    # Once one of its messages is changed (here: made visible again), the attempt is a new receive.
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"], VisibilityTimeout=0)
+    third = receive("try-1")
+    assert [m["ReceiptHandle"] for m in third] != [m["ReceiptHandle"] for m in first]
+    assert error_of(sqs.receive_message, QueueUrl=url, ReceiveRequestAttemptId="has space")[0] == \
+        "InvalidParameterValue"
+
+
 # --- the deduplication interval, the clock patched (the listener's action functions, in process) ----
 
 

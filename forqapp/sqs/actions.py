@@ -20,7 +20,7 @@ from ..errors import ForqError
 from ..keys import Key
 from ..models import Queue
 from ..vocab import DLQ_SUFFIX, Bounds, base_of, is_dlq
-from . import digests, messages, protocol, queues, receipts
+from . import attempts, digests, messages, protocol, queues, receipts
 from .protocol import SqsError, invalid, missing
 from .queues import Origin
 
@@ -366,6 +366,8 @@ class ReceivePlan:
     visibility: int | None
     system: set[str]
     keep: Callable[[str], bool]
+    attempt: str | None = None  # ReceiveRequestAttemptId (a FIFO queue's)
+    retry: list[services.ReceivedMessage] | None = None  # that attempt's messages, to answer again
 
 
 def receive_plan(ctx: Context, body: dict[str, Any]) -> ReceivePlan:
@@ -376,8 +378,14 @@ def receive_plan(ctx: Context, body: dict[str, Any]) -> ReceivePlan:
     visibility = _integer(body, "VisibilityTimeout", vocab.SQS_VISIBILITY_S)
     if visibility is None and is_dlq(name) and "VisibilityTimeout" in own:
         visibility = int(own["VisibilityTimeout"])  # a DLQ's lease is its queue's unless set on the DLQ
-    return ReceivePlan(name, max_messages or 1, wait or 0, visibility, messages.system_names(body),
-                       messages.attribute_filter(body.get("MessageAttributeNames")))
+    system, keep = messages.system_names(body), messages.attribute_filter(body.get("MessageAttributeNames"))
+    attempt = body.get("ReceiveRequestAttemptId")
+    if attempt is not None:
+        attempt = messages.token(attempt, "ReceiveRequestAttemptId")
+    if attempt is None or not queues.is_fifo(name):  # (SQS: a FIFO queue's only)
+        return ReceivePlan(name, max_messages or 1, wait or 0, visibility, system, keep)
+    return ReceivePlan(name, max_messages or 1, wait or 0, visibility, system, keep, attempt,
+                       attempts.retried(name, ctx.key.access_key_id, attempt))
 
 
 def take(queue: str, plan: ReceivePlan) -> list[services.ReceivedMessage]:
@@ -391,6 +399,8 @@ def receive_answer(ctx: Context, plan: ReceivePlan,
     claim has committed: if the answer cannot be made, every message claimed is given back (its
     receive not counted) before the error goes up, so none stays leased undelivered."""
     try:
+        if plan.attempt is not None and plan.retry is None:
+            attempts.remember(plan.queue, ctx.key.access_key_id, plan.attempt, got)
         if not got:
             return protocol.answer({})
         source = ctx.origin.arn(base_of(plan.queue)) if is_dlq(plan.queue) else None
