@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 
 import botocore
@@ -20,7 +21,7 @@ from forqapp.keys import Key
 from forqapp.sqs import actions, queues
 from forqapp.sqs.protocol import SqsError
 
-from .conftest import free_port, patch_clock, start_server, stop_server
+from .conftest import ROOT, SECRET, free_port, patch_clock, start_server, stop_server
 from .test_sqs import ACCOUNT, KEYS_SECRET, REGION, client, code_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -345,3 +346,13 @@ def test_sqs_error_shapes_in_process():
         queues.check_name("x.fifo", False)
     assert exc.value.shape == "InvalidParameterValue"
     assert queues.to_forq("jobs-dlq.fifo") == "jobs.fifo-dlq" and queues.to_sqs("jobs.fifo-dlq") == "jobs-dlq.fifo"
+
+
+def test_the_docs_fifo_example_runs_as_written(server, monkeypatch, capsys):
+    """docs/how-to/sqs.md's FIFO block, with only its endpoint URL pointed at this server."""
+    page = (ROOT / "docs" / "how-to" / "sqs.md").read_text()
+    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```", page, flags=re.S | re.M)
+                if b.startswith("# payments.py")]
+    monkeypatch.setenv("FORQ_AUTH_SECRET", SECRET)
+    exec(compile(block.replace("http://localhost:8082", server), "sqs.md", "exec"), {})  # noqa: S102 - the docs' code
+    assert capsys.readouterr().out == "True True\ncharge 42 True\n"
