@@ -189,6 +189,10 @@ def test_sequence_numbers_increase_on_sends_and_receives(sqs):
     # A standard queue's sends have no sequence number.
     plain = sqs.create_queue(QueueName="seq-plain")["QueueUrl"]
     assert "SequenceNumber" not in sqs.send_message(QueueUrl=plain, MessageBody="x")
+    # A MessageGroupId is taken on a standard queue too (SQS's fair queues), checked as on a FIFO one.
+    assert sqs.send_message(QueueUrl=plain, MessageBody="x", MessageGroupId="tenant-a")["MessageId"]
+    assert error_of(sqs.send_message, QueueUrl=plain, MessageBody="x", MessageGroupId="")[0] == \
+        "InvalidParameterValue"
 
 
 def test_a_duplicate_inside_the_window_is_accepted_and_not_delivered_again(sqs):
@@ -255,6 +259,48 @@ def test_deduplication_scope_message_group(sqs):
     a = sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a", MessageDeduplicationId="d")
     assert sqs.send_message(QueueUrl=url, MessageBody="y", MessageGroupId="b",
                             MessageDeduplicationId="d")["MessageId"] == a["MessageId"]
+
+
+# --- message groups ------------------------------------------------------------------------------
+
+needs_groups = pytest.mark.skipif(not queues.GROUPS, reason="forqapp's message groups are not in this checkout")
+
+
+@needs_groups
+def test_a_fifo_queue_delivers_each_group_in_order_one_at_a_time(sqs):
+    url = fifo_queue(sqs, "ordered.fifo")
+    assert services.queue_info("ordered.fifo").policy["group_concurrency"] == 1
+    for body, group in (("a1", "tenant-a"), ("a2", "tenant-a"), ("b1", "order#7"), ("a3", "tenant-a")):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=body)
+
+    def receive():
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                  MessageSystemAttributeNames=["MessageGroupId"]).get("Messages", [])
+        return {m["Body"]: m for m in got}
+
+    got = receive()
+    assert sorted(got) == ["a1", "b1"]  # the head of each group; a2 waits for a1
+    assert got["b1"]["Attributes"]["MessageGroupId"] == "order#7"  # (kept escaped: order=237)
+    assert services.peek("ordered.fifo", got["b1"]["MessageId"]).group == "order=237"
+    assert receive() == {}  # both groups have a message in flight
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got["a1"]["ReceiptHandle"])
+    got = receive()
+    assert sorted(got) == ["a2"]
+    # A nack (visibility 0) gives the same message back, still before the next of its group.
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got["a2"]["ReceiptHandle"], VisibilityTimeout=0)
+    assert sorted(receive()) == ["a2"]
+
+
+@needs_groups
+def test_a_message_group_id_on_a_standard_queue_is_a_group_without_a_limit(sqs):
+    url = sqs.create_queue(QueueName="fair")["QueueUrl"]
+    for body in ("1", "2"):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="tenant-a")
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                              MessageSystemAttributeNames=["All"])["Messages"]
+    assert sorted(m["Body"] for m in got) == ["1", "2"]  # no concurrency limit per group
+    assert {m["Attributes"]["MessageGroupId"] for m in got} == {"tenant-a"}
+    assert "SequenceNumber" not in got[0]["Attributes"]
 
 
 # --- ReceiveRequestAttemptId ---------------------------------------------------------------------

@@ -129,7 +129,7 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     else:
         fresh = {"VisibilityTimeout": queues.DEFAULTS["VisibilityTimeout"],
                  "MessageRetentionPeriod": queues.DEFAULTS["MessageRetentionPeriod"], "RedrivePolicy": None}
-        queues.apply(name, {**fresh, **attributes}, {k: v for k, v in info.meta.items() if k == "dlq"})
+        queues.apply(name, {**fresh, **attributes}, {k: v for k, v in info.meta.items() if k == "dlq"}, created=True)
     return {"QueueUrl": ctx.origin.url(name)}
 
 

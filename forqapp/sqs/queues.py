@@ -30,6 +30,9 @@ from ..services import queues as queue_services
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from .protocol import SqsError, invalid
 
+#: Whether forqapp's queues have message groups (``group_concurrency``), which a FIFO queue's
+#: ``MessageGroupId`` maps onto; without them, a FIFO queue keeps forqapp's queue order alone.
+GROUPS = "group_concurrency" in validation.POLICY_FIELDS
 ACCOUNT = "000000000000"  # forqapp has no accounts: one fixed id in URLs and ARNs
 NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")  # SQS's queue names (forqapp's too, without the dot)
 FIFO_SUFFIX = ".fifo"
@@ -394,8 +397,10 @@ def fifo_attributes(meta: dict[str, Any], dlq: bool = False) -> dict[str, str]:
     return {name: str(own.get(name, default)) for name, default in FIFO_DEFAULTS.items()}
 
 
-def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Store checked ``attributes`` on SQS queue ``name`` (created with ``meta`` if new). A ``meta``
+def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, created: bool = False) -> None:
+    """Store checked ``attributes`` on SQS queue ``name`` (created with ``meta`` if new;
+    ``created``: by CreateQueue, and a FIFO queue then gets ``group_concurrency`` 1: each message
+    group in order, one message in flight at a time). A ``meta``
     with ``HIDDEN`` (True: a new placeholder, else the mark read) keeps the row a placeholder only
     if it still is one (no row yet, or no other face wrote to it): the check, the write and the new
     mark are one transaction, the row locked."""
@@ -404,6 +409,8 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any]) -> None:
     meta = json.loads(json.dumps(meta))  # a copy
     own = meta.setdefault("dlq", {}) if dlq else meta
     policy: dict[str, Any] = {}
+    if created and not dlq and is_fifo(base) and GROUPS:
+        policy["group_concurrency"] = 1
     for key, value in attributes.items():
         if key == "VisibilityTimeout" and not dlq:
             policy["visibility_timeout"] = value
