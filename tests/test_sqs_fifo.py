@@ -18,6 +18,7 @@ import pytest
 
 from forqapp import services
 from forqapp.keys import Key
+from forqapp.models import Message, Status
 from forqapp.sqs import actions, queues
 from forqapp.sqs.protocol import SqsError
 
@@ -321,6 +322,14 @@ def test_a_retried_receive_attempt_answers_the_same_messages(sqs):
     assert [(m["MessageId"], m["ReceiptHandle"]) for m in again] == \
         [(m["MessageId"], m["ReceiptHandle"]) for m in first]
     assert services.queue_info("attempts.fifo").counts["in_flight"] == 2  # nothing more was taken
+    # A retry renews the leases (SQS resets the visibility timeout): here to its own 120 s.
+    leases = dict(Message.objects.filter(queue="attempts.fifo", status=Status.PROCESSING)
+                  .values_list("id", "process_after"))
+    renewed = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, ReceiveRequestAttemptId="try-1",
+                                  VisibilityTimeout=120)["Messages"]
+    assert [m["ReceiptHandle"] for m in renewed] == [m["ReceiptHandle"] for m in first]
+    for message_id, lease_end in Message.objects.filter(id__in=list(leases)).values_list("id", "process_after"):
+        assert lease_end >= leases[message_id] + 59_000
     other = receive("try-2")
     assert {m["MessageId"] for m in other}.isdisjoint({m["MessageId"] for m in first})
     # Once one of its messages is changed (here: made visible again), the attempt is a new receive.

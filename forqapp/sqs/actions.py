@@ -385,7 +385,7 @@ def receive_plan(ctx: Context, body: dict[str, Any]) -> ReceivePlan:
     if attempt is None or not queues.is_fifo(name):  # (SQS: a FIFO queue's only)
         return ReceivePlan(name, max_messages or 1, wait or 0, visibility, system, keep)
     return ReceivePlan(name, max_messages or 1, wait or 0, visibility, system, keep, attempt,
-                       attempts.retried(name, ctx.key.access_key_id, attempt))
+                       attempts.retried(name, ctx.key.access_key_id, attempt, visibility))
 
 
 def take(queue: str, plan: ReceivePlan) -> list[services.ReceivedMessage]:

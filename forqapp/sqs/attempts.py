@@ -4,8 +4,9 @@ them is still held by that delivery (not deleted, its visibility not changed, it
 otherwise it is a new receive, as SQS does once a message was "modified".
 
 What a receive took is remembered by the process that served it, for the key that asked: a retry
-served by another process of the same database (several ``forq_serve`` hosts) is a new receive.
-A retry does not renew the lease (SQS's resets the visibility timeout)."""
+served by another process of the same database (several ``forq_serve`` hosts) is a new receive. A retry
+renews the messages' leases (SQS resets their visibility timeout): the retry's
+``VisibilityTimeout``, else the queue's."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections import OrderedDict
 from .. import services
 from ..models import Message, Status
 from ..services import ReceivedMessage
+from ..vocab import base_of
 from .messages import DEDUP_WINDOW_S
 
 MAX_REMEMBERED = 10_000  # receives remembered per process (the oldest forgotten first)
@@ -33,9 +35,10 @@ def remember(queue: str, key_id: str, attempt: str, got: list[ReceivedMessage]) 
             _taken.popitem(last=False)
 
 
-def retried(queue: str, key_id: str, attempt: str) -> list[ReceivedMessage] | None:
+def retried(queue: str, key_id: str, attempt: str, visibility: float | None) -> list[ReceivedMessage] | None:
     """What the receive ``attempt`` took, if it was within 5 minutes and each message is still
-    held by that delivery; None otherwise (a new receive)."""
+    held by that delivery (their leases renewed for ``visibility`` seconds, None: the queue's);
+    None otherwise (a new receive)."""
     with _lock:
         found = _taken.get((queue, key_id, attempt))
     if found is None or time.monotonic() - found[0] >= DEDUP_WINDOW_S:
@@ -47,6 +50,10 @@ def retried(queue: str, key_id: str, attempt: str) -> list[ReceivedMessage] | No
     held = dict(Message.objects.using(services.alias()).filter(
         queue=queue, id__in=[m.id for m in got], status=Status.PROCESSING, process_after__gt=now,
     ).values_list("id", "processing_started_at"))
-    if all(held.get(m.id) == m.receipt for m in got):
-        return got
-    return None
+    if not all(held.get(m.id) == m.receipt for m in got):
+        return None
+    if visibility is None:
+        visibility = services.policy(base_of(queue)).visibility_timeout_ms / 1000
+    renewed = services.settle_many("change_visibility", queue, [(m.id, m.receipt or 0) for m in got],
+                                   seconds=visibility)
+    return got if all(renewed) else None  # (one settled meanwhile: a new receive)
