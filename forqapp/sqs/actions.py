@@ -251,9 +251,9 @@ GROUPS = "group" in getattr(validation.SendEntry, "FIELDS", ())
 
 
 def _message(entry: dict[str, Any], name: str, meta: dict[str, Any],
-             limit: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(forqapp's send item, the answer's digests) of one SendMessage (or batch entry) to queue
-    ``name`` (its SQS attributes ``meta``). On a FIFO queue: ``MessageGroupId`` is required, a
+             limit: int) -> tuple[validation.SendEntry, dict[str, Any]]:
+    """(the message to send, a typed input; the answer's digests) of one SendMessage (or batch
+    entry) to queue ``name`` (its SQS attributes ``meta``). On a FIFO queue: ``MessageGroupId`` is required, a
     deduplication id (given, or the body's SHA-256 with ``ContentBasedDeduplication``) is kept for
     :data:`messages.DEDUP_WINDOW_S` in the queue's ``DeduplicationScope``, and only the queue's
     ``DelaySeconds`` applies, as SQS."""
@@ -277,11 +277,9 @@ def _message(entry: dict[str, Any], name: str, meta: dict[str, Any],
     if attributes and messages.size(body, attributes) > limit:
         raise messages.too_large(limit)  # (SQS counts the attributes in the message's size)
     system = messages.check_system_attributes(entry.get("MessageSystemAttributes"))
-    item: dict[str, Any] = {"content": body, "attributes": messages.to_forq(attributes)}
-    if delay:
-        item["delay"] = delay
+    options: dict[str, Any] = {}
     if group is not None and GROUPS:
-        item["group"] = messages.to_group(group)
+        options["group"] = messages.to_group(group)
     if fifo:
         assert group is not None
         fifo_attributes = queues.fifo_attributes(meta)
@@ -293,8 +291,9 @@ def _message(entry: dict[str, Any], name: str, meta: dict[str, Any],
         else:
             raise invalid("The queue should either have ContentBasedDeduplication enabled or "
                           "MessageDeduplicationId provided explicitly")
-        item["dedup_id"] = messages.dedup_key(dedup_id, group, fifo_attributes["DeduplicationScope"])
-        item["dedup_window"] = messages.DEDUP_WINDOW_S
+        options["dedup_id"] = messages.dedup_key(dedup_id, group, fifo_attributes["DeduplicationScope"])
+        options["dedup_window"] = messages.DEDUP_WINDOW_S
+    send = validation.SendEntry(body, delay=delay or None, attributes=messages.to_forq(attributes), **options)
     answer = {"MD5OfMessageBody": digests.md5_of_body(body)}
     md5 = digests.md5_of_attributes(attributes)
     if md5 is not None:
@@ -302,7 +301,7 @@ def _message(entry: dict[str, Any], name: str, meta: dict[str, Any],
     md5 = digests.md5_of_attributes(system)
     if md5 is not None:
         answer["MD5OfMessageSystemAttributes"] = md5
-    return item, answer
+    return send, answer
 
 
 def _sent(name: str, result: services.SendResult) -> dict[str, Any]:
@@ -324,7 +323,7 @@ def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, info = _queue(ctx, body, keys.PRODUCE)
     item, answer = _message(body, name, info.meta, queues.max_message_size(info.meta, is_dlq(name)))
     try:
-        (result,) = services.send_entries(name, [item])
+        (result,) = services.send_entries(name, [item.item()])
     except ForqError as exc:
         raise queues.forq_error(exc) from None
     return {**answer, **_sent(name, result)}
@@ -348,7 +347,7 @@ def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     successful = []
     if valid:
         try:
-            results = services.send_entries(name, [item for _, item, _ in valid])
+            results = services.send_entries(name, [item.item() for _, item, _ in valid])
         except ForqError as exc:
             error = queues.forq_error(exc)
             failed += [error.entry(entry_id) for entry_id, _, _ in valid]
