@@ -61,6 +61,16 @@ def error_of(call, **kwargs) -> tuple[str, str]:
     return code_of(exc)[0], exc.value.response["Error"]["Message"]
 
 
+def drain(sqs, url: str) -> list[str]:
+    """Receive and delete until the queue answers nothing (a group gives one message at a time)."""
+    bodies = []
+    while got := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+        for m in got:
+            bodies.append(m["Body"])
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    return bodies
+
+
 # --- names and attributes -------------------------------------------------------------------------
 
 
@@ -213,9 +223,8 @@ def test_a_duplicate_inside_the_window_is_accepted_and_not_delivered_again(sqs):
     assert ids["new-again"] == ids["new"] != ids["dup"]
     assert services.queue_info("dedup.fifo").counts["ready"] == 2
     # Received and deleted: a duplicate is still one within the window (SQS keeps tracking the id).
-    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
-    for m in got:
-        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    bodies = drain(sqs, url)
+    assert bodies == ["pay 10", "pay 20"]
     late = sqs.send_message(QueueUrl=url, MessageBody="pay 10", MessageGroupId="acct",
                             MessageDeduplicationId="payment-1")
     assert late["MessageId"] == first["MessageId"]
@@ -238,10 +247,14 @@ def test_content_based_deduplication_is_the_body_s_sha256(sqs):
     explicit = sqs.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId="g",
                                 MessageDeduplicationId="mine")
     assert explicit["MessageId"] != first["MessageId"]
-    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
-                              MessageSystemAttributeNames=["MessageDeduplicationId"])["Messages"]
-    dedup = {m["Body"]: m["Attributes"]["MessageDeduplicationId"] for m in got}
-    assert dedup.get("same body", sha) in (sha, "mine")
+    dedup = []
+    while got := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                     MessageSystemAttributeNames=["MessageDeduplicationId"]).get("Messages"):
+        for m in got:
+            dedup.append((m["Body"], m["Attributes"]["MessageDeduplicationId"]))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    assert sorted(dedup) == sorted([("same body", sha), ("other body", hashlib.sha256(b"other body").hexdigest()),
+                                    ("same body", "mine")])
 
 
 def test_deduplication_scope_message_group(sqs):
@@ -290,6 +303,14 @@ def test_a_fifo_queue_delivers_each_group_in_order_one_at_a_time(sqs):
     # A nack (visibility 0) gives the same message back, still before the next of its group.
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got["a2"]["ReceiptHandle"], VisibilityTimeout=0)
     assert sorted(receive()) == ["a2"]
+
+
+@needs_groups
+def test_a_message_group_scoped_deduplication_id_is_received_as_it_was_sent(sqs):
+    url = fifo_queue(sqs, "scoped-ids.fifo", DeduplicationScope="messageGroup")
+    sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a:b", MessageDeduplicationId="c:d")
+    (got,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
+    assert (got["Attributes"]["MessageGroupId"], got["Attributes"]["MessageDeduplicationId"]) == ("a:b", "c:d")
 
 
 @needs_groups
