@@ -4,8 +4,15 @@ Attributes with a policy field live there, so that every face sees them: ``Visib
 ``visibility_timeout``, ``MessageRetentionPeriod`` → ``retention``, ``RedrivePolicy``'s
 ``maxReceiveCount`` → ``max_attempts`` (no redrive policy: unlimited). The others
 (``DelaySeconds``, ``ReceiveMessageWaitTimeSeconds``, ``MaximumMessageSize``, the redrive policy
-as given) are kept in the queue row's ``sqs_attributes``. A dead-letter queue is always forqapp's
-``<name>-dlq``: a redrive target of another name is refused.
+as given, a FIFO queue's ``ContentBasedDeduplication``, ``DeduplicationScope`` and
+``FifoThroughputLimit``) are kept in the queue row's ``sqs_attributes``. A dead-letter queue is
+always forqapp's ``<name>-dlq``: a redrive target of another name is refused.
+
+A FIFO queue is one whose name ends with ``.fifo`` (SQS's rule: the name and ``FifoQueue`` go
+together); CreateQueue gives it ``group_concurrency`` 1 (each ``MessageGroupId`` a message group,
+delivered in order one message at a time). Its dead-letter queue, forqapp's ``<name>.fifo-dlq``,
+is ``<name>-dlq.fifo`` to SQS clients (:func:`to_sqs`, :func:`to_forq`), as SQS wants a FIFO
+queue's name to end.
 
 Every function here is synchronous (it runs on a database thread: :func:`forqapp.services.run_async`).
 """
@@ -272,8 +279,7 @@ def own(meta: dict[str, Any], dlq: bool = False) -> dict[str, Any]:
 
 
 def max_message_size(meta: dict[str, Any], dlq: bool = False) -> int:
-    own = (meta.get("dlq") or {}) if dlq else meta
-    return min(int(own.get("MaximumMessageSize", MAX_MESSAGE_SIZE)), content_cap())
+    return min(int(own(meta, dlq).get("MaximumMessageSize", MAX_MESSAGE_SIZE)), content_cap())
 
 
 def _integer(name: str, value: object) -> int:
