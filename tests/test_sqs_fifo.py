@@ -16,10 +16,10 @@ import botocore
 import httpx
 import pytest
 
-from forqapp import services
+from forqapp import services, vocab
 from forqapp.keys import Key
 from forqapp.models import Message, Status
-from forqapp.sqs import actions, queues
+from forqapp.sqs import actions, messages, queues
 from forqapp.sqs.protocol import SqsError
 
 from .conftest import ROOT, SECRET, free_port, patch_clock, start_server, stop_server
@@ -277,10 +277,6 @@ def test_deduplication_scope_message_group(sqs):
 
 # --- message groups ------------------------------------------------------------------------------
 
-needs_groups = pytest.mark.skipif(not queues.GROUPS, reason="forqapp's message groups are not in this checkout")
-
-
-@needs_groups
 def test_a_fifo_queue_delivers_each_group_in_order_one_at_a_time(sqs):
     url = fifo_queue(sqs, "ordered.fifo")
     assert services.queue_info("ordered.fifo").policy["group_concurrency"] == 1
@@ -305,7 +301,6 @@ def test_a_fifo_queue_delivers_each_group_in_order_one_at_a_time(sqs):
     assert sorted(receive()) == ["a2"]
 
 
-@needs_groups
 def test_a_message_group_scoped_deduplication_id_is_received_as_it_was_sent(sqs):
     url = fifo_queue(sqs, "scoped-ids.fifo", DeduplicationScope="messageGroup")
     sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a:b", MessageDeduplicationId="c:d")
@@ -313,7 +308,6 @@ def test_a_message_group_scoped_deduplication_id_is_received_as_it_was_sent(sqs)
     assert (got["Attributes"]["MessageGroupId"], got["Attributes"]["MessageDeduplicationId"]) == ("a:b", "c:d")
 
 
-@needs_groups
 def test_a_message_group_id_on_a_standard_queue_is_a_group_without_a_limit(sqs):
     url = sqs.create_queue(QueueName="fair")["QueueUrl"]
     for body in ("1", "2"):
@@ -432,3 +426,14 @@ def test_the_docs_fifo_example_runs_as_written(server, monkeypatch, capsys):
     monkeypatch.setenv("FORQ_AUTH_SECRET", SECRET)
     exec(compile(block.replace("http://localhost:8082", server), "sqs.md", "exec"), {})  # noqa: S102 - the docs' code
     assert capsys.readouterr().out == "True True\ncharge 42 True\n"
+
+
+def test_every_message_group_id_character_maps_to_a_forqapp_group_and_back():
+    every = "".join(chr(c) for c in range(0x21, 0x7F))  # SQS's: alphanumeric and punctuation
+    for text in (*every, every[:42], "a=b", "=41", "order#7"):
+        group = messages.to_group(text)
+        assert vocab.GROUP_NAME.fullmatch(group), text
+        assert messages.from_group(group) == text
+    assert len({messages.to_group(c) for c in every}) == len(every)  # one group per id
+    with pytest.raises(SqsError):
+        messages.to_group("#" * 43)  # 129 characters escaped

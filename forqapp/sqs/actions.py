@@ -245,11 +245,6 @@ def set_queue_attributes(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 # --- messages -------------------------------------------------------------------------------------
 
 
-#: Whether forqapp's messages carry a group (the message groups of forqapp's core): until they
-#: do, a MessageGroupId is checked and answered, and not kept.
-GROUPS = "group" in getattr(validation.SendEntry, "FIELDS", ())
-
-
 def _message(entry: dict[str, Any], name: str, meta: dict[str, Any],
              limit: int) -> tuple[validation.SendEntry, dict[str, Any]]:
     """(the message to send, a typed input; the answer's digests) of one SendMessage (or batch
@@ -278,7 +273,7 @@ def _message(entry: dict[str, Any], name: str, meta: dict[str, Any],
         raise messages.too_large(limit)  # (SQS counts the attributes in the message's size)
     system = messages.check_system_attributes(entry.get("MessageSystemAttributes"))
     options: dict[str, Any] = {}
-    if group is not None and GROUPS:
+    if group is not None:
         options["group"] = messages.to_group(group)
     if fifo:
         assert group is not None

@@ -29,7 +29,6 @@ SEPARATOR = ";"
 #: MessageGroupId, MessageDeduplicationId, ReceiveRequestAttemptId: 1 to 128 alphanumeric or
 #: punctuation characters (``!"#$%&'()*+,-./:;<=>?@[\]^_`{|}~``): printable ASCII but the space.
 _SQS_TOKEN = re.compile(r"[\x21-\x7e]{1,128}")
-GROUP_MAX = 128  # forqapp's groups
 DEDUP_WINDOW_S = 300  # SQS's deduplication interval (and ReceiveRequestAttemptId's)
 NUMBER_DIGITS, NUMBER_MIN_POWER, NUMBER_MAX_POWER = 38, -128, 126  # SQS's Number
 
@@ -83,7 +82,7 @@ def dedup_id_of(key: str, group: str | None) -> str:
     return key
 
 
-_GROUP_KEPT = re.compile(r"[A-Za-z0-9_.:/+@-]")  # forqapp's group characters, but "=" (the escape)
+_GROUP_KEPT = re.compile(r"[A-Za-z0-9_.:/+@-]")  # forqapp's group characters (vocab.GROUP_NAME), but "=" (the escape)
 
 
 def to_group(group: str) -> str:
@@ -91,9 +90,9 @@ def to_group(group: str) -> str:
     do not take (and ``=``) as ``=`` and its two hex digits (``order#7`` → ``order=237``); refused
     when that is over forqapp's 128 characters."""
     out = "".join(c if _GROUP_KEPT.fullmatch(c) else f"={ord(c):02X}" for c in group)
-    if len(out) > GROUP_MAX:
+    if len(out) > vocab.GROUP_MAX:
         raise invalid(f"Value {group} for parameter MessageGroupId is invalid. Reason: forqapp keeps a group of at "
-                      f"most {GROUP_MAX} characters, each character but A-Z a-z 0-9 _ . : / + @ - counting 3.")
+                      f"most {vocab.GROUP_MAX} characters, each character but A-Z a-z 0-9 _ . : / + @ - counting 3.")
     return out
 
 
@@ -332,8 +331,7 @@ def received(message: ReceivedMessage, queue: str, system: set[str], keep: Any,
         }
         if source_arn is not None:
             values["DeadLetterQueueSourceArn"] = source_arn
-        group = getattr(message, "group", None)
-        sqs_group = None if group is None else from_group(group)
+        sqs_group = None if message.group is None else from_group(message.group)
         if sqs_group is not None:
             values["MessageGroupId"] = sqs_group
         if fifo:

@@ -37,9 +37,6 @@ from ..services import queues as queue_services
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from .protocol import SqsError, invalid
 
-#: Whether forqapp's queues have message groups (``group_concurrency``), which a FIFO queue's
-#: ``MessageGroupId`` maps onto; without them, a FIFO queue keeps forqapp's queue order alone.
-GROUPS = "group_concurrency" in validation.POLICY_FIELDS
 ACCOUNT = "000000000000"  # forqapp has no accounts: one fixed id in URLs and ARNs
 NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")  # SQS's queue names (forqapp's too, without the dot)
 FIFO_SUFFIX = ".fifo"
@@ -415,7 +412,7 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, create
     meta = json.loads(json.dumps(meta))  # a copy
     own = meta.setdefault("dlq", {}) if dlq else meta
     policy: dict[str, Any] = {}
-    if created and not dlq and is_fifo(base) and GROUPS:
+    if created and not dlq and is_fifo(base):
         policy["group_concurrency"] = 1
     for key, value in attributes.items():
         if key == "VisibilityTimeout" and not dlq:
