@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
 
 import botocore
@@ -437,3 +438,59 @@ def test_every_message_group_id_character_maps_to_a_forqapp_group_and_back():
     assert len({messages.to_group(c) for c in every}) == len(every)  # one group per id
     with pytest.raises(SqsError):
         messages.to_group("#" * 43)  # 129 characters escaped
+
+
+def test_consumers_in_parallel_see_each_group_in_order_one_at_a_time(sqs, server):
+    """4 boto3 consumers on one FIFO queue, 20 groups × 5 messages sent interleaved; one delivery in
+    five is given back once (visibility 0): per group, no two deliveries overlap, and what is
+    deleted follows the send order."""
+    url = fifo_queue(sqs, "parallel.fifo")
+    groups, per_group = 20, 5
+    entries = [{"Id": f"g{g}-{i}", "MessageBody": f"{g}:{i}", "MessageGroupId": f"tenant-{g}",
+                "MessageDeduplicationId": f"{g}-{i}"} for i in range(per_group) for g in range(groups)]
+    for start in range(0, len(entries), 10):
+        assert not sqs.send_message_batch(QueueUrl=url, Entries=entries[start:start + 10])["Failed"]
+    lock = threading.Lock()
+    held: set[str] = set()
+    done: dict[str, list[int]] = {f"tenant-{g}": [] for g in range(groups)}
+    given_back: set[str] = set()
+    problems: list[str] = []
+    deadline = time.monotonic() + 60
+
+    def consume() -> None:
+        own = client(server)
+        while time.monotonic() < deadline:
+            with lock:
+                if sum(map(len, done.values())) == groups * per_group or problems:
+                    return
+            got = own.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                      MessageSystemAttributeNames=["MessageGroupId"]).get("Messages", [])
+            with lock:  # every group of the answer held from now until its message is settled
+                for m in got:
+                    group = m["Attributes"]["MessageGroupId"]
+                    if group in held:
+                        problems.append(f"{group}: {m['Body']} delivered while another of its group was held")
+                    held.add(group)
+            for m in got:
+                group, body = m["Attributes"]["MessageGroupId"], m["Body"]
+                g, i = map(int, body.split(":"))
+                with lock:
+                    back = (g * per_group + i) % 5 == 0 and body not in given_back
+                    if back:
+                        given_back.add(body)
+                    else:
+                        done[group].append(i)
+                    held.discard(group)  # (before the settle: its group's next may come only after it)
+                if back:
+                    own.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+                else:
+                    own.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+    threads = [threading.Thread(target=consume) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert problems == []
+    assert done == {f"tenant-{g}": list(range(per_group)) for g in range(groups)}
+    assert len(given_back) == groups * per_group // 5  # each came again, in its place
