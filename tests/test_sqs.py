@@ -263,8 +263,6 @@ def test_queue_names(sqs):
         with pytest.raises(botocore.exceptions.ClientError) as exc:
             sqs.create_queue(QueueName=bad)
         assert code_of(exc)[0] == "InvalidParameterValue", bad
-    with pytest.raises(sqs.exceptions.UnsupportedOperation):
-        sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})
     assert sqs.create_queue(QueueName="A_b-9" * 16)["QueueUrl"].endswith("/" + "A_b-9" * 16)  # SQS's 80
 
 

@@ -6,7 +6,10 @@ forqapp by changing its endpoint URL.
 * :mod:`.sigv4` — AWS Signature Version 4, verified against :mod:`forqapp.keys`;
 * :mod:`.digests` — ``MD5OfMessageBody`` and ``MD5OfMessageAttributes`` as AWS computes them;
 * :mod:`.receipts` — receipt handles (opaque, signed, one per delivery);
-* :mod:`.queues` — queue names, URLs, ARNs and attributes, mapped onto forqapp's queue policy;
+* :mod:`.queues` — queue names, URLs, ARNs and attributes, mapped onto forqapp's queue policy
+  (FIFO queues: ``.fifo`` names, their attributes);
+* :mod:`.messages` — bodies, message attributes, FIFO's group and deduplication ids, receive answers;
+* :mod:`.attempts` — ``ReceiveRequestAttemptId``: a retried receive's messages;
 * :mod:`.actions` — one function per SQS action, calling :mod:`forqapp.services`;
 * :mod:`.asgi` — the listener's ASGI application (``forq_serve`` starts it when the setting is set).
 

@@ -20,7 +20,7 @@ from ..errors import ForqError
 from ..keys import Key
 from ..models import Queue
 from ..vocab import DLQ_SUFFIX, Bounds, base_of, is_dlq
-from . import digests, messages, protocol, queues, receipts
+from . import attempts, digests, messages, protocol, queues, receipts
 from .protocol import SqsError, invalid, missing
 from .queues import Origin
 
@@ -103,13 +103,14 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     given attribute differs. A new queue gets SQS's defaults (visibility 30 s, retention 4 days, no
     redrive); a queue made by another face keeps its policy. ``<name>-dlq`` may be created before
     ``<name>``: a placeholder row holds it until any face makes ``<name>`` (:data:`queues.HIDDEN`)."""
-    name = queues.check_name(body.get("QueueName"))
+    given = body.get("Attributes")
+    name = queues.check_name(body.get("QueueName"), isinstance(given, dict) and given.get("FifoQueue") == "true")
     ctx.need(name, keys.MANAGE)
     if body.get("tags"):
         raise SqsError("UnsupportedOperation", "Queue tags are not supported by forqapp's SQS endpoint")
-    attributes = queues.parse_attributes(name, body.get("Attributes"))
     info = queues.known(name, fresh=True)
     dlq = is_dlq(name)
+    attributes = queues.parse_attributes(name, given, queues.own(info.meta, dlq))
     if (dlq and "dlq" in info.meta) or (not dlq and info.exists):
         have = queues.current(name, ctx.origin, set(attributes))
         for attr, value in attributes.items():
@@ -128,7 +129,7 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     else:
         fresh = {"VisibilityTimeout": queues.DEFAULTS["VisibilityTimeout"],
                  "MessageRetentionPeriod": queues.DEFAULTS["MessageRetentionPeriod"], "RedrivePolicy": None}
-        queues.apply(name, {**fresh, **attributes}, {k: v for k, v in info.meta.items() if k == "dlq"})
+        queues.apply(name, {**fresh, **attributes}, {k: v for k, v in info.meta.items() if k == "dlq"}, created=True)
     return {"QueueUrl": ctx.origin.url(name)}
 
 
@@ -147,8 +148,8 @@ def _token(name: str) -> str:
 
 
 def _after(token: object) -> str:
-    """The queue name a ``NextToken`` made by :func:`_token` carries; anything else (which the
-    lenient base64 decoder would read as an empty name, restarting at page 1) is refused."""
+    """The queue name (SQS's) a ``NextToken`` made by :func:`_token` carries; anything else (which
+    the lenient base64 decoder would read as an empty name, restarting at page 1) is refused."""
     try:
         name = base64.b64decode(str(token).encode(), altchars=b"-_", validate=True).decode()
     except (binascii.Error, ValueError):
@@ -159,6 +160,7 @@ def _after(token: object) -> str:
 
 
 def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    """The queues by their SQS names (a FIFO queue's DLQ ``<name>-dlq.fifo``), in that order."""
     prefix = body.get("QueueNamePrefix") or ""
     if not isinstance(prefix, str):
         raise invalid("QueueNamePrefix must be a string")
@@ -178,12 +180,13 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             names.add(name + DLQ_SUFFIX)
     for depth in services.queue_depths():
         names.add(depth.queue)
-    shown = sorted(n for n in names if n.startswith(prefix) and n > after and queues.URL_NAME.fullmatch(n)
-                   and ctx.key.allows(n, keys.READ))
+    by_sqs_name = {queues.to_sqs(n): n for n in names}
+    shown = sorted(n for n in by_sqs_name if n.startswith(prefix) and n > after and queues.URL_NAME.fullmatch(n)
+                   and ctx.key.allows(by_sqs_name[n], keys.READ))
     out: dict[str, Any] = {}
     page = shown[:limit] if limit else shown[:int(LIST_QUEUES_MAX.hi)]
     if page:
-        out["QueueUrls"] = [ctx.origin.url(n) for n in page]
+        out["QueueUrls"] = [ctx.origin.url(by_sqs_name[n]) for n in page]
     if limit and len(shown) > limit:
         out["NextToken"] = _token(page[-1])
     return out
@@ -233,7 +236,7 @@ def set_queue_attributes(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, info = _queue(ctx, body, keys.MANAGE)
     if body.get("Attributes") is None:
         raise missing("Attributes")
-    attributes = queues.parse_attributes(name, body.get("Attributes"))
+    attributes = queues.parse_attributes(name, body.get("Attributes"), queues.own(info.meta, is_dlq(name)))
     if attributes:
         queues.apply(name, attributes, info.meta)
     return {}
@@ -242,19 +245,50 @@ def set_queue_attributes(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 # --- messages -------------------------------------------------------------------------------------
 
 
-def _message(entry: dict[str, Any], meta: dict[str, Any], limit: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(forqapp's send item, the digests) of one SendMessage (or batch entry)."""
+def _message(entry: dict[str, Any], name: str, meta: dict[str, Any],
+             limit: int) -> tuple[validation.SendEntry, dict[str, Any]]:
+    """(the message to send, a typed input; the answer's digests) of one SendMessage (or batch
+    entry) to queue ``name`` (its SQS attributes ``meta``). On a FIFO queue: ``MessageGroupId`` is required, a
+    deduplication id (given, or the body's SHA-256 with ``ContentBasedDeduplication``) is kept for
+    :data:`messages.DEDUP_WINDOW_S` in the queue's ``DeduplicationScope``, and only the queue's
+    ``DelaySeconds`` applies, as SQS."""
     body = messages.check_body(entry.get("MessageBody"), limit)
-    if entry.get("MessageDeduplicationId") is not None:
+    fifo = queues.is_fifo(name)
+    group = entry.get("MessageGroupId")
+    if group is not None:
+        group = messages.token(group, "MessageGroupId")
+    if not fifo and entry.get("MessageDeduplicationId") is not None:
         raise invalid("The request includes parameter MessageDeduplicationId, which is only valid for FIFO queues.")
-    delay = _integer(entry, "DelaySeconds", vocab.SQS_DELAY_S, int(meta.get("DelaySeconds", 0)))
+    if fifo:
+        given = _integer(entry, "DelaySeconds", vocab.SQS_DELAY_S)
+        if given:  # (0 is accepted: no delay of its own)
+            raise invalid(f"Value {given} for parameter DelaySeconds is invalid. Reason: The request include "
+                          "parameter that is not valid for this queue type.")
+        if group is None:
+            raise missing("MessageGroupId")
+    delay = int(meta.get("DelaySeconds", 0)) if fifo else \
+        _integer(entry, "DelaySeconds", vocab.SQS_DELAY_S, int(meta.get("DelaySeconds", 0)))
     attributes = messages.check_attributes(entry.get("MessageAttributes"))
     if attributes and messages.size(body, attributes) > limit:
         raise messages.too_large(limit)  # (SQS counts the attributes in the message's size)
     system = messages.check_system_attributes(entry.get("MessageSystemAttributes"))
-    item: dict[str, Any] = {"content": body, "attributes": messages.to_forq(attributes)}
-    if delay:
-        item["delay"] = delay
+    options: dict[str, Any] = {}
+    if group is not None:
+        options["group"] = messages.to_group(group)
+    if fifo:
+        assert group is not None
+        fifo_attributes = queues.fifo_attributes(meta)
+        dedup_id = entry.get("MessageDeduplicationId")
+        if dedup_id is not None:
+            dedup_id = messages.token(dedup_id, "MessageDeduplicationId")
+        elif fifo_attributes["ContentBasedDeduplication"] == "true":
+            dedup_id = messages.content_dedup_id(body)
+        else:
+            raise invalid("The queue should either have ContentBasedDeduplication enabled or "
+                          "MessageDeduplicationId provided explicitly")
+        options["dedup_id"] = messages.dedup_key(dedup_id, group, fifo_attributes["DeduplicationScope"])
+        options["dedup_window"] = messages.DEDUP_WINDOW_S
+    send = validation.SendEntry(body, delay=delay or None, attributes=messages.to_forq(attributes), **options)
     answer = {"MD5OfMessageBody": digests.md5_of_body(body)}
     md5 = digests.md5_of_attributes(attributes)
     if md5 is not None:
@@ -262,17 +296,32 @@ def _message(entry: dict[str, Any], meta: dict[str, Any], limit: int) -> tuple[d
     md5 = digests.md5_of_attributes(system)
     if md5 is not None:
         answer["MD5OfMessageSystemAttributes"] = md5
-    return item, answer
+    return send, answer
+
+
+def _sent(name: str, result: services.SendResult) -> dict[str, Any]:
+    """What a send answers of ``result``: its ``MessageId``, and on a FIFO queue its
+    ``SequenceNumber``; a duplicate is answered with the first send's (while that message is held:
+    once it is deleted, its sequence is no longer known, and the answer has none)."""
+    out = {"MessageId": result.id}
+    if queues.is_fifo(name):
+        sequence = result.sequence
+        if result.deduplicated:
+            original = services.peek(name, result.id)
+            sequence = original.sequence if original is not None else 0
+        if sequence:
+            out["SequenceNumber"] = messages.sequence_number(sequence)
+    return out
 
 
 def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, info = _queue(ctx, body, keys.PRODUCE)
-    item, answer = _message(body, info.meta, queues.max_message_size(info.meta, is_dlq(name)))
+    item, answer = _message(body, name, info.meta, queues.max_message_size(info.meta, is_dlq(name)))
     try:
-        (result,) = services.send_entries(name, [item])
+        (result,) = services.send_entries(name, [item.item()])
     except ForqError as exc:
         raise queues.forq_error(exc) from None
-    return {**answer, "MessageId": result.id}
+    return {**answer, **_sent(name, result)}
 
 
 def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
@@ -287,18 +336,18 @@ def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     failed, valid = [], []
     for entry in entries:
         try:
-            valid.append((entry["Id"], *_message(entry, info.meta, limit)))
+            valid.append((entry["Id"], *_message(entry, name, info.meta, limit)))
         except SqsError as exc:
             failed.append(exc.entry(entry["Id"]))
     successful = []
     if valid:
         try:
-            results = services.send_entries(name, [item for _, item, _ in valid])
+            results = services.send_entries(name, [item.item() for _, item, _ in valid])
         except ForqError as exc:
             error = queues.forq_error(exc)
             failed += [error.entry(entry_id) for entry_id, _, _ in valid]
         else:
-            successful = [{"Id": entry_id, "MessageId": result.id, **answer}
+            successful = [{"Id": entry_id, **_sent(name, result), **answer}
                           for (entry_id, _, answer), result in zip(valid, results, strict=True)]
     return {"Successful": successful, "Failed": failed}
 
@@ -311,6 +360,8 @@ class ReceivePlan:
     visibility: int | None
     system: set[str]
     keep: Callable[[str], bool]
+    attempt: str | None = None  # ReceiveRequestAttemptId (a FIFO queue's)
+    retry: list[services.ReceivedMessage] | None = None  # that attempt's messages, to answer again
 
 
 def receive_plan(ctx: Context, body: dict[str, Any]) -> ReceivePlan:
@@ -321,8 +372,14 @@ def receive_plan(ctx: Context, body: dict[str, Any]) -> ReceivePlan:
     visibility = _integer(body, "VisibilityTimeout", vocab.SQS_VISIBILITY_S)
     if visibility is None and is_dlq(name) and "VisibilityTimeout" in own:
         visibility = int(own["VisibilityTimeout"])  # a DLQ's lease is its queue's unless set on the DLQ
-    return ReceivePlan(name, max_messages or 1, wait or 0, visibility, messages.system_names(body),
-                       messages.attribute_filter(body.get("MessageAttributeNames")))
+    system, keep = messages.system_names(body), messages.attribute_filter(body.get("MessageAttributeNames"))
+    attempt = body.get("ReceiveRequestAttemptId")
+    if attempt is not None:
+        attempt = messages.token(attempt, "ReceiveRequestAttemptId")
+    if attempt is None or not queues.is_fifo(name):  # (SQS: a FIFO queue's only)
+        return ReceivePlan(name, max_messages or 1, wait or 0, visibility, system, keep)
+    return ReceivePlan(name, max_messages or 1, wait or 0, visibility, system, keep, attempt,
+                       attempts.retried(name, ctx.key.access_key_id, attempt, visibility))
 
 
 def take(queue: str, plan: ReceivePlan) -> list[services.ReceivedMessage]:
@@ -336,10 +393,14 @@ def receive_answer(ctx: Context, plan: ReceivePlan,
     claim has committed: if the answer cannot be made, every message claimed is given back (its
     receive not counted) before the error goes up, so none stays leased undelivered."""
     try:
+        if plan.attempt is not None and plan.retry is None:
+            attempts.remember(plan.queue, ctx.key.access_key_id, plan.attempt, got)
         if not got:
             return protocol.answer({})
         source = ctx.origin.arn(base_of(plan.queue)) if is_dlq(plan.queue) else None
-        return protocol.answer({"Messages": [messages.received(m, plan.queue, plan.system, plan.keep, source) for m in got]})
+        fifo = queues.is_fifo(plan.queue)
+        return protocol.answer({"Messages": [messages.received(m, plan.queue, plan.system, plan.keep, source, fifo)
+                                             for m in got]})
     except Exception:
         try:
             services.release_many(plan.queue, [(m.id, m.receipt) for m in got if m.receipt is not None])

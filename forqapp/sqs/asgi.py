@@ -150,7 +150,9 @@ class SQSApplication:
     async def _receive(self, ctx, payload, receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         actions = self.actions
         plan = await services.run_async(self._run, actions.receive_plan, ctx, payload)
-        if plan.wait:
+        if plan.retry is not None:  # a ReceiveRequestAttemptId retried: what that receive took
+            got = plan.retry
+        elif plan.wait:
             watch = DisconnectWatch(receive)
             with waiting.serving(watch):
                 task = watch.task = asyncio.ensure_future(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 from typing import Any
 
@@ -25,6 +26,10 @@ _NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # The characters SQS allows in a message: #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF
 _INVALID_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 SEPARATOR = ";"
+#: MessageGroupId, MessageDeduplicationId, ReceiveRequestAttemptId: 1 to 128 alphanumeric or
+#: punctuation characters (``!"#$%&'()*+,-./:;<=>?@[\]^_`{|}~``): printable ASCII but the space.
+_SQS_TOKEN = re.compile(r"[\x21-\x7e]{1,128}")
+DEDUP_WINDOW_S = 300  # SQS's deduplication interval (and ReceiveRequestAttemptId's)
 NUMBER_DIGITS, NUMBER_MIN_POWER, NUMBER_MAX_POWER = 38, -128, 126  # SQS's Number
 
 
@@ -41,6 +46,66 @@ def check_body(body: object, limit: int) -> str:
     if len(body.encode("utf-8")) > limit:
         raise too_large(limit)
     return body
+
+
+def token(value: object, parameter: str) -> str:
+    """A MessageGroupId, MessageDeduplicationId or ReceiveRequestAttemptId, as SQS checks it."""
+    if not isinstance(value, str) or not _SQS_TOKEN.fullmatch(value):
+        raise invalid(f"Value {str(value)[:200]} for parameter {parameter} is invalid. Reason: {parameter} can only "
+                      "include alphanumeric and punctuation characters. 1 to 128 in length.")
+    return value
+
+
+def content_dedup_id(body: str) -> str:
+    """ContentBasedDeduplication's id: the SHA-256 of the body (not its attributes), in hex."""
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def dedup_key(dedup_id: str, group: str, scope: str) -> str:
+    """forqapp's dedup id (unique per queue) for SQS's ``dedup_id`` under ``DeduplicationScope``
+    ``scope``: the id itself (``queue``), or, per group (``messageGroup``), the group's length,
+    the group and the id, ``<n>:<group>:<id>`` (one reading only), or ``#`` and their SHA-256 when
+    that is over forqapp's 128 characters (then :func:`dedup_id_of` cannot give the id back)."""
+    if scope != "messageGroup":
+        return dedup_id
+    key = f"{len(group)}:{group}:{dedup_id}"
+    if len(key) <= vocab.DEDUP_ID_MAX:
+        return key
+    return "#" + hashlib.sha256(f"{group}\x00{dedup_id}".encode()).hexdigest()
+
+
+def dedup_id_of(key: str, group: str | None) -> str:
+    """The MessageDeduplicationId a message sent with forqapp's dedup id ``key`` was given (see
+    :func:`dedup_key`), for the message's SQS ``group``."""
+    if group is not None and key.startswith(f"{len(group)}:{group}:"):
+        return key[len(f"{len(group)}:{group}:"):]
+    return key
+
+
+_GROUP_KEPT = re.compile(r"[A-Za-z0-9_.:/+@-]")  # forqapp's group characters (vocab.GROUP_NAME), but "=" (the escape)
+
+
+def to_group(group: str) -> str:
+    """forqapp's group for SQS's MessageGroupId ``group``: the same, each character forqapp's groups
+    do not take (and ``=``) as ``=`` and its two hex digits (``order#7`` → ``order=237``); refused
+    when that is over forqapp's 128 characters."""
+    out = "".join(c if _GROUP_KEPT.fullmatch(c) else f"={ord(c):02X}" for c in group)
+    if len(out) > vocab.GROUP_MAX:
+        raise invalid(f"Value {group} for parameter MessageGroupId is invalid. Reason: forqapp keeps a group of at "
+                      f"most {vocab.GROUP_MAX} characters, each character but A-Z a-z 0-9 _ . : / + @ - counting 3.")
+    return out
+
+
+def from_group(group: str) -> str:
+    """SQS's MessageGroupId of forqapp's ``group`` (:func:`to_group`'s inverse; a group another face
+    gave, with an ``=`` that is no escape, is shown as it is)."""
+    return re.sub(r"=([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), group)
+
+
+def sequence_number(sequence: int) -> str:
+    """SQS's ``SequenceNumber`` of forqapp's message sequence: 20 digits, so that the text and the
+    number sort alike (SQS's are 20-digit numbers too), increasing per queue."""
+    return f"{sequence:020d}"
 
 
 def check_attributes(attributes: object) -> dict[str, dict[str, Any]]:
@@ -249,8 +314,9 @@ def system_names(body: dict[str, Any]) -> set[str]:
 
 
 def received(message: ReceivedMessage, queue: str, system: set[str], keep: Any,
-             source_arn: str | None) -> dict[str, Any]:
-    """One ``Messages`` entry of ReceiveMessage."""
+             source_arn: str | None, fifo: bool = False) -> dict[str, Any]:
+    """One ``Messages`` entry of ReceiveMessage; ``fifo``: of a FIFO queue (or its DLQ), whose
+    messages carry their ``SequenceNumber``, ``MessageGroupId`` and ``MessageDeduplicationId``."""
     out: dict[str, Any] = {
         "MessageId": message.id,
         "ReceiptHandle": receipts.make(queue, message.id, message.receipt or 0),
@@ -265,6 +331,13 @@ def received(message: ReceivedMessage, queue: str, system: set[str], keep: Any,
         }
         if source_arn is not None:
             values["DeadLetterQueueSourceArn"] = source_arn
+        sqs_group = None if message.group is None else from_group(message.group)
+        if sqs_group is not None:
+            values["MessageGroupId"] = sqs_group
+        if fifo:
+            values["SequenceNumber"] = sequence_number(message.sequence)
+            if message.dedup_id is not None:
+                values["MessageDeduplicationId"] = dedup_id_of(message.dedup_id, sqs_group)
         attributes = {k: v for k, v in values.items() if k in system}
         if attributes:
             out["Attributes"] = attributes

@@ -4,8 +4,15 @@ Attributes with a policy field live there, so that every face sees them: ``Visib
 ``visibility_timeout``, ``MessageRetentionPeriod`` → ``retention``, ``RedrivePolicy``'s
 ``maxReceiveCount`` → ``max_attempts`` (no redrive policy: unlimited). The others
 (``DelaySeconds``, ``ReceiveMessageWaitTimeSeconds``, ``MaximumMessageSize``, the redrive policy
-as given) are kept in the queue row's ``sqs_attributes``. A dead-letter queue is always forqapp's
-``<name>-dlq``: a redrive target of another name is refused.
+as given, a FIFO queue's ``ContentBasedDeduplication``, ``DeduplicationScope`` and
+``FifoThroughputLimit``) are kept in the queue row's ``sqs_attributes``. A dead-letter queue is
+always forqapp's ``<name>-dlq``: a redrive target of another name is refused.
+
+A FIFO queue is one whose name ends with ``.fifo`` (SQS's rule: the name and ``FifoQueue`` go
+together); CreateQueue gives it ``group_concurrency`` 1 (each ``MessageGroupId`` a message group,
+delivered in order one message at a time). Its dead-letter queue, forqapp's ``<name>.fifo-dlq``,
+is ``<name>-dlq.fifo`` to SQS clients (:func:`to_sqs`, :func:`to_forq`), as SQS wants a FIFO
+queue's name to end.
 
 Every function here is synchronous (it runs on a database thread: :func:`forqapp.services.run_async`).
 """
@@ -32,9 +39,13 @@ from .protocol import SqsError, invalid
 
 ACCOUNT = "000000000000"  # forqapp has no accounts: one fixed id in URLs and ARNs
 NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")  # SQS's queue names (forqapp's too, without the dot)
+FIFO_SUFFIX = ".fifo"
+FIFO_NAME = re.compile(r"[A-Za-z0-9_-]{1,75}\.fifo")  # a FIFO queue's: 80 characters with ``.fifo``
 #: A name a queue URL may carry: an SQS name, or the dead-letter queue ``<name>-dlq`` of one (up to
-#: 84 characters: forqapp names it, a client reaches it by the URL or the ARN it was given).
-URL_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(?:-dlq)?")
+#: 84 characters: forqapp names it, a client reaches it by the URL or the ARN it was given). A FIFO
+#: queue's dead-letter queue keeps the suffix last, as SQS wants of a FIFO queue: ``<name>-dlq.fifo``.
+URL_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(?:-dlq)?|[A-Za-z0-9_-]{1,75}(?:-dlq)?\.fifo")
+_FIFO_DLQ = DLQ_SUFFIX + FIFO_SUFFIX  # "-dlq.fifo": SQS's name of forqapp's "<name>.fifo-dlq"
 MAX_MESSAGE_SIZE = int(vocab.SQS_MESSAGE_SIZE.hi)  # SQS's limit (1 MiB)
 CACHE_S = 1.0  # how long a process trusts what it read about a queue (as forqapp.services.policies does)
 
@@ -50,20 +61,53 @@ RANGES = {  # SQS's limits (the table in forqapp.vocab)
 SETTABLE = (*RANGES, "RedrivePolicy")
 READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
              "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
-UNSUPPORTED = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit", "Policy",
-               "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled", "RedriveAllowPolicy")
-ALL = (*SETTABLE, *READ_ONLY)
+FIFO_ATTRIBUTES = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
+UNSUPPORTED = ("Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled", "RedriveAllowPolicy")
+ALL = (*SETTABLE, *READ_ONLY, *FIFO_ATTRIBUTES)
 
 
 # --- names, URLs, ARNs ---------------------------------------------------------------------------
 
 
-def check_name(name: object) -> str:
-    """An SQS queue name (``[A-Za-z0-9_-]``, 1 to 80 characters, as forqapp's own names)."""
+def is_fifo(name: str) -> bool:
+    """Whether queue ``name`` (forqapp's name, or SQS's) is a FIFO queue: its name says so, as on
+    SQS (``.fifo``, and ``FifoQueue`` given with it); its dead-letter queue is one too."""
+    return base_of(name).endswith(FIFO_SUFFIX)
+
+
+def to_forq(sqs_name: str) -> str:
+    """forqapp's name of the queue SQS calls ``sqs_name``: the same, except a FIFO queue's
+    dead-letter queue, ``<name>-dlq.fifo`` on SQS and ``<name>.fifo-dlq`` in forqapp."""
+    if sqs_name.endswith(_FIFO_DLQ):
+        return sqs_name[:-len(_FIFO_DLQ)] + FIFO_SUFFIX + DLQ_SUFFIX
+    return sqs_name
+
+
+def to_sqs(name: str) -> str:
+    """SQS's name of forqapp's queue ``name`` (:func:`to_forq`'s inverse)."""
+    if name.endswith(FIFO_SUFFIX + DLQ_SUFFIX):
+        return name[:-len(FIFO_SUFFIX + DLQ_SUFFIX)] + _FIFO_DLQ
+    return name
+
+
+_FIFO_NAME_RULE = ("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, "
+                   "must end with .fifo suffix and be 1 to 80 in length")
+
+
+def check_name(name: object, fifo: bool | None = None) -> str:
+    """An SQS queue name (``[A-Za-z0-9_-]``, 1 to 80 characters, as forqapp's own names; a FIFO
+    queue's ends with ``.fifo``) → forqapp's name of the queue (:func:`to_forq`). ``fifo``: what
+    CreateQueue's ``FifoQueue`` says (None: not CreateQueue); the name and it agree, or
+    ``InvalidParameterValue``, as SQS."""
     if not isinstance(name, str) or not name:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueName.")
-    if name.endswith(".fifo"):
-        raise SqsError("UnsupportedOperation", "FIFO queues are not supported by forqapp's SQS endpoint")
+    if name.endswith(FIFO_SUFFIX) or fifo:
+        if not FIFO_NAME.fullmatch(name) or fifo is False:
+            raise invalid(_FIFO_NAME_RULE)
+        stem = name[:-len(FIFO_SUFFIX)]
+        if stem == DLQ_SUFFIX or stem.endswith(DLQ_SUFFIX + DLQ_SUFFIX):
+            raise invalid(f"{name!r}: a dead-letter queue has no dead-letter queue of its own")
+        return to_forq(name)
     if not NAME.fullmatch(name):
         raise invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
     if name == DLQ_SUFFIX:
@@ -83,15 +127,16 @@ class Origin:
     region: str
 
     def url(self, name: str) -> str:
-        return f"{self.scheme}://{self.host}/{ACCOUNT}/{name}"
+        """The URL of forqapp's queue ``name`` (by its SQS name)."""
+        return f"{self.scheme}://{self.host}/{ACCOUNT}/{to_sqs(name)}"
 
     def arn(self, name: str) -> str:
-        return f"arn:aws:sqs:{self.region}:{ACCOUNT}:{name}"
+        return f"arn:aws:sqs:{self.region}:{ACCOUNT}:{to_sqs(name)}"
 
 
 def name_from_url(url: object) -> str:
-    """The queue a ``QueueUrl`` names: ``…/{account}/{name}`` (a trailing slash is tolerated), or a
-    bare name. Another account's URL names no queue here."""
+    """forqapp's name of the queue a ``QueueUrl`` names: ``…/{account}/{name}`` (a trailing slash
+    is tolerated), or a bare name. Another account's URL names no queue here."""
     if not isinstance(url, str) or not url:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
     path = url.split("://", 1)[1].partition("/")[2] if "://" in url else url
@@ -104,7 +149,7 @@ def name_from_url(url: object) -> str:
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
     if not URL_NAME.fullmatch(name):
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-    return name
+    return to_forq(name)
 
 
 # --- what is known of a queue ---------------------------------------------------------------------
@@ -225,9 +270,13 @@ def content_cap() -> int:
     return min(MAX_MESSAGE_SIZE, forq_settings.FORQ_MAX_CONTENT_BYTES)
 
 
+def own(meta: dict[str, Any], dlq: bool = False) -> dict[str, Any]:
+    """A queue's own SQS attributes in ``meta`` (its queue's row): a DLQ's are ``meta["dlq"]``."""
+    return (meta.get("dlq") or {}) if dlq else meta
+
+
 def max_message_size(meta: dict[str, Any], dlq: bool = False) -> int:
-    own = (meta.get("dlq") or {}) if dlq else meta
-    return min(int(own.get("MaximumMessageSize", MAX_MESSAGE_SIZE)), content_cap())
+    return min(int(own(meta, dlq).get("MaximumMessageSize", MAX_MESSAGE_SIZE)), content_cap())
 
 
 def _integer(name: str, value: object) -> int:
@@ -267,27 +316,65 @@ def _redrive(queue: str, value: object) -> dict[str, Any] | None:
     if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"]:
         raise SqsError("InvalidAttributeValue", "Invalid value for the parameter RedrivePolicy: "
                        "deadLetterTargetArn must be a queue's ARN")
-    if parts[5] != queue + DLQ_SUFFIX:
+    if parts[5].endswith(FIFO_SUFFIX) != is_fifo(queue):
+        raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: Dead-letter queue must be "
+                      "same type of queue as the source..")
+    dlq = queue + DLQ_SUFFIX
+    if to_forq(parts[5]) != dlq:
         raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter RedrivePolicy: forqapp's "
-                       f"dead-letter queue of {queue!r} is {queue + DLQ_SUFFIX!r} (deadLetterTargetArn "
-                       f"…:{queue + DLQ_SUFFIX}); another target is not supported")
+                       f"dead-letter queue of {to_sqs(queue)!r} is {to_sqs(dlq)!r} (deadLetterTargetArn "
+                       f"…:{to_sqs(dlq)}); another target is not supported")
     return {"deadLetterTargetArn": target, "maxReceiveCount": count}
 
 
-def parse_attributes(queue: str, attributes: object) -> dict[str, Any]:
-    """Checked ``Attributes`` of CreateQueue/SetQueueAttributes: {name: int, or the redrive policy
-    (None: removed)}. Unknown or read-only names → ``InvalidAttributeName``, bad values →
-    ``InvalidAttributeValue``; nothing is stored before all are checked."""
+#: A FIFO queue's own attributes, their values, and a new FIFO queue's (SQS's defaults).
+FIFO_VALUES = {
+    "ContentBasedDeduplication": ("true", "false"),
+    "DeduplicationScope": ("queue", "messageGroup"),
+    "FifoThroughputLimit": ("perQueue", "perMessageGroupId"),
+}
+FIFO_DEFAULTS = {"ContentBasedDeduplication": "false", "DeduplicationScope": "queue",
+                 "FifoThroughputLimit": "perQueue"}
+
+
+def _fifo_value(name: str, value: object) -> str:
+    allowed = FIFO_VALUES[name]
+    if isinstance(value, str):
+        for choice in allowed:
+            if value == choice or (name == "ContentBasedDeduplication" and value.lower() == choice):
+                return choice
+    raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}. Reason: Must be one of "
+                   f"{', '.join(allowed)}.")
+
+
+def parse_attributes(queue: str, attributes: object, have: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Checked ``Attributes`` of CreateQueue/SetQueueAttributes for forqapp's queue ``queue``:
+    {name: int, a FIFO attribute's value, or the redrive policy (None: removed)}. ``have``: the
+    queue's SQS attributes now (its ``meta``; a DLQ's own), for the rules between attributes.
+    Unknown or read-only names → ``InvalidAttributeName`` (a FIFO queue's attributes on a standard
+    queue too), bad values → ``InvalidAttributeValue``; nothing is stored before all are checked."""
     if attributes is None:
         return {}
     if not isinstance(attributes, dict):
         raise invalid("Attributes must be a map of attribute names to strings")
+    fifo = is_fifo(queue)
     out: dict[str, Any] = {}
     for name, value in attributes.items():
+        if name == "FifoQueue":
+            if value not in ("true", "false"):
+                raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue. Reason: "
+                               "Must be true or false.")
+            if (value == "true") != fifo:
+                raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue. Reason: "
+                               "Modifying queue type is not supported.")
+            continue  # (the name says it: nothing stored)
+        if name in FIFO_VALUES:
+            if not fifo:
+                raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+            out[name] = _fifo_value(name, value)
+            continue
         if name in UNSUPPORTED:
-            if name == "FifoQueue" and value == "true":
-                raise SqsError("UnsupportedOperation", "FIFO queues are not supported by forqapp's SQS endpoint")
-            if name in ("FifoQueue", "SqsManagedSseEnabled") and value == "false":
+            if name == "SqsManagedSseEnabled" and value == "false":
                 continue  # what forqapp is anyway
             raise SqsError("InvalidAttributeName", f"Unsupported attribute name: {name}")
         if name not in SETTABLE:
@@ -298,11 +385,25 @@ def parse_attributes(queue: str, attributes: object) -> dict[str, Any]:
             out[name] = _redrive(queue, value)
         else:
             out[name] = _integer(name, value)
+    if fifo:
+        merged = {**FIFO_DEFAULTS, **(have or {}), **out}
+        if merged["FifoThroughputLimit"] == "perMessageGroupId" and merged["DeduplicationScope"] != "messageGroup":
+            raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoThroughputLimit. Reason: "
+                           "perMessageGroupId is allowed only when the value for DeduplicationScope is "
+                           "messageGroup.")
     return out
 
 
-def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Store checked ``attributes`` on SQS queue ``name`` (created with ``meta`` if new). A ``meta``
+def fifo_attributes(meta: dict[str, Any], dlq: bool = False) -> dict[str, str]:
+    """A FIFO queue's FIFO attributes (its own, over SQS's defaults); a DLQ's are its own."""
+    own = (meta.get("dlq") or {}) if dlq else meta
+    return {name: str(own.get(name, default)) for name, default in FIFO_DEFAULTS.items()}
+
+
+def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, created: bool = False) -> None:
+    """Store checked ``attributes`` on SQS queue ``name`` (created with ``meta`` if new;
+    ``created``: by CreateQueue, and a FIFO queue then gets ``group_concurrency`` 1: each message
+    group in order, one message in flight at a time). A ``meta``
     with ``HIDDEN`` (True: a new placeholder, else the mark read) keeps the row a placeholder only
     if it still is one (no row yet, or no other face wrote to it): the check, the write and the new
     mark are one transaction, the row locked."""
@@ -311,6 +412,8 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any]) -> None:
     meta = json.loads(json.dumps(meta))  # a copy
     own = meta.setdefault("dlq", {}) if dlq else meta
     policy: dict[str, Any] = {}
+    if created and not dlq and is_fifo(base):
+        policy["group_concurrency"] = 1
     for key, value in attributes.items():
         if key == "VisibilityTimeout" and not dlq:
             policy["visibility_timeout"] = value
@@ -393,6 +496,8 @@ def current(name: str, origin: Origin, wanted: set[str] | None = None) -> dict[s
         "LastModifiedTimestamp": updated // 1000,
         "QueueArn": origin.arn(name),
     }
+    if is_fifo(base):
+        values.update(FifoQueue="true", **fifo_attributes(meta, dlq))
     if not dlq and pol["max_attempts"] != "unlimited":
         # maxReceiveCount is the queue's max_attempts (whichever face set it); the target is its DLQ.
         target = (own.get("RedrivePolicy") or {}).get("deadLetterTargetArn") or origin.arn(base + DLQ_SUFFIX)
