@@ -328,3 +328,30 @@ def test_a_schedule_s_fields_are_the_schedules_module_s():
 def test_an_unbounded_wait_is_said_so():
     refused(lambda: ReceiveOptions.parse({"wait": -1}, longest_wait=math.inf),
             text="wait must be a number of seconds from 0 to inf")
+
+
+@pytest.mark.django_db
+def test_the_services_trust_a_parsed_send_entry_and_store_what_the_plain_send_stores(monkeypatch):
+    from forqapp import services
+
+    given = {"content": "x", "delay": 2.5, "priority": 5, "attributes": {"a": "b", "é": "ü"},
+             "dedup_id": "d-1", "dedup_window": 60, "retention": 3600, "group": "tenant-1"}
+    entry = SendEntry.parse(given, now=services.now_ms(), limits=LIMITS)
+    (plain,) = services.send_entries("plain", [dict(given)])
+
+    def checked_again(*args, **kwargs):
+        raise AssertionError("a parsed SendEntry was checked again")
+
+    for name in ("content", "priority", "attributes", "dedup_id", "group", "duration_ms", "process_after"):
+        monkeypatch.setattr(validation, name, checked_again)
+    (trusted,) = services.send_entries("trusted", [entry])
+    monkeypatch.undo()
+
+    a, b = services.peek("plain", plain.id), services.peek("trusted", trusted.id)
+    assert (b.content, b.priority, b.attributes, b.dedup_id, b.group) == \
+        (a.content, a.priority, a.attributes, a.dedup_id, a.group) == ("x", 5, {"a": "b", "é": "ü"}, "d-1", "tenant-1")
+    from forqapp.models import Message
+
+    for row in Message.objects.filter(id__in=[plain.id, trusted.id]):  # due 2.5 s on, kept an hour from then
+        assert (row.process_after - row.received_at, row.expires_after - row.process_after) == (2500, 3_600_000)
+    assert services.send_entries("trusted", [entry])[0].deduplicated  # its dedup_window applies

@@ -284,7 +284,7 @@ async def send(request: HttpRequest, queue: str) -> HttpResponse:
     (``Location``: the message); a deduplicated send creates nothing: 200, the original's id."""
     queue = validation.queue_name(queue, produce=True)
     entry = _send_entry(_body(request, SendEntry.FIELDS))
-    (result,) = await groupcommit.run(services.send_entries, queue, [entry.item()])
+    (result,) = await groupcommit.run(services.send_entries, queue, [entry])
     if result.deduplicated:
         return JsonResponse(_sent(result))
     response = JsonResponse(_sent(result), status=201)
@@ -315,7 +315,7 @@ async def send_batch(request: HttpRequest, queue: str) -> HttpResponse:
             valid.append((index, _send_entry(item)))
         except ForqError as exc:
             failed.append(_failure(index, exc))
-    results = await services.run_async(services.send_entries, queue, [e.item() for _, e in valid]) if valid else []
+    results = await services.run_async(services.send_entries, queue, [e for _, e in valid]) if valid else []
     successful = [{"index": index, **_sent(result)} for (index, _), result in zip(valid, results, strict=True)]
     return JsonResponse({"successful": successful, "failed": failed})
 

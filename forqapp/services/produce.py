@@ -18,6 +18,7 @@ from ..store import (
     MessageRow,
     NewMessage,
 )
+from ..validation import SendEntry
 from . import base
 from .base import SendResult, _hot_setting, _refuse_nul, _store, alias
 from .notify import kick
@@ -90,8 +91,11 @@ def _batch_rows(queue: str, batch: _Batch, now: int, pol: Policy) -> list[Messag
 
 def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int,
            past_due: bool = False) -> NewMessage:
-    """One send's row: ``item`` is the content, or a dict of ``content`` and :data:`SEND_OPTIONS`
-    (``processAfter`` too, as Forq's bulk bodies spell it). ``past_due``: see :func:`send_entries`."""
+    """One send's row: ``item`` is the content, a dict of ``content`` and :data:`SEND_OPTIONS`
+    (``processAfter`` too, as Forq's bulk bodies spell it), or a face's parsed
+    :class:`~forqapp.validation.SendEntry`. ``past_due``: see :func:`send_entries`."""
+    if type(item) is SendEntry:
+        return _parsed_entry(message_id, queue, item, now, pol)
     if not isinstance(item, dict):
         due = now
         return _new_message((message_id, queue, validation.content(item, limit), due, now, due + pol.retention_ms,
@@ -115,6 +119,20 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
         None if attributes is None else validation.attributes(attributes),
         None if dedup_id is None else validation.dedup_id(dedup_id),
         None if group is None else validation.group(group),
+    ))
+
+
+def _parsed_entry(message_id: str, queue: str, entry: SendEntry, now: int, pol: Policy) -> NewMessage:
+    """The row of a send a face parsed already (:meth:`SendEntry.parse`, or the SQS face's own
+    rules): its values trusted, only converted (seconds to ms, attributes to their stored text)."""
+    if entry.delay is not None:
+        due = now + round(entry.delay * 1000)
+    else:
+        due = entry.process_after or now  # (0, Go's zero value, is now)
+    retention = pol.retention_ms if entry.retention is None else round(entry.retention * 1000)
+    return _new_message((
+        message_id, queue, entry.content, due, now, due + retention, entry.priority or 0,
+        validation.attributes_json(entry.attributes), entry.dedup_id, entry.group,
     ))
 
 
@@ -199,8 +217,9 @@ def send_many(queue: str, items: Iterable[Any], process_after: int | None = None
 
 def send_entries(queue: str, items: Iterable[Any], *, dedup_window: Any = None,
                  using: str | None = None, past_due: bool = False) -> list[SendResult]:
-    """Send ``items`` (contents, or dicts of ``content`` and :data:`SEND_OPTIONS`; a dict may
-    carry its own ``dedup_window``) to ``queue`` in one transaction; one :class:`SendResult` each.
+    """Send ``items`` (contents, dicts of ``content`` and :data:`SEND_OPTIONS`, or a face's parsed
+    :class:`~forqapp.validation.SendEntry`, trusted as parsed; a dict or an entry may carry its own
+    ``dedup_window``) to ``queue`` in one transaction; one :class:`SendResult` each.
     Raises ``ForqError`` (and sends nothing) if any item is invalid, or ``queue.full`` when the
     queue's ``max_length`` would be passed. ``past_due``: a ``process_after`` in the past is kept
     as the message's due time (due at once; its place in a queue ordered by due time; its
@@ -281,6 +300,8 @@ def _refuse_full(queue: str, max_length: int, n: int) -> NoReturn:
 
 
 def _dedup_window(item: Any, default: Any, pol: Policy) -> int:
+    if type(item) is SendEntry and item.dedup_window is not None:  # parsed: trusted
+        return round(item.dedup_window * 1000)
     window = item.get("dedup_window", default) if isinstance(item, dict) else default
     if window is None:
         return pol.dedup_window_ms

@@ -318,7 +318,7 @@ def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, info = _queue(ctx, body, keys.PRODUCE)
     item, answer = _message(body, name, info.meta, queues.max_message_size(info.meta, is_dlq(name)))
     try:
-        (result,) = services.send_entries(name, [item.item()])
+        (result,) = services.send_entries(name, [item])
     except ForqError as exc:
         raise queues.forq_error(exc) from None
     return {**answer, **_sent(name, result)}
@@ -342,7 +342,7 @@ def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     successful = []
     if valid:
         try:
-            results = services.send_entries(name, [item.item() for _, item, _ in valid])
+            results = services.send_entries(name, [item for _, item, _ in valid])
         except ForqError as exc:
             error = queues.forq_error(exc)
             failed += [error.entry(entry_id) for entry_id, _, _ in valid]

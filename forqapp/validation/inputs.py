@@ -53,7 +53,8 @@ def _nul_free(value: str, what: str, storable: Storable | None) -> None:
 @dataclass(frozen=True, slots=True)
 class SendEntry:
     """One message to send (v2's body, or an entry of its batch): ``content`` and send's options,
-    durations in seconds as given. :meth:`item` is what :func:`forqapp.services.send_entries` takes."""
+    durations in seconds as given. :func:`forqapp.services.send_entries` takes it as it is, and
+    trusts it (checked once, here); :meth:`item` is the same send as a plain dict."""
 
     content: str
     delay: float | None = None

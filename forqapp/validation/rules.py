@@ -188,6 +188,12 @@ def attributes(value: object) -> str | None:
     return _attributes_checked(value)
 
 
+def attributes_json(value: dict[str, str] | None) -> str | None:
+    """Attributes checked already (a parsed input's) as the JSON text stored, as :func:`attributes`
+    writes it (None when there are none)."""
+    return _ATTRIBUTES_JSON(value) if value else None
+
+
 def attributes_many(values: list[Any]) -> list[str | None] | None:
     """:func:`attributes` of each of ``values`` (dicts or None), checked a column at a time, for
     send_many's usual batch: None unless every dict holds 1 to 10 pairs of printable ASCII
