@@ -13,6 +13,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/phases.sh
 PY=.venv/bin/python
+# The suite runs in FORQ_TEST_WORKERS processes at once (pytest-xdist; 0: in one, as plain pytest):
+# its time goes mostly to waiting on the servers and workers its tests start, not to the CPU, so
+# more processes than cores pay. Each has a database of its own (pytest-django names it after the
+# worker: test_…_gw0); tests/conftest.py says which tests go to which.
+PARALLEL=(-n "${FORQ_TEST_WORKERS:-2}")
 
 system_deps() { scripts/ensure-system-deps.sh || return "$PHASE_SKIP"; }
 migrations() {
@@ -33,7 +38,7 @@ postgres() {
   url=$(scripts/ensure-postgres.sh) || rc=$?
   [ "$rc" -eq 3 ] && return "$PHASE_SKIP"  # unavailable here (it said why); under CI=true it exits 1
   [ "$rc" -eq 0 ] || return "$rc"
-  DATABASE_URL=$url $PY -m pytest -p no:cacheprovider -m "not spark" "$@"
+  DATABASE_URL=$url $PY -m pytest -p no:cacheprovider "${PARALLEL[@]}" -m "not spark" "$@"
 }
 
 phase "install requirements-dev.txt" scripts/bootstrap.sh requirements-dev.txt
@@ -42,7 +47,7 @@ phase "ruff" .venv/bin/ruff check .
 phase "mypy" .venv/bin/mypy forqapp
 phase "docs (mkdocs build --strict)" docs
 phase "migrations match the models" migrations
-phase "tests on SQLite" $PY -m pytest -p no:cacheprovider "$@"
+phase "tests on SQLite" $PY -m pytest -p no:cacheprovider "${PARALLEL[@]}" "$@"
 phase "tests under Django 6" django6
 phase "tests on PostgreSQL" postgres "$@"
 phases_summary

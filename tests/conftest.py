@@ -7,7 +7,9 @@ serving the test database, for black-box tests of the HTTP contract. Tests that 
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -121,9 +123,43 @@ def stop_server(api: LiveAPI) -> None:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Remove this run's SQLite files (tests/settings.py lists them; none on PostgreSQL)."""
-    for name in getattr(settings, "TEST_SQLITE_FILES", ()):
+    """Remove this run's SQLite files (tests/settings.py lists them; none on PostgreSQL), and the test
+    database's under the name pytest-django gave it: with ``-n`` (pytest-xdist), each worker's has its
+    worker's suffix (``….test_gw0``)."""
+    names = list(getattr(settings, "TEST_SQLITE_FILES", ()))
+    test_name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
+    if names and test_name:
+        names += [test_name + suffix for suffix in ("", "-wal", "-shm")]
+    for name in names:
         Path(name).unlink(missing_ok=True)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a plain run has no such plugin
+def pytest_xdist_make_scheduler(config, log):
+    """How a parallel run (``pytest -n``, as scripts/test.sh runs) shares the tests out: one at a
+    time to whichever worker is free, except the tests of a module with a fixture that lasts the
+    module or the session (a server, the SparkSession): those go to one worker together, which starts
+    that fixture once rather than each worker its own, and such modules go out first, the biggest
+    first. (pytest-xdist 3.8's ``xdist_group`` marks group nothing on pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if _has_a_long_lived_fixture(path) else nodeid
+
+    return ModuleFixtureScheduling(config, log)
+
+
+@functools.cache
+def _has_a_long_lived_fixture(path: str) -> bool:
+    """Whether the test module at ``path`` (relative to the checkout) defines a fixture scoped to
+    the module or the session."""
+    try:
+        source = (ROOT / path).read_text()
+    except OSError:
+        return False
+    return re.search(r"""@pytest\.fixture\(scope=["'](module|session)["']""", source) is not None
 
 
 @pytest.fixture(scope="session", autouse=True)

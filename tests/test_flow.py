@@ -295,7 +295,7 @@ def test_a_rate_limit_holds_over_a_window_of_seconds_across_worker_processes(tmp
         assert most <= window_s * rate + 1, (window_s, most)  # never more than the rate allows
         # ... and close to it: the rate is used. (A claim that comes late moves the next slot on, so a
         # loaded machine can only lower the count; 80 % leaves room for a CI host's hiccups.)
-        assert most >= 0.8 * window_s * rate, (window_s, most)
+        assert 5 * most >= 4 * window_s * rate, (window_s, most)  # in integers: 0.8 * 3 * 10 is 24.000000000000004
     span = claims[-1] - claims[0]
     assert (count - 1) * 1000 / rate <= span <= (count - 1) * 1000 / rate / 0.8, span
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 INNER_TEST = '''
@@ -26,16 +28,21 @@ def test_waits_on_the_queue():
 '''
 
 
-def test_a_test_run_removes_its_sqlite_files(tmp_path):
+@pytest.mark.parametrize("parallel", [(), ("-n", "2")], ids=["one process", "pytest-xdist -n 2"])
+def test_a_test_run_removes_its_sqlite_files(tmp_path, parallel):
+    if parallel:
+        pytest.importorskip("xdist", reason="pytest-xdist is not installed (requirements-dev.txt)")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "test_inner.py").write_text(INNER_TEST)
+    # Two tests, so that each of two workers makes a test database of its own (….test_gw0, _gw1).
+    (tmp_path / "run" / "test_inner_too.py").write_text(INNER_TEST)
     db_path = tmp_path / "db" / "forq.sqlite3"
     db_path.parent.mkdir()
     db_path.write_bytes(b"")  # a FORQ_DB_PATH the caller names is theirs: kept
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DATABASE_URL"))}
     env.update(FORQ_DB_PATH=str(db_path), PYTHONPATH=str(ROOT))
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", "-q",
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", "-q", *parallel,
          "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), str(tmp_path / "run")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )

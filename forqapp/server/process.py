@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -121,16 +122,26 @@ def install_signal_handlers(name: str, *, doing: str = "stopping", last_words: s
 
     Installed once per process (later calls only add nothing). A SIGINT ignored from the start
     stays ignored, as Unix expects of a process started so (``nohup``, a background job of a
-    script): only SIGTERM stops it then."""
+    script): only SIGTERM stops it then.
+
+    The callbacks run on a thread of their own, not in the signal handler: Python runs a handler in
+    the main thread between two of its bytecodes, maybe while that thread holds a lock the callback
+    needs. A worker's stop sets a ``threading.Event``, which takes the lock of the event's condition:
+    a signal that came while the worker's main thread was inside that event's ``clear()`` or
+    ``wait()`` deadlocked it with itself, and the worker never stopped."""
     if _installed:
         return
-    _installed.update(name=name, doing=doing, last_words=last_words)
+    read_end, write_end = os.pipe()
+    _installed.update(name=name, doing=doing, last_words=last_words, pipe=write_end)
+    threading.Thread(target=_stop_when_signalled, args=(read_end,), name="forq-signals", daemon=True).start()
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_signal)
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    """Count the signal; the first goes to :func:`_stop_when_signalled` (a write to a pipe takes no
+    lock), a second exits now."""
     global _received
     _received += 1
     if _received > 1:
@@ -138,8 +149,17 @@ def _on_signal(signum: int, frame: Any) -> None:
             sys.stderr.write(_installed["last_words"] + "\n")
             sys.stderr.flush()
         os._exit(1)
+    os.write(_installed["pipe"], bytes([signum]))
+
+
+def _stop_when_signalled(read_end: int) -> None:
+    """The thread that waits for the first signal, then logs it and calls the stops."""
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        got = pipe.read(1)
+    if not got:
+        return  # reset_signal_handlers() closed the pipe
     # A stop asked for is routine: INFO (shown at the default verbosity), not a warning.
-    logger.info("%s: %s received, %s", _installed["name"], signal.Signals(signum).name, _installed["doing"])
+    logger.info("%s: %s received, %s", _installed["name"], signal.Signals(got[0]).name, _installed["doing"])
     for stop in _stops:
         stop()
 
@@ -147,6 +167,8 @@ def _on_signal(signum: int, frame: Any) -> None:
 def reset_signal_handlers() -> None:
     """Forget the stops and restore the default handlers (for tests that run several in a process)."""
     global _received
+    if "pipe" in _installed:
+        os.close(_installed["pipe"])
     _stops.clear()
     _installed.clear()
     _received = 0

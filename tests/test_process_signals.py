@@ -1,0 +1,37 @@
+"""forqapp.server.process's signal handling: the stops run on a thread of their own, never inside the
+signal handler, so a signal that lands while the main thread holds a lock a stop needs (a worker's
+``threading.Event``) cannot deadlock the process (python/cpython#126434 is the same trap)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .conftest import ROOT
+
+# The main thread holds the lock that the stop takes when the signal comes: a handler that called
+# the stop itself would wait forever for its own thread (an idle forq_worker that never stopped).
+HOLDS_THE_LOCK = """
+import os, signal, threading
+from forqapp.server import process
+
+lock, stopped = threading.Lock(), threading.Event()
+
+def stop():
+    with lock:
+        stopped.set()
+
+process.on_stop(stop)
+process.install_signal_handlers("demo")
+with lock:
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000):  # Python calls: the handler runs here, the lock still held
+        len(str(_))
+print("stopped" if stopped.wait(10) else "deadlocked", flush=True)
+"""
+
+
+def test_a_signal_while_the_main_thread_holds_a_stops_lock_still_stops():
+    run = subprocess.run([sys.executable, "-c", HOLDS_THE_LOCK], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert run.stdout.strip() == "stopped", run.stdout + run.stderr
