@@ -30,6 +30,7 @@ __all__ = [
     "delete_queue",
     "extend",
     "fail",
+    "group_info",
     "list_queues",
     "nack",
     "nack_many",
@@ -48,7 +49,7 @@ __all__ = [
 
 _SERVICES = {
     "send", "send_many", "receive", "receive_many", "ack", "ack_many", "nack", "nack_many", "fail", "extend",
-    "change_visibility", "peek", "defer", "configure_queue", "queue_info", "list_queues", "purge", "delete_queue",
+    "change_visibility", "peek", "defer", "configure_queue", "queue_info", "group_info", "list_queues", "purge", "delete_queue",
     "requeue",
 }
 

@@ -130,6 +130,9 @@ class Message(ReadOnlyModel):
     first_received_at = models.BigIntegerField(null=True, blank=True)  # the first claim (Unix ms)
     # A deferred message's saved progress (``forqapp.defer(message, state=…)``), given to its next delivery.
     state = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = no state saved
+    # The message's group ('' = none): claimed in order within it, under the queue's group_concurrency
+    # and group_rate, fairly across groups (forq_groups, migration 0018).
+    message_group = models.CharField(max_length=128, default="", db_default="", blank=True)
 
     objects = MessageQuerySet.as_manager()
 
@@ -143,12 +146,12 @@ class Message(ReadOnlyModel):
             # ended lease is claimable at once), each in an index of its own, so a claim never walks
             # past the messages in flight or not yet due, and a send writes to one of the three.
             models.Index(
-                fields=["queue", "-priority", "sequence", "process_after", "status"],
+                fields=["queue", "message_group", "-priority", "sequence", "process_after", "status"],
                 condition=Q(status=0, process_after__lte=F("received_at")),
                 name="idx_queue_claim",
             ),
             models.Index(
-                fields=["queue", "process_after", "-priority", "sequence"],
+                fields=["queue", "message_group", "process_after", "-priority", "sequence"],
                 condition=Q(status=0, process_after__gt=F("received_at")),
                 name="idx_queue_timed",
             ),
@@ -156,16 +159,30 @@ class Message(ReadOnlyModel):
             # priority, then that time: the due order's (``ordering`` "due", migration 0017). A plain
             # send writes nothing here.
             models.Index(
-                fields=["queue", "-priority", "process_after", "sequence"],
+                fields=["queue", "message_group", "-priority", "process_after", "sequence"],
                 condition=Q(status=0, process_after__lt=F("received_at")),
                 name="idx_queue_past",
             ),
             models.Index(
                 # (status last: SQLite reads a lease's status from here; PostgreSQL, which takes
                 # status = 1 from the condition, can then range over process_after: migration 0016)
-                fields=["queue", "process_after", "priority", "sequence", "status"],
+                fields=["queue", "message_group", "process_after", "priority", "sequence", "status"],
                 condition=Q(status=1),
                 name="idx_leases",
+            ),
+            # Message groups (migration 0018): a group's ready messages in claim order, and the ones
+            # that hold one of its slots (leased, or delivered before and waiting: a nack's backoff)
+            # by when each can go. The four indexes above lead with (queue, message_group) too, so a
+            # claim of the messages without a group ('') reads them as before.
+            models.Index(
+                fields=["queue", "message_group", "-priority", "sequence", "attempts", "process_after"],
+                condition=Q(status=0, message_group__gt=""),
+                name="idx_group_ready",
+            ),
+            models.Index(
+                fields=["queue", "message_group", "process_after", "priority", "sequence", "status"],
+                condition=(Q(status=1) | Q(status=0, attempts__gt=0)) & Q(message_group__gt=""),
+                name="idx_group_held",
             ),
             models.Index(fields=["queue", "is_dlq"], name="idx_for_queue_depth"),
             # The jobs' index (expired and failed messages): ready and failed rows only (migration
@@ -189,6 +206,11 @@ class Message(ReadOnlyModel):
         """When the current delivery's lease ends (Unix ms); None when not in processing. While a
         message is processing, ``process_after`` holds its lease end."""
         return self.process_after if self.status == Status.PROCESSING else None
+
+    @property
+    def group(self) -> str | None:
+        """The message's group (None: none)."""
+        return self.message_group or None
 
     @property
     def attributes_dict(self) -> dict[str, str]:
@@ -243,6 +265,10 @@ class Queue(ReadOnlyModel):
     max_in_flight = models.IntegerField(null=True, blank=True)
     # … and at most this rate of claims: "10/s", "600/m", "100/h", "1000/d" (NULL: no limit).
     rate = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001 - NULL = no limit
+    # Per message group: at most this many of one group in processing (1: strict order) …
+    group_concurrency = models.IntegerField(null=True, blank=True)
+    # … and one group's claims at most at this rate (the syntax of ``rate``). NULL: no limit.
+    group_rate = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001 - NULL = no limit
     # The rate limit's state: the earliest time (Unix µs) the next claim may happen.
     rate_next_at_us = models.BigIntegerField(default=0, db_default=0)
     # SQLite's per-queue sequence counter (PostgreSQL draws from one database sequence instead).

@@ -54,6 +54,15 @@ V1_QUEUE_NAME = re.compile(V1_QUEUE_NAME_PATTERN)
 
 DLQ_SUFFIX = "-dlq"
 
+# --- message groups -------------------------------------------------------------------------
+
+#: A message's group (LonnyMQ's channel, SQS FIFO's ``MessageGroupId``): 1 to 128 characters of
+#: these. Messages of one group are claimed in order under the queue's ``group_concurrency`` and
+#: ``group_rate``; across groups, fairly. No group (None; stored as ``''``): as any message.
+GROUP_MAX = 128
+GROUP_NAME_PATTERN = rf"[A-Za-z0-9_.:/=+@-]{{1,{GROUP_MAX}}}"
+GROUP_NAME = re.compile(GROUP_NAME_PATTERN)  # use with fullmatch
+
 
 def is_dlq(name: str) -> bool:
     """Whether ``name`` is a dead-letter queue (``emails-dlq``)."""
@@ -117,6 +126,7 @@ BACKOFF_MS = Bounds(0, YEAR_S * 1000)  # each delay of a backoff list
 BACKOFF_BASE_MS = Bounds(1, YEAR_S * 1000)  # an exponential backoff's base_ms and max_ms
 MAX_LENGTH = Bounds(1, 10**12)
 MAX_IN_FLIGHT = Bounds(1, 1_000_000)
+GROUP_CONCURRENCY = Bounds(1, 1_000_000)  # a queue's group_concurrency (messages of one group in flight)
 RATE_INTERVAL_S = Bounds(0.001, DAY_S)  # a rate given as the least interval between claims
 SCHEDULE_EVERY_S = Bounds(1, YEAR_S)  # a schedule's period
 

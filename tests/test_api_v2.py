@@ -86,7 +86,7 @@ def test_send_then_receive_carries_every_field(live_api):
     before = services.now_ms()
     (got,) = receive(live_api, "v2-basic", max_messages=10, visibility_timeout=60)
     assert set(got) == {"id", "content", "attempts", "receipt", "priority", "attributes", "dedup_id", "sequence",
-                        "received_at", "first_received_at", "lease_expires_at", "state"}
+                        "received_at", "first_received_at", "lease_expires_at", "state", "group"}
     assert got["state"] is None  # no defer saved one
     assert (got["id"], got["content"], got["attempts"], got["priority"]) == (sent["id"], "hi", 1, 5)
     assert got["attributes"] == {"kind": "greeting", "lang": "en"} and got["dedup_id"] == "greet-1"

@@ -91,6 +91,8 @@ EXPECTED: dict[tuple[str, str], dict[str, float]] = {
         f"{S}V2Policy/properties/dedup_window": _range(vocab.DEDUP_WINDOW_S),
         f"{S}V2Policy/properties/max_in_flight": _range(vocab.MAX_IN_FLIGHT),
         f"{S}V2Policy/properties/rate/anyOf/1": _range(vocab.RATE_INTERVAL_S),
+        f"{S}V2Policy/properties/group_concurrency": _range(vocab.GROUP_CONCURRENCY),
+        f"{S}V2Policy/properties/group_rate/anyOf/1": _range(vocab.RATE_INTERVAL_S),
         f"{S}V2Defer/properties/delay": _range(DELAY),
         f"{S}V2ScheduleInput/properties/every": _range(vocab.SCHEDULE_EVERY_S),
         f"{S}V2ScheduleInput/properties/priority": _range(vocab.PRIORITY),
@@ -143,6 +145,11 @@ def test_the_receive_answers_at_most_what_it_may_ask_for():
 def test_the_dedup_id_pattern_is_the_table_s_length():
     schema = meta.openapi_document()["components"]["schemas"]["V2NewMessage"]["properties"]["dedup_id"]
     assert schema["pattern"] == f"^[!-~]{{1,{vocab.DEDUP_ID_MAX}}}$"
+
+
+def test_the_group_pattern_is_the_table_s():
+    schema = meta.openapi_document()["components"]["schemas"]["V2NewMessage"]["properties"]["group"]
+    assert schema["pattern"] == f"^{vocab.GROUP_NAME_PATTERN}$"
 
 
 def test_the_documents_queue_names_are_the_table_s():

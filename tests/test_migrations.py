@@ -460,6 +460,7 @@ def test_0014_keeps_the_leases_alone_in_idx_leases(tmp_path, django_db_blocker):
 
 
 CLAIM_FUNCTION = ("forqapp", "0015_postgresql_claim_function")
+GROUPS = ("forqapp", "0018_message_groups")
 
 
 def claim_function(conn: BaseDatabaseWrapper) -> tuple[str, list[str]] | None:
@@ -491,6 +492,7 @@ def test_0015_installs_the_claim_function_on_postgresql_and_takes_it_back(tmp_pa
         first, second = ids.new_ids(2)
         st.insert([NewMessage(first, "jobs", "first", NOW, NOW, NOW + 3_600_000),
                    NewMessage(second, "jobs", "second", NOW, NOW, NOW + 3_600_000, 5)])
+        migrate(conn, GROUPS)  # (this code's claim reads the group column: 0018)
         got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         assert [(d.id, d.attempts) for d in got.deliveries] == [(second, 1), (first, 1)]  # by priority
         migrate(conn, LEASES)
@@ -528,10 +530,42 @@ def test_0016_orders_idx_leases_by_lease_end(tmp_path, django_db_blocker):
         assert messages(conn, COLUMNS_0005 + NEW_COLUMNS) == kept
         leases = index_definitions(conn)["idx_leases"].replace(" ", "")
         assert "(queue,process_after,priority,sequence,status)" in leases and "status=1" in leases.replace("(", "")
+        migrate(conn, GROUPS)  # (this code's claim reads the group column: 0018)
         got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         assert [(d.id, d.attempts) for d in got.deliveries] == [(ended, 2)]
         assert st.queue_counts("jobs", NOW + 10).in_flight == 2
 
         migrate(conn, CLAIM_FUNCTION)
         assert index_definitions(conn) == before
+        assert len(messages(conn)) == 2
+
+
+def test_0018_adds_message_groups_and_takes_them_back(tmp_path, django_db_blocker):
+    """0018: the group column (existing messages: none), the group table and its triggers, the claim
+    indexes led by (queue, message_group); a grouped send makes its group's row, a claim takes the
+    old messages and the grouped one; the migration back restores 0017's schema, messages kept."""
+    due_order = ("forqapp", "0017_due_order")
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, due_order)
+        before_indexes = index_definitions(conn)
+        before_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
+        conn.ensure_connection()
+        old = ids.new_id()
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO messages (id, queue, is_dlq, content, status, attempts, process_after, "
+                        "received_at, updated_at, expires_after, priority, sequence) "
+                        "VALUES (%s, 'jobs', FALSE, 'old', 0, 0, %s, %s, %s, %s, 0, 1)",
+                        [old, NOW, NOW, NOW, NOW + 3_600_000])
+        migrate(conn, GROUPS)
+        assert "message_group" in index_definitions(conn)["idx_queue_claim"]
+        st = store.store_class(conn.vendor).on(conn.connection)
+        grouped = ids.new_id()
+        st.insert([NewMessage(grouped, "jobs", "grouped", NOW, NOW, NOW + 3_600_000, group="g")])
+        assert st.group_count("jobs") == 1
+        got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
+        assert [(d.id, d.group) for d in got.deliveries] == [(old, None), (grouped, "g")]
+        migrate(conn, due_order)
+        assert index_definitions(conn) == before_indexes
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) == before_schema
         assert len(messages(conn)) == 2

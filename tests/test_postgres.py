@@ -113,14 +113,16 @@ def test_migration_creates_table_and_partial_index():
                        WHERE table_name = 'messages' AND column_name IN ('id', 'queue')""")
         collations = dict(cur.fetchall())
     assert set(indexes) == {"messages_pkey", "idx_queue_claim", "idx_queue_timed", "idx_queue_past",
-                            "idx_for_queue_depth", "idx_expired", "idx_leases"}  # no varchar_pattern_ops copies
-    assert indexes["idx_queue_claim"].endswith("(queue, priority DESC, sequence, process_after, status) "
+                            "idx_for_queue_depth", "idx_expired", "idx_leases", "idx_group_ready",
+                            "idx_group_held"}  # no varchar_pattern_ops copies
+    assert indexes["idx_queue_claim"].endswith("(queue, message_group, priority DESC, sequence, process_after, status) "
                                                "WHERE ((process_after <= received_at) AND (status = 0))")
-    assert indexes["idx_queue_timed"].endswith("(queue, process_after, priority DESC, sequence) "
+    assert indexes["idx_queue_timed"].endswith("(queue, message_group, process_after, priority DESC, sequence) "
                                                "WHERE ((process_after > received_at) AND (status = 0))")
-    assert indexes["idx_queue_past"].endswith("(queue, priority DESC, process_after, sequence) "
+    assert indexes["idx_queue_past"].endswith("(queue, message_group, priority DESC, process_after, sequence) "
                                               "WHERE ((process_after < received_at) AND (status = 0))")
-    assert indexes["idx_leases"].endswith("(queue, process_after, priority, sequence, status) WHERE (status = 1)")
+    assert indexes["idx_leases"].endswith("(queue, message_group, process_after, priority, sequence, status) "
+                                          "WHERE (status = 1)")
     assert indexes["idx_expired"].endswith("(status, is_dlq, expires_after) WHERE ((status = 0) OR (status = 2))")
     assert collations == {"id": "C", "queue": "C"}
 
@@ -145,7 +147,8 @@ def test_claim_uses_the_partial_index_in_claim_order(order):
     assert "using idx_queue_claim" in ready and "Sort" not in ready, plan
     assert "using idx_queue_timed" in by_time and "(process_after <= 1)" in by_time, plan
     leases = by_time[by_time.index("using idx_leases"):]
-    assert "(queue)::text = 'q'::text) AND (process_after <= 1)" in leases.split("->")[0], plan
+    assert "(queue)::text = 'q'::text) AND ((message_group)::text = ''::text) AND (process_after <= 1)" \
+        in leases.split("->")[0], plan
 
 
 @pytest.mark.django_db

@@ -1038,11 +1038,15 @@ def test_sqlite_state_counts_read_each_kind_from_its_index(named, db):
     plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + sql.STATE_COUNTS[named],
                                                        {"now": NOW, "queues": '["a"]'})]
     reads = [step for step in plan if " messages " in f"{step} "]
-    assert [step.split(" INDEX ")[1].split(" (")[0] for step in reads] == \
-        ["idx_for_queue_depth", "idx_expired", "idx_queue_timed", "idx_leases"], plan
+    indexes = [step.split(" INDEX ")[1].split(" (")[0] for step in reads]
+    assert indexes == ["idx_for_queue_depth", "idx_expired", "idx_queue_timed", "idx_leases"] if not named else \
+        ["idx_for_queue_depth", "idx_expired", "idx_queue_timed", "idx_queue_timed", "idx_leases", "idx_leases"], plan
     assert "status=?" in reads[1], plan
     if named:  # (every queue's: the delayed rows' whole index, or a skip-scan once ANALYZE has run)
-        assert all("queue=? AND process_after>?" in step for step in reads[2:]), plan
+        # the messages without a group as a range from now on; those of groups, each queue's groups
+        assert "queue=? AND message_group=? AND process_after>?" in reads[2], plan
+        assert "queue=? AND message_group=? AND process_after>?" in reads[4], plan
+        assert "queue=? AND message_group>?" in reads[3] and "queue=? AND message_group>?" in reads[5], plan
 
 
 @pytest.mark.parametrize("order", ["fifo", "lifo", "random", "due"])

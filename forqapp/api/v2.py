@@ -204,7 +204,7 @@ def message_json(m: services.ReceivedMessage) -> dict[str, Any]:
         "receipt": None if m.receipt is None else str(m.receipt),
         "priority": m.priority, "attributes": m.attributes or {}, "dedup_id": m.dedup_id,
         "sequence": m.sequence, "received_at": m.received_at, "first_received_at": m.first_received_at,
-        "lease_expires_at": m.lease_expires_at, "state": m.state,
+        "lease_expires_at": m.lease_expires_at, "state": m.state, "group": m.group,
     }
 
 
@@ -212,7 +212,7 @@ def queue_json(info: services.QueueInfo) -> dict[str, Any]:
     return {
         "name": info.name, "policy": info.policy, "overrides": info.overrides,
         "paused": info.paused, "counts": dict(info.counts), "last_sequence": info.last_sequence,
-        "created_at": info.created_at,
+        "created_at": info.created_at, "groups": info.groups,
     }
 
 

@@ -28,11 +28,14 @@ from .maintenance import (
 from .policies import forget_policies, policy
 from .produce import SEND_OPTIONS, content_storable, send, send_entries, send_many
 from .queues import (
+    GroupInfo,
     QueueInfo,
+    busiest_groups,
     configure_queue,
     declare_queue,
     delete_dead,
     delete_queue,
+    group_info,
     list_queues,
     purge,
     queue_info,
@@ -69,12 +72,12 @@ from .wakeups import (
 )
 
 __all__ = [
-    "MAX_ERROR_CHARS", "SEND_OPTIONS", "STAGE_TTL_MS", "Due", "QueueInfo", "ReceivedMessage", "SendResult",
+    "MAX_ERROR_CHARS", "SEND_OPTIONS", "STAGE_TTL_MS", "Due", "GroupInfo", "QueueInfo", "ReceivedMessage", "SendResult",
     "ack", "ack_delivery", "ack_many", "acquire_lease", "alias", "auth_blocked", "auth_failed",
-    "auth_retry_after", "change_visibility", "claim", "claim_many", "configure_queue", "content_storable",
+    "auth_retry_after", "busiest_groups", "change_visibility", "claim", "claim_many", "configure_queue", "content_storable",
     "declare_queue", "default_api_workers", "default_db_threads", "defer", "delete_dead",
     "delete_expired_dlq", "delete_failed_dlq", "delete_queue", "describe_error", "discard_staged", "due",
-    "due_counts", "extend", "fail", "forget_policies", "healthy", "in_flight_counts", "lease_holder",
+    "due_counts", "extend", "fail", "forget_policies", "group_info", "healthy", "in_flight_counts", "lease_holder",
     "list_queues", "login_blocked_until", "login_failed", "move_expired_to_dlq", "move_failed_to_dlq",
     "nack", "nack_delivery", "nack_many", "now_ms", "optimize_database", "peek", "policy", "publish_sink_batch", "publish_staged",
     "purge", "queue_depths", "queue_info", "receive", "receive_many", "recover_stale", "release",

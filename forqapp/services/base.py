@@ -54,6 +54,7 @@ class ReceivedMessage:
     # error a consumer gave: on a peek of one message by its id (forqapp.peek(queue, id)), else None.
     failure_reason: str | None = None
     last_error: str | None = None
+    group: str | None = None  # the message's group (None: none)
     # The lease the receive took (ms), which extend() renews for at least: not derived from
     # lease_expires_at, which each renewal moves on (a heartbeat would lengthen it every time).
     lease_ms: int | None = field(default=None, repr=False, compare=False)
@@ -62,7 +63,8 @@ class ReceivedMessage:
     def from_row(cls, row: Delivery) -> ReceivedMessage:
         message = cls(row.id, row.queue, row.content, row.attempts, row.receipt, row.priority,
                       validation.decode_attributes(row.attributes), row.dedup_id, row.sequence,
-                      row.received_at, row.first_received_at, row.lease_expires_at, row.state)
+                      row.received_at, row.first_received_at, row.lease_expires_at, row.state,
+                      group=row.group)
         if row.receipt is not None and row.lease_expires_at is not None:
             message.lease_ms = row.lease_expires_at - row.receipt
         return message

@@ -26,7 +26,8 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
         validation.duration_ms(visibility_timeout, "visibility_timeout", *vocab.VISIBILITY_S)
     claimed = st.claim(queue, base.now_ms(), limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
                        dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering,
-                       max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us)
+                       max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us,
+                       group_concurrency=pol.group_concurrency, group_rate_us=pol.group_rate_interval_us)
     if claimed.throttled:
         metrics.throttled(queue, claimed.throttled)
         if throttled is not None:

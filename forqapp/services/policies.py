@@ -40,6 +40,9 @@ class Policy:
     rate: str | None
     rate_interval_us: int | None  # the spacing of claims the rate gives
     paused: bool
+    group_concurrency: int | None = None  # per message group: messages in processing at once
+    group_rate: str | None = None  # per message group: the rate of its claims
+    group_rate_interval_us: int | None = None  # the spacing of one group's claims
     overrides: dict[str, Any] = field(default_factory=dict)  # the fields the queue sets itself
     exists: bool = False  # the queue has its row (a send to a queue without one creates it: FORQ_MAX_QUEUES)
 
@@ -61,6 +64,8 @@ class Policy:
             "dedup_window": self.dedup_window_ms / 1000,
             "max_in_flight": self.max_in_flight,
             "rate": self.rate,
+            "group_concurrency": self.group_concurrency,
+            "group_rate": self.group_rate,
             "paused": self.paused,
         }
 
@@ -85,6 +90,7 @@ PUBLIC_NAMES = {  # stored column → the policy field's name in the APIs
     "max_attempts": "max_attempts", "backoff": "backoff", "visibility_timeout_ms": "visibility_timeout",
     "retention_ms": "retention", "dlq_retention_ms": "dlq_retention", "max_length": "max_length",
     "ordering": "ordering", "dedup_window_ms": "dedup_window", "max_in_flight": "max_in_flight", "rate": "rate",
+    "group_concurrency": "group_concurrency", "group_rate": "group_rate",
 }
 
 
@@ -126,6 +132,9 @@ def resolve(row: QueueRow | None) -> Policy:
         rate=row.rate if row else None,
         rate_interval_us=rate_interval_us(row.rate) if row and row.rate else None,
         paused=bool(row and row.paused),
+        group_concurrency=row.group_concurrency if row else None,
+        group_rate=row.group_rate if row else None,
+        group_rate_interval_us=rate_interval_us(row.group_rate) if row and row.group_rate else None,
         overrides=overrides,
         exists=row is not None,
     )

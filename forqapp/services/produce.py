@@ -39,7 +39,8 @@ def _after_produce(using: str, queue: str, count: int) -> None:
     kick(using)
 
 
-SEND_OPTIONS = ("process_after", "delay", "priority", "attributes", "dedup_id", "dedup_window", "retention")
+SEND_OPTIONS = ("process_after", "delay", "priority", "attributes", "dedup_id", "dedup_window", "retention",
+                "group")
 _ITEM_KEYS = frozenset({"content", "processAfter", *SEND_OPTIONS})
 _PLAIN_KEYS = frozenset({"content", "priority", "attributes"})
 _get = dict.get
@@ -84,7 +85,7 @@ def _usual_batch(items: list[Any], limit: int) -> _Batch | None:
 def _batch_rows(queue: str, batch: _Batch, now: int, pol: Policy) -> list[MessageRow]:
     """The rows of a usual batch (plain tuples, not NewMessage: see forqapp.store.MessageRow)."""
     return list(zip(batch.ids, repeat(queue), batch.contents, repeat(now), repeat(now),
-                    repeat(now + pol.retention_ms), batch.priorities, batch.attributes, repeat(None)))
+                    repeat(now + pol.retention_ms), batch.priorities, batch.attributes, repeat(None), repeat(None)))
 
 
 def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit: int,
@@ -94,7 +95,7 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
     if not isinstance(item, dict):
         due = now
         return _new_message((message_id, queue, validation.content(item, limit), due, now, due + pol.retention_ms,
-                             0, None, None))
+                             0, None, None, None))
     get = item.get
     if not item.keys() <= _ITEM_KEYS:
         unknown = set(item) - _ITEM_KEYS
@@ -105,7 +106,7 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
     if process_after is None:
         process_after = get("processAfter")
     due = now if process_after is None and delay is None else _due(process_after, delay, now, past_due)
-    priority, attributes, dedup_id = get("priority"), get("attributes"), get("dedup_id")
+    priority, attributes, dedup_id, group = get("priority"), get("attributes"), get("dedup_id"), get("group")
     return _new_message((
         message_id, queue, content, due, now,
         (max(due, now) if past_due else due) + (pol.retention_ms if retention is None
@@ -113,6 +114,7 @@ def _entry(message_id: str, queue: str, item: Any, now: int, pol: Policy, limit:
         0 if priority is None else validation.priority(priority),
         None if attributes is None else validation.attributes(attributes),
         None if dedup_id is None else validation.dedup_id(dedup_id),
+        None if group is None else validation.group(group),
     ))
 
 
@@ -135,7 +137,8 @@ _new_message: Callable[[tuple[Any, ...]], NewMessage] = partial(tuple.__new__, N
 
 def send(queue: str, content: str, process_after: int | datetime | None = None, *, delay: Any = None,
          priority: int = 0, attributes: dict[str, str] | None = None, dedup_id: str | None = None,
-         dedup_window: Any = None, retention: Any = None, using: str | None = None) -> str:
+         dedup_window: Any = None, retention: Any = None, group: str | None = None,
+         using: str | None = None) -> str:
     """Put one message on ``queue``; returns its id (with a ``dedup_id`` seen within its window:
     the id of the message it named, and nothing is created). Inside the caller's
     ``transaction.atomic()`` on the same database, the message commits or rolls back with the
@@ -143,11 +146,13 @@ def send(queue: str, content: str, process_after: int | datetime | None = None, 
 
     ``process_after`` (Unix ms or an aware datetime) or ``delay`` (seconds or timedelta) makes it
     due later; ``priority`` (-1000..1000, higher first); ``attributes`` (≤ 10 string pairs);
-    ``retention`` (seconds or timedelta) overrides the queue's."""
-    if dedup_id is None:
+    ``retention`` (seconds or timedelta) overrides the queue's; ``group`` (1-128 characters of
+    ``[A-Za-z0-9_.:/=+@-]``) puts it in a message group: claimed in order within the group, under
+    the queue's ``group_concurrency`` and ``group_rate``, fairly across groups."""
+    if dedup_id is None and group is None:
         return _send_one(queue, content, process_after, delay, priority, attributes, retention, using)
     item = {"content": content, "process_after": process_after, "delay": delay, "priority": priority,
-            "attributes": attributes, "dedup_id": dedup_id, "retention": retention}
+            "attributes": attributes, "dedup_id": dedup_id, "retention": retention, "group": group}
     return send_entries(queue, [item], dedup_window=dedup_window, using=using)[0].id
 
 
@@ -176,7 +181,8 @@ def _send_one(queue: str, content: str, process_after: int | datetime | None, de
     if not pol.exists:
         _ensure_queue(st, queue)
     message_id = ids.new_id()
-    st.insert_one(_new_message((message_id, queue, content, due, now, expires, priority, attributes_json, None)))
+    st.insert_one(_new_message((message_id, queue, content, due, now, expires, priority, attributes_json, None,
+                                None)))
     _after_produce(using, queue, 1)
     return message_id
 

@@ -50,15 +50,46 @@ class QueueInfo:
     counts: dict[str, int]
     last_sequence: int
     created_at: int | None
+    groups: int = 0  # message groups that have messages (ready or in processing)
 
     def json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _info(name: str, row: QueueRow | None, counts: QueueCounts) -> QueueInfo:
+def _info(name: str, row: QueueRow | None, counts: QueueCounts, groups: int = 0) -> QueueInfo:
     pol = policy_module.resolve(row)
     return QueueInfo(name, pol.public(), pol.overrides, pol.paused, counts._asdict(),
-                     row.last_sequence if row else 0, row.created_at if row else None)
+                     row.last_sequence if row else 0, row.created_at if row else None, groups)
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """A message group of a queue: its ready messages (due now or later), those in processing under
+    a live lease, and when its next claim may come (Unix ms; None: it has no messages)."""
+
+    group: str
+    ready: int
+    in_flight: int
+    next_eligible_at: int | None
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def group_info(queue: str, group: str, *, using: str | None = None) -> GroupInfo:
+    """Group ``group`` of ``queue`` now (all zeros and None for a group without messages)."""
+    queue = validation.queue_name(queue, produce=True)
+    name = validation.group(group)
+    if name is None:
+        raise ForqError(errors.BODY_INVALID, "group is missing")
+    return GroupInfo(*_store(using).group_state(queue, name, base.now_ms()))
+
+
+def busiest_groups(queue: str, limit: int = 20, *, using: str | None = None) -> list[GroupInfo]:
+    """``queue``'s groups with the most messages (ready and in flight), most first, up to ``limit``
+    (the admin's and the UI's view: it reads every group of the queue)."""
+    queue = validation.queue_name(queue, produce=True)
+    return [GroupInfo(*g) for g in _store(using).busiest_groups(queue, base.now_ms(), limit)]
 
 
 def configure_queue(name: str, change: validation.PolicyChange | None = None, *, using: str | None = None,
@@ -104,7 +135,7 @@ def queue_info(name: str, *, using: str | None = None) -> QueueInfo:
     name = validation.queue_name(name, produce=True)
     st = _store(using)
     row = st.queue_get(name)
-    info = _info(name, row, st.queue_counts(name, base.now_ms()))
+    info = _info(name, row, st.queue_counts(name, base.now_ms()), st.group_count(name))
     if row is None and not any(info.counts.values()):
         raise ForqError(errors.NOT_FOUND_QUEUE, f"no queue {name!r}")
     return info

@@ -19,6 +19,7 @@ from .base import (
     POLICY_COLUMNS,
     Claim,
     Delivery,
+    GroupState,
     LeaseHolder,
     MessageRow,
     NewMessage,
@@ -38,6 +39,7 @@ from .base import (
 __all__ = [
     "BATCH",
     "POLICY_COLUMNS",
+    "GroupState",
     "Claim",
     "Delivery",
     "LeaseHolder",

@@ -46,6 +46,7 @@ class NewMessage(NamedTuple):
     priority: int = 0
     attributes: str | None = None
     dedup_id: str | None = None
+    group: str | None = None  # the message's group (None: none)
 
 
 # A NewMessage's fields as a plain tuple, which :meth:`Store.insert` takes as well: send_many's
@@ -53,7 +54,7 @@ class NewMessage(NamedTuple):
 # and numbers at its first pass, but tracks a tuple subclass for as long as it lives: 10,000
 # NewMessage rows a call set off full collections of the whole heap (measured: 1 to 2 of them, 60
 # to 90 ms each, a 50,000-message run with a large heap; gone with plain tuples).
-MessageRow = tuple[str, str, str, int, int, int, int, str | None, str | None]
+MessageRow = tuple[str, str, str, int, int, int, int, str | None, str | None, str | None]
 
 
 class Delivery(NamedTuple):
@@ -73,6 +74,7 @@ class Delivery(NamedTuple):
     first_received_at: int | None = None
     lease_expires_at: int | None = None
     state: str | None = None
+    group: str | None = None
 
 
 class QueueRow(NamedTuple):
@@ -89,6 +91,8 @@ class QueueRow(NamedTuple):
     dedup_window_ms: int | None
     max_in_flight: int | None
     rate: str | None
+    group_concurrency: int | None
+    group_rate: str | None
     paused: bool
     last_sequence: int
     created_at: int
@@ -97,7 +101,7 @@ class QueueRow(NamedTuple):
 
 
 #: The policy columns of ``forq_queues`` (what :meth:`Store.queue_put` sets, with ``paused``).
-POLICY_COLUMNS: tuple[str, ...] = QueueRow._fields[1:12]
+POLICY_COLUMNS: tuple[str, ...] = QueueRow._fields[1:14]
 
 
 class QueueCounts(NamedTuple):
@@ -130,6 +134,16 @@ class Claim(NamedTuple):
     def redriven(self) -> int:
         """How many used-up messages the claim moved to the DLQ."""
         return len(self.redriven_messages)
+
+
+class GroupState(NamedTuple):
+    """One group of a queue: its ready messages (due now or later), those under a live lease, and
+    when its next claim may come (Unix ms; None: it has nothing to claim)."""
+
+    group: str
+    ready: int
+    in_flight: int
+    next_eligible_at: int | None
 
 
 class ThrottleState(NamedTuple):
@@ -346,7 +360,7 @@ class Store(abc.ABC):
         if not len(ids) == len(contents) == len(priorities) == len(attributes):
             raise ValueError("insert_batch: columns of different lengths")
         return self.insert(list(zip(ids, repeat(queue), contents, repeat(due), repeat(received), repeat(expires),
-                                    priorities, attributes, repeat(None))))
+                                    priorities, attributes, repeat(None), repeat(None))))
 
     def insert_one(self, row: NewMessage) -> int:
         """:meth:`insert` of one regular message (a single send: the hot path, which a store may
@@ -370,7 +384,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
               dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
-              rate_interval_us: int | None = None) -> Claim:
+              rate_interval_us: int | None = None, group_concurrency: int | None = None,
+              group_rate_us: int | None = None) -> Claim:
         """Take up to ``limit`` due messages of ``queue`` — ready ones due by ``now`` (those that came
         due later than they were written: among the first :data:`ENDED_AMONG` to come due) and
         deliveries whose lease has ended (among the first :data:`ENDED_AMONG` to end) — by priority (highest
@@ -388,7 +403,39 @@ class Store(abc.ABC):
         transaction that holds the queue's row: it takes no more than leave ``max_in_flight`` live
         leases (an expired lease frees its slot), and only when the queue's next rate slot has come
         (each message claimed moves it ``rate_interval_us`` on) — exact across processes and hosts.
-        Held back, it returns the reason in :attr:`Claim.throttled`."""
+        Held back, it returns the reason in :attr:`Claim.throttled`.
+
+        Message groups: the messages without a group are claimed as above, first; then, for what
+        is left of ``limit``, messages of the queue's groups, one group's turn at a time: the group
+        whose next turn (``forq_groups.eligible_at``) comes first, then its first message in claim
+        order (priority, then sequence) that it may deliver. A message delivered once holds a slot
+        of its group until acked, failed, or moved to the DLQ (through a nack's backoff and an
+        ended lease: then only that message may go again), and a group holds at most
+        ``group_concurrency`` slots (1: strict order); ``group_rate_us`` spaces one group's claims.
+        A claim held back by the group limits alone says ``"group"`` in :attr:`Claim.throttled`.
+        The order within a claim's deliveries is the claim's: ungrouped ones, then by group turn.
+        Whatever the number of groups, each turn reads index ranges of one group, bounded by its
+        slots, in the claim's one transaction."""
+
+    # -- message groups ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def group_state(self, queue: str, group: str, now: int) -> GroupState:
+        """One group of ``queue``: its ready messages, its live leases and its next turn (Unix ms;
+        None when it has no row: no messages). Reads the group's index ranges."""
+
+    @abc.abstractmethod
+    def busiest_groups(self, queue: str, now: int, limit: int) -> list[GroupState]:
+        """``queue``'s groups with the most messages (ready and in flight), up to ``limit``. Reads
+        every group of the queue (the admin's view, not a hot path)."""
+
+    @abc.abstractmethod
+    def group_count(self, queue: str) -> int:
+        """How many groups of ``queue`` have messages (ready or in processing)."""
+
+    @abc.abstractmethod
+    def next_group_turn(self, queue: str) -> int | None:
+        """The earliest next turn of ``queue``'s groups (Unix ms), or None when it has none."""
 
     @abc.abstractmethod
     def notify(self, queue: str) -> None:

@@ -44,6 +44,7 @@ from .base import (
     RANDOM_AMONG,
     Claim,
     Delivery,
+    GroupState,
     LeaseHolder,
     MessageRow,
     NewMessage,
@@ -94,6 +95,13 @@ WITH q AS ({ENSURE_QUEUE}
     RETURNING id, sequence
 ), woken AS (SELECT pg_notify('{CHANNEL}', %(queue)s))
 SELECT ins.id, ins.sequence FROM ins, woken"""
+
+# Rows of which some carry a group (``message_group``; '' for none): INSERT with one more array.
+INSERT_GROUPED = INSERT.replace(f"({COLUMNS})", f"({COLUMNS}, message_group)").replace(
+    f"d, {SEQUENCE}", f"d, {SEQUENCE}, g").replace(
+    "%(dedup)s::text[])", "%(dedup)s::text[], %(groups)s::text[])").replace(
+    "AS t(i, c, p, r, e, pr, a, d, n)", "AS t(i, c, p, r, e, pr, a, d, g, n)")
+assert INSERT_GROUPED.count("message_group") == 1 and INSERT_GROUPED.count("g, n)") == 1  # noqa: S101
 
 INSERT_ONE = f"""
 WITH q AS ({ENSURE_QUEUE}
@@ -158,9 +166,14 @@ SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
 # kind (below), so that thousands due at once cost a claim no more than that. (A row of one part
 # locked and not kept is free again when the claim's transaction ends; another claim meanwhile passes
 # over it.)
-READY_DUE = f"queue = %(queue)s AND status = {READY} AND process_after <= received_at AND process_after <= %(now)s"
-TIMED_DUE = f"queue = %(queue)s AND status = {READY} AND process_after > received_at AND process_after <= %(now)s"
-LEASE_ENDED = f"queue = %(queue)s AND status = {PROCESSING} AND process_after <= %(now)s"
+# (Messages without a group alone: ``message_group = ''``, the indexes' second column. A group's
+# messages are claimed through its row in ``forq_groups``: GROUP_* below.)
+NO_GROUP = "message_group = ''"
+READY_DUE = (f"queue = %(queue)s AND {NO_GROUP} AND status = {READY} AND process_after <= received_at"
+             " AND process_after <= %(now)s")
+TIMED_DUE = (f"queue = %(queue)s AND {NO_GROUP} AND status = {READY} AND process_after > received_at"
+             " AND process_after <= %(now)s")
+LEASE_ENDED = f"queue = %(queue)s AND {NO_GROUP} AND status = {PROCESSING} AND process_after <= %(now)s"
 # The rows that came due by time are chosen among a window of each index, read in its order (or in
 # reverse): FIFO (and random) among the first to come due, the ones due at the same time (a requeue's,
 # a batch delayed alike) in claim order; LIFO among the last to come due, newest first.
@@ -177,13 +190,14 @@ BY_PRIORITY = "priority DESC, sequence"
 # rows sent with a due time in the past (``process_after < received_at``) are also in an index of their
 # own, ``idx_queue_past`` (migration 0017), in that order; the other rows due when written come due as
 # they are written, so ``idx_queue_claim``'s order (sequence) is theirs. A plain send writes nothing more.
-PAST_DUE = f"queue = %(queue)s AND status = {READY} AND process_after < received_at AND process_after <= %(now)s"
+PAST_DUE = (f"queue = %(queue)s AND {NO_GROUP} AND status = {READY} AND process_after < received_at"
+            " AND process_after <= %(now)s")
 BY_DUE = "priority DESC, process_after, sequence"
 LOCK = " FOR UPDATE SKIP LOCKED"
 
 
 # A row that came due by time: a ready one written to come due later, or an ended lease.
-BY_TIME_DUE = (f"queue = %(queue)s AND process_after <= %(now)s"
+BY_TIME_DUE = (f"queue = %(queue)s AND {NO_GROUP} AND process_after <= %(now)s"
                f" AND (status = {PROCESSING} OR (status = {READY} AND process_after > received_at))")
 
 
@@ -364,7 +378,80 @@ PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attribu
                    received_at, first_received_at, CASE WHEN status = {PROCESSING} THEN process_after END, state"""
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})"
         for order, pick in _all_picks(lock="").items()}
-PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error FROM messages WHERE id = %(id)s AND queue = %(queue)s"
+PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error, NULLIF(message_group, '') FROM messages WHERE id = %(id)s AND queue = %(queue)s"
+
+# --- message groups ---------------------------------------------------------------------------
+#
+# As on SQLite (forqapp.store.sqlite, GROUP_*): a grouped claim takes, in one transaction, the group
+# whose turn comes first, locked (``FOR UPDATE SKIP LOCKED``: concurrent claims take other groups),
+# then that group's first message it may deliver, then sets the group's next turn. The group's row
+# stays locked to the commit, so a group's slots are counted by one claim at a time on every host.
+GROUP_HELD = "(status = 1 OR (attempts > 0 AND status = 0)) AND message_group > ''"  # idx_group_held's condition
+GROUP_PICK = """
+SELECT name, rate_next_at_us FROM forq_groups
+WHERE queue = %(queue)s AND eligible_at IS NOT NULL AND eligible_at <= %(now)s AND name <> ALL(%(tried)s::text[])
+ORDER BY eligible_at, last_claimed_at, name LIMIT 1 FOR UPDATE SKIP LOCKED"""
+GROUP_HELD_DUE = f"""
+SELECT id, priority, sequence FROM messages
+WHERE queue = %(queue)s AND message_group = %(group)s AND {GROUP_HELD} AND process_after <= %(now)s
+ORDER BY priority DESC, sequence LIMIT 1"""
+GROUP_HELD_COUNT = f"""
+SELECT COUNT(*) FROM messages WHERE queue = %(queue)s AND message_group = %(group)s AND {GROUP_HELD}"""
+GROUP_NEXT_HELD = f"""
+SELECT MIN(process_after) FROM messages WHERE queue = %(queue)s AND message_group = %(group)s AND {GROUP_HELD}"""
+GROUP_FRESH = (f"queue = %(queue)s AND message_group = %(group)s AND message_group > '' AND status = {READY}"
+               " AND attempts = 0")
+GROUP_FRESH_DUE = f"""
+SELECT id, priority, sequence FROM messages
+WHERE {GROUP_FRESH} AND process_after <= %(now)s ORDER BY priority DESC, sequence LIMIT 1"""
+GROUP_FRESH_NEXT = f"SELECT MIN(process_after) FROM messages WHERE {GROUP_FRESH}"
+GROUP_ANY = f"""
+SELECT EXISTS (SELECT 1 FROM messages WHERE queue = %(queue)s AND message_group = %(group)s
+                                      AND message_group > '' AND status = {READY})
+    OR EXISTS (SELECT 1 FROM messages WHERE queue = %(queue)s AND message_group = %(group)s AND {GROUP_HELD})"""
+# (A row locked by a settle in flight is passed over: that settle's trigger waits for this group's
+# row, which this claim holds.)
+GROUP_CLAIM = f"""
+WITH picked AS (SELECT id FROM messages WHERE id = %(id)s AND queue = %(queue)s AND message_group = %(group)s
+                AND status IN ({READY}, {PROCESSING}) AND process_after <= %(now)s FOR UPDATE SKIP LOCKED)
+UPDATE messages AS m {CLAIM_SET}
+FROM picked WHERE m.id = picked.id
+RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.priority, m.attributes,
+          m.dedup_id, m.sequence, m.received_at, m.first_received_at, m.process_after, m.state, m.status,
+          m.message_group"""
+GROUP_SET_TURN = """
+UPDATE forq_groups SET eligible_at = %(eligible_at)s, last_claimed_at = GREATEST(last_claimed_at, %(claimed_at)s),
+                       rate_next_at_us = %(rate_next)s
+WHERE queue = %(queue)s AND name = %(group)s"""
+GROUP_DROP = "DELETE FROM forq_groups WHERE queue = %(queue)s AND name = %(group)s"
+GROUP_NEXT_TURN = "SELECT MIN(eligible_at) FROM forq_groups WHERE queue = %s AND eligible_at IS NOT NULL"
+GROUP_STATE = f"""
+SELECT (SELECT COUNT(*) FROM messages
+        WHERE queue = %(queue)s AND message_group = %(group)s AND message_group > '' AND status = {READY}),
+       (SELECT COUNT(*) FROM messages
+        WHERE queue = %(queue)s AND message_group = %(group)s AND {GROUP_HELD} AND status = {PROCESSING}
+        AND process_after > %(now)s),
+       (SELECT eligible_at FROM forq_groups WHERE queue = %(queue)s AND name = %(group)s)"""
+GROUPS_BUSIEST = f"""
+SELECT name, ready, in_flight, eligible_at FROM (
+    SELECT name, eligible_at,
+           (SELECT COUNT(*) FROM messages
+            WHERE queue = g.queue AND message_group = g.name AND message_group > '' AND status = {READY}) AS ready,
+           (SELECT COUNT(*) FROM messages
+            WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD} AND status = {PROCESSING}
+            AND process_after > %(now)s) AS in_flight
+    FROM forq_groups AS g WHERE queue = %(queue)s) AS counted
+ORDER BY ready + in_flight DESC, name LIMIT %(limit)s"""
+GROUP_COUNT = f"""
+SELECT COUNT(*) FROM forq_groups AS g WHERE queue = %(queue)s AND (
+    EXISTS (SELECT 1 FROM messages
+            WHERE queue = g.queue AND message_group = g.name AND message_group > '' AND status = {READY})
+    OR EXISTS (SELECT 1 FROM messages WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD}))"""
+GROUPS_AT_ONCE = """
+UPDATE forq_groups SET eligible_at = LEAST(COALESCE(eligible_at, %(now)s), %(now)s) WHERE queue = %(queue)s"""
+DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue IN (%s, %s)"
+#: As on SQLite: the groups a grouped claim looks at besides those it claims from, at most.
+MAX_GROUP_LOOKS = 1_000
 
 # Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
 # claims of a limited queue count and take one after the other, on every host.
@@ -460,20 +547,24 @@ SELECT c.id FROM c, woken"""
 # (Each count in its index's order: a queue name from unnest has no statistics, and a bare LIMIT would
 # let the planner hope to find rows early in a scan of the whole table.)
 HAS_DUE = f"""
-SELECT q.name, LEAST(%(limit)s, ready.n + timed.n + ended.n)
+SELECT q.name, LEAST(%(limit)s, ready.n + timed.n + ended.n + grouped.n)
 FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN LATERAL (SELECT COUNT(*) AS n FROM (
-    SELECT 1 FROM messages WHERE queue = q.name AND status = {READY} AND process_after <= received_at
-                                 AND process_after <= %(now)s
+    SELECT 1 FROM messages WHERE queue = q.name AND {NO_GROUP} AND status = {READY}
+                                 AND process_after <= received_at AND process_after <= %(now)s
     ORDER BY {BY_PRIORITY} LIMIT %(limit)s) AS due) AS ready
 CROSS JOIN LATERAL (SELECT COUNT(*) AS n FROM (
-    SELECT 1 FROM messages WHERE queue = q.name AND status = {READY} AND process_after > received_at
-                                 AND process_after <= %(now)s
+    SELECT 1 FROM messages WHERE queue = q.name AND {NO_GROUP} AND status = {READY}
+                                 AND process_after > received_at AND process_after <= %(now)s
     ORDER BY process_after LIMIT %(limit)s) AS due) AS timed
 CROSS JOIN LATERAL (SELECT COUNT(*) AS n FROM (
-    SELECT 1 FROM messages WHERE queue = q.name AND status = {PROCESSING} AND process_after <= %(now)s
+    SELECT 1 FROM messages WHERE queue = q.name AND {NO_GROUP} AND status = {PROCESSING}
+                                 AND process_after <= %(now)s
     ORDER BY process_after LIMIT %(limit)s) AS due) AS ended
-WHERE ready.n + timed.n + ended.n > 0"""
+CROSS JOIN LATERAL (SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM forq_groups WHERE queue = q.name AND eligible_at IS NOT NULL AND eligible_at <= %(now)s
+    ORDER BY eligible_at LIMIT %(limit)s) AS due) AS grouped
+WHERE ready.n + timed.n + ended.n + grouped.n > 0"""
 
 LISTEN = f"LISTEN {CHANNEL}"
 NOTIFY = f"SELECT pg_notify('{CHANNEL}', %s)"
@@ -557,7 +648,7 @@ WITH r AS (
         process_after = %(now)s, processing_started_at = NULL, updated_at = GREATEST(%(now)s, updated_at)
     WHERE id = ANY(ARRAY(SELECT id FROM messages
                          WHERE status = {PROCESSING} AND process_after < %(cutoff)s
-                         ORDER BY queue, process_after
+                         ORDER BY queue, message_group, process_after
                          LIMIT %(batch)s FOR UPDATE SKIP LOCKED))
     RETURNING queue, status
 ), woken AS (
@@ -667,7 +758,8 @@ SNAPSHOT_BOUNDS = "SELECT COUNT(*), MIN(id), MAX(id) FROM messages WHERE queue =
 # Sequence numbers come from one database sequence, so a queue's last one is the highest among its
 # messages (and its DLQ's) now stored, or what migration 0006 recorded.
 QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
-                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused,
+                         max_length, ordering, dedup_window_ms, max_in_flight, rate, group_concurrency,
+                         group_rate, paused,
                          GREATEST(last_sequence, COALESCE((SELECT MAX(m.sequence) FROM messages AS m
                                                            WHERE m.queue IN (q.name, q.name || '-dlq')), 0)),
                          created_at, updated_at, rate_next_at_us
@@ -677,18 +769,18 @@ QUEUE_LIST = QUEUE_SELECT + " ORDER BY name"
 
 QUEUE_PUT = """
 INSERT INTO forq_queues (name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
-                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused, last_sequence,
-                         created_at, updated_at)
+                         max_length, ordering, dedup_window_ms, max_in_flight, rate, group_concurrency, group_rate,
+                         paused, last_sequence, created_at, updated_at)
 VALUES (%(name)s, %(max_attempts)s, %(backoff)s, %(visibility_timeout_ms)s, %(retention_ms)s, %(dlq_retention_ms)s,
-        %(max_length)s, %(ordering)s, %(dedup_window_ms)s, %(max_in_flight)s, %(rate)s, %(paused)s, 0,
-        %(now)s, %(now)s)
+        %(max_length)s, %(ordering)s, %(dedup_window_ms)s, %(max_in_flight)s, %(rate)s, %(group_concurrency)s,
+        %(group_rate)s, %(paused)s, 0, %(now)s, %(now)s)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = excluded.max_attempts, backoff = excluded.backoff,
     visibility_timeout_ms = excluded.visibility_timeout_ms, retention_ms = excluded.retention_ms,
     dlq_retention_ms = excluded.dlq_retention_ms, max_length = excluded.max_length,
     ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms,
-    max_in_flight = excluded.max_in_flight, rate = excluded.rate, paused = excluded.paused,
-    updated_at = excluded.updated_at"""
+    max_in_flight = excluded.max_in_flight, rate = excluded.rate, group_concurrency = excluded.group_concurrency,
+    group_rate = excluded.group_rate, paused = excluded.paused, updated_at = excluded.updated_at"""
 
 # A new queue's row, unless ``limit`` queues have one. Creations take one transaction-level advisory
 # lock first (QUEUE_CREATE_LOCK, held to the commit), and the count runs in a statement of its own
@@ -850,7 +942,17 @@ class PostgreSQLStore(Store):
             group = [rows[i] for i in indexes]
             common = {"queue": queue, "base": base_of(queue) if is_dlq else queue, "is_dlq": bool(is_dlq),
                       "now": group[0][4]}
-            if len(group) == 1:
+            if any(r[9] for r in group):
+                got = dict(self._fetchall(INSERT_GROUPED, {
+                    **common, "ids": [r[0] for r in group], "contents": [r[2] for r in group],
+                    "process_after": [r[3] for r in group], "received_at": [r[4] for r in group],
+                    "expires_after": [r[5] for r in group], "priority": [r[6] for r in group],
+                    "attributes": [r[7] for r in group], "dedup": [r[8] for r in group],
+                    "groups": [r[9] or "" for r in group],
+                }))
+                for i in indexes:
+                    sequences[i] = int(got[rows[i][0]])
+            elif len(group) == 1:
                 r = group[0]
                 ((seq, _),) = self._fetchall(INSERT_ONE, {
                     **common, "id": r[0], "content": r[2], "process_after": r[3], "received_at": r[4],
@@ -869,6 +971,8 @@ class PostgreSQLStore(Store):
         return sequences
 
     def insert_one(self, row: NewMessage) -> int:
+        if row[9] is not None:
+            return self.insert([row])[0]
         ((seq, _),) = self._fetchall(INSERT_ONE, {
             "queue": row[1], "base": row[1], "is_dlq": False, "now": row[4], "id": row[0], "content": row[2],
             "process_after": row[3], "received_at": row[4], "expires_after": row[5], "priority": row[6],
@@ -890,9 +994,11 @@ class PostgreSQLStore(Store):
 
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
               dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
-              rate_interval_us: int | None = None) -> Claim:
+              rate_interval_us: int | None = None, group_concurrency: int | None = None,
+              group_rate_us: int | None = None) -> Claim:
+        groups = (group_concurrency, group_rate_us)
         if max_in_flight is None and rate_interval_us is None:
-            return self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+            return self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
         with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
             rows = self._fetchall(LOCK_RATE, (queue,))
             if max_in_flight is not None:
@@ -905,7 +1011,7 @@ class PostgreSQLStore(Store):
                 if next_us > now * 1000:
                     return Claim([], throttled="rate", retry_at=-(-next_us // 1000))
                 limit = 1  # claims are spaced evenly: one per slot
-            claimed = self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+            claimed = self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
             if rate_interval_us is not None and claimed.deliveries:
                 self._rowcount(RATE_TAKE, {"now_us": now * 1000, "n": len(claimed.deliveries),
                                            "interval": rate_interval_us, "queue": queue})
@@ -926,7 +1032,111 @@ class PostgreSQLStore(Store):
         self._fetchall(NOTIFY, (queue,))
 
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
-               order: str) -> Claim:
+               order: str, groups: tuple[int | None, int | None] = (None, None)) -> Claim:
+        claimed = self._claim_ungrouped(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+        if len(claimed.deliveries) >= limit:
+            return claimed
+        # The messages without a group first (as they were claimed before groups), then the groups.
+        grouped = self._claim_groups(queue, now, limit - len(claimed.deliveries), visibility_ms, max_attempts,
+                                     dlq_ttl_ms, *groups)
+        if grouped is None:
+            return claimed
+        if not claimed.deliveries and not claimed.redriven_messages:
+            return grouped
+        return Claim(claimed.deliveries + grouped.deliveries,
+                     claimed.redriven_messages + grouped.redriven_messages)
+
+    def _claim_groups(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
+                      dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None) -> Claim | None:
+        """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time (GROUP_PICK …);
+        None when no group is eligible now."""
+        deliveries: list[Delivery] = []
+        redriven: list[Delivery] = []
+        held_back = False
+        tried: list[str] = []
+        params: dict[str, Any] = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
+                                  "dlq_ttl": dlq_ttl_ms, "tried": tried}
+        in_transaction = self._fixed is not None or self.connection.in_atomic_block
+        with nullcontext() if in_transaction else transaction.atomic(using=self.alias):
+            for looks in range(limit + MAX_GROUP_LOOKS):
+                if len(deliveries) >= limit:
+                    break
+                rows = self._fetchall(GROUP_PICK, params)
+                if not rows:
+                    if not looks:
+                        return None
+                    break
+                params["group"], rate_next = rows[0]
+                if rate_us is not None and rate_next > now * 1000:  # the group's rate: its next slot
+                    self._rowcount(GROUP_SET_TURN, {**params, "eligible_at": -(-rate_next // 1000), "claimed_at": 0,
+                                                    "rate_next": rate_next})
+                    held_back = True
+                    continue
+                candidates = self._fetchall(GROUP_HELD_DUE, params)
+                held = None
+                if concurrency is not None:
+                    held = int(self._fetchall(GROUP_HELD_COUNT, params)[0][0])
+                if concurrency is None or held is None or held < concurrency:
+                    candidates += self._fetchall(GROUP_FRESH_DUE, params)
+                elif not candidates:
+                    held_back = True
+                claimed_at = 0
+                got: list[tuple[Any, ...]] = []
+                if candidates:
+                    best = min(candidates, key=lambda c: (-c[1], c[2]))
+                    got = self._fetchall(GROUP_CLAIM, {**params, "id": best[0]})
+                    if not got:  # locked by a settle in flight: this group waits for the next claim
+                        tried.append(params["group"])
+                        continue
+                for r in got:
+                    if r[13] == PROCESSING:
+                        deliveries.append(Delivery._make((*r[:13], r[14])))
+                        claimed_at = now
+                        if rate_us is not None:
+                            rate_next = max(rate_next, now * 1000) + rate_us
+                    else:
+                        redriven.append(Delivery._make((*r[:13], r[14]))._replace(receipt=None, lease_expires_at=None))
+                self._next_turn(params, concurrency, rate_next, claimed_at)
+        if not deliveries and not redriven:
+            return Claim([], throttled="group" if held_back else None)
+        return Claim(deliveries, tuple(redriven))
+
+    def _next_turn(self, params: dict[str, Any], concurrency: int | None, rate_next: int, claimed_at: int) -> None:
+        """Set the group ``params["group"]``'s next turn (as SQLite's store does)."""
+        now = params["now"]
+        times = [self._fetchall(GROUP_NEXT_HELD, params)[0][0]]
+        held = 0 if concurrency is None else int(self._fetchall(GROUP_HELD_COUNT, params)[0][0])
+        if concurrency is None or held < concurrency:
+            times.append(now if self._fetchall(GROUP_FRESH_DUE, params)
+                         else self._fetchall(GROUP_FRESH_NEXT, params)[0][0])
+        known = [int(t) for t in times if t is not None]
+        if not known:
+            if not self._fetchall(GROUP_ANY, params)[0][0]:
+                self._rowcount(GROUP_DROP, params)
+                return
+            eligible_at = None  # (failed messages alone, waiting for the DLQ job: its move wakes the group)
+        else:
+            eligible_at = max(min(known), now, -(-rate_next // 1000))
+        self._rowcount(GROUP_SET_TURN, {**params, "eligible_at": eligible_at, "claimed_at": claimed_at,
+                                        "rate_next": rate_next})
+
+    def group_state(self, queue: str, group: str, now: int) -> GroupState:
+        ((ready, in_flight, eligible_at),) = self._fetchall(GROUP_STATE, {"queue": queue, "group": group, "now": now})
+        return GroupState(group, int(ready), int(in_flight), None if eligible_at is None else int(eligible_at))
+
+    def busiest_groups(self, queue: str, now: int, limit: int) -> list[GroupState]:
+        rows = self._fetchall(GROUPS_BUSIEST, {"queue": queue, "now": now, "limit": limit})
+        return [GroupState(g, int(r), int(f), None if e is None else int(e)) for g, r, f, e in rows]
+
+    def group_count(self, queue: str) -> int:
+        return int(self._fetchall(GROUP_COUNT, {"queue": queue})[0][0])
+
+    def next_group_turn(self, queue: str) -> int | None:
+        value = self._fetchall(GROUP_NEXT_TURN, (queue,))[0][0]
+        return None if value is None else int(value)
+
+    def _claim_ungrouped(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
+                         dlq_ttl_ms: int, order: str) -> Claim:
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
                   "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG, "ended_among": max(ENDED_AMONG, limit),
                   "order": order}
@@ -936,9 +1146,9 @@ class PostgreSQLStore(Store):
         for _ in range(MAX_REDRIVE_ROUNDS):
             rows = self._fetchall_claim(sql, params)
             live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
-            redriven += [Delivery._make(r[:13])._replace(receipt=None, lease_expires_at=None)
+            redriven += [Delivery._make((*r[:13], None))._replace(receipt=None, lease_expires_at=None)
                          for r in rows if r[13] != PROCESSING]
-            deliveries += [Delivery._make(r[:13]) for r in live]
+            deliveries += [Delivery._make((*r[:13], None)) for r in live]
             if len(deliveries) >= limit or not rows:
                 break
             if len(live) == len(rows) and order != "lifo":  # LIFO goes on to the next priority
@@ -967,11 +1177,11 @@ class PostgreSQLStore(Store):
     def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
         rows = self._fetchall(PEEK[order], {"queue": queue, "now": now, "limit": 1, "among": RANDOM_AMONG,
                                                   "ended_among": ENDED_AMONG})
-        return Delivery._make(rows[0]) if rows else None
+        return Delivery._make((*rows[0], None)) if rows else None
 
     def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:
         rows = self._fetchall(PEEK_ID, {"id": message_id, "queue": queue})
-        return (Delivery._make(rows[0][:13]), rows[0][13], rows[0][14]) if rows else None
+        return (Delivery._make((*rows[0][:13], rows[0][15])), rows[0][13], rows[0][14]) if rows else None
 
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
         return self._rowcount(ACK, (message_id, queue, receipt)) == 1
@@ -1071,8 +1281,10 @@ class PostgreSQLStore(Store):
         return int(self._fetchall(QUEUE_COUNT)[0][0])
 
     def queue_put(self, name: str, policy: dict[str, Any], now: int) -> None:
-        self._rowcount(QUEUE_PUT, {**dict.fromkeys(POLICY_COLUMNS), "paused": False, **policy,
-                                   "name": name, "now": now})
+        with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
+            self._rowcount(QUEUE_PUT, {**dict.fromkeys(POLICY_COLUMNS), "paused": False, **policy,
+                                       "name": name, "now": now})
+            self._rowcount(GROUPS_AT_ONCE, {"queue": name, "now": now})  # new group limits: every group looks again
 
     def queue_delete(self, name: str, now: int) -> bool:
         with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
@@ -1080,6 +1292,7 @@ class PostgreSQLStore(Store):
             n = self._rowcount(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX))
             self._rowcount(DELETE_QUEUE_DEDUP, (name,))
             self._rowcount(DELETE_QUEUE_SINKS, (name,))
+            self._rowcount(DELETE_QUEUE_GROUPS, (name, name + DLQ_SUFFIX))
         return bool(found or n)
 
     def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:

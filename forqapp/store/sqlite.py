@@ -35,6 +35,7 @@ from .base import (
     RANDOM_AMONG,
     Claim,
     Delivery,
+    GroupState,
     LeaseHolder,
     MessageRow,
     NewMessage,
@@ -108,6 +109,14 @@ def insert_values(rows: int, is_dlq: int) -> str:
     return f"INSERT INTO messages ({_VALUES_COLUMNS}) VALUES " + ", ".join([row] * rows)
 
 
+@functools.cache
+def insert_grouped(rows: int, is_dlq: int) -> str:
+    """:func:`insert_values` for rows of which some carry a group (``message_group``; '' for none)."""
+    row = f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {is_dlq}, {READY}, 0)"
+    columns = _VALUES_COLUMNS.replace("sequence, is_dlq", "sequence, message_group, is_dlq")
+    return f"INSERT INTO messages ({columns}) VALUES " + ", ".join([row] * rows)
+
+
 SHARED_CHUNK = 1024  # rows of insert_shared (4 parameters each)
 
 
@@ -148,7 +157,8 @@ def _insert_queue_rows(conn: sqlite3.Connection, rows: Sequence[MessageRow], fir
     """One queue's rows, numbered from ``first``: by :func:`insert_shared` when they share what it
     binds once, else by :func:`_insert_rows`."""
     columns = list(zip(*rows, strict=True))
-    if len(rows) > 1 and all(len(set(columns[i])) == 1 for i in (3, 4, 5)) and columns[8].count(None) == len(rows):
+    if len(rows) > 1 and all(len(set(columns[i])) == 1 for i in (3, 4, 5)) and columns[8].count(None) == len(rows) \
+            and columns[9].count(None) == len(rows):
         _insert_shared_rows(conn, rows[0][1], rows[0][3], rows[0][4], rows[0][5], first,
                             list(chain.from_iterable(zip(columns[0], columns[2], columns[6], columns[7], strict=True))),
                             is_dlq)
@@ -168,13 +178,17 @@ def _insert_rows(conn: sqlite3.Connection, rows: Sequence[MessageRow], sequences
                  is_dlq: int) -> None:
     params: list[Any] = []
     add, extend = params.append, params.extend
+    grouped = any(r[9] for r in rows)
     for r, seq in zip(rows, sequences, strict=True):
-        extend(r)
+        extend(r[:9])
         add(r[4])
         add(seq)
+        if grouped:
+            add(r[9] or "")
     width = len(params) // len(rows)
-    for done, size in _chunks(len(rows)):
-        conn.execute(insert_values(size, is_dlq), params[done * width:(done + size) * width])
+    statement = insert_grouped if grouped else insert_values
+    for done, size in _chunks(len(rows), INSERT_CHUNK * 11 // width):
+        conn.execute(statement(size, is_dlq), params[done * width:(done + size) * width])
 
 
 # A deduplication id: recorded for this message unless a live one exists (whose message id comes
@@ -226,9 +240,12 @@ SET status = CASE WHEN {USED_UP} THEN {REDRIVING} ELSE {PROCESSING} END,
 # all: a claim walks past neither the deliveries in flight nor the messages not yet due. The rows that
 # came due by time (usually few) are sorted, not walked to: a window of ENDED_AMONG (:ended_among) of
 # each kind (below), so that thousands due at once cost a claim no more than that.
-READY_DUE = f"queue = :queue AND status = {READY} AND process_after <= received_at AND process_after <= :now"
-TIMED_DUE = f"queue = :queue AND status = {READY} AND process_after > received_at AND process_after <= :now"
-LEASE_ENDED = f"queue = :queue AND status = {PROCESSING} AND process_after <= :now"
+# (Messages without a group alone: ``message_group = ''``, the indexes' second column. A group's
+# messages are claimed through its row in ``forq_groups``: GROUP_* below.)
+NO_GROUP = "message_group = ''"
+READY_DUE = f"queue = :queue AND {NO_GROUP} AND status = {READY} AND process_after <= received_at AND process_after <= :now"
+TIMED_DUE = f"queue = :queue AND {NO_GROUP} AND status = {READY} AND process_after > received_at AND process_after <= :now"
+LEASE_ENDED = f"queue = :queue AND {NO_GROUP} AND status = {PROCESSING} AND process_after <= :now"
 # The rows that came due by time are chosen among a window of each index, read in its order (or in
 # reverse): FIFO (and random) among the first to come due, the ones due at the same time (a requeue's,
 # a batch delayed alike) in claim order; LIFO among the last to come due, newest first.
@@ -245,7 +262,7 @@ BY_PRIORITY = "priority DESC, sequence"
 # rows sent with a due time in the past (``process_after < received_at``) are also in an index of their
 # own, ``idx_queue_past`` (migration 0017), in that order; the other rows due when written come due as
 # they are written, so ``idx_queue_claim``'s order (sequence) is theirs. A plain send writes nothing more.
-PAST_DUE = f"queue = :queue AND status = {READY} AND process_after < received_at AND process_after <= :now"
+PAST_DUE = f"queue = :queue AND {NO_GROUP} AND status = {READY} AND process_after < received_at AND process_after <= :now"
 BY_DUE = "priority DESC, process_after, sequence"
 
 CLAIM_RETURNING = """
@@ -322,6 +339,86 @@ DUE_ROWS_AGAIN = _due_rows(EXCEPT_DELIVERED)
 CLAIM_PICKED = f"UPDATE messages {CLAIM_SET} WHERE id IN (SELECT value FROM json_each(:picked)) {CLAIM_RETURNING}"
 CLAIM_ONE = f"UPDATE messages {CLAIM_SET} WHERE id = ({PICK['fifo']}) {CLAIM_RETURNING}"
 
+# --- message groups ---------------------------------------------------------------------------
+#
+# A queue's groups are rows of ``forq_groups``: ``eligible_at`` (ms) is the earliest time a group's
+# next claim may come. A grouped claim (in one transaction: SQLite has one writer) takes the group
+# whose turn comes first (GROUP_PICK: one probe of ``idx_groups_turn``), then that group's first
+# message in claim order (priority, then sequence) among those it may take: the ones that hold a slot
+# of the group and are due again (an ended lease, a nack's backoff over: ``idx_group_held``), and,
+# while the group holds fewer than ``group_concurrency`` slots, its first ready message never
+# delivered (``idx_group_ready``). Then it sets the group's next turn: the earliest time any of its
+# messages may go (GROUP_NEXT_HELD, GROUP_FRESH_DUE, GROUP_FRESH_NEXT), no sooner than its
+# ``group_rate``'s next slot. Each read is a probe of an index range of one group, bounded by the
+# group's slots, not by its messages nor by the number of groups. The triggers of migration 0018
+# bring ``eligible_at`` forward when a message of a group changes otherwise (a send, a settle, …).
+#: A grouped claim looks at this many groups at most besides those it claims from (each look that
+#: claims nothing sets its group's next turn right, so looks do not repeat).
+MAX_GROUP_LOOKS = 1_000
+# The group indexes' condition (a message of a group), as each statement states it for SQLite to know
+# the partial index may answer it. ``likelihood`` tells the planner the term holds for (nearly) every
+# row there, so it reads the range of the one group (``message_group = :group``) rather than of every
+# group of the queue (``message_group > ''``), which it would otherwise prefer.
+GROUPED = "likelihood(message_group > '', 0.99)"
+GROUP_HELD = f"(status = 1 OR (attempts > 0 AND status = 0)) AND {GROUPED}"  # idx_group_held's condition
+GROUP_PICK = """
+SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
+WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
+ORDER BY eligible_at, last_claimed_at, name LIMIT 1"""
+GROUP_HELD_DUE = f"""
+SELECT id, priority, sequence FROM messages INDEXED BY idx_group_held
+WHERE queue = :queue AND message_group = :group AND {GROUP_HELD} AND process_after <= :now
+ORDER BY priority DESC, sequence LIMIT 1"""
+GROUP_HELD_COUNT = f"""
+SELECT COUNT(*) FROM messages INDEXED BY idx_group_held WHERE queue = :queue AND message_group = :group AND {GROUP_HELD}"""
+GROUP_NEXT_HELD = f"""
+SELECT MIN(process_after) FROM messages INDEXED BY idx_group_held
+WHERE queue = :queue AND message_group = :group AND {GROUP_HELD}"""
+GROUP_FRESH = f"queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY} AND attempts = 0"
+GROUP_FRESH_DUE = f"""
+SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
+WHERE {GROUP_FRESH} AND process_after <= :now ORDER BY priority DESC, sequence LIMIT 1"""
+GROUP_FRESH_NEXT = f"SELECT MIN(process_after) FROM messages INDEXED BY idx_group_ready WHERE {GROUP_FRESH}"
+GROUP_ANY = f"""
+SELECT EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
+               WHERE queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY})
+    OR EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_held WHERE queue = :queue AND message_group = :group
+               AND {GROUP_HELD})"""
+GROUP_CLAIM = f"""UPDATE messages {CLAIM_SET} WHERE id = :id AND queue = :queue AND message_group = :group
+                 AND status IN ({READY}, {PROCESSING}) AND process_after <= :now {CLAIM_RETURNING}, message_group"""
+GROUP_SET_TURN = """
+UPDATE forq_groups SET eligible_at = :eligible_at, last_claimed_at = MAX(last_claimed_at, :claimed_at),
+                       rate_next_at_us = :rate_next
+WHERE queue = :queue AND name = :group"""
+GROUP_DROP = "DELETE FROM forq_groups WHERE queue = :queue AND name = :group"
+GROUP_NEXT_TURN = """
+SELECT MIN(eligible_at) FROM forq_groups INDEXED BY idx_groups_turn WHERE queue = ? AND eligible_at IS NOT NULL"""
+GROUP_STATE = f"""
+SELECT (SELECT COUNT(*) FROM messages INDEXED BY idx_group_ready
+        WHERE queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY}),
+       (SELECT COUNT(*) FROM messages INDEXED BY idx_group_held
+        WHERE queue = :queue AND message_group = :group AND {GROUP_HELD} AND status = {PROCESSING}
+        AND process_after > :now),
+       (SELECT eligible_at FROM forq_groups WHERE queue = :queue AND name = :group)"""
+GROUPS_BUSIEST = f"""
+SELECT name,
+       (SELECT COUNT(*) FROM messages INDEXED BY idx_group_ready
+        WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY}) AS ready,
+       (SELECT COUNT(*) FROM messages INDEXED BY idx_group_held
+        WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD} AND status = {PROCESSING}
+        AND process_after > :now) AS in_flight,
+       eligible_at
+FROM forq_groups AS g WHERE queue = :queue ORDER BY ready + in_flight DESC, name LIMIT :limit"""
+GROUP_COUNT = f"""
+SELECT COUNT(*) FROM forq_groups AS g WHERE queue = :queue AND (
+    EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
+            WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
+    OR EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_held
+               WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD}))"""
+GROUPS_AT_ONCE = "UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, :now), :now) WHERE queue = :queue"
+DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue IN (?, ?)"
+
+
 # What the trigger forq_redrive does, for a database without it (see SQLiteStore._redriven).
 REDRIVE_LEFT = f"""
 UPDATE messages SET queue = queue || '{DLQ_SUFFIX}', is_dlq = 1, status = {READY}
@@ -330,7 +427,7 @@ WHERE id IN (SELECT value FROM json_each(?)) AND status = {REDRIVING}"""
 PEEK_COLUMNS = """id, queue, content, attempts, NULL, priority, attributes, dedup_id, sequence, received_at,
                   first_received_at, CASE WHEN status = 1 THEN process_after END, state"""
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})" for order, pick in PICK.items()}
-PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error FROM messages WHERE id = :id AND queue = :queue"
+PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error, NULLIF(message_group, '') FROM messages WHERE id = :id AND queue = :queue"
 
 ACK = f"""
 DELETE FROM messages WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at = ?"""
@@ -393,6 +490,9 @@ SELECT min(:limit,
            (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_claim WHERE {READY_DUE} LIMIT :limit))
            + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_queue_timed WHERE {TIMED_DUE} LIMIT :limit))
            + (SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_leases WHERE {LEASE_ENDED}
+                                    LIMIT :limit))
+           + (SELECT COUNT(*) FROM (SELECT 1 FROM forq_groups INDEXED BY idx_groups_turn
+                                    WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
                                     LIMIT :limit)))"""
 
 DATA_VERSION = "PRAGMA data_version"
@@ -491,13 +591,26 @@ def _state_counts(named: bool) -> str:
     its rows, then the failed (0), the delayed (1) and the live leases (2), each kind read in the
     index it lives in."""
     of = " AND queue IN (SELECT value FROM json_each(:queues))" if named else ""
-    return f"""
+    if not named:
+        return f"""
 SELECT queue, -1, COUNT(*) FROM messages INDEXED BY idx_for_queue_depth WHERE 1{of} GROUP BY queue
 UNION ALL SELECT queue, 0, COUNT(*) FROM messages INDEXED BY idx_expired
           WHERE {NOT_LEASED} AND status = {FAILED}{of} GROUP BY queue
 UNION ALL SELECT queue, 1, COUNT(*) FROM messages INDEXED BY idx_queue_timed
           WHERE status = {READY} AND process_after > received_at AND process_after > :now{of} GROUP BY queue
 UNION ALL SELECT queue, 2, COUNT(*) FROM {LEASED} AND process_after > :now{of} GROUP BY queue"""
+    # Named queues: the delayed rows and the leases read as ranges from ``now`` on, those without a
+    # group (``message_group = ''``, the indexes' second column) and those of groups apart, summed.
+    parts = [f"""SELECT queue, {kind} AS kind, COUNT(*) AS n FROM {source}
+          AND {grouping} AND process_after > :now{of} GROUP BY queue"""
+             for kind, source in ((1, f"messages INDEXED BY idx_queue_timed WHERE status = {READY} "
+                                      "AND process_after > received_at"), (2, LEASED))
+             for grouping in ("message_group = ''", "message_group > ''")]
+    return f"""
+SELECT queue, -1, COUNT(*) FROM messages INDEXED BY idx_for_queue_depth WHERE 1{of} GROUP BY queue
+UNION ALL SELECT queue, 0, COUNT(*) FROM messages INDEXED BY idx_expired
+          WHERE {NOT_LEASED} AND status = {FAILED}{of} GROUP BY queue
+UNION ALL SELECT queue, kind, SUM(n) FROM ({" UNION ALL ".join(parts)}) GROUP BY queue, kind"""
 
 
 STATE_COUNTS = {named: _state_counts(named) for named in (False, True)}
@@ -559,25 +672,26 @@ WHERE queue = ? AND is_dlq = ?"""
 # --- queues -----------------------------------------------------------------------------------
 
 QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
-                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused, last_sequence,
-                         created_at, updated_at, rate_next_at_us
+                         max_length, ordering, dedup_window_ms, max_in_flight, rate, group_concurrency,
+                         group_rate, paused, last_sequence, created_at, updated_at, rate_next_at_us
                   FROM forq_queues"""
 QUEUE_GET = QUEUE_SELECT + " WHERE name = ?"
 QUEUE_LIST = QUEUE_SELECT + " WHERE name != '' ORDER BY name"
 
 QUEUE_PUT = f"""
 INSERT INTO forq_queues (name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
-                         max_length, ordering, dedup_window_ms, max_in_flight, rate, paused, last_sequence,
-                         created_at, updated_at)
+                         max_length, ordering, dedup_window_ms, max_in_flight, rate, group_concurrency, group_rate,
+                         paused, last_sequence, created_at, updated_at)
 VALUES (:name, :max_attempts, :backoff, :visibility_timeout_ms, :retention_ms, :dlq_retention_ms,
-        :max_length, :ordering, :dedup_window_ms, :max_in_flight, :rate, :paused, {COUNTER_FLOOR}, :now, :now)
+        :max_length, :ordering, :dedup_window_ms, :max_in_flight, :rate, :group_concurrency, :group_rate, :paused,
+        {COUNTER_FLOOR}, :now, :now)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = excluded.max_attempts, backoff = excluded.backoff,
     visibility_timeout_ms = excluded.visibility_timeout_ms, retention_ms = excluded.retention_ms,
     dlq_retention_ms = excluded.dlq_retention_ms, max_length = excluded.max_length,
     ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms,
-    max_in_flight = excluded.max_in_flight, rate = excluded.rate, paused = excluded.paused,
-    updated_at = excluded.updated_at"""
+    max_in_flight = excluded.max_in_flight, rate = excluded.rate, group_concurrency = excluded.group_concurrency,
+    group_rate = excluded.group_rate, paused = excluded.paused, updated_at = excluded.updated_at"""
 
 # A new queue's row, unless ``limit`` queues have one: the count and the insert are one statement,
 # and SQLite has one writer, so two creations never both pass the limit. (The row named '' is the
@@ -689,7 +803,7 @@ def _reads_claim_indexes(method: F) -> F:
 
 
 def _queue_row(row: Sequence[Any]) -> QueueRow:
-    return QueueRow._make((*row[:11], bool(row[11]), *row[12:]))
+    return QueueRow._make((*row[:13], bool(row[13]), *row[14:]))
 
 
 def _schedule_row(row: Sequence[Any]) -> ScheduleRow:
@@ -810,7 +924,9 @@ class SQLiteStore(Store):
         backend sets ``isolation_level`` to None exactly then; inside ``atomic()``, or after
         ``set_autocommit(False)``, it is a transaction mode and the row joins the caller's)."""
         conn = self._conn()
-        message_id, queue, content, due, now, expires, priority, attributes, dedup_id = row
+        message_id, queue, content, due, now, expires, priority, attributes, dedup_id, group = row
+        if group is not None:
+            return self.insert([row])[0]
         if self._fixed is not None or conn.isolation_level is not None or conn.in_transaction:
             seq = _take_sequence(conn, queue, 1, now)
             conn.execute(INSERT, (message_id, queue, 0, content, due, now, now, expires, priority, attributes,
@@ -843,9 +959,11 @@ class SQLiteStore(Store):
 
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
               dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
-              rate_interval_us: int | None = None) -> Claim:
+              rate_interval_us: int | None = None, group_concurrency: int | None = None,
+              group_rate_us: int | None = None) -> Claim:
+        groups = (group_concurrency, group_rate_us)
         if max_in_flight is None and rate_interval_us is None:
-            return self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+            return self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
         # A read first (no write lock): a queue at its limit says so without queueing for the lock.
         held_back = self._held_back(queue, now, max_in_flight, rate_interval_us)
         if held_back is not None:
@@ -863,7 +981,7 @@ class SQLiteStore(Store):
                 if next_us > now * 1000:
                     return Claim([], throttled="rate", retry_at=-(-next_us // 1000))
                 limit = 1  # claims are spaced evenly: one per slot
-            claimed = self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+            claimed = self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
             if rate_interval_us is not None and claimed.deliveries:
                 conn.execute(RATE_TAKE, {"now_us": now * 1000, "n": len(claimed.deliveries),
                                          "interval": rate_interval_us, "queue": queue})
@@ -877,6 +995,22 @@ class SQLiteStore(Store):
         if rate_interval_us is not None and state.rate_next_at_us > now * 1000:
             return Claim([], throttled="rate", retry_at=-(-state.rate_next_at_us // 1000))
         return None
+
+    def group_state(self, queue: str, group: str, now: int) -> GroupState:
+        ((ready, in_flight, eligible_at),) = self._conn().execute(
+            GROUP_STATE, {"queue": queue, "group": group, "now": now}).fetchall()
+        return GroupState(group, int(ready), int(in_flight), eligible_at)
+
+    def busiest_groups(self, queue: str, now: int, limit: int) -> list[GroupState]:
+        rows = self._conn().execute(GROUPS_BUSIEST, {"queue": queue, "now": now, "limit": limit})
+        return [GroupState(g, int(r), int(f), e) for g, r, f, e in rows]
+
+    def group_count(self, queue: str) -> int:
+        return int(self._conn().execute(GROUP_COUNT, {"queue": queue}).fetchone()[0])
+
+    def next_group_turn(self, queue: str) -> int | None:
+        row = self._conn().execute(GROUP_NEXT_TURN, (queue,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def throttle_state(self, queue: str, now: int) -> ThrottleState:
         conn = self._conn()
@@ -895,11 +1029,95 @@ class SQLiteStore(Store):
 
     @_reads_claim_indexes
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
-               order: str) -> Claim:
+               order: str, groups: tuple[int | None, int | None] = (None, None)) -> Claim:
         if order == "due" and limit > 1:
             with self._transaction():  # the pick, then the claim of what it picked (DUE_ROWS)
-                return self._claim_rows(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
-        return self._claim_rows(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+                claimed = self._claim_rows(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+        else:
+            claimed = self._claim_rows(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+        if len(claimed.deliveries) >= limit:
+            return claimed
+        # The messages without a group first (as they were claimed before groups), then the groups.
+        grouped = self._claim_groups(queue, now, limit - len(claimed.deliveries), visibility_ms, max_attempts,
+                                     dlq_ttl_ms, *groups)
+        if grouped is None:
+            return claimed
+        if not claimed.deliveries and not claimed.redriven_messages:
+            return grouped
+        return Claim(claimed.deliveries + grouped.deliveries,
+                     claimed.redriven_messages + grouped.redriven_messages)
+
+    def _claim_groups(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
+                      dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None) -> Claim | None:
+        """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time (GROUP_PICK …);
+        None when no group is eligible now (a read, before any write lock)."""
+        found = self._conn().execute(GROUP_PICK, {"queue": queue, "now": now}).fetchall()
+        if not found:
+            return None
+        deliveries: list[Delivery] = []
+        redriven: list[Delivery] = []
+        held_back = False
+        params: dict[str, Any] = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
+                                  "dlq_ttl": dlq_ttl_ms}
+        with self._transaction() as conn:
+            for _ in range(limit + MAX_GROUP_LOOKS):
+                if len(deliveries) >= limit:
+                    break
+                row = conn.execute(GROUP_PICK, params).fetchone()
+                if row is None:
+                    break
+                params["group"], rate_next = row
+                if rate_us is not None and rate_next > now * 1000:  # the group's rate: its next slot
+                    conn.execute(GROUP_SET_TURN, {**params, "eligible_at": -(-rate_next // 1000), "claimed_at": 0,
+                                                  "rate_next": rate_next})
+                    held_back = True
+                    continue
+                candidates = conn.execute(GROUP_HELD_DUE, params).fetchall()
+                held = None
+                if concurrency is not None:
+                    ((held,),) = conn.execute(GROUP_HELD_COUNT, params).fetchall()
+                if concurrency is None or held is None or held < concurrency:
+                    candidates += conn.execute(GROUP_FRESH_DUE, params).fetchall()
+                elif not candidates:
+                    held_back = True
+                claimed_at = 0
+                if candidates:
+                    best = min(candidates, key=lambda c: (-c[1], c[2]))
+                    got = conn.execute(GROUP_CLAIM, {**params, "id": best[0]}).fetchall()
+                    for r in got:
+                        if r[13] == PROCESSING:
+                            deliveries.append(Delivery._make((*r[:13], r[14])))
+                            claimed_at = now
+                            if rate_us is not None:
+                                rate_next = max(rate_next, now * 1000) + rate_us
+                        else:
+                            redriven += [d._replace(group=r[14]) for d in self._redriven(conn, [r])]
+                self._next_turn(conn, params, concurrency, rate_next, claimed_at)
+        if not deliveries and not redriven:
+            return Claim([], throttled="group" if held_back else None)
+        return Claim(deliveries, tuple(redriven))
+
+    @staticmethod
+    def _next_turn(conn: sqlite3.Connection, params: dict[str, Any], concurrency: int | None, rate_next: int,
+                   claimed_at: int) -> None:
+        """Set the group ``params["group"]``'s next turn: the earliest time one of its messages may
+        go (no sooner than now, nor than its rate's next slot); its row goes when it has none."""
+        now = params["now"]
+        times = [conn.execute(GROUP_NEXT_HELD, params).fetchone()[0]]
+        held = 0 if concurrency is None else conn.execute(GROUP_HELD_COUNT, params).fetchone()[0]
+        if concurrency is None or held < concurrency:
+            times.append(now if conn.execute(GROUP_FRESH_DUE, params).fetchone()
+                         else conn.execute(GROUP_FRESH_NEXT, params).fetchone()[0])
+        known = [t for t in times if t is not None]
+        if not known:
+            if not conn.execute(GROUP_ANY, params).fetchone()[0]:
+                conn.execute(GROUP_DROP, params)
+                return
+            eligible_at = None  # (failed messages alone, waiting for the DLQ job: its move wakes the group)
+        else:
+            eligible_at = max(min(known), now, -(-rate_next // 1000))
+        conn.execute(GROUP_SET_TURN, {**params, "eligible_at": eligible_at, "claimed_at": claimed_at,
+                                      "rate_next": rate_next})
 
     @staticmethod
     def _claim_due(conn: sqlite3.Connection, again: bool, params: dict[str, Any]) -> list[Any]:
@@ -921,7 +1139,7 @@ class SQLiteStore(Store):
                   "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG, "ended_among": max(ENDED_AMONG, limit)}
         rows = self._claim_due(conn, False, params) if by_due else conn.execute(sql, params).fetchall()
         if len(rows) == 1 and limit == 1 and rows[0][13] == PROCESSING:  # the usual receive: one delivery
-            return Claim([Delivery._make(rows[0][:13])])
+            return Claim([Delivery._make((*rows[0][:13], None))])
         deliveries: list[Delivery] = []
         redriven: list[Delivery] = []
         for round_ in range(MAX_REDRIVE_ROUNDS):
@@ -931,7 +1149,7 @@ class SQLiteStore(Store):
             moved = [r for r in rows if r[13] != PROCESSING]
             if moved:
                 redriven += self._redriven(conn, moved)
-            deliveries += [Delivery._make(r[:13]) for r in live]
+            deliveries += [Delivery._make((*r[:13], None)) for r in live]
             if len(deliveries) >= limit or not rows:
                 break
             if len(live) == len(rows) and order != "lifo":  # LIFO goes on to the next priority
@@ -952,18 +1170,18 @@ class SQLiteStore(Store):
         ids = json.dumps([r[0] for r in rows])
         if conn.execute(REDRIVE_LEFT, (ids,)).rowcount:
             logger.warning("forqapp: the forq_redrive trigger is missing: run manage.py migrate")
-        return [Delivery._make(r[:13])._replace(queue=r[1] + DLQ_SUFFIX, receipt=None, lease_expires_at=None)
+        return [Delivery._make((*r[:13], None))._replace(queue=r[1] + DLQ_SUFFIX, receipt=None, lease_expires_at=None)
                 for r in rows]
 
     @_reads_claim_indexes
     def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
         row = self._conn().execute(PEEK[order], {"queue": queue, "now": now, "limit": 1,
                                                  "among": RANDOM_AMONG, "ended_among": ENDED_AMONG}).fetchone()
-        return Delivery._make(row) if row else None
+        return Delivery._make((*row, None)) if row else None
 
     def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:
         row = self._conn().execute(PEEK_ID, {"id": message_id, "queue": queue}).fetchone()
-        return (Delivery._make(row[:13]), row[13], row[14]) if row else None
+        return (Delivery._make((*row[:13], row[15])), row[13], row[14]) if row else None
 
     def ack(self, queue: str, message_id: str, receipt: int) -> bool:
         return self._conn().execute(ACK, (message_id, queue, receipt)).rowcount == 1
@@ -1174,8 +1392,10 @@ class SQLiteStore(Store):
         return int(self._conn().execute(QUEUE_COUNT).fetchone()[0])
 
     def queue_put(self, name: str, policy: dict[str, Any], now: int) -> None:
-        self._conn().execute(QUEUE_PUT, {**dict.fromkeys(POLICY_COLUMNS), "paused": False, **policy,
-                                         "name": name, "now": now})
+        with self._transaction() as conn:
+            conn.execute(QUEUE_PUT, {**dict.fromkeys(POLICY_COLUMNS), "paused": False, **policy,
+                                     "name": name, "now": now})
+            conn.execute(GROUPS_AT_ONCE, {"queue": name, "now": now})  # new group limits: every group looks again
 
     def queue_delete(self, name: str, now: int) -> bool:
         with self._transaction() as conn:
@@ -1184,6 +1404,7 @@ class SQLiteStore(Store):
             n = conn.execute(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX)).rowcount
             conn.execute(DELETE_QUEUE_DEDUP, (name,))
             conn.execute(DELETE_QUEUE_SINKS, (name,))
+            conn.execute(DELETE_QUEUE_GROUPS, (name, name + DLQ_SUFFIX))
         return bool(found or n)
 
     def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:

@@ -26,6 +26,7 @@ from .rules import (
     dedup_id,
     delay_bounds,
     fields,
+    group,
     integer,
     message_id,
     policy,
@@ -62,9 +63,10 @@ class SendEntry:
     dedup_id: str | None = None
     dedup_window: float | None = None
     retention: float | None = None
+    group: str | None = None
 
     FIELDS = ("content", "delay", "process_after", "priority", "attributes", "dedup_id", "dedup_window",
-              "retention")
+              "retention", "group")
 
     @classmethod
     def parse(cls, item: object, *, now: int, limits: SendLimits, storable: Storable | None = None) -> SendEntry:
@@ -82,6 +84,7 @@ class SendEntry:
         priority(given.get("priority"))
         attributes(given.get("attributes"))
         dedup_id(given.get("dedup_id"))
+        group(given.get("group"))
         if "dedup_window" in given:
             seconds(given["dedup_window"], "dedup_window", vocab.DEDUP_WINDOW_S)
         if "retention" in given:

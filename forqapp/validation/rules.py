@@ -275,6 +275,15 @@ def dedup_id(value: object) -> str | None:
     return value
 
 
+def group(value: object) -> str | None:
+    """A message's group (:data:`forqapp.vocab.GROUP_NAME`), or None for none."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not vocab.GROUP_NAME.fullmatch(value):
+        raise _invalid(f"group must be 1 to {vocab.GROUP_MAX} characters of A-Z a-z 0-9 _ . : / = + @ -")
+    return value
+
+
 def duration_ms(value: object, name: str, lo_s: float, hi_s: float) -> int:
     """Seconds (int or float) or a ``timedelta``, from ``lo_s`` to ``hi_s``, in whole ms."""
     if isinstance(value, timedelta):
@@ -350,15 +359,20 @@ def max_in_flight(value: object) -> int:
     return integer(value, "max_in_flight", vocab.MAX_IN_FLIGHT)
 
 
+def group_concurrency(value: object) -> int:
+    return integer(value, "group_concurrency", vocab.GROUP_CONCURRENCY)
+
+
 _RATE = re.compile(r"([1-9][0-9]{0,8})/([0-9]*\.?[0-9]*)(s|m|h|d)")
 _RATE_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 
 
-def rate(value: object) -> str:
+def rate(value: object, name: str = "rate") -> str:
     """A rate limit: ``"N/s"``, ``"N/m"``, ``"N/h"``, ``"N/d"`` (or ``"N/2.5s"``), or a minimum
-    interval between claims (seconds or timedelta, stored as ``"1/<seconds>s"``)."""
+    interval between claims (seconds or timedelta, stored as ``"1/<seconds>s"``). ``name``: the
+    field's, in the error (``group_rate`` has the same syntax)."""
     if isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
-        return f"1/{duration_ms(value, 'rate', *vocab.RATE_INTERVAL_S) / 1000:g}s"
+        return f"1/{duration_ms(value, name, *vocab.RATE_INTERVAL_S) / 1000:g}s"
     if isinstance(value, str) and (match := _RATE.fullmatch(value.strip())):
         count, amount, unit = match.groups()
         try:
@@ -367,7 +381,7 @@ def rate(value: object) -> str:
             period = 0
         if 0.001 <= period <= DAY_S * 366 and int(count) / period <= 1_000_000:
             return value.strip()
-    raise _invalid('rate must be like "10/s", "600/m", "100/h", "1/2.5s", or a minimum interval in seconds')
+    raise _invalid(f'{name} must be like "10/s", "600/m", "100/h", "1/2.5s", or a minimum interval in seconds')
 
 
 def rate_interval_us(value: str) -> int:
@@ -386,7 +400,7 @@ def paused(value: object) -> bool:
 
 
 # Each policy field: (stored column, the rule that turns a given value into the stored one).
-POLICY_FIELDS = {
+POLICY_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "max_attempts": ("max_attempts", max_attempts),
     "backoff": ("backoff", backoff),
     "visibility_timeout": ("visibility_timeout_ms",
@@ -398,6 +412,8 @@ POLICY_FIELDS = {
     "dedup_window": ("dedup_window_ms", lambda v: duration_ms(v, "dedup_window", *vocab.DEDUP_WINDOW_S)),
     "max_in_flight": ("max_in_flight", max_in_flight),
     "rate": ("rate", rate),
+    "group_concurrency": ("group_concurrency", group_concurrency),
+    "group_rate": ("group_rate", lambda v: rate(v, "group_rate")),
     "paused": ("paused", paused),
 }
 

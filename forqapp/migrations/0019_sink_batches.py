@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('forqapp', '0017_due_order'),
+        ('forqapp', '0018_message_groups'),
     ]
 
     operations = [

@@ -1,0 +1,261 @@
+"""Message groups: a message's ``group``, a queue's ``group_concurrency`` and ``group_rate``, the fair
+turn across groups, on the test database's store (SQLite, and PostgreSQL in the second run) and
+through the Python API. Store-level tests give every claim its own ``now`` (no sleeps)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+import forqapp
+from forqapp import errors, ids, services, store, validation, vocab
+from forqapp.errors import ForqError
+from forqapp.models import DedupEntry, Message, Queue
+from forqapp.store import Delivery, NewMessage, Store
+
+NOW = 1_800_000_000_000
+HOUR = 3_600_000
+VIS = 30_000
+
+
+@pytest.fixture
+def st(db) -> Store:
+    Message.objects.all().delete()
+    Queue.objects.all().delete()
+    DedupEntry.objects.all().delete()
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM forq_groups")
+    return store.for_alias(connection.alias)
+
+
+def put(st: Store, queue: str, groups: list[str | None], *, due: int = NOW, received: int = NOW,
+        priority: int = 0) -> list[str]:
+    """One message per entry of ``groups`` (None: no group), received one ms apart."""
+    new = ids.new_ids(len(groups))
+    st.insert([NewMessage(m, queue, f"{g}:{k}", due, received + k, due + HOUR, priority, None, None, g)
+               for k, (m, g) in enumerate(zip(new, groups, strict=True))])
+    return new
+
+
+def take(st: Store, queue: str, now: int, limit: int = 1, *, vis: int = VIS, max_attempts: int = 0,
+         concurrency: int | None = None, rate_us: int | None = None, **kw) -> list[Delivery]:
+    return st.claim(queue, now, limit, visibility_ms=vis, max_attempts=max_attempts, dlq_ttl_ms=HOUR,
+                    group_concurrency=concurrency, group_rate_us=rate_us, **kw).deliveries
+
+
+def contents(deliveries: list[Delivery]) -> list[str]:
+    return [d.content for d in deliveries]
+
+
+# --- words -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a", "tenant-42", "x" * vocab.GROUP_MAX, "A.b:c/d=e+f@g_h-9"])
+def test_a_group_name_is_1_to_128_of_the_table_s_characters(name):
+    assert vocab.GROUP_NAME.fullmatch(name) and validation.group(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "x" * (vocab.GROUP_MAX + 1), "has space", "é", "a*b", 42])
+def test_any_other_group_is_refused(name):
+    with pytest.raises(ForqError) as caught:
+        validation.group(name)
+    assert caught.value.code == errors.BODY_INVALID
+
+
+def test_the_group_policy_fields_parse_as_the_rate_does():
+    change = validation.PolicyChange.parse({"group_concurrency": 1, "group_rate": "5/s"})
+    assert change.columns == {"group_concurrency": 1, "group_rate": "5/s"}
+    assert validation.policy({"group_rate": 0.2}) == {"group_rate": "1/0.2s"}
+    for bad in ({"group_concurrency": 0}, {"group_concurrency": True}, {"group_rate": "fast"}):
+        with pytest.raises(ForqError, match=next(iter(bad))):
+            validation.policy(bad)
+
+
+def test_a_send_entry_carries_its_group():
+    entry = validation.SendEntry.parse({"content": "x", "group": "g-1"}, now=NOW,
+                                       limits=validation.SendLimits(1024, 0, 3_600_000))
+    assert entry.group == "g-1" and entry.item() == {"content": "x", "group": "g-1"}
+    with pytest.raises(ForqError):
+        validation.SendEntry.parse({"content": "x", "group": ""}, now=NOW, limits=validation.SendLimits(1024, 0, 3_600_000))
+
+
+# --- the store ---------------------------------------------------------------------------------------
+
+
+def test_messages_without_a_group_go_as_before_and_first(st):
+    put(st, "q", ["a", None, "a", None])
+    got = take(st, "q", NOW + 1, 10)
+    assert contents(got) == ["None:1", "None:3", "a:0", "a:2"]  # no group first; then the group's, in order
+    assert [d.group for d in got] == [None, None, "a", "a"]
+    assert take(st, "q", NOW + 2, 10) == []
+
+
+def test_order_within_a_group_is_priority_then_sequence(st):
+    put(st, "q", ["a", "a"])
+    put(st, "q", ["a"], priority=5, received=NOW + 10)
+    got = [take(st, "q", NOW + 20 + k, concurrency=1) for k in range(3)]
+    assert contents(got[0]) == ["a:0"] and got[1] == [] and got[2] == []  # 1 at a time
+    got = take(st, "q", NOW + 30, concurrency=1)
+    assert got == []
+    # (settle the first: the next is the priority-5 one, then the rest by sequence)
+
+
+def test_strict_order_holds_through_ack_nack_backoff_and_lease_end(st):
+    a0, a1, a2 = put(st, "q", ["a", "a", "a"])
+    (b0,) = put(st, "q", ["b"], received=NOW + 5)
+    first = take(st, "q", NOW + 10, 10, concurrency=1)
+    assert [d.id for d in first] == [a0, b0]  # one of each group
+    assert st.ack("q", b0, first[1].receipt)
+    # a0 nacked with a backoff: the group waits for it (SQS FIFO), a1 never overtakes it
+    assert st.nack("q", a0, first[0].receipt, NOW + 20, 0, [1_000])
+    assert take(st, "q", NOW + 30, 10, concurrency=1) == []
+    assert take(st, "q", NOW + 1_019, 10, concurrency=1) == []
+    again = take(st, "q", NOW + 1_020, 10, concurrency=1)
+    assert [(d.id, d.attempts) for d in again] == [(a0, 2)]
+    # its lease ends: a0 again (not a1), the slot never leaks
+    assert take(st, "q", NOW + 1_020 + VIS - 1, 10, concurrency=1) == []
+    third = take(st, "q", NOW + 1_020 + VIS, 10, concurrency=1)
+    assert [(d.id, d.attempts) for d in third] == [(a0, 3)]
+    assert st.ack("q", a0, third[0].receipt)
+    later = NOW + 1_020 + VIS + 1
+    assert [d.id for d in take(st, "q", later, 10, concurrency=1)] == [a1]
+    assert take(st, "q", later + 1, 10, concurrency=1) == []
+    assert st.group_state("q", "a", later + 1) == store.GroupState("a", 1, 1, later + VIS)
+    del a2
+
+
+def test_group_concurrency_3_is_never_exceeded(st):
+    put(st, "q", ["a"] * 10 + ["b"] * 2)
+    got = take(st, "q", NOW + 10, 10, concurrency=3)
+    assert sorted(d.group for d in got) == ["a", "a", "a", "b", "b"]
+    assert take(st, "q", NOW + 11, 10, concurrency=3) == []
+    a = [d for d in got if d.group == "a"]
+    assert st.ack("q", a[0].id, a[0].receipt)
+    assert [d.group for d in take(st, "q", NOW + 12, 10, concurrency=3)] == ["a"]
+    assert st.group_state("q", "a", NOW + 12).in_flight == 3
+    # a failed message frees its slot too
+    assert st.fail("q", a[1].id, a[1].receipt, NOW + 13)
+    assert [d.group for d in take(st, "q", NOW + 14, 10, concurrency=3)] == ["a"]
+
+
+def test_the_slots_ignore_the_messages_without_a_group_and_the_queue_limits_apply_on_top(st):
+    put(st, "q", [None] * 3 + ["a"] * 3)
+    got = take(st, "q", NOW + 10, 10, concurrency=1, max_in_flight=2)
+    assert [d.group for d in got] == [None, None]
+    assert take(st, "q", NOW + 11, 10, concurrency=1, max_in_flight=2) == []
+
+
+def test_group_rate_spaces_one_group_s_claims_and_not_the_others(st):
+    put(st, "q", ["a"] * 5 + ["b"] * 5)
+    interval = 100_000  # µs: 10/s
+    got = take(st, "q", NOW + 10, 10, rate_us=interval)
+    assert sorted(d.group for d in got) == ["a", "b"]  # one of each: each group's next slot is 100 ms on
+    claim = st.claim("q", NOW + 50, 10, visibility_ms=VIS, max_attempts=0, dlq_ttl_ms=HOUR, group_rate_us=interval)
+    assert claim.deliveries == []
+    assert st.group_state("q", "a", NOW + 50).next_eligible_at == NOW + 110
+    assert sorted(d.group for d in take(st, "q", NOW + 110, 10, rate_us=interval)) == ["a", "b"]
+    # over a longer run, claiming every ms: one claim per group per 100 ms
+    times = {"a": [], "b": []}
+    for t in range(NOW + 111, NOW + 400):
+        for d in take(st, "q", t, 10, rate_us=interval):
+            times[d.group].append(t)
+    assert times == {"a": [NOW + 210, NOW + 310], "b": [NOW + 210, NOW + 310]}
+
+
+def test_the_fair_turn_serves_every_small_group_before_a_busy_one_again(st):
+    big = 20_000 if connection.vendor == "sqlite" else 10_000
+    st.insert([NewMessage(m, "q", "big", NOW, NOW, NOW + HOUR, 0, None, None, "busy") for m in ids.new_ids(big)])
+    smalls = [f"small-{k}" for k in range(1_000)]
+    st.insert([NewMessage(m, "q", g, NOW, NOW + 1, NOW + HOUR, 0, None, None, g)
+               for m, g in zip(ids.new_ids(len(smalls)), smalls, strict=True)])
+    served: list[str] = []
+    for k in range(1_100):
+        (d,) = take(st, "q", NOW + 10 + k)
+        served.append(d.group or "")
+    assert set(smalls) <= set(served[:1_001])
+    assert served.count("busy") <= 100
+
+
+def test_an_expired_lease_frees_its_group_s_slot(st):
+    (a0, a1) = put(st, "q", ["a", "a"])
+    (got,) = take(st, "q", NOW + 10, concurrency=1, vis=1_000)
+    assert got.id == a0
+    assert take(st, "q", NOW + 500, concurrency=1) == []
+    (again,) = take(st, "q", NOW + 1_010, concurrency=1)
+    assert (again.id, again.attempts) == (a0, 2)
+    assert not st.ack("q", a0, got.receipt) and st.ack("q", a0, again.receipt)
+    assert [d.id for d in take(st, "q", NOW + 1_011, concurrency=1)] == [a1]
+    # the stale-lease job's way: the lease ends, the job makes it ready, its group goes on with it
+    (b0, _) = put(st, "q", ["b", "b"], received=NOW + 2_000)
+    (lease,) = take(st, "q", NOW + 2_010, concurrency=1, vis=100)
+    assert lease.id == b0
+    assert st.recover_stale(NOW + 2_200, 0) >= 1
+    assert [(d.id, d.attempts) for d in take(st, "q", NOW + 2_201, concurrency=1)] == [(b0, 2)]
+
+
+def test_the_dlq_keeps_the_group(st):
+    (a0,) = put(st, "q", ["a"])
+    (got,) = take(st, "q", NOW + 10, max_attempts=1, vis=100)
+    claimed = st.claim("q", NOW + 200, 1, visibility_ms=VIS, max_attempts=1, dlq_ttl_ms=HOUR)
+    assert claimed.deliveries == [] and [(d.id, d.group) for d in claimed.redriven_messages] == [(a0, "a")]
+    found = st.peek_message("q-dlq", a0)
+    assert found is not None and found[0].group == "a"
+    assert [(d.id, d.group) for d in take(st, "q-dlq", NOW + 300)] == [(a0, "a")]
+    # the failed job's way, and back from the DLQ with the requeue
+    (b0,) = put(st, "q", ["b"], received=NOW + 400)
+    (got,) = take(st, "q", NOW + 500)
+    assert st.fail("q", b0, got.receipt, NOW + 501)
+    assert st.move_failed_to_dlq(NOW + 502, HOUR) == 1
+    assert st.peek_message("q-dlq", b0)[0].group == "b"
+    assert st.requeue("q-dlq", b0, NOW + 503, HOUR) == 1
+    assert [(d.id, d.group) for d in take(st, "q", NOW + 504)] == [(b0, "b")]
+
+
+def test_group_counts_and_the_busiest_groups(st):
+    put(st, "q", ["a"] * 3 + ["b"] + [None])
+    assert st.group_count("q") == 2
+    take(st, "q", NOW + 10, 3)
+    busiest = st.busiest_groups("q", NOW + 10, 20)
+    assert [(g.group, g.ready, g.in_flight) for g in busiest] == [("a", 2, 1), ("b", 0, 1)]
+    assert st.group_state("q", "nobody", NOW) == store.GroupState("nobody", 0, 0, None)
+    st.purge("q")
+    assert st.group_count("q") == 0
+
+
+def test_a_raised_group_concurrency_takes_effect_at_once(st):
+    put(st, "q", ["a"] * 3)
+    assert len(take(st, "q", NOW + 10, 10, concurrency=1)) == 1
+    st.queue_put("q", {"group_concurrency": 2}, NOW + 11)
+    assert len(take(st, "q", NOW + 12, 10, concurrency=2)) == 1
+
+
+def test_waiters_see_an_eligible_group(st):
+    put(st, "q", ["a"])
+    assert st.has_due(["q"], NOW + 1, 10) == {"q": 1}
+    take(st, "q", NOW + 2, concurrency=1)
+    assert st.has_due(["q"], NOW + 3, 10) == {}
+
+
+# --- the Python API ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_python_api_speaks_groups():
+    forqapp.configure_queue("tenants", group_concurrency=1, group_rate="5/s")
+    info = forqapp.queue_info("tenants")
+    assert (info.policy["group_concurrency"], info.policy["group_rate"]) == (1, "5/s")
+    assert info.overrides["group_concurrency"] == 1
+    forqapp.configure_queue("tenants", group_rate=None)
+    forqapp.send("tenants", "a1", group="t-1")
+    forqapp.send_many("tenants", [{"content": "a2", "group": "t-1"}, {"content": "b1", "group": "t-2"}, "plain"])
+    assert forqapp.queue_info("tenants").groups == 2
+    got = forqapp.receive_many("tenants", 10)
+    assert [(m.content, m.group) for m in got] == [("plain", None), ("a1", "t-1"), ("b1", "t-2")]
+    g = forqapp.group_info("tenants", "t-1")
+    assert (g.ready, g.in_flight) == (1, 1) and g.next_eligible_at is not None
+    assert [b.group for b in services.busiest_groups("tenants")] == ["t-1", "t-2"]
+    forqapp.ack(got[1])
+    (nxt,) = forqapp.receive_many("tenants", 10)
+    assert (nxt.content, nxt.group) == ("a2", "t-1")
+    with pytest.raises(ForqError):
+        forqapp.send("tenants", "x", group="no spaces")
