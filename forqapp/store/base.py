@@ -179,6 +179,7 @@ class StagedMessage(NamedTuple):
     process_after: int
     priority: int = 0
     attributes: str | None = None
+    group: str | None = None  # the message's group (None: none)
 
 
 class SnapshotRow(NamedTuple):
@@ -198,6 +199,7 @@ class SnapshotRow(NamedTuple):
     sequence: int
     first_received_at: int | None
     last_error: str | None
+    group: str | None  # the message's group (None: none)
 
 
 assert SnapshotRow._fields == SNAPSHOT_COLUMNS  # noqa: S101 - the row is the vocabulary's column list

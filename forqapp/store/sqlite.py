@@ -60,7 +60,8 @@ EXPIRED = FailureReason.MESSAGE_EXPIRED.value
 MAX_ATTEMPTS = FailureReason.MAX_ATTEMPTS_REACHED.value
 FATAL = FailureReason.FATAL_ERROR.value
 MIN_VERSION = (3, 35, 0)  # RETURNING
-SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS)
+# (the column "group" is the message's message_group, NULL for none)
+SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS).replace(", group", ", NULLIF(message_group, '')")
 
 # --- produce ----------------------------------------------------------------------------------
 
@@ -621,21 +622,24 @@ STATE_COUNTS = {named: _state_counts(named) for named in (False, True)}
 # publishes it into ``messages`` with one INSERT … SELECT, or discards it.
 
 STAGE = """
-INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, staged_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, message_group,
+                         staged_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, ''), ?)"""
 
 STAGE_JSON = """
-INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, staged_at)
-SELECT :token, value->>0, :queue, value->>1, value->>2, value->>3, value->>4, :now FROM json_each(:rows)"""
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, message_group,
+                         staged_at)
+SELECT :token, value->>0, :queue, value->>1, value->>2, value->>3, value->>4, COALESCE(value->>5, ''), :now
+FROM json_each(:rows)"""
 
 STAGED_COUNT = "SELECT COUNT(*) FROM forq_staged WHERE token = :token AND queue = :queue"
 
 # Sequence numbers in message id order (the order the job wrote them), after :first - 1.
 PUBLISH = f"""
-INSERT INTO messages ({COLUMNS})
+INSERT INTO messages ({COLUMNS}, message_group)
 SELECT message_id, queue, 0, content, {READY}, 0, MAX(process_after, :now - :tolerance), NULL, NULL,
        :now, :now, MAX(process_after, :now) + :ttl, priority, attributes, NULL,
-       :first - 1 + row_number() OVER (ORDER BY message_id)
+       :first - 1 + row_number() OVER (ORDER BY message_id), message_group
 FROM forq_staged WHERE token = :token AND queue = :queue"""
 
 UNSTAGE = "DELETE FROM forq_staged WHERE token = :token AND queue = :queue"
@@ -1300,7 +1304,7 @@ class SQLiteStore(Store):
     def stage(self, token: str, queue: str, rows: Sequence[StagedMessage], now: int) -> None:
         conn = self._conn()
         if _holds_nul(rows, 1):
-            conn.executemany(STAGE, [(token, r[0], queue, r[1], r[2], r[3], r[4], now) for r in rows])
+            conn.executemany(STAGE, [(token, r[0], queue, r[1], r[2], r[3], r[4], r[5], now) for r in rows])
         else:
             conn.execute(STAGE_JSON, {"token": token, "queue": queue, "now": now,
                                       "rows": json.dumps(rows, ensure_ascii=False)})
