@@ -672,6 +672,11 @@ class Store(abc.ABC):
         """{queue: messages under a live lease (processing, lease not ended)}, queues with none left out."""
 
     @abc.abstractmethod
+    def ready_groups_by_queue(self) -> dict[str, int]:
+        """{queue: message groups with at least one ready message (due now or later)}, queues with
+        none left out (the ``forq_queue_groups_ready`` gauge: one probe per group row)."""
+
+    @abc.abstractmethod
     def queue_depths(self) -> list[QueueDepth]:
         """(queue, is_dlq, messages) for every queue that has messages, by queue name."""
 

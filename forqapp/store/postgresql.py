@@ -448,6 +448,11 @@ SELECT COUNT(*) FROM forq_groups AS g WHERE queue = %(queue)s AND (
     EXISTS (SELECT 1 FROM messages
             WHERE queue = g.queue AND message_group = g.name AND message_group > '' AND status = {READY})
     OR EXISTS (SELECT 1 FROM messages WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD}))"""
+READY_GROUPS_BY_QUEUE = f"""
+SELECT queue, COUNT(*) FROM forq_groups AS g WHERE EXISTS (
+    SELECT 1 FROM messages
+    WHERE queue = g.queue AND message_group = g.name AND message_group > '' AND status = {READY})
+GROUP BY queue"""
 GROUPS_AT_ONCE = """
 UPDATE forq_groups SET eligible_at = LEAST(COALESCE(eligible_at, %(now)s), %(now)s) WHERE queue = %(queue)s"""
 DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue IN (%s, %s)"
@@ -1391,6 +1396,9 @@ class PostgreSQLStore(Store):
 
     def in_flight_by_queue(self, now: int) -> dict[str, int]:
         return {q: int(n) for q, n in self._fetchall(IN_FLIGHT_BY_QUEUE, (now,))}
+
+    def ready_groups_by_queue(self) -> dict[str, int]:
+        return {q: int(n) for q, n in self._fetchall(READY_GROUPS_BY_QUEUE)}
 
     def state_counts(self, now: int, queues: Sequence[str] | None = None) -> dict[str, StateCounts]:
         params = {"now": now, "queues": list(queues or ())}

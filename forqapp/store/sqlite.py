@@ -416,6 +416,11 @@ SELECT COUNT(*) FROM forq_groups AS g WHERE queue = :queue AND (
             WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
     OR EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_held
                WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD}))"""
+READY_GROUPS_BY_QUEUE = f"""
+SELECT queue, COUNT(*) FROM forq_groups AS g WHERE EXISTS (
+    SELECT 1 FROM messages INDEXED BY idx_group_ready
+    WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
+GROUP BY queue"""
 GROUPS_AT_ONCE = "UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, :now), :now) WHERE queue = :queue"
 DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue IN (?, ?)"
 
@@ -1290,6 +1295,9 @@ class SQLiteStore(Store):
 
     def in_flight_by_queue(self, now: int) -> dict[str, int]:
         return {q: int(n) for q, n in self._conn().execute(IN_FLIGHT_BY_QUEUE, (now,))}
+
+    def ready_groups_by_queue(self) -> dict[str, int]:
+        return {q: int(n) for q, n in self._conn().execute(READY_GROUPS_BY_QUEUE)}
 
     def state_counts(self, now: int, queues: Sequence[str] | None = None) -> dict[str, StateCounts]:
         params = {"now": now, "queues": json.dumps(list(queues or ()))}
