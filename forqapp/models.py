@@ -395,6 +395,7 @@ class StagedMessage(ReadOnlyModel):
     staged_at = models.BigIntegerField()  # Unix ms
     priority = models.IntegerField(default=0)
     attributes = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = no attributes
+    message_group = models.CharField(max_length=128, default="", db_default="", blank=True)  # '' = none
 
     objects = ReadOnlyQuerySet.as_manager()
 

@@ -85,7 +85,7 @@ def base_of(name: str) -> str:
 # schema all follow this tuple.
 SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "id", "queue", "content", "status", "attempts", "received_at", "process_after", "failure_reason",
-    "priority", "attributes", "dedup_id", "sequence", "first_received_at", "last_error",
+    "priority", "attributes", "dedup_id", "sequence", "first_received_at", "last_error", "group",
 )
 
 # --- limits: the one table ------------------------------------------------------------------

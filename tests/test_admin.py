@@ -293,7 +293,8 @@ def policy_post(name: str, **fields) -> dict:
     """The change form's fields as a browser posts them, with what the page showed as initial."""
     info = services.queue_info(name)
     shown = {k: "" for k in ("max_attempts", "backoff", "visibility_timeout", "retention", "dlq_retention",
-                             "max_length", "ordering", "dedup_window", "max_in_flight", "rate")}
+                             "max_length", "ordering", "dedup_window", "max_in_flight", "rate",
+                             "group_concurrency", "group_rate")}
     for key, value in info.overrides.items():
         shown[key] = json.dumps(value) if key == "backoff" else str(value)
     data = {**shown, **{f"initial-{k}": v for k, v in shown.items()}}
@@ -693,3 +694,44 @@ def test_schedule_admin_enforces_csrf(db):
     assert response.status_code == 403 and not Message.objects.exists()
     response = c.post("/admin/forqapp/schedule/a/change/", schedule_post("a", paused=True))
     assert response.status_code == 403 and not schedules.get("a").paused
+
+
+# --- message groups ---------------------------------------------------------------------------
+
+
+def test_queue_page_lists_its_busiest_groups_and_the_group_policy(staff_client):
+    services.configure_queue("tenants", group_concurrency=1, group_rate="5/s")
+    for i in range(3):
+        forqapp.send("tenants", f"a{i}", group="tenant-a")
+    forqapp.send("tenants", "b0", group="tenant:b@x")
+    forqapp.send("tenants", "plain")
+    claimed = services.claim_many("tenants", 10)
+    assert sorted(m.group or "" for m in claimed) == ["", "tenant-a", "tenant:b@x"]
+    html = staff_client.get("/admin/forqapp/queue/tenants/change/").content.decode()
+    assert "per group: one at a time (in order), at most 5/s · 2 groups with messages" in html
+    rows = re.findall(r"<tr><td><code>([^<]*)</code></td><td>(\d+)</td><td>(\d+)</td><td>([^<]*)</td></tr>", html)
+    assert [(name, int(ready), int(in_flight)) for name, ready, in_flight, _ in rows] == [
+        ("tenant-a", 2, 1), ("tenant:b@x", 0, 1)]  # the most messages first
+    assert all(when.startswith("in ") or when == "now" for _, _, _, when in rows)
+    # the policy form edits both fields (through configure_queue)
+    assert 'name="group_concurrency"' in html and 'name="group_rate"' in html
+    done = staff_client.post("/admin/forqapp/queue/tenants/change/",
+                             policy_post("tenants", group_concurrency="3", group_rate=""), follow=True)
+    assert b"was changed successfully" in done.content
+    info = services.queue_info("tenants")
+    assert info.overrides["group_concurrency"] == 3 and "group_rate" not in info.overrides
+    refused = staff_client.post("/admin/forqapp/queue/tenants/change/", policy_post("tenants", group_rate="fast"))
+    assert refused.status_code == 200 and b"group_rate" in refused.content
+    assert services.queue_info("tenants").policy["group_rate"] is None
+
+
+def test_a_queue_without_groups_says_so_and_a_message_shows_its_group(staff_client):
+    plain = forqapp.send("emails", "x")
+    html = staff_client.get("/admin/forqapp/queue/emails/change/").content.decode()
+    assert "no group limits · 0 groups with messages" in html
+    assert 'class="forq-groups"' not in html
+    grouped = forqapp.send("emails", "y", group="customer/42")
+    page = staff_client.get(f"/admin/forqapp/message/{grouped}/change/").content.decode()
+    assert "<code>customer/42</code>" in page
+    assert re.search(r"field-group.*?<div class=\"readonly\">—</div>",
+                     staff_client.get(f"/admin/forqapp/message/{plain}/change/").content.decode(), re.S)

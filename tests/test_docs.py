@@ -412,3 +412,65 @@ def test_the_http_api_how_to_examples_answer_as_shown(api_with_default_long_poll
         assert same_shape(shown_json(shown), got), (command, got)
         if command is receive[0]:
             (received,) = got["messages"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_groups_how_to_runs_as_it_is(settings, tmp_path, monkeypatch, capsys):
+    """docs/how-to/groups.md: its tour prints what its comments say; its FORQ_QUEUES blocks apply;
+    its myapp/consumers.py, run by a worker, sends every tenant's emails in order; its Tasks block's
+    group_by puts a call in the group it names."""
+    import django
+    from django.core import mail
+    from django.core.management import call_command
+
+    import forqapp
+    from forqapp.worker import consumers
+    from forqapp.worker.runner import Worker
+
+    page = (DOCS / "how-to" / "groups.md").read_text()
+    (tour,) = python_blocks(section(page, "groups-tour"))
+    exec(compile(tour, "groups.md", "exec"), {})  # noqa: S102 - the docs' own code
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "['busy 0', 'quiet a', 'quiet b']" and out[1] == "[]"
+    assert out[2].startswith("GroupInfo(group='tenant-1', ready=2, in_flight=1, ") and out[3] == "1"
+    forqapp.delete_queue("emails")
+
+    blocks = python_blocks(page)
+    for block in [b for b in blocks if b.startswith("# settings.py")]:
+        namespace: dict = {}
+        exec(compile(block, "groups.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+        settings.FORQ_QUEUES = namespace["FORQ_QUEUES"]
+        call_command("forq_queues", "apply", verbosity=0)
+    assert forqapp.queue_info("emails").overrides["group_rate"] == "5/s"
+    assert forqapp.queue_info("tasks-emails").overrides["group_concurrency"] == 1
+
+    by_file = {b.splitlines()[0]: b for b in blocks}
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "consumers.py").write_text(by_file["# myapp/consumers.py"])
+    tasks_py = by_file["# myapp/tasks.py"]
+    if django.VERSION < (6,):
+        tasks_py = tasks_py.replace("from django.tasks import task ", "from django_tasks import task ")
+    (tmp_path / "myapp" / "tasks.py").write_text(tasks_py)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default", "emails"],
+                                  "OPTIONS": {"queue_prefix": "tasks-"}}}  # (django-tasks.md's, in short)
+    forqapp.configure_queue("emails", group_rate=None)  # (the worker need not wait out 5/s here)
+    try:
+        module = importlib.import_module("myapp.consumers")
+        for n in range(3):
+            for tenant in (1, 2):
+                module.queue_email(tenant, f"t{tenant}@example.com", f"{tenant}-{n}")
+        assert Worker({"emails": consumers._registry["emails"]}, concurrency=4, burst=True, start_jitter=0).run() == {
+            "ack": 6}
+        for tenant in (1, 2):
+            assert [m.subject for m in mail.outbox if m.to == [f"t{tenant}@example.com"]] == [
+                f"{tenant}-{n}" for n in range(3)]
+        send_invoice = importlib.import_module("myapp.tasks").send_invoice
+        result = send_invoice.enqueue(42, 7)
+        assert forqapp.peek("tasks-emails", result.id).group == "42"
+    finally:
+        consumers.unregister("emails")
+        for name in ("myapp.consumers", "myapp.tasks", "myapp"):
+            sys.modules.pop(name, None)

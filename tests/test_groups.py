@@ -259,3 +259,32 @@ def test_the_python_api_speaks_groups():
     assert (nxt.content, nxt.group) == ("a2", "t-1")
     with pytest.raises(ForqError):
         forqapp.send("tenants", "x", group="no spaces")
+
+
+# --- HTTP v2 -----------------------------------------------------------------------------------------
+
+V2 = "/api/v2"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_v2_speaks_groups(live_api):
+    client = live_api.client
+    put = client.put(f"{V2}/queues/v2-groups", json={"group_concurrency": 1, "group_rate": "50/s"})
+    assert put.status_code == 200, put.text
+    assert (put.json()["overrides"]["group_concurrency"], put.json()["overrides"]["group_rate"]) == (1, "50/s")
+    assert client.patch(f"{V2}/queues/v2-groups", json={"group_rate": None}).status_code == 200
+    one = client.post(f"{V2}/queues/v2-groups/messages", json={"content": "a1", "group": "t-1"})
+    assert one.status_code == 201, one.text
+    batch = client.post(f"{V2}/queues/v2-groups/messages/batch",
+                        json={"entries": [{"content": "a2", "group": "t-1"}, {"content": "b1", "group": "t-2"},
+                                          {"content": "plain"}]})
+    assert batch.status_code == 200, batch.text
+    assert client.get(f"{V2}/queues/v2-groups").json()["groups"] == 2
+    got = client.post(f"{V2}/queues/v2-groups/receive", json={"max_messages": 10}).json()["messages"]
+    assert [(m["content"], m["group"]) for m in got] == [("plain", None), ("a1", "t-1"), ("b1", "t-2")]
+    for bad in ({"content": "x", "group": ""}, {"content": "x", "group": "a b"}, {"content": "x", "group": 7}):
+        refused = client.post(f"{V2}/queues/v2-groups/messages", json=bad)
+        assert refused.status_code == 400 and refused.json()["code"] == errors.BODY_INVALID, refused.text
+    for bad in ({"group_concurrency": 0}, {"group_rate": "fast"}):
+        refused = client.patch(f"{V2}/queues/v2-groups", json=bad)
+        assert refused.status_code == 400, refused.text

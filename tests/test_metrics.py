@@ -159,3 +159,37 @@ def test_a_killed_workers_in_flight_gauge_leaves_the_sum(tmp_path, monkeypatch):
     after = metrics.exposition()[0].decode()
     assert 'forq_worker_in_flight{queue_name="slow"}' not in after
     assert 'forq_worker_handled_total{outcome="ack",queue_name="slow"} 1.0' in after
+
+
+# --- message groups ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_groups_with_ready_messages_per_queue_and_claims_held_back_by_group_limits():
+    from forqapp import services
+    from forqapp.worker import jobs
+
+    services.configure_queue("mg", group_concurrency=1)
+    for group in ("a", "a", "b", "c"):
+        forqapp.send("mg", "x", group=group)
+    forqapp.send("mg", "no group")
+    forqapp.send("mg-other", "y", group="z")
+    jobs.queue_depth()
+    assert get_metric("forq_queue_groups_ready", queue_name="mg") == 3
+    assert get_metric("forq_queue_groups_ready", queue_name="mg-other") == 1
+    claimed = services.claim_many("mg", 10)  # a, b, c once each, and the one without a group
+    assert len(claimed) == 4
+    jobs.queue_depth()
+    assert get_metric("forq_queue_groups_ready", queue_name="mg") == 1  # "a"'s second message waits
+    # A claim whose group's turn came while the group is at its limit is held back and counted,
+    # reason "group" (a send to group "b" makes its turn come; "b"'s message is in flight).
+    forqapp.send("mg", "x", group="b")
+    before = save_registry()
+    assert services.claim_many("mg", 10) == []
+    assert_metric_diff(before, 1, "forq_claims_throttled_total", queue_name="mg", reason="group")
+    for m in claimed:
+        services.ack(m)
+    services.ack(services.claim("mg"))
+    services.ack(services.claim("mg"))
+    jobs.queue_depth()
+    assert get_metric("forq_queue_groups_ready", queue_name="mg") == 0  # seen before, now without: 0

@@ -739,3 +739,50 @@ def test_stream_reader_honours_the_queues_policy(live_forq):
     assert sorted(seen) == sorted(f"m{i}" for i in range(30)) and live_forq.count("policed") == 0
     assert most_leased <= 4
     assert time.monotonic() - began >= 29 / 20 * 0.9  # 30 claims at 20/s: about 1.5 s at least
+
+
+# --- message groups ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delivery", ["exactlyOnce", "atLeastOnce"])
+def test_writer_with_a_group_column_and_the_readers_carry_it(live_forq, delivery):
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    queue = f"wg-{delivery}"
+    schema = StructType([StructField("content", StringType()), StructField("group", StringType())])
+    w = ForqDataSource(live_forq.options(queue, batchSize=2, delivery=delivery)).writer(schema, overwrite=False)
+    batch = pa.RecordBatch.from_pydict({"content": ["a1", "b1", "a2", "none"],
+                                        "group": ["tenant-a", "tenant:b", "tenant-a", None]})
+    w.commit([w.write(iter([batch]))])
+    rows = live_forq.sql(f"SELECT content, message_group FROM messages WHERE queue = '{queue}' ORDER BY content")
+    assert rows == [("a1", "tenant-a"), ("a2", "tenant-a"), ("b1", "tenant:b"), ("none", "")]
+    # the snapshot reader's group column (null: none)
+    reader = ForqSnapshotReader(ForqOptions.parse(live_forq.options(queue)))
+    read = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    assert sorted((r["content"], r["group"]) for r in read) == [
+        ("a1", "tenant-a"), ("a2", "tenant-a"), ("b1", "tenant:b"), ("none", None)]
+    # ... and the stream reader's: a claim honours the groups (fair across them), each row says its group
+    r = _stream(live_forq, queue, maxMessagesPerBatch=10)
+    start = r.initialOffset()
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    streamed = [dict(zip(SNAPSHOT_COLUMNS, row, strict=True)) for p in r.partitions(start, end) for row in r.read(p)]
+    assert sorted((x["content"], x["group"]) for x in streamed) == sorted((x["content"], x["group"]) for x in read)
+    r.commit(r.latestOffset(end, r.getDefaultReadLimit()) and end)
+    r.stop()
+
+
+def test_a_group_column_that_is_not_a_string_or_holds_a_bad_name_is_refused(live_forq):
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    source = ForqDataSource(live_forq.options("wg-bad"))
+    content = StructField("content", StringType())
+    with pytest.raises(ForqOptionError, match='"group" must be a string'):
+        source.writer(StructType([content, StructField("group", IntegerType())]), overwrite=False)
+    w = source.writer(StructType([content, StructField("group", StringType())]), overwrite=False)
+    batch = pa.RecordBatch.from_pydict({"content": ["ok", "bad"], "group": ["g", "no spaces"]})
+    with pytest.raises(ValueError, match=re.escape("column \"group\" holds 'no spaces'")):
+        w.write(iter([batch]))
+    assert live_forq.count("wg-bad") == 0 and live_forq.staged_rows("wg-bad") == 0
+    with live_forq.client() as c, pytest.raises(ForqClientError) as exc:  # the server checks it too
+        c.stage("wg-bad", "t-bad", [{"content": "x", "group": "x" * 129}])
+    assert exc.value.code == "bad_request.body.invalid"

@@ -135,6 +135,27 @@ def test_write_priority_and_attributes_then_read_them(spark, live_forq, delivery
     assert read.filter("first_received_at IS NOT NULL OR last_error IS NOT NULL OR dedup_id IS NOT NULL").count() == 0
 
 
+def test_write_a_group_column_then_read_it_in_a_snapshot_and_a_stream(spark, live_forq, tmp_path):
+    """Message groups through Spark: the writer's group column, the snapshot's, the stream's."""
+    queue = "groups"
+    df = spark.range(0, 300, 1, 2).selectExpr(
+        "concat('m-', id) AS content", "IF(id % 3 = 0, NULL, concat('tenant-', id % 3)) AS `group`")
+    df.write.format("forq").options(**live_forq.options(queue, batchSize=100)).mode("append").save()
+    assert live_forq.sql(f"SELECT message_group, COUNT(*) FROM messages WHERE queue = '{queue}' "
+                         "GROUP BY message_group ORDER BY message_group") == [("", 100), ("tenant-1", 100),
+                                                                              ("tenant-2", 100)]
+    read = spark.read.format("forq").options(**live_forq.options(queue)).load()
+    assert dict(read.dtypes)["group"] == "string"
+    assert {r["group"]: r["count"] for r in read.groupBy("group").count().collect()} == {
+        None: 100, "tenant-1": 100, "tenant-2": 100}
+    stream = spark.readStream.format("forq").options(**live_forq.options(queue, maxMessagesPerBatch=1000)).load()
+    query = stream.select("content", "group").writeStream.format("memory").queryName("grouped") \
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+    query.awaitTermination(120)
+    rows = spark.sql("SELECT content, `group` FROM grouped").collect()
+    assert len(rows) == 300 and all((r["group"] is None) == (int(r.content[2:]) % 3 == 0) for r in rows)
+
+
 def test_other_save_modes_are_refused(spark, live_forq):
     df = _contents(spark, 10)
     with pytest.raises(Exception, match="only appends"):

@@ -124,3 +124,16 @@ def test_a_key_needs_produce_and_a_refused_one_says_so(live_forq):
     finally:
         live_forq.api_key = SECRET
     assert live_forq.count("sk-sink") == 1
+
+
+def test_a_streaming_write_carries_the_group_column(live_forq):
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField("content", StringType()), StructField("group", StringType())])
+    w = ForqDataSource(live_forq.options("sg", checkpointlocation="/checkpoints/sg")).streamWriter(
+        schema, overwrite=False)
+    batch = pa.RecordBatch.from_pydict({"content": ["a", "b", "c"], "group": ["t1", None, "t2"]})
+    w.commit([w.write(iter([batch]))], 0)
+    assert live_forq.sql("SELECT content, message_group FROM messages WHERE queue = 'sg' ORDER BY content") == [
+        ("a", "t1"), ("b", ""), ("c", "t2")]

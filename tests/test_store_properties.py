@@ -7,7 +7,8 @@ settles, claims follow priority then sequence, sequences strictly increase, and 
 its original message until its window ends.
 
 Time is a fake clock the machine moves itself: deterministic (hypothesis is derandomized too) and
-fast. ``FORQ_HYPOTHESIS_EXAMPLES=2000`` runs that many random examples instead of the 35 fixed ones
+fast. A second machine (:class:`GroupedQueueMachine`) sends messages in groups too, under a
+``group_concurrency`` drawn per example. ``FORQ_HYPOTHESIS_EXAMPLES=2000`` runs that many random examples instead of the 35 fixed ones
 (about 30 s on SQLite), for a longer search after a change to the store.
 """
 
@@ -46,6 +47,7 @@ class Msg:
     receipt: int | None = None
     dead: bool = False  # moved to the DLQ
     acked: bool = False
+    group: str | None = None
 
     def used_up(self, max_attempts: int) -> bool:
         return 0 < max_attempts <= self.attempts
@@ -111,7 +113,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(priority=strategies.sampled_from([-1, 0, 0, 5]), delay=strategies.sampled_from([0, 0, 500, 3_000]),
           dedup_id=strategies.sampled_from([None, None, "a", "b"]))
-    def send(self, priority, delay, dedup_id):
+    def send(self, priority, delay, dedup_id, group=None):
         message_id = ids.new_id()
         if dedup_id is not None:
             original = self.st.dedup(QUEUE, dedup_id, message_id, self.clock, WINDOW)
@@ -124,10 +126,10 @@ class QueueMachine(RuleBasedStateMachine):
             self.check_dedup_records()
         due = self.clock + delay
         (sequence,) = self.st.insert([NewMessage(message_id, QUEUE, "x", due, self.clock, due + HOUR, priority,
-                                                 None, dedup_id)])
+                                                 None, dedup_id, group)])
         assert sequence > self.last_sequence, "sequences strictly increase"
         self.last_sequence = sequence
-        self.messages[message_id] = Msg(message_id, priority, sequence, due=due)
+        self.messages[message_id] = Msg(message_id, priority, sequence, due=due, group=group)
 
     @rule(ms=strategies.sampled_from([1, 200, 1_000, 2_500, None]))
     def time_passes(self, ms):
@@ -275,3 +277,129 @@ def test_store_state_machine():
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
     QueueMachine.TestCase().runTest()
+
+
+# --- message groups -------------------------------------------------------------------------------
+
+GROUPS = [None, "a", "a", "b", "c"]
+
+
+class GroupedQueueMachine(QueueMachine):
+    """The same queue with messages in groups (and some without), under a ``group_concurrency`` drawn
+    per example. The messages without a group are claimed first, exactly as the plain model says.
+    Which group a claim serves first is the fair turn's business (tests/test_groups.py); what holds
+    whatever the turn: each group gives its messages in its own order — of the ones that hold a slot
+    and are due again, and while it holds fewer than ``group_concurrency`` slots its ready ones never
+    delivered, by priority then sequence — and a claim short of its limit takes every message some
+    group may give (no group is left waiting past its time: its next turn is never late)."""
+
+    def __init__(self):
+        super().__init__()
+        with connection.cursor() as cur:
+            cur.execute("DELETE FROM forq_groups")
+        self.concurrency: int | None = None
+
+    @initialize(concurrency=strategies.sampled_from([None, 1, 2]))
+    def group_limit(self, concurrency):
+        self.concurrency = concurrency
+
+    @initialize(groups=strategies.lists(strategies.sampled_from(GROUPS), min_size=1, max_size=4))
+    def some_messages(self, groups):
+        for group in groups:
+            self.send(0, 0, None, group)
+
+    @rule(priority=strategies.sampled_from([-1, 0, 0, 5]), delay=strategies.sampled_from([0, 0, 500, 3_000]),
+          dedup_id=strategies.sampled_from([None, None, None, "a"]), group=strategies.sampled_from(GROUPS))
+    def send(self, priority, delay, dedup_id, group=None):
+        super().send(priority, delay, dedup_id, group)
+
+    def group_sequence(self, group: str, max_attempts: int) -> list[tuple[Msg, bool]]:
+        """(message, used up) in the order group ``group`` gives them to one claim, as long as asked."""
+        def by_order(m: Msg) -> tuple[int, int]:
+            return -m.priority, m.sequence
+
+        mine = [m for m in self.live() if m.group == group and m.status in (READY, PROCESSING)]
+        held = [m for m in mine if m.status == PROCESSING or m.attempts > 0]
+        slots = len(held)
+        held_due = sorted((m for m in held if m.due <= self.clock), key=by_order)
+        fresh_due = sorted((m for m in mine if m.status == READY and m.attempts == 0 and m.due <= self.clock),
+                           key=by_order)
+        out: list[tuple[Msg, bool]] = []
+        while True:
+            candidates = held_due[:1] + (fresh_due[:1] if self.concurrency is None or slots < self.concurrency else [])
+            if not candidates:
+                return out
+            best = min(candidates, key=by_order)
+            used = best.used_up(max_attempts)
+            if best in held_due:
+                held_due.remove(best)
+                slots -= used  # a used-up one goes to the DLQ: its slot is free
+            else:
+                fresh_due.remove(best)
+                slots += 1
+            out.append((best, used))
+
+    @rule(limit=strategies.sampled_from([1, 1, 2, 4]), visibility=strategies.sampled_from([1, 1_000, 3_000]),
+          order=strategies.sampled_from(["fifo", "fifo", "lifo"]), max_attempts=strategies.sampled_from(ATTEMPTS))
+    def claim(self, limit, visibility, order, max_attempts):
+        everything = self.messages
+        self.messages = {k: m for k, m in everything.items() if m.group is None}
+        plain, plain_redriven = self.expected_claim(limit, order, max_attempts)
+        self.messages = everything
+        sequences = {g: self.group_sequence(g, max_attempts) for g in GROUPS if g is not None}
+        got = self.st.claim(QUEUE, self.clock, limit, visibility_ms=visibility, max_attempts=max_attempts,
+                            dlq_ttl_ms=HOUR, order=order, group_concurrency=self.concurrency)
+        key = (lambda m: (-m.priority, -m.sequence)) if order == "lifo" else (lambda m: (-m.priority, m.sequence))
+        delivered = [self.messages[d.id] for d in got.deliveries]
+        redriven = [self.messages[d.id] for d in got.redriven_messages]
+        assert [m.id for m in delivered if m.group is None] == [m.id for m in sorted(plain, key=key)], order
+        assert sorted(m.id for m in redriven if m.group is None) == sorted(m.id for m in plain_redriven)
+        assert all(m.group is None for m in delivered[:len(plain)]), "the messages without a group first"
+        assert [d.group for d in got.deliveries] == [m.group for m in delivered]
+        assert all(d.group == self.messages[d.id].group for d in got.redriven_messages)
+        grouped = [m for m in delivered if m.group is not None]
+        deliverable = 0
+        for group, sequence in sequences.items():
+            taken = {m.id for m in delivered + redriven if m.group == group}
+            given = sequence[:len(taken)]
+            assert taken == {m.id for m, _ in given}, (group, "a group gives its messages in its order")
+            assert all((m in redriven) == used for m, used in given)
+            deliverable += sum(not used for _, used in sequence)
+        assert len(grouped) == (min(limit - len(plain), deliverable) if len(plain) < limit else 0), \
+            "a claim short of its limit takes what the groups may give"
+        for d in got.deliveries:
+            m = self.messages[d.id]
+            if m.receipt is not None:
+                assert d.receipt > m.receipt, "receipts grow"
+                self.stale.append((m.id, m.receipt))
+            assert (d.attempts, d.sequence, d.priority, d.lease_expires_at) == (
+                m.attempts + 1, m.sequence, m.priority, self.clock + visibility)
+            m.status, m.attempts, m.receipt, m.due = PROCESSING, m.attempts + 1, d.receipt, self.clock + visibility
+        for m in redriven:
+            if m.receipt is not None:
+                self.stale.append((m.id, m.receipt))
+            m.dead, m.status, m.receipt = True, READY, None
+
+    @invariant()
+    def each_group_is_counted(self):
+        for group in ("a", "b", "c"):
+            mine = [m for m in self.live() if m.group == group]
+            state = self.st.group_state(QUEUE, group, self.clock)
+            assert (state.ready, state.in_flight) == (
+                sum(m.status == READY for m in mine),
+                sum(m.status == PROCESSING and m.due > self.clock for m in mine))
+            if self.concurrency is not None:
+                assert sum(m.status == PROCESSING or (m.status == READY and m.attempts > 0) for m in mine) \
+                    <= self.concurrency
+        groups = dict(Message.objects.filter(queue__in=[QUEUE, DLQ]).values_list("id", "message_group"))
+        assert groups == {m.id: m.group or "" for m in self.messages.values() if not m.acked}, "the DLQ keeps the group"
+
+
+@pytest.mark.django_db
+def test_store_state_machine_with_groups():
+    GroupedQueueMachine.TestCase.settings = settings(
+        max_examples=int(os.environ.get("FORQ_HYPOTHESIS_EXAMPLES", 35)), stateful_step_count=40, deadline=None,
+        derandomize=not os.environ.get("FORQ_HYPOTHESIS_EXAMPLES"), database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    GroupedQueueMachine.TestCase().runTest()

@@ -1192,3 +1192,45 @@ def test_the_empty_dashboards_example_uses_the_apis_address(staff_client, settin
     assert b"http://localhost:9090/api/v1/queues/emails/messages" in staff_client.get("/ui/").content
     settings.FORQ_API_ADDR = "queue.internal:8443"
     assert b"http://queue.internal:8443/api/v1/queues/emails/messages" in staff_client.get("/ui/").content
+
+
+# --- message groups ---------------------------------------------------------------------------
+
+
+def test_queue_page_lists_the_busiest_groups_and_the_group_policy(staff_client):
+    services.configure_queue("tenants", group_concurrency=2, group_rate="5/s")
+    for i in range(3):
+        forqapp.send("tenants", f"a{i}", group="tenant-a")
+    forqapp.send("tenants", "b0", group="tenant:b")
+    services.claim_many("tenants", 10)
+    page = staff_client.get("/ui/queues/tenants/")
+    assert page.status_code == 200
+    assert [(g.name, g.ready, g.in_flight) for g in page.context["groups"]] == [("tenant-a", 2, 1), ("tenant:b", 0, 1)]
+    html = page.content.decode()
+    card = html.split('data-testid="groups"')[1].split("</section>")[0]
+    assert 'data-testid="group-policy">Per group: at most 2 in flight, at most 5/s<' in card
+    assert '<tr data-group="tenant-a"><td><code>tenant-a</code></td><td class="num">2</td><td class="num">1</td>' in card
+    assert '<tr data-group="tenant:b"><td><code>tenant:b</code></td><td class="num">0</td><td class="num">1</td>' in card
+    policy = html.split('data-testid="policy"')[1].split("</dl>")[0]
+    assert '<div class="override" data-field="group_concurrency">' in policy and "<dd>2 <span" in policy
+    assert '<div class="override" data-field="group_rate">' in policy and "<dd>5/s <span" in policy
+    # the same card through htmx (the body partial)
+    assert b'data-testid="groups"' in staff_client.get("/ui/queues/tenants/", **HX).content
+
+
+def test_a_queue_without_groups_or_group_limits_has_no_groups_card_nor_has_a_dlq(staff_client):
+    forqapp.send("emails", "x")
+    dead_letters("emails", ["y"])
+    for url in ("/ui/queues/emails/", "/ui/queues/emails-dlq/"):
+        page = staff_client.get(url)
+        assert page.context["groups"] is None and b'data-testid="groups"' not in page.content
+    policy = staff_client.get("/ui/queues/emails/").content.decode().split('data-testid="policy"')[1]
+    assert '<div class="global" data-field="group_concurrency">' in policy and "<dd>no limit <span" in policy
+
+
+def test_message_details_show_the_group(staff_client):
+    grouped = forqapp.send("emails", "x", group="customer/42")
+    plain = forqapp.send("emails", "y")
+    assert b'<code data-testid="group">customer/42</code>' in staff_client.get(
+        f"/ui/queues/emails/messages/{grouped}/", **HX).content
+    assert b'data-testid="group"' not in staff_client.get(f"/ui/queues/emails/messages/{plain}/", **HX).content

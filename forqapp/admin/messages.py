@@ -73,7 +73,7 @@ class MessageAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False
     actions = [requeue_messages, delete_messages]
-    fields = ["id", "queue", "is_dlq", "message_status", "priority", "sequence", "attempts", "due", "lease_end",
+    fields = ["id", "queue", "group", "is_dlq", "message_status", "priority", "sequence", "attempts", "due", "lease_end",
               "received", "first_received", "updated", "expires", "processing_started", "dedup_id",
               "attributes_table", "failure_reason", "last_error", "pretty_content"]
     # mypy types `fields` as the base class's field groups; it holds plain names here.
@@ -151,6 +151,11 @@ class MessageAdmin(admin.ModelAdmin):
                               obj.failure_reason.replace("_", " ")) if obj.failure_reason else "")
         return format_html("{}{}", reason, admin_cells.clipped(obj.last_error, ERROR_PREVIEW, css="forq-error",
                                                                 empty=""))
+
+    @admin.display(description="group", ordering="message_group")
+    def group(self, obj):
+        """Its message group (escaped as any value of a message), "—" for none."""
+        return format_html("<code>{}</code>", obj.message_group) if obj.message_group else "—"
 
     @admin.display(description="due", ordering="process_after")
     def due(self, obj):

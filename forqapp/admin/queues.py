@@ -85,6 +85,13 @@ class QueueForm(forms.ModelForm):
         help_text=format_html("At most this many receives: <code>{}</code>, <code>{}</code>, <code>{}</code>, "
                               "<code>{}</code> (or <code>{}</code>: one per 2.5 seconds).",
                               "10/s", "600/m", "100/h", "1000/d", "1/2.5s"))
+    group_concurrency = forms.IntegerField(
+        required=False, label="Group concurrency", min_value=1,
+        help_text="Per message group: messages in flight at once (1: one at a time, in order).")
+    group_rate = forms.CharField(
+        required=False, max_length=32, label="Group rate",
+        help_text=format_html("Per message group: at most this many receives (<code>{}</code>, <code>{}</code>).",
+                              "5/s", "600/m"))
     paused = forms.BooleanField(
         required=False, label="Paused", help_text="Receives get nothing; produces are still accepted.")
 
@@ -119,6 +126,8 @@ class QueueForm(forms.ModelForm):
             self.initial.setdefault("max_length", row.max_length)
             self.initial.setdefault("max_in_flight", row.max_in_flight)
             self.initial.setdefault("rate", row.rate or "")
+            self.initial.setdefault("group_concurrency", row.group_concurrency)
+            self.initial.setdefault("group_rate", row.group_rate or "")
             self.initial.setdefault("ordering", row.ordering or "")
             self.initial.setdefault("paused", row.paused)
             for name in POLICY_FIELDS:
@@ -203,7 +212,9 @@ def _policy_html(public: dict[str, Any], overrides: dict[str, Any], *, inline: b
 
 
 _REASON_HELP = {"concurrency": "held back by max in flight (every slot taken)",
-                "rate": "held back by the rate (the next slot had not come)"}
+                "rate": "held back by the rate (the next slot had not come)",
+                "group": "held back by the group limits (every group with messages at its limit)"}
+GROUPS_SHOWN = 20  # the change page's busiest message groups
 
 
 def _stats(names: list[str]) -> dict[str, queries.QueueStats]:
@@ -278,7 +289,8 @@ class QueueAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False
     actions = [pause_queues, resume_queues, purge_queues]
-    info_fields = ["counts", "flow_control", "resolved_policy", "last_sequence_number", "created", "updated", "links"]
+    info_fields = ["counts", "flow_control", "busiest_groups", "resolved_policy", "last_sequence_number", "created",
+                   "updated", "links"]
 
     @property
     def media(self):
@@ -440,6 +452,24 @@ class QueueAdmin(admin.ModelAdmin):
             "<div>in flight: {}{}</div><div>rate: {}</div><div>throttled claims ({}): {}</div>",
             f.in_flight_text, " (every slot taken)" if f.full else "", f.rate_text, flow.SINCE,
             f.throttled_text)
+
+    @admin.display(description="message groups")
+    def busiest_groups(self, obj):
+        """The groups with the most messages (ready, in flight, when the next claim may come), and
+        the group policy; names escaped as any value of a message."""
+        info = self._info(obj)
+        rows = display.group_rows(services.busiest_groups(obj.name, GROUPS_SHOWN), now_ms())
+        policy = format_html("{} · {} group{} with messages",
+                             display.group_policy(info.policy.get("group_concurrency"), info.policy.get("group_rate")),
+                             info.groups, "" if info.groups == 1 else "s")
+        if not rows:
+            return policy
+        table = format_html_join(
+            "", '<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>',
+            ((g.name, g.ready, g.in_flight, g.next_eligible) for g in rows))
+        return format_html('<div>{}</div><table class="forq-groups"><thead><tr><th>group ({} busiest)</th>'
+                           "<th>ready</th><th>in flight</th><th>next eligible</th></tr></thead>"
+                           "<tbody>{}</tbody></table>", policy, GROUPS_SHOWN, table)
 
     @admin.display(description="policy in force")
     def resolved_policy(self, obj):

@@ -21,9 +21,9 @@ from .plumbing import endpoint, json_body, require
 
 #: The fields of a bulk message (a batch produce's or a staged write's): the services check their
 #: values (``content``'s size, ``processAfter``'s range, ``priority`` -1000..1000, ``attributes``
-#: ≤ 10 string pairs); any other field refuses the request, rather than be dropped by one endpoint
+#: ≤ 10 string pairs, ``group`` a message group's name); any other field refuses the request, rather than be dropped by one endpoint
 #: and honoured by the other.
-BULK_FIELDS = frozenset({"content", "processAfter", "priority", "attributes"})
+BULK_FIELDS = frozenset({"content", "processAfter", "priority", "attributes", "group"})
 
 
 def bulk_items(body: dict) -> list[dict[str, Any]]:
@@ -40,7 +40,7 @@ def bulk_items(body: dict) -> list[dict[str, Any]]:
 @endpoint("POST", action="produce")
 async def batch(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v1/queues/{queue}/messages/batch`` ``{"messages": [{"content", "processAfter"?,
-    "priority"?, "attributes"?}]}`` → 200 ``{"ids": [...]}`` (one transaction; one bad item refuses
+    "priority"?, "attributes"?, "group"?}]}`` → 200 ``{"ids": [...]}`` (one transaction; one bad item refuses
     the batch)."""
     validation.queue_name(queue, produce=True)
     items = bulk_items(json_body(request))
@@ -99,7 +99,7 @@ async def discard(request: HttpRequest) -> HttpResponse:
 async def claim(request: HttpRequest, queue: str) -> HttpResponse:
     """``POST /api/v1/queues/{queue}/messages/claim`` ``{"max": n, "wait": s}`` → 200
     ``{"messages": [{"id", "content", "attempts", "receipt", "priority", "attributes", "dedup_id",
-    "sequence", "received_at", "first_received_at", "lease_expires_at"}]}`` (times in Unix ms), in the
+    "sequence", "received_at", "first_received_at", "lease_expires_at", "group"}]}`` (times in Unix ms), in the
     queue's order (priority first, then FIFO or LIFO); with ``wait``, waits up to that many seconds
     for the first message (an empty list when none came). ``"throttled"`` (``"concurrency"`` or
     ``"rate"``) says the queue's ``max_in_flight`` or ``rate`` held the claim back."""
@@ -117,7 +117,7 @@ async def claim(request: HttpRequest, queue: str) -> HttpResponse:
         {"id": m.id, "content": m.content, "attempts": m.attempts, "receipt": str(m.receipt),
          "priority": m.priority, "attributes": m.attributes or None, "dedup_id": m.dedup_id,
          "sequence": m.sequence, "received_at": m.received_at, "first_received_at": m.first_received_at,
-         "lease_expires_at": m.lease_expires_at}
+         "lease_expires_at": m.lease_expires_at, "group": m.group}
         for m in messages
     ]}
     if throttled:

@@ -39,6 +39,10 @@ queue_in_flight = Gauge(
     "forq_queue_in_flight", "Messages of a queue under a live lease (every consumer, process and host).",
     ("queue_name",), multiprocess_mode="mostrecent"
 )
+queue_groups_ready = Gauge(
+    "forq_queue_groups_ready", "Message groups of a queue that have ready messages.",
+    ("queue_name",), multiprocess_mode="mostrecent"
+)
 messages_moved_to_dlq_total = Counter(
     "forq_messages_moved_to_dlq_total", "Messages moved to a DLQ.", ("reason",)
 )
@@ -265,6 +269,15 @@ def set_in_flight(counts: dict[str, int], previous=()) -> set:
         queue_in_flight.labels(queue).set(n)
     for queue in set(previous) - set(counts):
         queue_in_flight.labels(queue).set(0)
+    return set(counts)
+
+
+def set_groups_ready(counts: dict[str, int], previous=()) -> set:
+    """Set the ready-groups gauge from {queue: groups}; queues seen before and now without go to 0."""
+    for queue, n in counts.items():
+        queue_groups_ready.labels(queue).set(n)
+    for queue in set(previous) - set(counts):
+        queue_groups_ready.labels(queue).set(0)
     return set(counts)
 
 

@@ -212,15 +212,15 @@ END""",
 WHEN (NEW.message_group <> '' OR OLD.message_group <> '') AND NOT (OLD.status = 0 AND NEW.status = 1)
 BEGIN
     INSERT INTO forq_groups (queue, name, eligible_at)
-    SELECT NEW.queue, NEW.message_group, CASE WHEN NEW.status = 2 THEN NEW.updated_at ELSE NEW.process_after END
+    SELECT NEW.queue, NEW.message_group, CASE WHEN NEW.status = 2 THEN NEW.updated_at - 1 ELSE NEW.process_after END
     WHERE NEW.message_group <> '' AND NEW.status IN (0, 1, 2)
     ON CONFLICT (queue, name) DO UPDATE SET eligible_at = MIN(COALESCE(eligible_at, excluded.eligible_at), excluded.eligible_at);
-    UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, NEW.updated_at), NEW.updated_at)
+    UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, NEW.updated_at - 1), NEW.updated_at - 1)
     WHERE OLD.queue <> NEW.queue AND queue = OLD.queue AND name = OLD.message_group;
 END""",
     """CREATE TRIGGER forq_group_delete AFTER DELETE ON messages WHEN OLD.message_group <> ''
 BEGIN
-    UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, OLD.updated_at), OLD.updated_at)
+    UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, OLD.updated_at - 1), OLD.updated_at - 1)
     WHERE queue = OLD.queue AND name = OLD.message_group;
 END""",
 ]
@@ -233,16 +233,16 @@ DECLARE
     v_at bigint;
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        UPDATE forq_groups SET eligible_at = LEAST(COALESCE(eligible_at, OLD.updated_at), OLD.updated_at)
+        UPDATE forq_groups SET eligible_at = LEAST(COALESCE(eligible_at, OLD.updated_at - 1), OLD.updated_at - 1)
         WHERE queue = OLD.queue AND name = OLD.message_group;
         RETURN NULL;
     END IF;
     IF TG_OP = 'UPDATE' AND OLD.message_group <> '' AND OLD.queue <> NEW.queue THEN
-        UPDATE forq_groups SET eligible_at = LEAST(COALESCE(eligible_at, NEW.updated_at), NEW.updated_at)
+        UPDATE forq_groups SET eligible_at = LEAST(COALESCE(eligible_at, NEW.updated_at - 1), NEW.updated_at - 1)
         WHERE queue = OLD.queue AND name = OLD.message_group;
     END IF;
     IF NEW.message_group <> '' AND NEW.status IN (0, 1, 2) THEN
-        v_at := CASE WHEN NEW.status = 2 THEN NEW.updated_at ELSE NEW.process_after END;
+        v_at := CASE WHEN NEW.status = 2 THEN NEW.updated_at - 1 ELSE NEW.process_after END;
         INSERT INTO forq_groups (queue, name, eligible_at) VALUES (NEW.queue, NEW.message_group, v_at)
         ON CONFLICT (queue, name) DO UPDATE
         SET eligible_at = LEAST(COALESCE(forq_groups.eligible_at, EXCLUDED.eligible_at), EXCLUDED.eligible_at);

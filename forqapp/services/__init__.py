@@ -23,6 +23,7 @@ from .maintenance import (
     move_failed_to_dlq,
     optimize_database,
     queue_depths,
+    ready_group_counts,
     recover_stale,
 )
 from .policies import forget_policies, policy
@@ -80,7 +81,7 @@ __all__ = [
     "due_counts", "extend", "fail", "forget_policies", "group_info", "healthy", "in_flight_counts", "lease_holder",
     "list_queues", "login_blocked_until", "login_failed", "move_expired_to_dlq", "move_failed_to_dlq",
     "nack", "nack_delivery", "nack_many", "now_ms", "optimize_database", "peek", "policy", "publish_sink_batch", "publish_staged",
-    "purge", "queue_depths", "queue_info", "receive", "receive_many", "recover_stale", "release",
+    "purge", "queue_depths", "queue_info", "ready_group_counts", "receive", "receive_many", "recover_stale", "release",
     "release_lease", "release_many", "requeue", "run_async", "send", "send_entries", "send_many",
     "settle_many", "snapshot_bounds", "snapshot_page", "stage", "startup_problems", "wake_poll_interval",
     "wake_version",

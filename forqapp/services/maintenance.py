@@ -100,6 +100,11 @@ def in_flight_counts(*, using: str | None = None) -> dict[str, int]:
     return _store(using).in_flight_by_queue(base.now_ms())
 
 
+def ready_group_counts(*, using: str | None = None) -> dict[str, int]:
+    """{queue: message groups with ready messages} for every queue that has any."""
+    return _store(using).ready_groups_by_queue()
+
+
 def queue_depths(*, using: str | None = None) -> list[store.QueueDepth]:
     """(queue, is_dlq, messages) for every queue."""
     st = _store(using)

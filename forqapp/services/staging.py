@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 
 def stage(queue: str, token: str, items: Iterable[dict[str, Any]], *, using: str | None = None) -> int:
-    """Write messages (``{"content", "processAfter"?}`` dicts) that stay invisible until
+    """Write messages (``{"content", "processAfter"?, "priority"?, "attributes"?, "group"?}`` dicts) that stay invisible until
     :func:`publish_staged` (or are discarded)."""
     queue = validation.queue_name(queue, produce=True)
     now = base.now_ms()
@@ -37,7 +37,7 @@ def stage(queue: str, token: str, items: Iterable[dict[str, Any]], *, using: str
     rows = [
         StagedMessage(message_id, content(item.get("content"), limit),
                       process_after(item.get("processAfter"), now, limits), validation.priority(item.get("priority")),
-                      validation.attributes(item.get("attributes")))
+                      validation.attributes(item.get("attributes")), validation.group(item.get("group")))
         for message_id, item in zip(ids.new_ids(len(items)), items, strict=True)
     ]
     st = _store(using)

@@ -25,7 +25,8 @@ def wake_version(*, using: str | None = None) -> int:
 @dataclass
 class Due:
     """What waiters may claim now: messages due per queue (up to a limit; queues with none left
-    out), and the earliest time (Unix ms) a rate-limited queue's next slot comes, if any."""
+    out), and the earliest time (Unix ms) a rate-limited queue's next slot, or a message group's
+    next turn, comes, if any."""
 
     counts: dict[str, int]
     recheck_at: int | None = None
@@ -55,6 +56,11 @@ def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
             counts[queue] = free
         else:
             del counts[queue]
+    for queue in open_queues:  # a group whose turn comes later (its rate, a backoff, a lease end): look again then
+        if queue not in counts:
+            turn = st.next_group_turn(queue)
+            if turn is not None and turn > now:
+                recheck_at = turn if recheck_at is None else min(recheck_at, turn)
     return Due(counts, recheck_at)
 
 

@@ -29,9 +29,6 @@ from .write import ForqCommitMessage, Stager, _task_token
 
 logger = logging.getLogger("forqapp.spark")
 
-# TODO(groups): the ``group`` column, once the core has message groups, goes through the shared
-# write path (write.py: WRITE_OPTIONAL, marked there); nothing here needs to change for it.
-
 
 def sink_id(query_id: str | None, checkpoint_location: str | None = None, query_name: str | None = None) -> str | None:
     """The name the server records a query's batches under (a token: ``[A-Za-z0-9._-]``, 100

@@ -47,7 +47,7 @@ _SPARK_TYPES = {
     "id": "STRING", "queue": "STRING", "content": "STRING", "status": "STRING", "attempts": "INT",
     "received_at": "TIMESTAMP", "process_after": "TIMESTAMP", "failure_reason": "STRING",
     "priority": "INT", "attributes": "MAP<STRING, STRING>", "dedup_id": "STRING", "sequence": "BIGINT",
-    "first_received_at": "TIMESTAMP", "last_error": "STRING",
+    "first_received_at": "TIMESTAMP", "last_error": "STRING", "group": "STRING",
 }
 SNAPSHOT_SCHEMA = ", ".join(f"{name} {_SPARK_TYPES[name]}" for name in vocab.SNAPSHOT_COLUMNS)
 ROWS_PER_PARTITION = 250_000  # snapshot read: default partitioning

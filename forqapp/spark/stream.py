@@ -49,6 +49,7 @@ def _stream_row(queue: str, m: dict[str, Any]) -> tuple:
         "process_after": _timestamp(get("lease_expires_at")), "failure_reason": None,
         "priority": get("priority"), "attributes": get("attributes") or None, "dedup_id": get("dedup_id"),
         "sequence": get("sequence"), "first_received_at": _timestamp(get("first_received_at")), "last_error": None,
+        "group": get("group"),
     }
     return tuple(row[name] for name in vocab.SNAPSHOT_COLUMNS)
 

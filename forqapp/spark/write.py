@@ -45,10 +45,9 @@ class ForqCommitMessage(WriterCommitMessage):
     query: str | None = None  # a streaming write's: Spark's id of the query (kept in its checkpoint)
 
 
-#: The optional columns a write takes, each sent as the bulk message field of the same name.
-#: TODO(groups): add "group" here and in _WRITE_RULES (a string column) once the core's bulk
-#: message and staged rows take a group; the batch and the streaming writers both go through here.
-WRITE_OPTIONAL = ("processAfter", "priority", "attributes")
+#: The optional columns a write takes, each sent as the bulk message field of the same name (the
+#: batch and the streaming writers both go through here).
+WRITE_OPTIONAL = ("processAfter", "priority", "attributes", "group")
 
 
 def _integral(data_type) -> bool:
@@ -64,12 +63,13 @@ _WRITE_RULES = {  # column -> (accepted type, what to say when it is not)
     "processAfter": (_integral, "an integer (Unix ms)"),
     "priority": (_integral, "an integer (-1000..1000, higher is delivered first)"),
     "attributes": (_string_map, "a map<string,string> (up to 10 pairs; e.g. F.create_map(...))"),
+    "group": (lambda t: isinstance(t, StringType), "a string (a message group: 1 to 128 of A-Z a-z 0-9 _ . : / = + @ -)"),
 }
 
 
 def _check_write_schema(schema: StructType) -> dict[str, str]:
-    """The DataFrame needs a string ``content``; ``processAfter`` (Unix ms), ``priority`` and
-    ``attributes`` are optional (other columns are ignored). Column names match without regard to
+    """The DataFrame needs a string ``content``; ``processAfter`` (Unix ms), ``priority``,
+    ``attributes`` and ``group`` (a message group; null: none) are optional (other columns are ignored). Column names match without regard to
     case, as Spark resolves them (an exact match first). Returns {column: its name in the schema}
     for ``content`` and the optional columns present."""
     exact = {f.name: f for f in schema.fields}
@@ -98,6 +98,13 @@ def _check_priorities(values: list) -> None:
     bad = next((v for v in values if v is not None and not lo <= v <= hi), None)
     if bad is not None:
         raise ValueError(f'format "forq": column "priority" holds {bad}: a priority is from {lo} to {hi}')
+
+
+def _check_groups(values: list) -> None:
+    bad = next((v for v in values if v is not None and not vocab.GROUP_NAME.fullmatch(v)), None)
+    if bad is not None:
+        raise ValueError(f'format "forq": column "group" holds {bad[:80]!r}: a group is 1 to {vocab.GROUP_MAX} '
+                         "characters of A-Z a-z 0-9 _ . : / = + @ - (null: no group)")
 
 
 def _attributes(pairs: list[tuple[str, str | None]] | None) -> dict[str, str] | None:
@@ -130,6 +137,8 @@ def _bulk_messages(contents: list, optional: dict[str, list]) -> list[dict[str, 
         return [{"content": c} for c in contents]
     if "priority" in optional:
         _check_priorities(optional["priority"])
+    if "group" in optional:
+        _check_groups(optional["group"])
     if "attributes" in optional:
         optional = {**optional, "attributes": [_attributes(a) for a in optional["attributes"]]}
     names = list(optional)

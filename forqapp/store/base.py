@@ -179,6 +179,7 @@ class StagedMessage(NamedTuple):
     process_after: int
     priority: int = 0
     attributes: str | None = None
+    group: str | None = None  # the message's group (None: none)
 
 
 class SnapshotRow(NamedTuple):
@@ -198,6 +199,7 @@ class SnapshotRow(NamedTuple):
     sequence: int
     first_received_at: int | None
     last_error: str | None
+    group: str | None  # the message's group (None: none)
 
 
 assert SnapshotRow._fields == SNAPSHOT_COLUMNS  # noqa: S101 - the row is the vocabulary's column list
@@ -668,6 +670,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def in_flight_by_queue(self, now: int) -> dict[str, int]:
         """{queue: messages under a live lease (processing, lease not ended)}, queues with none left out."""
+
+    @abc.abstractmethod
+    def ready_groups_by_queue(self) -> dict[str, int]:
+        """{queue: message groups with at least one ready message (due now or later)}, queues with
+        none left out (the ``forq_queue_groups_ready`` gauge: one probe per group row)."""
 
     @abc.abstractmethod
     def queue_depths(self) -> list[QueueDepth]:

@@ -66,7 +66,8 @@ EXPIRED = FailureReason.MESSAGE_EXPIRED.value
 MAX_ATTEMPTS = FailureReason.MAX_ATTEMPTS_REACHED.value
 FATAL = FailureReason.FATAL_ERROR.value
 CHANNEL = "forq"  # the LISTEN/NOTIFY channel; the payload is the queue name
-SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS)
+# (the column "group" is the message's message_group, NULL for none)
+SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS).replace(", group", ", NULLIF(message_group, '')")
 
 # --- produce ----------------------------------------------------------------------------------
 
@@ -447,6 +448,11 @@ SELECT COUNT(*) FROM forq_groups AS g WHERE queue = %(queue)s AND (
     EXISTS (SELECT 1 FROM messages
             WHERE queue = g.queue AND message_group = g.name AND message_group > '' AND status = {READY})
     OR EXISTS (SELECT 1 FROM messages WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD}))"""
+READY_GROUPS_BY_QUEUE = f"""
+SELECT queue, COUNT(*) FROM forq_groups AS g WHERE EXISTS (
+    SELECT 1 FROM messages
+    WHERE queue = g.queue AND message_group = g.name AND message_group > '' AND status = {READY})
+GROUP BY queue"""
 GROUPS_AT_ONCE = """
 UPDATE forq_groups SET eligible_at = LEAST(COALESCE(eligible_at, %(now)s), %(now)s) WHERE queue = %(queue)s"""
 DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue IN (%s, %s)"
@@ -706,21 +712,22 @@ SELECT queue, COUNT(*) FROM messages WHERE status = {PROCESSING} AND process_aft
 # into ``messages`` with one statement, or discards it.
 
 STAGE = """
-INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, staged_at)
-SELECT %(token)s, i, %(queue)s, c, p, pr, a, %(now)s
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, message_group,
+                         staged_at)
+SELECT %(token)s, i, %(queue)s, c, p, pr, a, COALESCE(g, ''), %(now)s
 FROM unnest(%(ids)s::text[], %(contents)s::text[], %(process_after)s::bigint[], %(priority)s::int[],
-            %(attributes)s::text[]) AS t(i, c, p, pr, a)"""
+            %(attributes)s::text[], %(groups)s::text[]) AS t(i, c, p, pr, a, g)"""
 
 PUBLISH = f"""
 WITH staged AS (
     DELETE FROM forq_staged WHERE token = %(token)s AND queue = %(queue)s
-    RETURNING message_id, content, process_after, priority, attributes
+    RETURNING message_id, content, process_after, priority, attributes, message_group
 ), q AS ({ENSURE_QUEUE.replace("%(base)s", "%(queue)s")}
 ), published AS (
-    INSERT INTO messages ({COLUMNS})
+    INSERT INTO messages ({COLUMNS}, message_group)
     SELECT message_id, %(queue)s, FALSE, content, {READY}, 0,
            GREATEST(process_after, %(now)s - %(tolerance)s), NULL, NULL, %(now)s, %(now)s,
-           GREATEST(process_after, %(now)s) + %(ttl)s, priority, attributes, NULL, {SEQUENCE}
+           GREATEST(process_after, %(now)s) + %(ttl)s, priority, attributes, NULL, {SEQUENCE}, message_group
     FROM staged ORDER BY message_id
     RETURNING 1
 ), n AS (SELECT COUNT(*) AS n FROM published)
@@ -1390,6 +1397,9 @@ class PostgreSQLStore(Store):
     def in_flight_by_queue(self, now: int) -> dict[str, int]:
         return {q: int(n) for q, n in self._fetchall(IN_FLIGHT_BY_QUEUE, (now,))}
 
+    def ready_groups_by_queue(self) -> dict[str, int]:
+        return {q: int(n) for q, n in self._fetchall(READY_GROUPS_BY_QUEUE)}
+
     def state_counts(self, now: int, queues: Sequence[str] | None = None) -> dict[str, StateCounts]:
         params = {"now": now, "queues": list(queues or ())}
         return state_counts_of(self._fetchall(STATE_COUNTS[queues is not None], params))
@@ -1403,7 +1413,7 @@ class PostgreSQLStore(Store):
         self._rowcount(STAGE, {
             "token": token, "queue": queue, "now": now, "ids": [r[0] for r in rows],
             "contents": [r[1] for r in rows], "process_after": [r[2] for r in rows],
-            "priority": [r[3] for r in rows], "attributes": [r[4] for r in rows],
+            "priority": [r[3] for r in rows], "attributes": [r[4] for r in rows], "groups": [r[5] for r in rows],
         })
 
     def publish_staged(self, staged: Sequence[Staged], now: int, queue_ttl_ms: int,

@@ -60,7 +60,8 @@ EXPIRED = FailureReason.MESSAGE_EXPIRED.value
 MAX_ATTEMPTS = FailureReason.MAX_ATTEMPTS_REACHED.value
 FATAL = FailureReason.FATAL_ERROR.value
 MIN_VERSION = (3, 35, 0)  # RETURNING
-SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS)
+# (the column "group" is the message's message_group, NULL for none)
+SNAPSHOT_SELECT_LIST = ", ".join(SNAPSHOT_COLUMNS).replace(", group", ", NULLIF(message_group, '')")
 
 # --- produce ----------------------------------------------------------------------------------
 
@@ -415,6 +416,11 @@ SELECT COUNT(*) FROM forq_groups AS g WHERE queue = :queue AND (
             WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
     OR EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_held
                WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD}))"""
+READY_GROUPS_BY_QUEUE = f"""
+SELECT queue, COUNT(*) FROM forq_groups AS g WHERE EXISTS (
+    SELECT 1 FROM messages INDEXED BY idx_group_ready
+    WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
+GROUP BY queue"""
 GROUPS_AT_ONCE = "UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, :now), :now) WHERE queue = :queue"
 DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue IN (?, ?)"
 
@@ -621,21 +627,24 @@ STATE_COUNTS = {named: _state_counts(named) for named in (False, True)}
 # publishes it into ``messages`` with one INSERT … SELECT, or discards it.
 
 STAGE = """
-INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, staged_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, message_group,
+                         staged_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, ''), ?)"""
 
 STAGE_JSON = """
-INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, staged_at)
-SELECT :token, value->>0, :queue, value->>1, value->>2, value->>3, value->>4, :now FROM json_each(:rows)"""
+INSERT INTO forq_staged (token, message_id, queue, content, process_after, priority, attributes, message_group,
+                         staged_at)
+SELECT :token, value->>0, :queue, value->>1, value->>2, value->>3, value->>4, COALESCE(value->>5, ''), :now
+FROM json_each(:rows)"""
 
 STAGED_COUNT = "SELECT COUNT(*) FROM forq_staged WHERE token = :token AND queue = :queue"
 
 # Sequence numbers in message id order (the order the job wrote them), after :first - 1.
 PUBLISH = f"""
-INSERT INTO messages ({COLUMNS})
+INSERT INTO messages ({COLUMNS}, message_group)
 SELECT message_id, queue, 0, content, {READY}, 0, MAX(process_after, :now - :tolerance), NULL, NULL,
        :now, :now, MAX(process_after, :now) + :ttl, priority, attributes, NULL,
-       :first - 1 + row_number() OVER (ORDER BY message_id)
+       :first - 1 + row_number() OVER (ORDER BY message_id), message_group
 FROM forq_staged WHERE token = :token AND queue = :queue"""
 
 UNSTAGE = "DELETE FROM forq_staged WHERE token = :token AND queue = :queue"
@@ -1287,6 +1296,9 @@ class SQLiteStore(Store):
     def in_flight_by_queue(self, now: int) -> dict[str, int]:
         return {q: int(n) for q, n in self._conn().execute(IN_FLIGHT_BY_QUEUE, (now,))}
 
+    def ready_groups_by_queue(self) -> dict[str, int]:
+        return {q: int(n) for q, n in self._conn().execute(READY_GROUPS_BY_QUEUE)}
+
     def state_counts(self, now: int, queues: Sequence[str] | None = None) -> dict[str, StateCounts]:
         params = {"now": now, "queues": json.dumps(list(queues or ()))}
         return state_counts_of(self._conn().execute(STATE_COUNTS[queues is not None], params))
@@ -1300,7 +1312,7 @@ class SQLiteStore(Store):
     def stage(self, token: str, queue: str, rows: Sequence[StagedMessage], now: int) -> None:
         conn = self._conn()
         if _holds_nul(rows, 1):
-            conn.executemany(STAGE, [(token, r[0], queue, r[1], r[2], r[3], r[4], now) for r in rows])
+            conn.executemany(STAGE, [(token, r[0], queue, r[1], r[2], r[3], r[4], r[5], now) for r in rows])
         else:
             conn.execute(STAGE_JSON, {"token": token, "queue": queue, "now": now,
                                       "rows": json.dumps(rows, ensure_ascii=False)})

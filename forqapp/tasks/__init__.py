@@ -3,7 +3,7 @@
 
 Importing this package imports neither a model (``@task`` is often imported while apps load) nor
 the Tasks framework (``django-tasks`` is optional on Django 5.2: the admin and the jobs import
-``forqapp.tasks.models`` without it); ``ForqBackend``, ``retries``, ``task`` and
+``forqapp.tasks.models`` without it); ``ForqBackend``, ``retries``, ``group_by``, ``task`` and
 ``TaskArgumentsError`` load on first use.
 """
 
@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import ForqBackend, TaskArgumentsError
+    from .grouping import group_by
     from .retrying import retries, task
 
-__all__ = ["ForqBackend", "TaskArgumentsError", "retries", "task"]
+__all__ = ["ForqBackend", "TaskArgumentsError", "group_by", "retries", "task"]
 
 
 def __getattr__(name: str) -> Any:
@@ -27,4 +28,8 @@ def __getattr__(name: str) -> Any:
         from . import retrying
 
         return getattr(retrying, name)
+    if name == "group_by":
+        from . import grouping
+
+        return grouping.group_by
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

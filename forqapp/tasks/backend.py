@@ -38,6 +38,7 @@ from .compat import (
     TaskResultStatus,
     task_enqueued,
 )
+from .grouping import task_group
 from .messages import TaskArgumentsError, encode, round_trip
 from .retrying import RetryPolicyError, backend_retries, own_retries
 
@@ -145,6 +146,7 @@ class ForqBackend(BaseTaskBackend):
         self.validate_task(task)
         if problem := self._queue_problem(task.queue_name) or self._options_problem:
             raise InvalidTaskError(problem)  # the backend's settings (see validate_task)
+        group = task_group(task, args, kwargs)  # from the call's own arguments (@group_by)
         text, args, kwargs = round_trip(args, kwargs)
         now = services.now_ms()
         run_after = None if task.run_after is None else _ms(task.run_after)
@@ -154,6 +156,8 @@ class ForqBackend(BaseTaskBackend):
             # a run_after already past runs at once, its time kept for the due order (past_due); one
             # more than FORQ_PROCESS_AFTER_MAX_MS ahead is refused
             item["process_after"] = run_after
+        if group is not None:
+            item["group"] = group
         queue = self.forq_queue(task.queue_name)
         try:
             order_by_due(queue)

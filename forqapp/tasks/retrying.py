@@ -95,7 +95,7 @@ def retries(*, max_attempts: int | None = None, backoff: Any = None) -> Callable
 
 
 def task(function: Callable[..., Any] | None = None, *, max_attempts: int | None = None, backoff: Any = None,
-         **task_options: Any) -> Any:
+         group_by: Any = None, **task_options: Any) -> Any:
     """The framework's ``@task`` (``priority``, ``queue_name``, ``backend``, ``takes_context``)
     with the upstream proposal's two retry options on it, on Django 6 as on 5.2::
 
@@ -104,14 +104,19 @@ def task(function: Callable[..., Any] | None = None, *, max_attempts: int | None
         @task(queue_name="emails", max_attempts=10, backoff=lambda exc, result: 30)
         def send_welcome(user_id): ...
 
-    The same as ``@task(...)`` over ``@retries(max_attempts=..., backoff=...)``."""
+    The same as ``@task(...)`` over ``@retries(max_attempts=..., backoff=...)``; ``group_by``
+    (a parameter's name or a function of the arguments) the same as ``@group_by(...)`` under it:
+    ``@task(queue_name="emails", group_by="customer_id")``."""
     from .compat import task as framework_task
+    from .grouping import group_by as grouping
 
     policy = retries(max_attempts=max_attempts, backoff=backoff) if (max_attempts, backoff) != (None, None) else None
 
     def decorate(func: Callable[..., Any]) -> Any:
         if policy is not None:
             func = policy(func)
+        if group_by is not None:
+            func = grouping(group_by)(func)
         return framework_task(**task_options)(func)
 
     return decorate(function) if function is not None else decorate

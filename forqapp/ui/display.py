@@ -26,6 +26,9 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("dedup_window", "Dedup window", "how long a dedup id is remembered"),
     ("max_in_flight", "Max in flight", "deliveries leased at once; receives beyond it get nothing"),
     ("rate", "Rate", "at most this many receives per second, minute, hour or day"),
+    ("group_concurrency", "Group concurrency",
+     "per message group: messages in flight at once (1: one at a time, in order)"),
+    ("group_rate", "Group rate", "per message group: at most this many receives per period"),
 )
 _KNOWN = {name for name, _, _ in FIELDS}
 
@@ -89,12 +92,45 @@ def value(field: str, raw: Any) -> str:
     if field == "max_length":
         return "no limit" if raw is None else f"{raw:,} messages"
     if raw is None:
-        return "no limit" if field in ("max_in_flight", "rate") else "—"
+        return "no limit" if field in ("max_in_flight", "rate", "group_concurrency", "group_rate") else "—"
     if field == "ordering":
         return "by due time" if raw == "due" else str(raw or "fifo").upper()
     if field in ("visibility_timeout", "retention", "dlq_retention", "dedup_window"):
         return duration(raw)
     return str(raw)
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """A message group as the queue pages list it (its name as stored: templates escape it)."""
+
+    name: str
+    ready: int
+    in_flight: int
+    next_eligible: str  # "now", "in 2.5 s", or "—" (no messages)
+
+
+def group_rows(groups: Any, now: int) -> list[GroupRow]:
+    """``services.busiest_groups``' answer for people: when each group's next claim may come. A
+    group left without messages (its row stays until a claim passes it) is not shown."""
+    return [GroupRow(g.group, g.ready, g.in_flight, next_eligible(g.next_eligible_at, now)) for g in groups
+            if g.ready or g.in_flight]
+
+
+def group_policy(concurrency: int | None, rate: str | None) -> str:
+    """``"per group: one at a time (in order), at most 5/s"``, or ``"no group limits"``."""
+    parts = []
+    if concurrency is not None:
+        parts.append("one at a time (in order)" if concurrency == 1 else f"at most {concurrency} in flight")
+    if rate:
+        parts.append(f"at most {rate}")
+    return "per group: " + ", ".join(parts) if parts else "no group limits"
+
+
+def next_eligible(at: int | None, now: int) -> str:
+    if at is None:
+        return "—"
+    return "now" if at <= now else f"in {duration((at - now) / 1000)}"
 
 
 def label(field: str) -> str:

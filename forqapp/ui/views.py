@@ -336,6 +336,20 @@ def _flow_context(queue: str, stats: queries.QueueStats, pol: Policy) -> dict:
     return {"flow": flow.of(queue, pol, stats.processing), "since": flow.SINCE, "refresh": REFRESH_SECONDS}
 
 
+GROUPS_SHOWN = 20  # the queue page's busiest message groups
+
+
+def _groups_context(queue: str, pol: Policy, now: int) -> dict:
+    """A regular queue's busiest message groups (most messages first) and its group policy; the
+    card shows when the queue has groups or a group limit."""
+    if vocab.is_dlq(queue):
+        return {"groups": None}
+    rows = display.group_rows(services.busiest_groups(queue, GROUPS_SHOWN), now)
+    limited = pol.group_concurrency is not None or pol.group_rate is not None
+    return {"groups": rows if rows or limited else None, "groups_shown": GROUPS_SHOWN,
+            "group_policy": display.group_policy(pol.group_concurrency, pol.group_rate)}
+
+
 def _page_context(queue: str, now: int, before: str | None = None) -> dict:
     rows = queries.page(queue, before)
     more = len(rows) > queries.PAGE_SIZE
@@ -358,6 +372,7 @@ def _queue_context(queue: str, now: int) -> dict:
         **_page_context(queue, now),
         **_policy_context(queue, resolved=resolved),
         **_flow_context(queue, stats["stats"], resolved[0]),
+        **_groups_context(queue, resolved[0], now),
         "regular_queue": vocab.base_of(queue) if is_dlq else queue,
         "dlq_name": queue if is_dlq else vocab.dlq_of(queue),
         "chart": charts.chart(series, label=f"{queue} depth, last 24 hours",

@@ -85,17 +85,19 @@ def task_results(*, dry_run: bool = False, using: str | None = None) -> int:
 
 _depth_labels: set = set()
 _in_flight_labels: set = set()
+_groups_labels: set = set()
 
 
 def queue_depth(*, dry_run: bool = False, using: str | None = None) -> int:
-    """Refresh the ``forq_queue_depth`` and ``forq_queue_in_flight`` gauges and record the depth history (the UI's charts).
-    Returns the number of queues."""
-    global _depth_labels, _in_flight_labels
+    """Refresh the ``forq_queue_depth``, ``forq_queue_in_flight`` and ``forq_queue_groups_ready`` gauges and
+    record the depth history (the UI's charts). Returns the number of queues."""
+    global _depth_labels, _in_flight_labels, _groups_labels
     depths = services.queue_depths(using=using)
     if dry_run:
         return len(depths)
     _depth_labels = metrics.set_queue_depths(depths, _depth_labels)
     _in_flight_labels = metrics.set_in_flight(services.in_flight_counts(using=using), _in_flight_labels)
+    _groups_labels = metrics.set_groups_ready(services.ready_group_counts(using=using), _groups_labels)
     from ..services import history  # models: loaded when the job runs, not when jobs is imported
 
     try:

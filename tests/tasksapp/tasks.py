@@ -152,3 +152,25 @@ def leaves(how):
 async def leaves_async():
     _log("leaves_async")
     raise SystemExit(5)
+
+
+# --- message groups (forqapp.tasks.group_by) ---------------------------------------------------
+
+from forqapp.tasks import group_by  # noqa: E402
+
+
+@task(queue_name="other")
+@group_by("customer_id")
+def bill(customer_id, invoice, note=None):
+    _log("bill", customer_id=customer_id, invoice=invoice)
+
+
+@forq_task(queue_name="other", group_by=lambda tenant, **kwargs: f"tenant:{tenant}")
+def mail_tenant(tenant, subject=""):
+    _log("mail_tenant", tenant=tenant, subject=subject)
+
+
+@task(takes_context=True)
+@group_by("account")
+def with_context_grouped(context, account=None):
+    _log("with_context_grouped", account=account)

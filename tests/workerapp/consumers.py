@@ -39,3 +39,14 @@ def work(message):
 def json_consumer(message):
     log("json", type("M", (), {"id": message.id, "attempts": message.attempts,
                                "content": repr(message.content["n"])})())
+
+
+@forqapp.consumer("grouped")
+def grouped(message):
+    """Content ``<group>:<n>``: the n-th message of its group; every fifth fails once (a nack)."""
+    log("start", message)
+    n = int(message.content.rsplit(":", 1)[1])
+    if n % 5 == 0 and message.attempts == 1:
+        log("nack", message)
+        raise ValueError("once")
+    log("done", message)
