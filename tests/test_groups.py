@@ -288,3 +288,4 @@ def test_v2_speaks_groups(live_api):
     for bad in ({"group_concurrency": 0}, {"group_rate": "fast"}):
         refused = client.patch(f"{V2}/queues/v2-groups", json=bad)
         assert refused.status_code == 400, refused.text
+

@@ -17,7 +17,8 @@ queue a ``group_concurrency`` and a ``group_rate``.
   look: the claim that finds nothing to take in the group sets it right.
 
 On PostgreSQL, ``forq_claim`` passes over grouped messages (``message_group = ''``), and
-``forq_claim_group`` claims from groups; their text is frozen here, as the store generated it.
+the store's grouped claim (a few statements in one transaction) claims from groups; the
+function's text is frozen here, as the store generated it.
 """
 
 import importlib
