@@ -563,8 +563,10 @@ BEGIN
     END IF;
 END
 $claim_group$"""
-CALL_CLAIM_GROUP = """SELECT * FROM forq_claim_group(%(queue)s, %(now)s, %(limit)s, %(visibility)s, %(max)s, %(dlq_ttl)s,
-                                       %(concurrency)s, %(rate_us)s, %(looks)s)"""
+GROUP_CLAIM_FUNCTION = "\n".join(line.rstrip() for line in GROUP_CLAIM_FUNCTION.splitlines())
+CALL_CLAIM_GROUP = """SELECT * FROM forq_claim_group(%(queue)s::text, %(now)s::bigint, %(limit)s::bigint,
+    %(visibility)s::bigint, %(max)s::bigint, %(dlq_ttl)s::bigint, %(concurrency)s::bigint, %(rate_us)s::bigint,
+    %(looks)s::bigint)"""
 
 # Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
 # claims of a limited queue count and take one after the other, on every host.
@@ -1151,77 +1153,19 @@ class PostgreSQLStore(Store):
 
     def _claim_groups(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
                       dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None) -> Claim | None:
-        """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time (GROUP_PICK …);
-        None when no group is eligible now."""
-        deliveries: list[Delivery] = []
-        redriven: list[Delivery] = []
-        held_back = False
-        tried: list[str] = []
-        params: dict[str, Any] = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
-                                  "dlq_ttl": dlq_ttl_ms, "tried": tried}
-        in_transaction = self._fixed is not None or self.connection.in_atomic_block
-        with nullcontext() if in_transaction else transaction.atomic(using=self.alias):
-            for looks in range(limit + MAX_GROUP_LOOKS):
-                if len(deliveries) >= limit:
-                    break
-                rows = self._fetchall(GROUP_PICK, params)
-                if not rows:
-                    if not looks:
-                        return None
-                    break
-                params["group"], rate_next = rows[0]
-                if rate_us is not None and rate_next > now * 1000:  # the group's rate: its next slot
-                    self._rowcount(GROUP_SET_TURN, {**params, "eligible_at": -(-rate_next // 1000), "claimed_at": 0,
-                                                    "rate_next": rate_next})
-                    held_back = True
-                    continue
-                candidates = self._fetchall(GROUP_HELD_DUE, params)
-                held = None
-                if concurrency is not None:
-                    held = int(self._fetchall(GROUP_HELD_COUNT, params)[0][0])
-                if concurrency is None or held is None or held < concurrency:
-                    candidates += self._fetchall(GROUP_FRESH_DUE, params)
-                elif not candidates:
-                    held_back = True
-                claimed_at = 0
-                got: list[tuple[Any, ...]] = []
-                if candidates:
-                    best = min(candidates, key=lambda c: (-c[1], c[2]))
-                    got = self._fetchall(GROUP_CLAIM, {**params, "id": best[0]})
-                    if not got:  # locked by a settle in flight: this group waits for the next claim
-                        tried.append(params["group"])
-                        continue
-                for r in got:
-                    if r[13] == PROCESSING:
-                        deliveries.append(Delivery._make((*r[:13], r[14])))
-                        claimed_at = now
-                        if rate_us is not None:
-                            rate_next = max(rate_next, now * 1000) + rate_us
-                    else:
-                        redriven.append(Delivery._make((*r[:13], r[14]))._replace(receipt=None, lease_expires_at=None))
-                self._next_turn(params, concurrency, rate_next, claimed_at)
-        if not deliveries and not redriven:
-            return Claim([], throttled="group" if held_back else None)
-        return Claim(deliveries, tuple(redriven))
-
-    def _next_turn(self, params: dict[str, Any], concurrency: int | None, rate_next: int, claimed_at: int) -> None:
-        """Set the group ``params["group"]``'s next turn (as SQLite's store does)."""
-        now = params["now"]
-        times = [self._fetchall(GROUP_NEXT_HELD, params)[0][0]]
-        held = 0 if concurrency is None else int(self._fetchall(GROUP_HELD_COUNT, params)[0][0])
-        if concurrency is None or held < concurrency:
-            times.append(now if self._fetchall(GROUP_FRESH_DUE, params)
-                         else self._fetchall(GROUP_FRESH_NEXT, params)[0][0])
-        known = [int(t) for t in times if t is not None]
-        if not known:
-            if not self._fetchall(GROUP_ANY, params)[0][0]:
-                self._rowcount(GROUP_DROP, params)
-                return
-            eligible_at = None  # (failed messages alone, waiting for the DLQ job: its move wakes the group)
-        else:
-            eligible_at = max(min(known), now, -(-rate_next // 1000))
-        self._rowcount(GROUP_SET_TURN, {**params, "eligible_at": eligible_at, "claimed_at": claimed_at,
-                                        "rate_next": rate_next})
+        """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time, in one call of
+        ``forq_claim_group`` (GROUP_CLAIM_FUNCTION); None when it took nothing."""
+        rows = self._fetchall(CALL_CLAIM_GROUP, {
+            "queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
+            "dlq_ttl": dlq_ttl_ms, "concurrency": concurrency, "rate_us": rate_us, "looks": MAX_GROUP_LOOKS})
+        if not rows:
+            return None
+        if rows[0][0] is None:  # held back by the group limits
+            return Claim([], throttled="group")
+        deliveries = [Delivery._make((*r[:13], r[14])) for r in rows if r[13] == PROCESSING]
+        redriven = tuple(Delivery._make((*r[:13], r[14]))._replace(receipt=None, lease_expires_at=None)
+                         for r in rows if r[13] != PROCESSING and r[0] is not None)
+        return Claim(deliveries, redriven)
 
     def group_state(self, queue: str, group: str, now: int) -> GroupState:
         ((ready, in_flight, eligible_at),) = self._fetchall(GROUP_STATE, {"queue": queue, "group": group, "now": now})
