@@ -288,3 +288,18 @@ def test_v2_speaks_groups(live_api):
     for bad in ({"group_concurrency": 0}, {"group_rate": "fast"}):
         refused = client.patch(f"{V2}/queues/v2-groups", json=bad)
         assert refused.status_code == 400, refused.text
+
+
+
+@pytest.mark.django_db
+def test_the_installed_group_claim_function_is_the_stores():
+    """On PostgreSQL a grouped claim is one call of ``forq_claim_group`` (migration 0018): the function
+    installed must be the store's text (a change to it needs a migration that installs it)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's function")
+    from forqapp.store.postgresql import GROUP_CLAIM_FUNCTION
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'forq_claim_group'")
+        (body,), = cur.fetchall()
+    assert body == GROUP_CLAIM_FUNCTION.split("$claim_group$")[1]

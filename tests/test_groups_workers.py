@@ -6,6 +6,7 @@ in which the handlers ran; a handler logs before its settle, so a group's next c
 from __future__ import annotations
 
 import os
+import signal
 from collections import defaultdict
 
 import pytest
@@ -27,12 +28,14 @@ def test_strict_order_per_group_across_processes_and_threads(tmp_path):
     forqapp.send_many("grouped", [{"content": f"g{g}:{n}", "group": f"g{g}"}
                                   for n in range(PER_GROUP) for g in range(GROUPS)])
     w = WorkerProc(tmp_path)
+    # (a process group of its own: the supervisor's worker processes end with it, whatever happens)
+    supervisor = w.start("grouped", "--processes", str(PROCESSES), "--concurrency", str(THREADS), own_group=True)
     try:
-        w.start("grouped", "--processes", str(PROCESSES), "--concurrency", str(THREADS))
         total = GROUPS * PER_GROUP
         w.wait_for(lambda: sum(e[0] == "done" for e in w.events()) >= total, timeout=240,
                    what=f"{total} messages handled")
     finally:
+        os.killpg(supervisor.pid, signal.SIGKILL)
         w.stop_all()
     events = w.events()
     by_group: dict[str, list[tuple[str, int, int, str]]] = defaultdict(list)

@@ -459,6 +459,121 @@ DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue IN (%s, %s)"
 #: As on SQLite: the groups a grouped claim looks at besides those it claims from, at most.
 MAX_GROUP_LOOKS = 1_000
 
+
+def _in_function(sql: str, **names: str) -> str:
+    """A statement as the group claim function runs it: ``%(x)s`` becomes ``names[x]``, else ``p_x``."""
+    return PARAMETER.sub(lambda m: names.get(m.group(1), "p_" + m.group(1)), sql).strip()
+
+
+# The grouped claim in one round trip: ``forq_claim_group`` runs the statements above in a PL/pgSQL
+# loop (as ``_claim_groups`` runs them from Python, which it replaces where migration 0018 installed
+# it). A row with a NULL id says the group limits held a claim back. Frozen in migration 0018.
+_G = {"group": "v_group", "tried": "v_tried", "id": "v_best.id"}
+GROUP_CLAIM_FUNCTION = f"""CREATE OR REPLACE FUNCTION forq_claim_group(p_queue text, p_now bigint, p_limit bigint, p_visibility bigint, p_max bigint, p_dlq_ttl bigint, p_concurrency bigint, p_rate_us bigint, p_looks bigint)
+RETURNS TABLE (r_id varchar, r_queue varchar, r_content text, r_attempts integer, r_receipt bigint, r_priority integer, r_attributes text, r_dedup_id varchar, r_sequence bigint, r_received_at bigint, r_first_received_at bigint, r_lease_expires_at bigint, r_state text, r_status integer, r_group varchar)
+LANGUAGE plpgsql
+AS $claim_group$
+DECLARE
+    v_tried text[] := '{{}}';
+    v_group text;
+    v_rate_next bigint;
+    v_held bigint;
+    v_best record;
+    v_fresh record;
+    v_row record;
+    v_done bigint := 0;
+    v_looks bigint := 0;
+    v_claimed_at bigint;
+    v_next bigint;
+    v_fresh_next bigint;
+    v_held_back boolean := false;
+    v_got boolean;
+BEGIN
+    LOOP
+        EXIT WHEN v_done >= p_limit OR v_looks >= p_limit + p_looks;
+        v_looks := v_looks + 1;
+        {_in_function(GROUP_PICK, **_G).replace("SELECT name, rate_next_at_us FROM", "SELECT name, rate_next_at_us INTO v_group, v_rate_next FROM")};
+        EXIT WHEN NOT FOUND;
+        IF p_rate_us IS NOT NULL AND v_rate_next > p_now * 1000 THEN
+            UPDATE forq_groups SET eligible_at = (v_rate_next + 999) / 1000 WHERE queue = p_queue AND name = v_group;
+            v_held_back := true;
+            CONTINUE;
+        END IF;
+        {_in_function(GROUP_HELD_DUE, **_G).replace("SELECT id, priority, sequence FROM", "SELECT id, priority, sequence INTO v_best FROM")};
+        v_held := 0;
+        IF p_concurrency IS NOT NULL THEN
+            {_in_function(GROUP_HELD_COUNT, **_G).replace("SELECT COUNT(*) FROM", "SELECT COUNT(*) INTO v_held FROM")};
+        END IF;
+        IF p_concurrency IS NULL OR v_held < p_concurrency THEN
+            {_in_function(GROUP_FRESH_DUE, **_G).replace("SELECT id, priority, sequence", "SELECT id, priority, sequence INTO v_fresh")};
+            IF FOUND AND (v_best.id IS NULL OR v_fresh.priority > v_best.priority
+                          OR (v_fresh.priority = v_best.priority AND v_fresh.sequence < v_best.sequence)) THEN
+                v_best := v_fresh;
+            END IF;
+        ELSIF v_best.id IS NULL THEN
+            v_held_back := true;
+        END IF;
+        v_claimed_at := 0;
+        IF v_best.id IS NOT NULL THEN
+            v_got := false;
+            FOR v_row IN {_in_function(GROUP_CLAIM, **_G)} LOOP
+                v_got := true;
+                IF v_row.status = {PROCESSING} THEN
+                    v_done := v_done + 1;
+                    v_claimed_at := p_now;
+                    IF p_rate_us IS NOT NULL THEN
+                        v_rate_next := GREATEST(v_rate_next, p_now * 1000) + p_rate_us;
+                    END IF;
+                END IF;
+                r_id := v_row.id; r_queue := v_row.queue; r_content := v_row.content; r_attempts := v_row.attempts;
+                r_receipt := v_row.processing_started_at; r_priority := v_row.priority;
+                r_attributes := v_row.attributes; r_dedup_id := v_row.dedup_id; r_sequence := v_row.sequence;
+                r_received_at := v_row.received_at; r_first_received_at := v_row.first_received_at;
+                r_lease_expires_at := v_row.process_after; r_state := v_row.state; r_status := v_row.status;
+                r_group := v_row.message_group;
+                RETURN NEXT;
+            END LOOP;
+            IF NOT v_got THEN  -- locked by a settle in flight: this group waits for the next claim
+                v_tried := v_tried || v_group;
+                CONTINUE;
+            END IF;
+        END IF;
+        {_in_function(GROUP_NEXT_HELD, **_G).replace("SELECT MIN(process_after) FROM", "SELECT MIN(process_after) INTO v_next FROM")};
+        IF p_concurrency IS NOT NULL THEN
+            {_in_function(GROUP_HELD_COUNT, **_G).replace("SELECT COUNT(*) FROM", "SELECT COUNT(*) INTO v_held FROM")};
+        END IF;
+        IF p_concurrency IS NULL OR v_held < p_concurrency THEN
+            {_in_function(GROUP_FRESH_DUE, **_G).replace("SELECT id, priority, sequence", "SELECT id, priority, sequence INTO v_fresh")};
+            IF FOUND THEN
+                v_fresh_next := p_now;
+            ELSE
+                {_in_function(GROUP_FRESH_NEXT, **_G).replace("SELECT MIN(process_after) FROM", "SELECT MIN(process_after) INTO v_fresh_next FROM")};
+            END IF;
+            v_next := LEAST(v_next, v_fresh_next);
+        END IF;
+        IF v_next IS NULL THEN
+            IF NOT ({_in_function(GROUP_ANY, **_G).removeprefix("SELECT ")}) THEN
+                {_in_function(GROUP_DROP, **_G)};
+                CONTINUE;
+            END IF;
+        ELSE
+            v_next := GREATEST(v_next, p_now, (v_rate_next + 999) / 1000);
+        END IF;
+        UPDATE forq_groups SET eligible_at = v_next, last_claimed_at = GREATEST(last_claimed_at, v_claimed_at),
+                               rate_next_at_us = v_rate_next
+        WHERE queue = p_queue AND name = v_group;
+    END LOOP;
+    IF v_done = 0 AND v_held_back THEN
+        r_id := NULL;
+        RETURN NEXT;
+    END IF;
+END
+$claim_group$"""
+GROUP_CLAIM_FUNCTION = "\n".join(line.rstrip() for line in GROUP_CLAIM_FUNCTION.splitlines())
+CALL_CLAIM_GROUP = """SELECT * FROM forq_claim_group(%(queue)s::text, %(now)s::bigint, %(limit)s::bigint,
+    %(visibility)s::bigint, %(max)s::bigint, %(dlq_ttl)s::bigint, %(concurrency)s::bigint, %(rate_us)s::bigint,
+    %(looks)s::bigint)"""
+
 # Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
 # claims of a limited queue count and take one after the other, on every host.
 LOCK_RATE = "SELECT rate_next_at_us FROM forq_queues WHERE name = %s FOR UPDATE"
@@ -1055,77 +1170,19 @@ class PostgreSQLStore(Store):
 
     def _claim_groups(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
                       dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None) -> Claim | None:
-        """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time (GROUP_PICK …);
-        None when no group is eligible now."""
-        deliveries: list[Delivery] = []
-        redriven: list[Delivery] = []
-        held_back = False
-        tried: list[str] = []
-        params: dict[str, Any] = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
-                                  "dlq_ttl": dlq_ttl_ms, "tried": tried}
-        in_transaction = self._fixed is not None or self.connection.in_atomic_block
-        with nullcontext() if in_transaction else transaction.atomic(using=self.alias):
-            for looks in range(limit + MAX_GROUP_LOOKS):
-                if len(deliveries) >= limit:
-                    break
-                rows = self._fetchall(GROUP_PICK, params)
-                if not rows:
-                    if not looks:
-                        return None
-                    break
-                params["group"], rate_next = rows[0]
-                if rate_us is not None and rate_next > now * 1000:  # the group's rate: its next slot
-                    self._rowcount(GROUP_SET_TURN, {**params, "eligible_at": -(-rate_next // 1000), "claimed_at": 0,
-                                                    "rate_next": rate_next})
-                    held_back = True
-                    continue
-                candidates = self._fetchall(GROUP_HELD_DUE, params)
-                held = None
-                if concurrency is not None:
-                    held = int(self._fetchall(GROUP_HELD_COUNT, params)[0][0])
-                if concurrency is None or held is None or held < concurrency:
-                    candidates += self._fetchall(GROUP_FRESH_DUE, params)
-                elif not candidates:
-                    held_back = True
-                claimed_at = 0
-                got: list[tuple[Any, ...]] = []
-                if candidates:
-                    best = min(candidates, key=lambda c: (-c[1], c[2]))
-                    got = self._fetchall(GROUP_CLAIM, {**params, "id": best[0]})
-                    if not got:  # locked by a settle in flight: this group waits for the next claim
-                        tried.append(params["group"])
-                        continue
-                for r in got:
-                    if r[13] == PROCESSING:
-                        deliveries.append(Delivery._make((*r[:13], r[14])))
-                        claimed_at = now
-                        if rate_us is not None:
-                            rate_next = max(rate_next, now * 1000) + rate_us
-                    else:
-                        redriven.append(Delivery._make((*r[:13], r[14]))._replace(receipt=None, lease_expires_at=None))
-                self._next_turn(params, concurrency, rate_next, claimed_at)
-        if not deliveries and not redriven:
-            return Claim([], throttled="group" if held_back else None)
-        return Claim(deliveries, tuple(redriven))
-
-    def _next_turn(self, params: dict[str, Any], concurrency: int | None, rate_next: int, claimed_at: int) -> None:
-        """Set the group ``params["group"]``'s next turn (as SQLite's store does)."""
-        now = params["now"]
-        times = [self._fetchall(GROUP_NEXT_HELD, params)[0][0]]
-        held = 0 if concurrency is None else int(self._fetchall(GROUP_HELD_COUNT, params)[0][0])
-        if concurrency is None or held < concurrency:
-            times.append(now if self._fetchall(GROUP_FRESH_DUE, params)
-                         else self._fetchall(GROUP_FRESH_NEXT, params)[0][0])
-        known = [int(t) for t in times if t is not None]
-        if not known:
-            if not self._fetchall(GROUP_ANY, params)[0][0]:
-                self._rowcount(GROUP_DROP, params)
-                return
-            eligible_at = None  # (failed messages alone, waiting for the DLQ job: its move wakes the group)
-        else:
-            eligible_at = max(min(known), now, -(-rate_next // 1000))
-        self._rowcount(GROUP_SET_TURN, {**params, "eligible_at": eligible_at, "claimed_at": claimed_at,
-                                        "rate_next": rate_next})
+        """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time, in one call of
+        ``forq_claim_group`` (GROUP_CLAIM_FUNCTION); None when it took nothing."""
+        rows = self._fetchall(CALL_CLAIM_GROUP, {
+            "queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
+            "dlq_ttl": dlq_ttl_ms, "concurrency": concurrency, "rate_us": rate_us, "looks": MAX_GROUP_LOOKS})
+        if not rows:
+            return None
+        if rows[0][0] is None:  # held back by the group limits
+            return Claim([], throttled="group")
+        deliveries = [Delivery._make((*r[:13], r[14])) for r in rows if r[13] == PROCESSING]
+        redriven = tuple(Delivery._make((*r[:13], r[14]))._replace(receipt=None, lease_expires_at=None)
+                         for r in rows if r[13] != PROCESSING and r[0] is not None)
+        return Claim(deliveries, redriven)
 
     def group_state(self, queue: str, group: str, now: int) -> GroupState:
         ((ready, in_flight, eligible_at),) = self._fetchall(GROUP_STATE, {"queue": queue, "group": group, "now": now})

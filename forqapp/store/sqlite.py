@@ -378,7 +378,7 @@ WHERE queue = :queue AND message_group = :group AND {GROUP_HELD}"""
 GROUP_FRESH = f"queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY} AND attempts = 0"
 GROUP_FRESH_DUE = f"""
 SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
-WHERE {GROUP_FRESH} AND process_after <= :now ORDER BY priority DESC, sequence LIMIT 1"""
+WHERE {GROUP_FRESH} AND process_after <= :now ORDER BY priority DESC, sequence LIMIT 2"""
 GROUP_FRESH_NEXT = f"SELECT MIN(process_after) FROM messages INDEXED BY idx_group_ready WHERE {GROUP_FRESH}"
 GROUP_ANY = f"""
 SELECT EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
@@ -842,6 +842,12 @@ class SQLiteStore(Store):
     default_db_threads: ClassVar[int] = 1
     default_api_workers: ClassVar[int] = 1  # one writer: group commit in one process beats two
 
+    def __init__(self, alias: str, dbapi_connection: Any = None) -> None:
+        super().__init__(alias, dbapi_connection)
+        # Queues whose last claim found a group eligible: their next claim takes the messages without
+        # a group and the groups' in one transaction (one commit rather than two). A hint, per process.
+        self._grouped: set[str] = set()
+
     if TYPE_CHECKING:  # the base returns the DB-API connection untyped
 
         def _conn(self) -> sqlite3.Connection: ...
@@ -1039,6 +1045,14 @@ class SQLiteStore(Store):
     @_reads_claim_indexes
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
                order: str, groups: tuple[int | None, int | None] = (None, None)) -> Claim:
+        if queue in self._grouped:  # (a queue seen with groups: both parts in one transaction, one commit)
+            with self._transaction():
+                return self._claim_both(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups,
+                                        probe=False)
+        return self._claim_both(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
+
+    def _claim_both(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
+                    order: str, groups: tuple[int | None, int | None], probe: bool = True) -> Claim:
         if order == "due" and limit > 1:
             with self._transaction():  # the pick, then the claim of what it picked (DUE_ROWS)
                 claimed = self._claim_rows(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
@@ -1048,20 +1062,22 @@ class SQLiteStore(Store):
             return claimed
         # The messages without a group first (as they were claimed before groups), then the groups.
         grouped = self._claim_groups(queue, now, limit - len(claimed.deliveries), visibility_ms, max_attempts,
-                                     dlq_ttl_ms, *groups)
+                                     dlq_ttl_ms, *groups, probe=probe)
         if grouped is None:
+            self._grouped.discard(queue)
             return claimed
+        self._grouped.add(queue)
         if not claimed.deliveries and not claimed.redriven_messages:
             return grouped
         return Claim(claimed.deliveries + grouped.deliveries,
                      claimed.redriven_messages + grouped.redriven_messages)
 
     def _claim_groups(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
-                      dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None) -> Claim | None:
+                      dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None,
+                      probe: bool = True) -> Claim | None:
         """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time (GROUP_PICK …);
-        None when no group is eligible now (a read, before any write lock)."""
-        found = self._conn().execute(GROUP_PICK, {"queue": queue, "now": now}).fetchall()
-        if not found:
+        None when no group is eligible now (``probe``: found by a read, before any write lock)."""
+        if probe and not self._conn().execute(GROUP_PICK, {"queue": queue, "now": now}).fetchall():
             return None
         deliveries: list[Delivery] = []
         redriven: list[Delivery] = []
@@ -1069,11 +1085,13 @@ class SQLiteStore(Store):
         params: dict[str, Any] = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
                                   "dlq_ttl": dlq_ttl_ms}
         with self._transaction() as conn:
-            for _ in range(limit + MAX_GROUP_LOOKS):
+            for looks in range(limit + MAX_GROUP_LOOKS):
                 if len(deliveries) >= limit:
                     break
                 row = conn.execute(GROUP_PICK, params).fetchone()
                 if row is None:
+                    if not looks and not probe:
+                        return None
                     break
                 params["group"], rate_next = row
                 if rate_us is not None and rate_next > now * 1000:  # the group's rate: its next slot
@@ -1082,17 +1100,24 @@ class SQLiteStore(Store):
                     held_back = True
                     continue
                 candidates = conn.execute(GROUP_HELD_DUE, params).fetchall()
-                held = None
+                held = 0
                 if concurrency is not None:
                     ((held,),) = conn.execute(GROUP_HELD_COUNT, params).fetchall()
-                if concurrency is None or held is None or held < concurrency:
-                    candidates += conn.execute(GROUP_FRESH_DUE, params).fetchall()
+                fresh: list[Any] | None = None  # the group's first two ready messages never delivered, due
+                if concurrency is None or held < concurrency:
+                    fresh = conn.execute(GROUP_FRESH_DUE, params).fetchall()
+                    candidates += fresh[:1]
                 elif not candidates:
                     held_back = True
                 claimed_at = 0
                 if candidates:
                     best = min(candidates, key=lambda c: (-c[1], c[2]))
+                    if fresh and best is fresh[0]:
+                        held += 1
+                        fresh = fresh[1:]
                     got = conn.execute(GROUP_CLAIM, {**params, "id": best[0]}).fetchall()
+                    if not got:
+                        held = -1
                     for r in got:
                         if r[13] == PROCESSING:
                             deliveries.append(Delivery._make((*r[:13], r[14])))
@@ -1101,22 +1126,29 @@ class SQLiteStore(Store):
                                 rate_next = max(rate_next, now * 1000) + rate_us
                         else:
                             redriven += [d._replace(group=r[14]) for d in self._redriven(conn, [r])]
-                self._next_turn(conn, params, concurrency, rate_next, claimed_at)
+                            held = -1  # (a redrive frees a slot: counted again below)
+                if held < 0 or (fresh is None and concurrency is not None and held < concurrency):
+                    held, fresh = -1, None
+                self._next_turn(conn, params, concurrency, rate_next, claimed_at, held, fresh)
         if not deliveries and not redriven:
             return Claim([], throttled="group" if held_back else None)
         return Claim(deliveries, tuple(redriven))
 
     @staticmethod
     def _next_turn(conn: sqlite3.Connection, params: dict[str, Any], concurrency: int | None, rate_next: int,
-                   claimed_at: int) -> None:
+                   claimed_at: int, held: int = -1, fresh: list[Any] | None = None) -> None:
         """Set the group ``params["group"]``'s next turn: the earliest time one of its messages may
-        go (no sooner than now, nor than its rate's next slot); its row goes when it has none."""
+        go (no sooner than now, nor than its rate's next slot); its row goes when it has none.
+        ``held``: its slots taken, when known (-1: count them); ``fresh``: its ready messages never
+        delivered and due, as far as known (None: look)."""
         now = params["now"]
         times = [conn.execute(GROUP_NEXT_HELD, params).fetchone()[0]]
-        held = 0 if concurrency is None else conn.execute(GROUP_HELD_COUNT, params).fetchone()[0]
+        if concurrency is not None and held < 0:
+            held = conn.execute(GROUP_HELD_COUNT, params).fetchone()[0]
         if concurrency is None or held < concurrency:
-            times.append(now if conn.execute(GROUP_FRESH_DUE, params).fetchone()
-                         else conn.execute(GROUP_FRESH_NEXT, params).fetchone()[0])
+            if fresh is None:
+                fresh = conn.execute(GROUP_FRESH_DUE, params).fetchall()
+            times.append(now if fresh else conn.execute(GROUP_FRESH_NEXT, params).fetchone()[0])
         known = [t for t in times if t is not None]
         if not known:
             if not conn.execute(GROUP_ANY, params).fetchone()[0]:
