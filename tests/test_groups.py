@@ -303,3 +303,41 @@ def test_the_installed_group_claim_function_is_the_stores():
         cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'forq_claim_group'")
         (body,), = cur.fetchall()
     assert body == GROUP_CLAIM_FUNCTION.split("$claim_group$")[1]
+
+
+# --- peek ------------------------------------------------------------------------------------------
+
+
+def test_peek_shows_the_message_a_claim_would_take_next_grouped_ones_too(st):
+    """Messages without a group first (a claim takes them first), then the group whose turn comes
+    first, within its slots: what peek shows is what the next claim gets, at each step."""
+    put(st, "q", [None, "a", "a", "b"])
+
+    def peek(now: int) -> Delivery | None:
+        return st.peek(queue="q", now=now) or st.peek_grouped("q", now, 1, None)
+
+    got: dict[str, Delivery] = {}
+    for k in range(3):
+        shown = peek(NOW + 10 + k)
+        (claimed,) = take(st, "q", NOW + 10 + k, concurrency=1)
+        assert (shown.content, shown.group, shown.receipt) == (claimed.content, claimed.group, None)
+        got[claimed.content] = claimed
+    assert list(got)[0] == "None:0" and sorted(got)[1:] == ["a:1", "b:3"]
+    assert peek(NOW + 20) is None and take(st, "q", NOW + 20, concurrency=1) == []  # a:2 waits for a:1's slot
+    assert st.ack("q", got["a:1"].id, got["a:1"].receipt)  # a:1 done: a's slot is free
+    shown = peek(NOW + 30)
+    assert (shown.content, shown.group) == ("a:2", "a")
+    assert contents(take(st, "q", NOW + 30, concurrency=1)) == ["a:2"]
+
+
+def test_services_peek_shows_a_grouped_message_and_its_group(db):
+    forqapp.configure_queue("peeked", group_concurrency=1)
+    forqapp.send("peeked", "first", group="tenant-1")
+    forqapp.send("peeked", "second", group="tenant-1")
+    shown = forqapp.peek("peeked")
+    assert (shown.content, shown.group, shown.receipt) == ("first", "tenant-1", None)
+    got = forqapp.receive("peeked")
+    assert got.content == "first"
+    assert forqapp.peek("peeked") is None  # the group's one slot is held
+    forqapp.ack(got)
+    assert forqapp.peek("peeked").content == "second"

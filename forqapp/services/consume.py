@@ -94,8 +94,10 @@ def peek(queue: str, id: str | None = None, *, using: str | None = None) -> Rece
     queue = validation.queue_name(queue)
     message_id = None if id is None else validation.message_id(id)
     st = _store(using)
-    if message_id is None:
-        row = st.peek(queue, base.now_ms(), policy(queue, using=st.alias).ordering)
+    if message_id is None:  # a claim takes the messages without a group first, then the groups in turn
+        now, pol = base.now_ms(), policy(queue, using=st.alias)
+        row = st.peek(queue, now, pol.ordering) or st.peek_grouped(
+            queue, now, pol.group_concurrency, pol.group_rate_interval_us)
         return ReceivedMessage.from_row(row) if row else None
     found = st.peek_message(queue, message_id)  # one message, looked at: why it failed too
     if found is None:

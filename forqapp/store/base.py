@@ -457,7 +457,14 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def peek(self, queue: str, now: int, order: str = "fifo") -> Delivery | None:
-        """The message a claim would take now, changing nothing; its ``receipt`` is None."""
+        """The message without a group a claim would take now, changing nothing; its ``receipt``
+        is None."""
+
+    @abc.abstractmethod
+    def peek_grouped(self, queue: str, now: int, concurrency: int | None, rate_us: int | None) -> Delivery | None:
+        """The message of a group a claim would take now (the group whose turn comes first that may
+        deliver one, within ``concurrency`` slots and its ``rate_us`` spacing; in it, the first by
+        priority then sequence), changing nothing; its ``receipt`` is None."""
 
     @abc.abstractmethod
     def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:

@@ -380,6 +380,7 @@ PEEK_COLUMNS = f"""id, queue, content, attempts, NULL::bigint, priority, attribu
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})"
         for order, pick in _all_picks(lock="").items()}
 PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error, NULLIF(message_group, '') FROM messages WHERE id = %(id)s AND queue = %(queue)s"
+PEEK_GROUPED = f"SELECT {PEEK_COLUMNS}, message_group FROM messages WHERE id = %(id)s"
 
 # --- message groups ---------------------------------------------------------------------------
 #
@@ -392,6 +393,10 @@ GROUP_PICK = """
 SELECT name, rate_next_at_us FROM forq_groups
 WHERE queue = %(queue)s AND eligible_at IS NOT NULL AND eligible_at <= %(now)s AND name <> ALL(%(tried)s::text[])
 ORDER BY eligible_at, last_claimed_at, name LIMIT 1 FOR UPDATE SKIP LOCKED"""
+GROUP_PEEK_PICK = """
+SELECT name, rate_next_at_us FROM forq_groups
+WHERE queue = %(queue)s AND eligible_at IS NOT NULL AND eligible_at <= %(now)s
+ORDER BY eligible_at, last_claimed_at, name LIMIT %(looks)s"""
 GROUP_HELD_DUE = f"""
 SELECT id, priority, sequence FROM messages
 WHERE queue = %(queue)s AND message_group = %(group)s AND {GROUP_HELD} AND process_after <= %(now)s
@@ -1242,6 +1247,22 @@ class PostgreSQLStore(Store):
         rows = self._fetchall(PEEK[order], {"queue": queue, "now": now, "limit": 1, "among": RANDOM_AMONG,
                                                   "ended_among": ENDED_AMONG})
         return Delivery._make((*rows[0], None)) if rows else None
+
+    def peek_grouped(self, queue: str, now: int, concurrency: int | None, rate_us: int | None) -> Delivery | None:
+        params: dict[str, Any] = {"queue": queue, "now": now, "looks": MAX_GROUP_LOOKS}
+        for group, rate_next in self._fetchall(GROUP_PEEK_PICK, params):  # as forq_claim_group looks
+            if rate_us is not None and rate_next > now * 1000:
+                continue
+            params["group"] = group
+            candidates = self._fetchall(GROUP_HELD_DUE, params)
+            if concurrency is None or self._fetchall(GROUP_HELD_COUNT, params)[0][0] < concurrency:
+                candidates += self._fetchall(GROUP_FRESH_DUE, params)
+            if candidates:
+                best = min(candidates, key=lambda c: (-c[1], c[2]))
+                rows = self._fetchall(PEEK_GROUPED, {"id": best[0]})
+                if rows:
+                    return Delivery._make(rows[0])
+        return None
 
     def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:
         rows = self._fetchall(PEEK_ID, {"id": message_id, "queue": queue})

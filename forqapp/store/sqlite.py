@@ -366,6 +366,10 @@ GROUP_PICK = """
 SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
 WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
 ORDER BY eligible_at, last_claimed_at, name LIMIT 1"""
+GROUP_PEEK_PICK = """
+SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
+WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
+ORDER BY eligible_at, last_claimed_at, name LIMIT :looks"""
 GROUP_HELD_DUE = f"""
 SELECT id, priority, sequence FROM messages INDEXED BY idx_group_held
 WHERE queue = :queue AND message_group = :group AND {GROUP_HELD} AND process_after <= :now
@@ -434,6 +438,7 @@ PEEK_COLUMNS = """id, queue, content, attempts, NULL, priority, attributes, dedu
                   first_received_at, CASE WHEN status = 1 THEN process_after END, state"""
 PEEK = {order: f"SELECT {PEEK_COLUMNS} FROM messages WHERE id IN ({pick})" for order, pick in PICK.items()}
 PEEK_ID = f"SELECT {PEEK_COLUMNS}, failure_reason, last_error, NULLIF(message_group, '') FROM messages WHERE id = :id AND queue = :queue"
+PEEK_GROUPED = f"SELECT {PEEK_COLUMNS}, message_group FROM messages WHERE id = :id"
 
 ACK = f"""
 DELETE FROM messages WHERE id = ? AND queue = ? AND status = {PROCESSING} AND processing_started_at = ?"""
@@ -1219,6 +1224,23 @@ class SQLiteStore(Store):
         row = self._conn().execute(PEEK[order], {"queue": queue, "now": now, "limit": 1,
                                                  "among": RANDOM_AMONG, "ended_among": ENDED_AMONG}).fetchone()
         return Delivery._make((*row, None)) if row else None
+
+    def peek_grouped(self, queue: str, now: int, concurrency: int | None, rate_us: int | None) -> Delivery | None:
+        conn = self._conn()
+        params: dict[str, Any] = {"queue": queue, "now": now, "looks": MAX_GROUP_LOOKS}
+        for group, rate_next in conn.execute(GROUP_PEEK_PICK, params).fetchall():  # as _claim_groups looks
+            if rate_us is not None and rate_next > now * 1000:
+                continue
+            params["group"] = group
+            candidates = conn.execute(GROUP_HELD_DUE, params).fetchall()
+            if concurrency is None or conn.execute(GROUP_HELD_COUNT, params).fetchone()[0] < concurrency:
+                candidates += conn.execute(GROUP_FRESH_DUE, params).fetchall()[:1]
+            if candidates:
+                best = min(candidates, key=lambda c: (-c[1], c[2]))
+                row = conn.execute(PEEK_GROUPED, {"id": best[0]}).fetchone()
+                if row:
+                    return Delivery._make(row)
+        return None
 
     def peek_message(self, queue: str, message_id: str) -> tuple[Delivery, str | None, str | None] | None:
         row = self._conn().execute(PEEK_ID, {"id": message_id, "queue": queue}).fetchone()
