@@ -163,7 +163,7 @@ def test_group_rate_spaces_one_group_s_claims_and_not_the_others(st):
 
 
 def test_the_fair_turn_serves_every_small_group_before_a_busy_one_again(st):
-    big = 20_000 if connection.vendor == "sqlite" else 10_000
+    big = 100_000  # the issue's size: one group with 100,000 ready messages
     st.insert([NewMessage(m, "q", "big", NOW, NOW, NOW + HOUR, 0, None, None, "busy") for m in ids.new_ids(big)])
     smalls = [f"small-{k}" for k in range(1_000)]
     st.insert([NewMessage(m, "q", g, NOW, NOW + 1, NOW + HOUR, 0, None, None, g)
@@ -341,3 +341,22 @@ def test_services_peek_shows_a_grouped_message_and_its_group(db):
     assert forqapp.peek("peeked") is None  # the group's one slot is held
     forqapp.ack(got)
     assert forqapp.peek("peeked").content == "second"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's row versions")
+def test_a_batch_into_one_group_writes_its_group_s_row_once_not_once_a_message(st):
+    """Each write of the group's row in one transaction is a new version of it, found by walking
+    the ones before: a batch of N messages of one group must not write it N times (quadratic)."""
+    from django.db import transaction
+
+    def writes() -> tuple[int, int]:
+        cur.execute("SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'forq_groups'")
+        return cur.fetchone()
+
+    with transaction.atomic(), connection.cursor() as cur:
+        put(st, "q", ["one"] * 1_000)
+        assert writes() == (1, 0)  # the first message makes the row; the others leave it as it is
+        got = take(st, "q", NOW + 10, 500)  # (a claim sets the group's turn once a message it takes)
+        before = writes()[1]
+        assert st.ack_many("q", [(d.id, d.receipt) for d in got]) == 500
+        assert writes()[1] - before <= 1  # the first ack brings the turn forward; the others leave it
