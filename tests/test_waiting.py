@@ -116,7 +116,7 @@ def test_wake_up_kicks_wait_for_the_commit(monkeypatch, operation):
     if operation == "requeue":
         Message.objects.filter(id=message.id).update(queue="kick-dlq", is_dlq=True, status=0)
     kicks = []
-    monkeypatch.setattr(Notifier, "kick", lambda self: kicks.append(self.alias))
+    monkeypatch.setattr(Notifier, "kick", lambda self, queues=None: kicks.append(self.alias))
     monkeypatch.setitem(notifier_for("default")._waiters, "kick", deque(["a waiter"]))
     with transaction.atomic():
         if operation == "send":
@@ -135,7 +135,7 @@ def test_nobody_waiting_nothing_is_kicked(monkeypatch):
     """A write with no waiter in this process kicks nothing (the usual send: a dict lookup), in
     or out of a transaction; a waiter that comes later looks at the database when it starts."""
     kicks = []
-    monkeypatch.setattr(Notifier, "kick", lambda self: kicks.append(self.alias))
+    monkeypatch.setattr(Notifier, "kick", lambda self, queues=None: kicks.append(self.alias))
     forqapp.send("quiet", "x")
     with transaction.atomic():
         forqapp.send("quiet", "y")
