@@ -163,7 +163,7 @@ class Notifier:
         many waited queues under a stream of commits cost the process at most about 5 % of a core."""
         last_version: int | None = None
         last_full = 0.0  # when the last full check ran (monotonic)
-        pace = 0.0  # the least time between full checks
+        took = 0.0  # the last full check's duration
         recheck_at: int | None = None
         stale = True  # a change seen that no full check has looked at yet
         while True:
@@ -181,6 +181,7 @@ class Notifier:
                     stale = True
                 now = time.monotonic()
                 fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
+                pace = max(poll, 20 * took)  # the least time between full checks
                 if recheck_at is not None and base.now_ms() >= recheck_at:
                     stale = True
                 if now - last_full >= fallback:
@@ -196,9 +197,8 @@ class Notifier:
                         if due.counts:
                             self._wake(due.counts)
                     last_version, stale = version, False
-                    done = time.monotonic()
-                    pace = max(poll, 20 * (done - now))
-                    last_full = done
+                    last_full = time.monotonic()
+                    took = last_full - now
                     pending.clear()  # the full check looked at them
                 if pending:
                     with self._cond:

@@ -56,11 +56,10 @@ def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
             counts[queue] = free
         else:
             del counts[queue]
-    for queue in open_queues:  # a group whose turn comes later (its rate, a backoff, a lease end): look again then
-        if queue not in counts:
-            turn = st.next_group_turn(queue)
-            if turn is not None and turn > now:
-                recheck_at = turn if recheck_at is None else min(recheck_at, turn)
+    # a group whose turn comes later (its rate, a backoff, a lease end): look again then
+    for turn in st.next_group_turns([q for q in open_queues if q not in counts]).values():
+        if turn > now:
+            recheck_at = turn if recheck_at is None else min(recheck_at, turn)
     return Due(counts, recheck_at)
 
 

@@ -439,6 +439,12 @@ class Store(abc.ABC):
     def next_group_turn(self, queue: str) -> int | None:
         """The earliest next turn of ``queue``'s groups (Unix ms), or None when it has none."""
 
+    def next_group_turns(self, queues: Sequence[str]) -> dict[str, int]:
+        """:meth:`next_group_turn` of each of ``queues`` (those with none left out); stores answer
+        in one read."""
+        turns = {q: self.next_group_turn(q) for q in queues}
+        return {q: t for q, t in turns.items() if t is not None}
+
     @abc.abstractmethod
     def notify(self, queue: str) -> None:
         """Tell other processes' notifiers that ``queue`` may have something to claim although no

@@ -426,6 +426,11 @@ UPDATE forq_groups SET eligible_at = %(eligible_at)s, last_claimed_at = GREATEST
 WHERE queue = %(queue)s AND name = %(group)s"""
 GROUP_DROP = "DELETE FROM forq_groups WHERE queue = %(queue)s AND name = %(group)s"
 GROUP_NEXT_TURN = "SELECT MIN(eligible_at) FROM forq_groups WHERE queue = %s AND eligible_at IS NOT NULL"
+GROUP_NEXT_TURNS = """
+SELECT q.name, t.turn FROM unnest(%s::text[]) AS q(name)
+CROSS JOIN LATERAL (SELECT MIN(eligible_at) AS turn FROM forq_groups
+                    WHERE queue = q.name AND eligible_at IS NOT NULL) AS t
+WHERE t.turn IS NOT NULL"""
 GROUP_STATE = f"""
 SELECT (SELECT COUNT(*) FROM messages
         WHERE queue = %(queue)s AND message_group = %(group)s AND message_group > '' AND status = {READY}),
@@ -1198,6 +1203,11 @@ class PostgreSQLStore(Store):
     def next_group_turn(self, queue: str) -> int | None:
         value = self._fetchall(GROUP_NEXT_TURN, (queue,))[0][0]
         return None if value is None else int(value)
+
+    def next_group_turns(self, queues: Sequence[str]) -> dict[str, int]:
+        if not queues:
+            return {}
+        return {q: int(t) for q, t in self._fetchall(GROUP_NEXT_TURNS, (list(queues),))}
 
     def _claim_ungrouped(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
                          dlq_ttl_ms: int, order: str) -> Claim:

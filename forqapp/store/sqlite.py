@@ -394,6 +394,11 @@ WHERE queue = :queue AND name = :group"""
 GROUP_DROP = "DELETE FROM forq_groups WHERE queue = :queue AND name = :group"
 GROUP_NEXT_TURN = """
 SELECT MIN(eligible_at) FROM forq_groups INDEXED BY idx_groups_turn WHERE queue = ? AND eligible_at IS NOT NULL"""
+GROUP_NEXT_TURNS = """
+SELECT name, turn FROM (SELECT q.value AS name,
+                               (SELECT MIN(eligible_at) FROM forq_groups INDEXED BY idx_groups_turn
+                                WHERE queue = q.value AND eligible_at IS NOT NULL) AS turn
+                        FROM json_each(?) AS q) WHERE turn IS NOT NULL"""
 GROUP_STATE = f"""
 SELECT (SELECT COUNT(*) FROM messages INDEXED BY idx_group_ready
         WHERE queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY}),
@@ -1031,6 +1036,12 @@ class SQLiteStore(Store):
     def next_group_turn(self, queue: str) -> int | None:
         row = self._conn().execute(GROUP_NEXT_TURN, (queue,)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
+
+    def next_group_turns(self, queues: Sequence[str]) -> dict[str, int]:
+        if not queues:
+            return {}
+        rows = self._conn().execute(GROUP_NEXT_TURNS, (json.dumps(list(queues)),)).fetchall()
+        return {q: int(t) for q, t in rows}
 
     def throttle_state(self, queue: str, now: int) -> ThrottleState:
         conn = self._conn()
