@@ -892,6 +892,7 @@ QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, ret
                          created_at, updated_at, rate_next_at_us
                   FROM forq_queues AS q"""
 QUEUE_GET = QUEUE_SELECT + " WHERE name = %s"
+QUEUE_GET_MANY = QUEUE_SELECT + " WHERE name = ANY(%s::text[])"
 QUEUE_LIST = QUEUE_SELECT + " ORDER BY name"
 
 QUEUE_PUT = """
@@ -1338,6 +1339,10 @@ class PostgreSQLStore(Store):
     def queue_get(self, name: str) -> QueueRow | None:
         rows = self._fetchall(QUEUE_GET, (name,))
         return QueueRow._make(rows[0]) if rows else None
+
+    def queue_get_many(self, names: Sequence[str]) -> dict[str, QueueRow]:
+        rows = self._fetchall(QUEUE_GET_MANY, (list(names),)) if names else []
+        return {row[0]: QueueRow._make(row) for row in rows}
 
     def queue_list(self) -> list[QueueRow]:
         return [QueueRow._make(r) for r in self._fetchall(QUEUE_LIST)]

@@ -695,6 +695,7 @@ QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, ret
                          group_rate, paused, last_sequence, created_at, updated_at, rate_next_at_us
                   FROM forq_queues"""
 QUEUE_GET = QUEUE_SELECT + " WHERE name = ?"
+QUEUE_GET_MANY = QUEUE_SELECT + " WHERE name IN (SELECT value FROM json_each(?))"
 QUEUE_LIST = QUEUE_SELECT + " WHERE name != '' ORDER BY name"
 
 QUEUE_PUT = f"""
@@ -1440,6 +1441,10 @@ class SQLiteStore(Store):
     def queue_get(self, name: str) -> QueueRow | None:
         row = self._conn().execute(QUEUE_GET, (name,)).fetchone()
         return _queue_row(row) if row else None
+
+    def queue_get_many(self, names: Sequence[str]) -> dict[str, QueueRow]:
+        rows = self._conn().execute(QUEUE_GET_MANY, (json.dumps(list(names)),)).fetchall() if names else []
+        return {row[0]: _queue_row(row) for row in rows}
 
     def queue_list(self) -> list[QueueRow]:
         return [_queue_row(r) for r in self._conn().execute(QUEUE_LIST)]
