@@ -166,6 +166,8 @@ class Notifier:
         took = 0.0  # the last full check's duration
         recheck_at: int | None = None
         stale = True  # a change seen that no full check has looked at yet
+        settings_at = -1.0  # when the intervals were last read from the settings
+        poll = fallback = 0.0
         while True:
             try:
                 with self._cond:
@@ -175,12 +177,14 @@ class Notifier:
                     pending, self._pending = self._pending, set()
                     if self._full:
                         stale, self._full = True, False
-                poll = wakeups.wake_poll_interval(using=self.alias)
+                now = time.monotonic()
+                if pending or now - settings_at >= 0.25:  # (settings cost more to read than the version)
+                    poll = wakeups.wake_poll_interval(using=self.alias)
+                    fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
+                    settings_at = now
                 version = wakeups.wake_version(using=self.alias)
                 if version != last_version:
                     stale = True
-                now = time.monotonic()
-                fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
                 pace = max(poll, 20 * took)  # the least time between full checks
                 if recheck_at is not None and base.now_ms() >= recheck_at:
                     stale = True
