@@ -1,7 +1,7 @@
 """What idle long polls cost the producers, measured as an outside client does (issue 38, target 1).
 
-    .venv/bin/python bench/idle_polls_bench.py [--base-ref REF] [--polls 200,2000] [--seconds 5]
-        [--idle-cpu-seconds 30]
+    .venv/bin/python bench/idle_polls_bench.py [--base-ref REF] [--rounds N] [--polls 200,2000]
+        [--seconds 5] [--idle-cpu-seconds 30]
 
 One client process, stdlib ``http.client`` and threads, one HTTP/1.1 connection per thread, against a
 ``forq_serve`` started on a fresh SQLite file (migrated first) with the Forq v1 API:
@@ -17,7 +17,8 @@ One client process, stdlib ``http.client`` and threads, one HTTP/1.1 connection 
   ``--idle-cpu-seconds`` with the polls open and nothing produced.
 
 ``--base-ref REF`` also serves git revision REF (a temporary ``git worktree`` sharing this checkout's
-``.venv``), first, then this checkout: the previous design in the same run.
+``.venv``), first, then this checkout: the previous design in the same run; ``--rounds N``
+alternates the two N times (the machine's drift falls on both).
 
 Why forqload's figure (``bench/forqload/run.sh --idle 200``) was kinder: its 200 idle polls all wait
 on ONE queue, so a produce's wake-up check looked at one queue; the outside client's polls wait on
@@ -256,6 +257,7 @@ def main() -> None:
     parser.add_argument("--polls", default="200,2000")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--idle-cpu-seconds", type=float, default=30.0)
+    parser.add_argument("--rounds", type=int, default=1, help="alternate the checkouts this many times")
     args = parser.parse_args()
     args.polls = [int(n) for n in args.polls.split(",")]
     runs = [("this checkout", ROOT)]
@@ -267,8 +269,9 @@ def main() -> None:
         (base / ".venv").symlink_to(ROOT / ".venv")
         runs.insert(0, (f"reference {args.base_ref}", base))
     try:
-        for label, checkout in runs:
-            report(measure(checkout, label, args), args.polls, args.idle_cpu_seconds)
+        for _ in range(args.rounds):
+            for label, checkout in runs:
+                report(measure(checkout, label, args), args.polls, args.idle_cpu_seconds)
     finally:
         if base is not None:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False,
