@@ -116,7 +116,7 @@ def test_wake_up_kicks_wait_for_the_commit(monkeypatch, operation):
     if operation == "requeue":
         Message.objects.filter(id=message.id).update(queue="kick-dlq", is_dlq=True, status=0)
     kicks = []
-    monkeypatch.setattr(Notifier, "kick", lambda self: kicks.append(self.alias))
+    monkeypatch.setattr(Notifier, "kick", lambda self, queues=None: kicks.append(self.alias))
     monkeypatch.setitem(notifier_for("default")._waiters, "kick", deque(["a waiter"]))
     with transaction.atomic():
         if operation == "send":
@@ -135,7 +135,7 @@ def test_nobody_waiting_nothing_is_kicked(monkeypatch):
     """A write with no waiter in this process kicks nothing (the usual send: a dict lookup), in
     or out of a transaction; a waiter that comes later looks at the database when it starts."""
     kicks = []
-    monkeypatch.setattr(Notifier, "kick", lambda self: kicks.append(self.alias))
+    monkeypatch.setattr(Notifier, "kick", lambda self, queues=None: kicks.append(self.alias))
     forqapp.send("quiet", "x")
     with transaction.atomic():
         forqapp.send("quiet", "y")
@@ -162,3 +162,100 @@ def test_the_notifier_says_a_database_that_cannot_serve_in_one_line(monkeypatch,
     assert lines and all(r.exc_info is None for r in lines), [r.getMessage() for r in lines]
     assert "the database's disk failed a read or write; retrying" in lines[0].getMessage()
     assert len(lines) <= 2  # at most one a second
+
+
+# --- the notifier's checks: targeted kicks, paced full checks, one statement -------------------------
+
+
+def test_a_kick_on_an_unwaited_queue_asks_for_no_check():
+    notifier = Notifier("default")  # no thread: only what kick() records
+    notifier._waiters["watched"] = deque([object()])
+    notifier.kick(["other", "another"])
+    assert notifier._pending == set() and not notifier._full
+    notifier.kick(["other", "watched"])
+    assert notifier._pending == {"watched"} and not notifier._full
+    notifier.kick()  # queues unknown: every waited queue
+    assert notifier._full
+
+
+def _receive_in_thread(queue, got):
+    def receive():
+        started = time.monotonic()
+        message = forqapp.receive(queue, wait=10)
+        got.append((message, time.monotonic() - started))
+
+    return _in_thread(receive)
+
+
+def _waiting_on(queue):
+    deadline = time.monotonic() + 5
+    while queue not in notifier_for("default")._waiters:
+        assert time.monotonic() < deadline, "the receive never waited"
+        time.sleep(0.005)
+
+
+def test_a_kick_on_a_waited_queue_wakes_it_at_once(settings):
+    """With the data version and the fallback out of play (60 s), only the send's own kick can wake
+    the receive in time — and it does, checking that queue alone."""
+    settings.FORQ_WAKE_POLL_MS = 60_000
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    got = []
+    receiver = _receive_in_thread("kicked", got)
+    receiver.start()
+    _waiting_on("kicked")
+    time.sleep(0.05)  # past the new waiter's own first check
+    notifier = notifier_for("default")
+    full = notifier.full_checks
+    sent = time.monotonic()
+    forqapp.send("kicked", "x")
+    receiver.join(10)
+    (message, _), = got
+    assert message is not None and message.content == "x"
+    assert time.monotonic() - sent < 2
+    assert notifier.full_checks == full  # a targeted check, not a look at every waited queue
+
+
+def test_a_write_without_a_kick_wakes_within_the_poll_interval(monkeypatch, settings):
+    """Another process's commit (here: a send whose kick is switched off) is seen through the data
+    version (SQLite) or the notification (PostgreSQL), not the fallback (60 s)."""
+    from forqapp.services import produce
+
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    monkeypatch.setattr(produce, "kick", lambda *args, **kwargs: None)
+    got = []
+    receiver = _receive_in_thread("foreign", got)
+    receiver.start()
+    _waiting_on("foreign")
+    time.sleep(0.05)
+    sent = time.monotonic()
+    sender = _in_thread(forqapp.send, "foreign", "x")
+    sender.start()
+    sender.join(5)
+    receiver.join(10)
+    (message, _), = got
+    assert message is not None and message.content == "x"
+    assert time.monotonic() - sent < 2
+
+
+def test_has_due_of_many_queues_in_one_read_answers_as_one_queue_at_a_time():
+    from forqapp.services.base import _store, now_ms
+
+    for _ in range(3):
+        forqapp.send("ready", "x")
+    forqapp.send("delayed", "x", delay=60)
+    forqapp.send("leased", "x")
+    assert services.claim("leased", visibility_timeout=60) is not None
+    forqapp.send("grouped", "x", group="g1")
+    forqapp.send("grouped", "y", group="g2")
+    st = _store("default")
+    queues = ["ready", "delayed", "leased", "grouped", "empty", "ready"]
+    for now in (now_ms(), now_ms() + 3_600_000):
+        for limit in (1, 2, 10):
+            one_by_one = {}
+            for queue in queues:
+                one_by_one.update(st.has_due([queue], now, limit))
+            assert st.has_due(queues, now, limit) == one_by_one
+            assert one_by_one  # "ready" at least
+    assert st.has_due([], now_ms(), 5) == {}
+    turns = {q: st.next_group_turn(q) for q in queues}
+    assert st.next_group_turns(queues) == {q: t for q, t in turns.items() if t is not None}

@@ -66,8 +66,11 @@ class Notifier:
         self.alias = alias
         self._cond = threading.Condition()
         self._waiters: dict[str, deque[_Waiter | _AsyncWaiter]] = {}
-        self._kicked = False
+        self._pending: set[str] = set()  # queues to check now (written here, or newly waited on)
+        self._full = False  # check every waited queue as soon as the pacing allows
         self._thread: threading.Thread | None = None
+        self.checks = 0  # checks run (tests, benchmarks): full ones and targeted ones
+        self.full_checks = 0
 
     # -- waiting ---------------------------------------------------------------------------
 
@@ -95,12 +98,20 @@ class Notifier:
         finally:
             self._remove(waiter)
 
-    def kick(self) -> None:
-        """Something was written in this process: look now rather than at the next poll."""
+    def kick(self, queues: Iterable[str] | None = None) -> None:
+        """Something was written in this process to ``queues`` (None: to queues unknown): look now
+        rather than at the next poll — at just the written queues somebody waits on; a write to
+        queues nobody here waits on costs nothing (a waiter that comes later looks itself)."""
         if not self._waiters:
             return  # nobody waits (read without the lock: a waiter that comes now kicks itself)
         with self._cond:
-            self._kicked = True
+            if queues is None:
+                self._full = True
+            else:
+                waited = [q for q in queues if q in self._waiters]
+                if not waited:
+                    return
+                self._pending.update(waited)
             self._cond.notify()
 
     def wake_all(self) -> None:
@@ -119,7 +130,7 @@ class Notifier:
         with self._cond:
             for queue in waiter.queues:
                 self._waiters.setdefault(queue, deque()).append(waiter)
-            self._kicked = True  # a new waiter may already have something due
+            self._pending.update(waiter.queues)  # a new waiter may already have something due
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name=f"forq-notifier-{self.alias}", daemon=True
@@ -145,34 +156,78 @@ class Notifier:
     # -- the watching thread ---------------------------------------------------------------
 
     def _run(self) -> None:
-        last_version = None
-        last_check = 0.0
+        """Targeted checks (the queues of this process's writes, a new waiter's queues) at once;
+        full checks (every waited queue: another process's commit seen through the data version,
+        the fallback timer, a rate slot's or a group's turn) at most once per pacing interval — the
+        poll interval, or twenty times the CPU the last full check took when that is longer, so that
+        many waited queues under a stream of commits cost the process at most about 5 % of a core
+        (waiting for the database's answer costs nobody: a slow round trip does not slow the pace)."""
+        last_version: int | None = None
+        last_full = 0.0  # when the last full check ran (monotonic)
+        took = 0.0  # the last full check's duration (this thread's CPU seconds)
         recheck_at: int | None = None
+        stale = True  # a change seen that no full check has looked at yet
+        settings_at = -1.0  # when the intervals were last read from the settings
+        poll = fallback = 0.0
         while True:
             try:
                 with self._cond:
                     while not self._waiters:
                         self._cond.wait()
-                    kicked, self._kicked = self._kicked, False
-                    wanted = {q: len(w) for q, w in self._waiters.items()}
-                version = wakeups.wake_version(using=self.alias)
+                        stale = True
+                    pending, self._pending = self._pending, set()
+                    if self._full:
+                        stale, self._full = True, False
                 now = time.monotonic()
-                fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
-                slot_came = recheck_at is not None and base.now_ms() >= recheck_at
-                if kicked or version != last_version or now - last_check >= fallback or slot_came:
-                    last_version, last_check = version, now
-                    due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
-                    recheck_at = due.recheck_at  # a rate-limited queue's next slot: look again then
-                    if due.counts:
-                        self._wake(due.counts)
+                if pending or now - settings_at >= 0.25:  # (settings cost more to read than the version)
+                    poll = wakeups.wake_poll_interval(using=self.alias)
+                    fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
+                    settings_at = now
+                version = wakeups.wake_version(using=self.alias)
+                if version != last_version:
+                    stale = True
+                pace = max(poll, 20 * took)  # the least time between full checks
+                if recheck_at is not None and base.now_ms() >= recheck_at:
+                    stale = True
+                if now - last_full >= fallback:
+                    stale = True
+                if stale and now - last_full >= pace:
+                    cpu = time.thread_time()
+                    with self._cond:
+                        wanted = {q: len(w) for q, w in self._waiters.items()}
+                    if wanted:
+                        due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
+                        self.full_checks += 1
+                        self.checks += 1
+                        recheck_at = due.recheck_at  # a rate slot or a group's turn: look again then
+                        if due.counts:
+                            self._wake(due.counts)
+                    last_version, stale = version, False
+                    last_full = time.monotonic()
+                    took = time.thread_time() - cpu  # its CPU: waits on the database cost nobody
+                    pending.clear()  # the full check looked at them
+                if pending:
+                    with self._cond:
+                        wanted = {q: len(self._waiters[q]) for q in pending if q in self._waiters}
+                    if wanted:
+                        due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
+                        self.checks += 1
+                        if due.recheck_at is not None:
+                            recheck_at = due.recheck_at if recheck_at is None else min(recheck_at, due.recheck_at)
+                        if due.counts:
+                            self._wake(due.counts)
                 with self._cond:
-                    if not self._kicked and self._waiters:
-                        self._cond.wait(wakeups.wake_poll_interval(using=self.alias))
+                    if not self._pending and not self._full and self._waiters:
+                        timeout = poll
+                        if stale:  # a full check is owed: sleep until the pacing allows it
+                            timeout = max(poll, pace - (time.monotonic() - last_full))
+                        self._cond.wait(timeout)
             except Exception as e:
                 # a full disk, a server restarting: one line a second, not a traceback each try
                 errors.log_failure(logger, "forqapp notifier (checking for due messages)", e, "retrying")
                 with contextlib.suppress(Exception):
                     connections[self.alias].close()
+                stale = True
                 time.sleep(0.5)
 
     def _wake(self, due: dict[str, int]) -> None:
@@ -210,15 +265,18 @@ def notifiers() -> list[Notifier]:
         return list(_notifiers.values())
 
 
-def kick(using: str) -> None:
-    """Messages became ready: wake this process's waiters now rather than at the next poll, once
+def kick(using: str, queues: Iterable[str] | None = None) -> None:
+    """Messages became ready in ``queues`` (None: in queues unknown, so every waited one is
+    looked at): wake this process's waiters now rather than at the next poll, once
     the write is visible (on commit when inside the caller's ``atomic()``; never on rollback).
     Nobody waiting in this process (the usual send): nothing to do, at the cost of a dict lookup —
     a waiter that comes meanwhile looks at the database itself when it starts."""
     notifier = waited_on(using)
     if notifier is None:
         return
+    if queues is not None:
+        queues = tuple(queues)
     if connections[using].in_atomic_block:
-        transaction.on_commit(notifier.kick, using=using)
+        transaction.on_commit(lambda: notifier.kick(queues), using=using)
     else:
-        notifier.kick()
+        notifier.kick(queues)

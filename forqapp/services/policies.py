@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,6 +159,35 @@ def policy(queue: str, *, using: str | None = None) -> Policy:
     resolved = resolve(st.queue_get(name))
     _policies[key] = (now, resolved)
     return resolved
+
+
+def policies(queues: Sequence[str], *, using: str | None = None) -> dict[str, Policy]:
+    """:func:`policy` of each of ``queues``, the ones not cached read in one go (the notifier's
+    look at every waited queue); queues of the same settings share one resolved policy."""
+    st = _store(using)
+    now = time.monotonic()
+    out: dict[str, Policy] = {}
+    missing: dict[str, list[str]] = {}
+    for queue in queues:
+        name = base_of(queue)
+        cached = _policies.get((st.alias, name))
+        if cached is not None and now - cached[0] < CACHE_S:
+            out[queue] = cached[1]
+        else:
+            missing.setdefault(name, []).append(queue)
+    if missing:
+        rows = st.queue_get_many(list(missing))
+        alike: dict[tuple[Any, ...] | None, Policy] = {}
+        for name, asked in missing.items():
+            row = rows.get(name)
+            key = None if row is None else (*(getattr(row, c) for c in PUBLIC_NAMES), row.paused)
+            resolved = alike.get(key)
+            if resolved is None:
+                resolved = alike[key] = resolve(row)
+            _policies[(st.alias, name)] = (now, resolved)
+            for queue in asked:
+                out[queue] = resolved
+    return out
 
 
 def forget_policies() -> None:

@@ -37,7 +37,7 @@ def content_storable(text: str, *, using: str | None = None) -> bool:
 
 def _after_produce(using: str, queue: str, count: int) -> None:
     metrics.produced(queue, count)
-    kick(using)
+    kick(using, (queue,))
 
 
 SEND_OPTIONS = ("process_after", "delay", "priority", "attributes", "dedup_id", "dedup_window", "retention",

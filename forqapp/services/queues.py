@@ -113,7 +113,7 @@ def configure_queue(name: str, change: validation.PolicyChange | None = None, *,
         st.queue_put(name, {**current, **changes}, base.now_ms())
     forget_policies()
     if row is not None and row.paused and changes.get("paused") is False:
-        kick(st.alias)  # consumers waiting on a paused queue look again
+        kick(st.alias)  # consumers waiting on a paused queue (or its DLQ) look again
     return queue_info(name, using=st.alias)
 
 
@@ -203,7 +203,7 @@ def requeue(dlq: str, message_id: str | None = None, *, using: str | None = None
         n = st.requeue(dlq, message_id, base.now_ms(), retention)  # (the failed job's work, done now)
     if n:
         metrics.requeued(base_of(dlq), n)
-        kick(st.alias)
+        kick(st.alias, (base_of(dlq),))
     return n
 
 

@@ -26,7 +26,7 @@ def _slot_freed(st: Store, queue: str) -> None:
     process) look again — on PostgreSQL a settle that makes nothing ready would not tell them."""
     if policy(queue, using=st.alias).max_in_flight is not None:
         st.notify(queue)
-        kick(st.alias)
+        kick(st.alias, (queue,))
 
 
 def _settled(done: bool) -> None:
@@ -135,7 +135,7 @@ def settle_many(action: str, queue: str, deliveries: Sequence[tuple[str, int]], 
             ms = validation.duration_ms(seconds, "visibility_timeout", *vocab.VISIBILITY_S)
             done = st.change_visibility(queue, valid, now, ms)
             if ms == 0 and any(done):
-                kick(st.alias)
+                kick(st.alias, (queue,))
         else:
             raise ValueError(f"unknown action {action!r}")
         if any(done):
@@ -178,7 +178,7 @@ def release(message: ReceivedMessage, *, using: str | None = None) -> bool:
     st = _store(using)
     done = st.release(message.queue, message.id, _receipt(message), base.now_ms())
     if done:
-        kick(st.alias)
+        kick(st.alias, (message.queue,))
     return done
 
 
@@ -193,7 +193,7 @@ def release_many(queue: str, deliveries: Iterable[tuple[str, int]], *, using: st
     with transaction.atomic(using=st.alias):
         n = st.release_many(queue, valid, base.now_ms())
         if n:
-            kick(st.alias)
+            kick(st.alias, (queue,))
     return n
 
 
@@ -230,7 +230,7 @@ def defer(message: ReceivedMessage | validation.Delivery, delay: Any = 0, *, sta
         _refuse_nul(st, [validation.content(state, forq_settings.FORQ_MAX_CONTENT_BYTES)])
     _settled(st.defer(queue, message_id, _receipt(message), base.now_ms(), delay_ms, state))
     metrics.deferred(queue)
-    kick(st.alias)  # a slot freed, or the message is due again
+    kick(st.alias, (queue,))  # a slot freed, or the message is due again
 
 
 def extend(message: ReceivedMessage, *, using: str | None = None) -> bool:

@@ -9,7 +9,7 @@ from typing import TypeVar
 from ..conf import forq_settings
 from . import base
 from .base import _store
-from .policies import policy
+from .policies import policies as policies_of
 
 T = TypeVar("T")
 
@@ -38,7 +38,7 @@ def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
     slot, whose time comes back in :attr:`Due.recheck_at`), so waiters never wake to claim nothing."""
     st = _store(using)
     now = base.now_ms()
-    policies = {q: policy(q, using=st.alias) for q in queues}
+    policies = policies_of(queues, using=st.alias)
     open_queues = [q for q, p in policies.items() if not p.paused]
     counts = st.has_due(open_queues, now, limit) if open_queues else {}
     recheck_at = None
@@ -56,11 +56,10 @@ def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
             counts[queue] = free
         else:
             del counts[queue]
-    for queue in open_queues:  # a group whose turn comes later (its rate, a backoff, a lease end): look again then
-        if queue not in counts:
-            turn = st.next_group_turn(queue)
-            if turn is not None and turn > now:
-                recheck_at = turn if recheck_at is None else min(recheck_at, turn)
+    # a group whose turn comes later (its rate, a backoff, a lease end): look again then
+    for turn in st.next_group_turns([q for q in open_queues if q not in counts]).values():
+        if turn > now:
+            recheck_at = turn if recheck_at is None else min(recheck_at, turn)
     return Due(counts, recheck_at)
 
 

@@ -439,6 +439,12 @@ class Store(abc.ABC):
     def next_group_turn(self, queue: str) -> int | None:
         """The earliest next turn of ``queue``'s groups (Unix ms), or None when it has none."""
 
+    def next_group_turns(self, queues: Sequence[str]) -> dict[str, int]:
+        """:meth:`next_group_turn` of each of ``queues`` (those with none left out); stores answer
+        in one read."""
+        turns = {q: self.next_group_turn(q) for q in queues}
+        return {q: t for q, t in turns.items() if t is not None}
+
     @abc.abstractmethod
     def notify(self, queue: str) -> None:
         """Tell other processes' notifiers that ``queue`` may have something to claim although no
@@ -552,6 +558,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def queue_get(self, name: str) -> QueueRow | None:
         """The queue's row (policy and state), or None if it has none."""
+
+    def queue_get_many(self, names: Sequence[str]) -> dict[str, QueueRow]:
+        """:meth:`queue_get` of each of ``names`` (those with no row left out); stores answer in
+        one read."""
+        rows = {name: self.queue_get(name) for name in names}
+        return {name: row for name, row in rows.items() if row is not None}
 
     @abc.abstractmethod
     def queue_list(self) -> list[QueueRow]:

@@ -431,6 +431,11 @@ UPDATE forq_groups SET eligible_at = %(eligible_at)s, last_claimed_at = GREATEST
 WHERE queue = %(queue)s AND name = %(group)s"""
 GROUP_DROP = "DELETE FROM forq_groups WHERE queue = %(queue)s AND name = %(group)s"
 GROUP_NEXT_TURN = "SELECT MIN(eligible_at) FROM forq_groups WHERE queue = %s AND eligible_at IS NOT NULL"
+GROUP_NEXT_TURNS = """
+SELECT q.name, t.turn FROM unnest(%s::text[]) AS q(name)
+CROSS JOIN LATERAL (SELECT MIN(eligible_at) AS turn FROM forq_groups
+                    WHERE queue = q.name AND eligible_at IS NOT NULL) AS t
+WHERE t.turn IS NOT NULL"""
 GROUP_STATE = f"""
 SELECT (SELECT COUNT(*) FROM messages
         WHERE queue = %(queue)s AND message_group = %(group)s AND message_group > '' AND status = {READY}),
@@ -892,6 +897,7 @@ QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, ret
                          created_at, updated_at, rate_next_at_us
                   FROM forq_queues AS q"""
 QUEUE_GET = QUEUE_SELECT + " WHERE name = %s"
+QUEUE_GET_MANY = QUEUE_SELECT + " WHERE name = ANY(%s::text[])"
 QUEUE_LIST = QUEUE_SELECT + " ORDER BY name"
 
 QUEUE_PUT = """
@@ -1204,6 +1210,11 @@ class PostgreSQLStore(Store):
         value = self._fetchall(GROUP_NEXT_TURN, (queue,))[0][0]
         return None if value is None else int(value)
 
+    def next_group_turns(self, queues: Sequence[str]) -> dict[str, int]:
+        if not queues:
+            return {}
+        return {q: int(t) for q, t in self._fetchall(GROUP_NEXT_TURNS, (list(queues),))}
+
     def _claim_ungrouped(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
                          dlq_ttl_ms: int, order: str) -> Claim:
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
@@ -1349,6 +1360,10 @@ class PostgreSQLStore(Store):
     def queue_get(self, name: str) -> QueueRow | None:
         rows = self._fetchall(QUEUE_GET, (name,))
         return QueueRow._make(rows[0]) if rows else None
+
+    def queue_get_many(self, names: Sequence[str]) -> dict[str, QueueRow]:
+        rows = self._fetchall(QUEUE_GET_MANY, (list(names),)) if names else []
+        return {row[0]: QueueRow._make(row) for row in rows}
 
     def queue_list(self) -> list[QueueRow]:
         return [QueueRow._make(r) for r in self._fetchall(QUEUE_LIST)]

@@ -398,6 +398,11 @@ WHERE queue = :queue AND name = :group"""
 GROUP_DROP = "DELETE FROM forq_groups WHERE queue = :queue AND name = :group"
 GROUP_NEXT_TURN = """
 SELECT MIN(eligible_at) FROM forq_groups INDEXED BY idx_groups_turn WHERE queue = ? AND eligible_at IS NOT NULL"""
+GROUP_NEXT_TURNS = """
+SELECT name, turn FROM (SELECT q.value AS name,
+                               (SELECT MIN(eligible_at) FROM forq_groups INDEXED BY idx_groups_turn
+                                WHERE queue = q.value AND eligible_at IS NOT NULL) AS turn
+                        FROM json_each(?) AS q) WHERE turn IS NOT NULL"""
 GROUP_STATE = f"""
 SELECT (SELECT COUNT(*) FROM messages INDEXED BY idx_group_ready
         WHERE queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY}),
@@ -505,6 +510,11 @@ SELECT min(:limit,
            + (SELECT COUNT(*) FROM (SELECT 1 FROM forq_groups INDEXED BY idx_groups_turn
                                     WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
                                     LIMIT :limit)))"""
+
+# Every queue of a list (a JSON array) in one statement: HAS_DUE correlated with each name.
+HAS_DUE_MANY = f"""
+SELECT name, n FROM (SELECT q.value AS name, ({HAS_DUE.replace(':queue', 'q.value')}) AS n
+                     FROM json_each(:queues) AS q) WHERE n > 0"""
 
 DATA_VERSION = "PRAGMA data_version"
 
@@ -690,6 +700,7 @@ QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, ret
                          group_rate, paused, last_sequence, created_at, updated_at, rate_next_at_us
                   FROM forq_queues"""
 QUEUE_GET = QUEUE_SELECT + " WHERE name = ?"
+QUEUE_GET_MANY = QUEUE_SELECT + " WHERE name IN (SELECT value FROM json_each(?))"
 QUEUE_LIST = QUEUE_SELECT + " WHERE name != '' ORDER BY name"
 
 QUEUE_PUT = f"""
@@ -1032,6 +1043,12 @@ class SQLiteStore(Store):
         row = self._conn().execute(GROUP_NEXT_TURN, (queue,)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    def next_group_turns(self, queues: Sequence[str]) -> dict[str, int]:
+        if not queues:
+            return {}
+        rows = self._conn().execute(GROUP_NEXT_TURNS, (json.dumps(list(queues)),)).fetchall()
+        return {q: int(t) for q, t in rows}
+
     def throttle_state(self, queue: str, now: int) -> ThrottleState:
         conn = self._conn()
         ((in_flight,),) = conn.execute(IN_FLIGHT, (queue, now)).fetchall()
@@ -1286,13 +1303,15 @@ class SQLiteStore(Store):
 
     @_reads_claim_indexes
     def has_due(self, queues: Sequence[str], now: int, limit: int) -> dict[str, int]:
-        conn = self._conn()
-        out = {}
-        for queue in queues:
-            ((n,),) = conn.execute(HAS_DUE, {"queue": queue, "now": now, "limit": limit}).fetchall()
-            if n:
-                out[queue] = n
-        return out
+        """In one read (the names as one JSON array)."""
+        if not queues:
+            return {}
+        if len(queues) == 1:
+            ((n,),) = self._conn().execute(HAS_DUE, {"queue": queues[0], "now": now, "limit": limit}).fetchall()
+            return {queues[0]: n} if n else {}
+        rows = self._conn().execute(HAS_DUE_MANY, {"queues": json.dumps(list(queues)), "now": now,
+                                                   "limit": limit}).fetchall()
+        return {q: int(n) for q, n in rows}
 
     def data_version(self) -> int:
         """Changes when another connection commits to the database file (cheap: no I/O)."""
@@ -1444,6 +1463,10 @@ class SQLiteStore(Store):
     def queue_get(self, name: str) -> QueueRow | None:
         row = self._conn().execute(QUEUE_GET, (name,)).fetchone()
         return _queue_row(row) if row else None
+
+    def queue_get_many(self, names: Sequence[str]) -> dict[str, QueueRow]:
+        rows = self._conn().execute(QUEUE_GET_MANY, (json.dumps(list(names)),)).fetchall() if names else []
+        return {row[0]: _queue_row(row) for row in rows}
 
     def queue_list(self) -> list[QueueRow]:
         return [_queue_row(r) for r in self._conn().execute(QUEUE_LIST)]
