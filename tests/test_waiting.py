@@ -227,14 +227,14 @@ def test_a_write_without_a_kick_wakes_within_the_poll_interval(monkeypatch, sett
     receiver.start()
     _waiting_on("foreign")
     time.sleep(0.05)
-    sent = time.monotonic()
     sender = _in_thread(forqapp.send, "foreign", "x")
     sender.start()
     sender.join(5)
-    receiver.join(10)
+    receiver.join(15)
+    # The receive waits 10 s, the fallback would come at 60 s: a message at all is one the data
+    # version or the notification woke (no bound tighter than that: the machine may be loaded).
     (message, _), = got
     assert message is not None and message.content == "x"
-    assert time.monotonic() - sent < 2
 
 
 def test_has_due_of_many_queues_in_one_read_answers_as_one_queue_at_a_time():
