@@ -566,8 +566,10 @@ def test_a_move_to_the_dlq_wakes_a_consumer_waiting_on_it(settings):
         moved_at = time.monotonic()
         assert PostgreSQLStore.on(other).move_failed_to_dlq(services.now_ms(), 3_600_000) == 1
     waiter.join(6)
+    # The receive waits 5 s and the fallback is 60 s: a message at all is the notification's doing
+    # (no wall-clock bound tighter than that: the machine may be loaded).
     assert result["message"] is not None and result["message"].id == message.id
-    assert result["at"] - moved_at < 0.5
+    assert result["at"] - moved_at < 5
 
 
 # --- a connection the server terminates ---------------------------------------------------------
