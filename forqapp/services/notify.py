@@ -1,13 +1,14 @@
 """Wake-ups for consumers waiting on empty queues (HTTP long polls, ``receive(wait=…)``, workers).
 
-One :class:`Notifier` per process and database. While anyone waits, its thread watches the database
-for writes from any process through :func:`forqapp.services.wake_version` (how is the store's
-business, :attr:`forqapp.store.Store.wakeups`: SQLite's ``PRAGMA data_version``, which changes when
-another connection commits and costs no I/O, checked every ``FORQ_WAKE_POLL_MS`` (5 ms); PostgreSQL's
-``LISTEN`` notifications) — and a write in this process wakes it at once. On a change it asks the
-database (a read, no write lock) how many messages are due in the queues people wait on, and wakes
-that many waiters per queue, oldest waiter first, so a produce never stampedes a herd of consumers. Every ``FORQ_WAKE_FALLBACK_MS`` it checks anyway, which is how delayed messages
-that become due are noticed. Nobody waiting: the thread sleeps and touches nothing.
+One :class:`Notifier` per process and database. While anyone waits, its thread sleeps until
+something may have changed: another process's commit (the store's :meth:`~forqapp.store.Store.change_fd`:
+SQLite's database file and write-ahead log watched with inotify, PostgreSQL's ``LISTEN`` socket;
+where there is none, ``PRAGMA data_version`` polled every ``FORQ_WAKE_POLL_MS``), a write or a new
+waiter in this process (its bell), or the next time something comes due by the clock (a delayed
+message, a lease's end, a rate slot, a group's turn). Then it asks the database (a read, no write
+lock) how many messages are due in the queues people wait on, and wakes that many waiters per queue,
+oldest waiter first, so a produce never stampedes a herd of consumers. Every
+``FORQ_WAKE_FALLBACK_MS`` it checks anyway. Nobody waiting: the thread sleeps and touches nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import select
 import threading
 import time
 from collections import deque
@@ -71,6 +74,10 @@ class Notifier:
         self._thread: threading.Thread | None = None
         self.checks = 0  # checks run (tests, benchmarks): full ones and targeted ones
         self.full_checks = 0
+        self.sleeps = 0  # times the watching thread slept (tests: idle waiters cost no polling)
+        self._bell_r, self._bell_w = os.pipe()  # rung to end the watching thread's sleep
+        os.set_blocking(self._bell_r, False)
+        os.set_blocking(self._bell_w, False)
 
     # -- waiting ---------------------------------------------------------------------------
 
@@ -113,6 +120,7 @@ class Notifier:
                     return
                 self._pending.update(waited)
             self._cond.notify()
+        self._ring()
 
     def wake_all(self) -> None:
         with self._cond:
@@ -137,6 +145,7 @@ class Notifier:
                 )
                 self._thread.start()
             self._cond.notify()
+        self._ring()
 
     def _remove(self, waiter: _Waiter | _AsyncWaiter) -> None:
         with self._cond:
@@ -158,10 +167,13 @@ class Notifier:
     def _run(self) -> None:
         """Targeted checks (the queues of this process's writes, a new waiter's queues) at once;
         full checks (every waited queue: another process's commit seen through the data version,
-        the fallback timer, a rate slot's or a group's turn) at most once per pacing interval — the
-        poll interval, or twenty times the CPU the last full check took when that is longer, so that
-        many waited queues under a stream of commits cost the process at most about 5 % of a core
-        (waiting for the database's answer costs nobody: a slow round trip does not slow the pace)."""
+        the fallback timer, a delayed message's, a lease's, a rate slot's or a group's time) at most
+        once per pacing interval — the poll interval, or twenty times the CPU the last full check
+        took when that is longer, so that many waited queues under a stream of commits cost the
+        process at most about 5 % of a core (waiting for the database's answer costs nobody: a
+        slow round trip does not slow the pace). Between them it sleeps on the store's change
+        descriptor (another process's commit), its bell (this process's writes and waiters) and
+        the next time something comes due: idle waiters cost no CPU."""
         last_version: int | None = None
         last_full = 0.0  # when the last full check ran (monotonic)
         took = 0.0  # the last full check's duration (this thread's CPU seconds)
@@ -184,6 +196,7 @@ class Notifier:
                     fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
                     settings_at = now
                 version = wakeups.wake_version(using=self.alias)
+                fd = wakeups.wake_fd(using=self.alias)  # (after the version: PostgreSQL listens first)
                 if version != last_version:
                     stale = True
                 pace = max(poll, 20 * took)  # the least time between full checks
@@ -199,7 +212,7 @@ class Notifier:
                         due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
                         self.full_checks += 1
                         self.checks += 1
-                        recheck_at = due.recheck_at  # a rate slot or a group's turn: look again then
+                        recheck_at = due.recheck_at  # something comes due by the clock: look again then
                         if due.counts:
                             self._wake(due.counts)
                     last_version, stale = version, False
@@ -217,11 +230,19 @@ class Notifier:
                         if due.counts:
                             self._wake(due.counts)
                 with self._cond:
-                    if not self._pending and not self._full and self._waiters:
-                        timeout = poll
-                        if stale:  # a full check is owed: sleep until the pacing allows it
-                            timeout = max(poll, pace - (time.monotonic() - last_full))
-                        self._cond.wait(timeout)
+                    if self._pending or self._full or not self._waiters:
+                        continue
+                if stale:  # a full check is owed: sleep until the pacing allows it
+                    self._sleep(pace - (time.monotonic() - last_full), None)
+                    continue
+                timeout = fallback - (time.monotonic() - last_full)
+                if recheck_at is not None:
+                    timeout = min(timeout, (recheck_at - base.now_ms()) / 1000)
+                if fd is None:
+                    self._sleep(min(timeout, poll), None)
+                elif wakeups.wake_version(using=self.alias) == last_version:
+                    # (a change that came in with the checks' answers is no longer on the descriptor)
+                    self._sleep(timeout, fd)
             except Exception as e:
                 # a full disk, a server restarting: one line a second, not a traceback each try
                 errors.log_failure(logger, "forqapp notifier (checking for due messages)", e, "retrying")
@@ -229,6 +250,27 @@ class Notifier:
                     connections[self.alias].close()
                 stale = True
                 time.sleep(0.5)
+
+    def _ring(self) -> None:
+        """Interrupt the watching thread's sleep (a kick, a new waiter)."""
+        try:
+            os.write(self._bell_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: it rings already
+
+    def _sleep(self, timeout: float, fd: int | None) -> None:
+        """Until the bell rings, ``fd`` is readable, or ``timeout`` seconds pass."""
+        poller = select.poll()
+        poller.register(self._bell_r, select.POLLIN)
+        if fd is not None:
+            poller.register(fd, select.POLLIN)
+        poller.poll(max(0, int(timeout * 1000) + 1))
+        self.sleeps += 1
+        try:
+            while os.read(self._bell_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
 
     def _wake(self, due: dict[str, int]) -> None:
         with self._cond:
@@ -242,6 +284,17 @@ class Notifier:
 
 _notifiers: dict[str, Notifier] = {}
 _notifiers_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """A forked child starts with no notifier: its parent's thread did not follow it, and their
+    bells must not be shared."""
+    global _notifiers_lock
+    _notifiers.clear()
+    _notifiers_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def notifier_for(alias: str) -> Notifier:

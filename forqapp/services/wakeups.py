@@ -9,6 +9,7 @@ from typing import TypeVar
 from ..conf import forq_settings
 from . import base
 from .base import _store
+from .policies import CACHE_S
 from .policies import policies as policies_of
 
 T = TypeVar("T")
@@ -22,11 +23,16 @@ def wake_version(*, using: str | None = None) -> int:
     return _store(using).data_version()
 
 
+def wake_fd(*, using: str | None = None) -> int | None:
+    """A file descriptor readable when :func:`wake_version` may have changed (None: poll it)."""
+    return _store(using).change_fd()
+
+
 @dataclass
 class Due:
     """What waiters may claim now: messages due per queue (up to a limit; queues with none left
-    out), and the earliest time (Unix ms) a rate-limited queue's next slot, or a message group's
-    next turn, comes, if any."""
+    out), and the earliest time (Unix ms) something of a waited queue with none due comes due by
+    the clock (a delayed message, a lease's end, a rate slot, a message group's turn), if any."""
 
     counts: dict[str, int]
     recheck_at: int | None = None
@@ -42,6 +48,8 @@ def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
     open_queues = [q for q, p in policies.items() if not p.paused]
     counts = st.has_due(open_queues, now, limit) if open_queues else {}
     recheck_at = None
+    if len(open_queues) < len(policies):  # paused: look again when the policy is read again
+        recheck_at = now + round(CACHE_S * 1000)
     for queue in [q for q in counts if policies[q].limited]:
         pol = policies[queue]
         state = st.throttle_state(queue, now)
@@ -56,8 +64,8 @@ def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
             counts[queue] = free
         else:
             del counts[queue]
-    # a group whose turn comes later (its rate, a backoff, a lease end): look again then
-    for turn in st.next_group_turns([q for q in open_queues if q not in counts]).values():
+    # a delayed message, a lease's end, a group's turn (its rate, a backoff): look again then
+    for turn in st.next_turns([q for q in open_queues if q not in counts]).values():
         if turn > now:
             recheck_at = turn if recheck_at is None else min(recheck_at, turn)
     return Due(counts, recheck_at)

@@ -446,6 +446,12 @@ class Store(abc.ABC):
         return {q: t for q, t in turns.items() if t is not None}
 
     @abc.abstractmethod
+    def next_turns(self, queues: Sequence[str]) -> dict[str, int]:
+        """Per queue of ``queues``, the earliest time (Unix ms) something of it comes due by the
+        clock alone: a delayed message, a lease's end, a group's turn (queues with none left out;
+        a time already past is possible). One read: the notifier sleeps until then."""
+
+    @abc.abstractmethod
     def notify(self, queue: str) -> None:
         """Tell other processes' notifiers that ``queue`` may have something to claim although no
         message became ready (a settle freed a slot of a limited queue); on commit inside a transaction."""
@@ -621,7 +627,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def data_version(self) -> int:
         """A number that changes when another connection commits something that may make a
-        message ready (see :attr:`wakeups`). Cheap: no disk I/O, no round trip."""
+        message ready (see :attr:`wakeups`). Cheap: no disk I/O, no round trip. Reading it consumes
+        what made :meth:`change_fd` readable."""
+
+    def change_fd(self) -> int | None:
+        """A file descriptor that becomes readable when another connection may have committed
+        something (so :meth:`data_version` may have changed): the notifier sleeps on it rather
+        than polling. None: there is none here, and the notifier polls every ``FORQ_WAKE_POLL_MS``."""
+        return None
 
     @abc.abstractmethod
     def ping(self) -> None:

@@ -436,6 +436,16 @@ SELECT q.name, t.turn FROM unnest(%s::text[]) AS q(name)
 CROSS JOIN LATERAL (SELECT MIN(eligible_at) AS turn FROM forq_groups
                     WHERE queue = q.name AND eligible_at IS NOT NULL) AS t
 WHERE t.turn IS NOT NULL"""
+# Per queue: the earliest time something comes due by the clock alone (LEAST skips NULLs).
+NEXT_TURNS = f"""
+SELECT q.name, LEAST(timed.t, leased.t, grouped.t) FROM unnest(%s::text[]) AS q(name)
+CROSS JOIN LATERAL (SELECT MIN(process_after) AS t FROM messages
+                    WHERE queue = q.name AND {NO_GROUP} AND status = {READY} AND process_after > received_at) AS timed
+CROSS JOIN LATERAL (SELECT MIN(process_after) AS t FROM messages
+                    WHERE queue = q.name AND {NO_GROUP} AND status = {PROCESSING}) AS leased
+CROSS JOIN LATERAL (SELECT MIN(eligible_at) AS t FROM forq_groups
+                    WHERE queue = q.name AND eligible_at IS NOT NULL) AS grouped
+WHERE COALESCE(timed.t, leased.t, grouped.t) IS NOT NULL"""
 GROUP_STATE = f"""
 SELECT (SELECT COUNT(*) FROM messages
         WHERE queue = %(queue)s AND message_group = %(group)s AND message_group > '' AND status = {READY}),
@@ -1215,6 +1225,11 @@ class PostgreSQLStore(Store):
             return {}
         return {q: int(t) for q, t in self._fetchall(GROUP_NEXT_TURNS, (list(queues),))}
 
+    def next_turns(self, queues: Sequence[str]) -> dict[str, int]:
+        if not queues:
+            return {}
+        return {q: int(t) for q, t in self._fetchall(NEXT_TURNS, (list(queues),))}
+
     def _claim_ungrouped(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
                          dlq_ttl_ms: int, order: str) -> Claim:
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
@@ -1428,10 +1443,9 @@ class PostgreSQLStore(Store):
         _received[conn] = count
         return count
 
-    def poll_interval(self, default_s: float) -> float:
-        """Each check only reads the notifications already on the socket, so the SQLite interval
-        is fine."""
-        return default_s
+    def change_fd(self) -> int | None:
+        """The listening connection's socket (:meth:`data_version` made it listen)."""
+        return int(self._conn().fileno())
 
     def ping(self) -> None:
         self._fetchall(PING)

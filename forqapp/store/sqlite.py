@@ -27,6 +27,7 @@ from django.core.checks import CheckMessage, Error
 from django.db.backends.sqlite3.base import DatabaseWrapper
 
 from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, base_of, is_dlq
+from . import inotify
 from .base import (
     BATCH,
     ENDED_AMONG,
@@ -53,6 +54,7 @@ from .base import (
 )
 
 READY, PROCESSING, FAILED = int(Status.READY), int(Status.PROCESSING), int(Status.FAILED)
+NEVER = 2**62  # a time no message comes due at (Unix ms)
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -403,6 +405,18 @@ SELECT name, turn FROM (SELECT q.value AS name,
                                (SELECT MIN(eligible_at) FROM forq_groups INDEXED BY idx_groups_turn
                                 WHERE queue = q.value AND eligible_at IS NOT NULL) AS turn
                         FROM json_each(?) AS q) WHERE turn IS NOT NULL"""
+# Per queue (a JSON array of names): the earliest time something comes due by the clock alone.
+NEXT_TURNS = f"""
+SELECT name, turn FROM (
+    SELECT q.value AS name, MIN(
+        COALESCE((SELECT MIN(process_after) FROM messages INDEXED BY idx_queue_timed
+                  WHERE queue = q.value AND {NO_GROUP} AND status = {READY} AND process_after > received_at),
+                 {NEVER}),
+        COALESCE((SELECT MIN(process_after) FROM messages INDEXED BY idx_leases
+                  WHERE queue = q.value AND {NO_GROUP} AND status = {PROCESSING}), {NEVER}),
+        COALESCE((SELECT MIN(eligible_at) FROM forq_groups INDEXED BY idx_groups_turn
+                  WHERE queue = q.value AND eligible_at IS NOT NULL), {NEVER})) AS turn
+    FROM json_each(?) AS q) WHERE turn < {NEVER}"""
 GROUP_STATE = f"""
 SELECT (SELECT COUNT(*) FROM messages INDEXED BY idx_group_ready
         WHERE queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY}),
@@ -1049,6 +1063,12 @@ class SQLiteStore(Store):
         rows = self._conn().execute(GROUP_NEXT_TURNS, (json.dumps(list(queues)),)).fetchall()
         return {q: int(t) for q, t in rows}
 
+    def next_turns(self, queues: Sequence[str]) -> dict[str, int]:
+        if not queues:
+            return {}
+        rows = self._conn().execute(NEXT_TURNS, (json.dumps(list(queues)),)).fetchall()
+        return {q: int(t) for q, t in rows}
+
     def throttle_state(self, queue: str, now: int) -> ThrottleState:
         conn = self._conn()
         ((in_flight,),) = conn.execute(IN_FLIGHT, (queue, now)).fetchall()
@@ -1315,7 +1335,24 @@ class SQLiteStore(Store):
 
     def data_version(self) -> int:
         """Changes when another connection commits to the database file (cheap: no I/O)."""
+        watch = self._watch()
+        if watch is not None:
+            watch.drain()
         return int(self._conn().execute(DATA_VERSION).fetchone()[0])
+
+    def change_fd(self) -> int | None:
+        """An inotify descriptor on the database file's directory, readable when a process writes
+        the file or its ``-wal`` (every commit does); None in memory or without inotify."""
+        watch = self._watch()
+        return None if watch is None else watch.fd
+
+    def _watch(self) -> inotify.Watch | None:
+        if self._fixed is not None:
+            return None
+        connection = cast(DatabaseWrapper, self.connection)
+        if connection.is_in_memory_db():
+            return None
+        return inotify.watch(str(connection.settings_dict["NAME"]))
 
     def ping(self) -> None:
         self._conn().execute(PING).fetchall()
