@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.signals import setting_changed
+
 from ..conf import forq_settings
 from ..store import QueueRow
 from ..validation import rate_interval_us
@@ -144,6 +146,22 @@ def resolve(row: QueueRow | None) -> Policy:
 # --- queue policy ------------------------------------------------------------------------------
 
 _policies: dict[tuple[str, str], tuple[float, Policy]] = {}
+_default: list[Policy] = []  # the policy of every queue without a row: resolve(None), until a setting changes
+
+
+def _resolved(row: QueueRow | None) -> Policy:
+    if row is not None:
+        return resolve(row)
+    if not _default:
+        _default.append(resolve(None))
+    return _default[0]
+
+
+def _forget_default(**kwargs: Any) -> None:
+    _default.clear()
+
+
+setting_changed.connect(_forget_default)
 
 
 def policy(queue: str, *, using: str | None = None) -> Policy:
@@ -156,7 +174,7 @@ def policy(queue: str, *, using: str | None = None) -> Policy:
     now = time.monotonic()
     if cached is not None and now - cached[0] < CACHE_S:
         return cached[1]
-    resolved = resolve(st.queue_get(name))
+    resolved = _resolved(st.queue_get(name))
     _policies[key] = (now, resolved)
     return resolved
 
@@ -183,7 +201,7 @@ def policies(queues: Sequence[str], *, using: str | None = None) -> dict[str, Po
             key = None if row is None else (*(getattr(row, c) for c in PUBLIC_NAMES), row.paused)
             resolved = alike.get(key)
             if resolved is None:
-                resolved = alike[key] = resolve(row)
+                resolved = alike[key] = _resolved(row)
             _policies[(st.alias, name)] = (now, resolved)
             for queue in asked:
                 out[queue] = resolved
@@ -193,6 +211,7 @@ def policies(queues: Sequence[str], *, using: str | None = None) -> dict[str, Po
 def forget_policies() -> None:
     """Drop this process's cached policies (after a change, and in tests)."""
     _policies.clear()
+    _default.clear()
 
 
 def of_row(row: Any) -> Policy:
