@@ -301,7 +301,7 @@ def test_purge_queue(sqs):
 
 
 def test_unsupported_actions_answer_an_sqs_error(sqs):
-    url = sqs.create_queue(QueueName="plain")["QueueUrl"]
+    sqs.create_queue(QueueName="plain")
     calls = [
         lambda: sqs.start_message_move_task(SourceArn=f"arn:aws:sqs:{REGION}:{ACCOUNT}:plain-dlq"),
         lambda: sqs.list_message_move_tasks(SourceArn="arn:aws:sqs:x:y:z"),
