@@ -516,3 +516,15 @@ def test_aws_cli_tags_and_permissions(server):
     assert sent["MD5OfMessageSystemAttributes"]
     got = run("receive-message", "--queue-url", url, "--message-system-attribute-names", "All")
     assert got["Messages"][0]["Attributes"]["AWSTraceHeader"] == TRACE
+
+
+def test_the_docs_queue_settings_example_runs_as_written(server, monkeypatch, capsys):
+    """docs/how-to/sqs.md's tags, permissions and encryption block, its endpoint pointed here."""
+    import re
+
+    page = (ROOT / "docs" / "how-to" / "sqs.md").read_text()
+    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```", page, flags=re.S | re.M)
+                if b.startswith("# queue_settings.py")]
+    monkeypatch.setenv("FORQ_AUTH_SECRET", SECRET)
+    exec(compile(block.replace("http://localhost:8082", server), "sqs.md", "exec"), {})  # noqa: S102 - the docs' code
+    assert capsys.readouterr().out == "{'team': 'billing', 'env': 'prod'}\ntrue SQS:SendMessage\n"
