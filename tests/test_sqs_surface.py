@@ -527,4 +527,4 @@ def test_the_docs_queue_settings_example_runs_as_written(server, monkeypatch, ca
                 if b.startswith("# queue_settings.py")]
     monkeypatch.setenv("FORQ_AUTH_SECRET", SECRET)
     exec(compile(block.replace("http://localhost:8082", server), "sqs.md", "exec"), {})  # noqa: S102 - the docs' code
-    assert capsys.readouterr().out == "{'team': 'billing', 'env': 'prod'}\ntrue SQS:SendMessage\n"
+    assert capsys.readouterr().out == "[('env', 'prod'), ('team', 'billing')]\ntrue SQS:SendMessage\n"

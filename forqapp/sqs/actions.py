@@ -490,7 +490,10 @@ def change_message_visibility_batch(ctx: Context, body: dict[str, Any]) -> dict[
     name, _ = _queue(ctx, body, keys.CONSUME)
     entries = _entries(body, "ChangeMessageVisibilityBatchRequestEntry")
     failed: list[dict[str, Any]] = []
-    by_seconds: dict[int, list[tuple[str, receipts.Handle]]] = {}
+    # One settle a (seconds, n-th handle of its message): two handles of one message (an old
+    # delivery's and the current one's) go to two settles, each answered for its own receipt.
+    by_seconds: dict[tuple[int, int], list[tuple[str, receipts.Handle]]] = {}
+    seen: dict[str, int] = {}
     for entry in entries:
         try:
             handle = receipts.parse(entry.get("ReceiptHandle"), name)
@@ -498,10 +501,11 @@ def change_message_visibility_batch(ctx: Context, body: dict[str, Any]) -> dict[
         except SqsError as exc:
             failed.append(exc.entry(entry["Id"]))
             continue
-        by_seconds.setdefault(seconds, []).append((entry["Id"], handle))
+        nth = seen[handle.message_id] = seen.get(handle.message_id, -1) + 1
+        by_seconds.setdefault((seconds, nth), []).append((entry["Id"], handle))
     successful = []
     stale: list[tuple[str, receipts.Handle]] = []
-    for seconds, items in by_seconds.items():
+    for (seconds, _), items in by_seconds.items():
         done = services.settle_many("change_visibility", name, [(h.message_id, h.receipt) for _, h in items],
                                     seconds=seconds)
         for (entry_id, handle), ok in zip(items, done, strict=True):
