@@ -24,6 +24,7 @@ when the docs are built (``scripts/docs_hooks.py``).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar, cast, overload
 
@@ -123,6 +124,12 @@ def text(name: str, value: Any) -> str | None:
 
 def optional_text(name: str, value: Any) -> str | None:
     return None if value is None or isinstance(value, str) else f"{name} must be a string or None (got {value!r})"
+
+
+def sqs_account(name: str, value: Any) -> str | None:
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{12}", value):
+        return f"{name} must be an account id of 12 digits, not {value!r}"
+    return None
 
 
 def one_of(*choices: str) -> Check:
@@ -400,6 +407,12 @@ class ForqSettings:
     FORQ_SQS_ADDR: Setting[str | None] = Setting(
         None, "the SQS-compatible listener (`None`: off)", check=optional_address, env=str,
         coerce=lambda v: v or None)
+    FORQ_SQS_ACCOUNT_ID: Setting[str] = Setting(
+        "000000000000", "the account id of the SQS listener's queue URLs and ARNs (12 digits); every region "
+        "names the same queues", check=sqs_account, env=str)
+    FORQ_SQS_MAX_MESSAGE_BYTES: Setting[int] = Setting(
+        1_048_576, "largest message the SQS listener takes (bytes: body and attributes, as SQS counts; SQS's "
+        "own limit, 1 MiB, by default), whatever `FORQ_MAX_CONTENT_BYTES`", check=integer(1024), env=int)
     FORQ_UI_ENABLED: Setting[bool] = Setting(True, "`False` serves the API alone", check=boolean)
     FORQ_TRUST_PROXY_HEADERS: Setting[bool] = Setting(
         False, "client address from the rightmost `X-Forwarded-For`", check=boolean)

@@ -278,6 +278,9 @@ class Queue(ReadOnlyModel):
     # The SQS face's attributes that no policy field holds (DelaySeconds, ReceiveMessageWaitTimeSeconds,
     # MaximumMessageSize, RedrivePolicy as given, …): forqapp.sqs.queues. NULL: none set.
     sqs_attributes = models.JSONField(null=True, blank=True)
+    # The SQS face's queue tags (TagQueue, CreateQueue's tags): {"queue": {key: value}, "dlq": {…}}.
+    # NULL: none.
+    sqs_tags = models.JSONField(null=True, blank=True)
 
     objects = QueueManager()
 

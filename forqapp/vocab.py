@@ -153,5 +153,6 @@ SQS_WAIT_S = Bounds(0, 20)  # WaitTimeSeconds, ReceiveMessageWaitTimeSeconds
 SQS_RETENTION_S = Bounds(60, 1_209_600)  # MessageRetentionPeriod: 1 minute to 14 days
 SQS_MESSAGE_SIZE = Bounds(1_024, 1_048_576)  # MaximumMessageSize (bytes)
 SQS_MAX_RECEIVE_COUNT = Bounds(1, 1000)  # a RedrivePolicy's maxReceiveCount
+SQS_KMS_REUSE_S = Bounds(60, 86_400)  # KmsDataKeyReusePeriodSeconds
 
 ORDERINGS = ("fifo", "lifo", "due")

@@ -290,7 +290,7 @@ class QueueAdmin(admin.ModelAdmin):
     show_full_result_count = False
     actions = [pause_queues, resume_queues, purge_queues]
     info_fields = ["counts", "flow_control", "busiest_groups", "resolved_policy", "last_sequence_number", "created",
-                   "updated", "links"]
+                   "updated", "sqs_queue_tags", "links"]
 
     @property
     def media(self):
@@ -482,6 +482,16 @@ class QueueAdmin(admin.ModelAdmin):
         """As the API reports it (on PostgreSQL the stored column stays 0: one database sequence
         numbers every queue, and the store reads the queue's number from its messages)."""
         return self._info(obj).last_sequence
+
+    @admin.display(description="SQS tags")
+    def sqs_queue_tags(self, obj):
+        """The tags SQS clients gave the queue (TagQueue) and its dead-letter queue, escaped."""
+        tags = obj.sqs_tags or {}
+        rows = [(label, key, value) for label, part in (("", "queue"), ("dead-letter queue: ", "dlq"))
+                for key, value in sorted((tags.get(part) or {}).items())]
+        if not rows:
+            return "—"
+        return format_html_join(mark_safe("<br>"), "{}<code>{}</code> = <code>{}</code>", rows)
 
     @admin.display(description="created")
     def created(self, obj):

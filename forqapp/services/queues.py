@@ -179,6 +179,11 @@ def set_sqs_attributes(name: str, attributes: dict[str, Any] | None, *, using: s
     _store(using).queue_set_sqs_attributes(name, json.dumps(attributes) if attributes else None)
 
 
+def set_sqs_tags(name: str, tags: dict[str, Any] | None, *, using: str | None = None) -> None:
+    """Keep the SQS face's queue tags of queue ``name`` in its row."""
+    _store(using).queue_set_sqs_tags(name, json.dumps(tags) if tags else None)
+
+
 def drop_placeholder(name: str, last_sequence: int, updated_at: int, *, using: str | None = None) -> bool:
     """Delete queue ``name``'s row if it is unchanged since it was read (``last_sequence``,
     ``updated_at``) and holds no message: the SQS face's placeholder row of a DLQ."""

@@ -18,9 +18,9 @@ from typing import Any
 from .. import keys, services, validation, vocab
 from ..errors import ForqError
 from ..keys import Key
-from ..models import Queue
+from ..models import Message, Queue
 from ..vocab import DLQ_SUFFIX, Bounds, base_of, is_dlq
-from . import attempts, digests, messages, protocol, queues, receipts
+from . import attempts, digests, messages, permissions, protocol, queues, receipts, tags
 from .protocol import SqsError, invalid, missing
 from .queues import Origin
 
@@ -89,6 +89,8 @@ def _entries(body: dict[str, Any], entry_type: str) -> list[dict[str, Any]]:
 
 
 def _same(attr: str, value: Any, shown: str | None) -> bool:
+    if value is None and attr != "RedrivePolicy":  # given empty (none), or SqsManagedSseEnabled false
+        return shown is None or (attr == "SqsManagedSseEnabled" and shown == "false")
     if attr != "RedrivePolicy":
         return shown == str(value)
     if value is None or shown is None:
@@ -106,8 +108,7 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     given = body.get("Attributes")
     name = queues.check_name(body.get("QueueName"), isinstance(given, dict) and given.get("FifoQueue") == "true")
     ctx.need(name, keys.MANAGE)
-    if body.get("tags"):
-        raise SqsError("UnsupportedOperation", "Queue tags are not supported by forqapp's SQS endpoint")
+    given_tags = tags.check(body.get("tags"), queues.to_sqs(name), required=False)
     info = queues.known(name, fresh=True)
     dlq = is_dlq(name)
     attributes = queues.parse_attributes(name, given, queues.own(info.meta, dlq))
@@ -126,10 +127,12 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             meta[queues.HIDDEN] = True
         meta["dlq"] = dict(meta.get("dlq") or {})
         queues.apply(name, attributes, meta)
+        tags.created(name, given_tags)
     else:
         fresh = {"VisibilityTimeout": queues.DEFAULTS["VisibilityTimeout"],
                  "MessageRetentionPeriod": queues.DEFAULTS["MessageRetentionPeriod"], "RedrivePolicy": None}
         queues.apply(name, {**fresh, **attributes}, {k: v for k, v in info.meta.items() if k == "dlq"}, created=True)
+    tags.created(name, given_tags)  # (a queue that exists keeps its tags, as SQS)
     return {"QueueUrl": ctx.origin.url(name)}
 
 
@@ -137,7 +140,7 @@ def get_queue_url(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name = queues.check_name(body.get("QueueName"))
     owner = body.get("QueueOwnerAWSAccountId")
     ctx.need(name, keys.READ)
-    if owner not in (None, queues.ACCOUNT):
+    if owner not in (None, queues.account()):
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
     queues.existing(name, fresh=True)
     return {"QueueUrl": ctx.origin.url(name)}
@@ -208,6 +211,7 @@ def delete_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         if not (info.placeholder and queues.drop_placeholder(base, info.meta)):
             meta = {k: v for k, v in info.meta.items() if k not in ("dlq", queues.HIDDEN)}
             queues.save_meta(base, meta)
+            tags.drop(name)
     else:
         services.delete_queue(base)
     queues.forget(base)
@@ -245,13 +249,13 @@ def set_queue_attributes(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 # --- messages -------------------------------------------------------------------------------------
 
 
-def _message(entry: dict[str, Any], name: str, meta: dict[str, Any],
-             limit: int) -> tuple[validation.SendEntry, dict[str, Any]]:
+def _message(entry: dict[str, Any], name: str, meta: dict[str, Any], limit: int,
+             sender: str) -> tuple[validation.SendEntry, dict[str, Any]]:
     """(the message to send, a typed input; the answer's digests) of one SendMessage (or batch
     entry) to queue ``name`` (its SQS attributes ``meta``). On a FIFO queue: ``MessageGroupId`` is required, a
     deduplication id (given, or the body's SHA-256 with ``ContentBasedDeduplication``) is kept for
     :data:`messages.DEDUP_WINDOW_S` in the queue's ``DeduplicationScope``, and only the queue's
-    ``DelaySeconds`` applies, as SQS."""
+    ``DelaySeconds`` applies, as SQS. ``sender``: the SenderId kept with it (the key's access key id)."""
     body = messages.check_body(entry.get("MessageBody"), limit)
     fifo = queues.is_fifo(name)
     group = entry.get("MessageGroupId")
@@ -288,7 +292,8 @@ def _message(entry: dict[str, Any], name: str, meta: dict[str, Any],
                           "MessageDeduplicationId provided explicitly")
         options["dedup_id"] = messages.dedup_key(dedup_id, group, fifo_attributes["DeduplicationScope"])
         options["dedup_window"] = messages.DEDUP_WINDOW_S
-    send = validation.SendEntry(body, delay=delay or None, attributes=messages.to_forq(attributes), **options)
+    send = validation.SendEntry(body, delay=delay or None, attributes=messages.to_forq(attributes, system, sender),
+                                **options)
     answer = {"MD5OfMessageBody": digests.md5_of_body(body)}
     md5 = digests.md5_of_attributes(attributes)
     if md5 is not None:
@@ -316,7 +321,8 @@ def _sent(name: str, result: services.SendResult) -> dict[str, Any]:
 
 def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, info = _queue(ctx, body, keys.PRODUCE)
-    item, answer = _message(body, name, info.meta, queues.max_message_size(info.meta, is_dlq(name)))
+    item, answer = _message(body, name, info.meta, queues.max_message_size(info.meta, is_dlq(name)),
+                            ctx.key.access_key_id)
     try:
         (result,) = services.send_entries(name, [item])
     except ForqError as exc:
@@ -336,7 +342,7 @@ def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     failed, valid = [], []
     for entry in entries:
         try:
-            valid.append((entry["Id"], *_message(entry, name, info.meta, limit)))
+            valid.append((entry["Id"], *_message(entry, name, info.meta, limit, ctx.key.access_key_id)))
         except SqsError as exc:
             failed.append(exc.entry(entry["Id"]))
     successful = []
@@ -435,6 +441,25 @@ def _not_inflight() -> SqsError:
     return SqsError("MessageNotInflight", "The message referred to isn't in flight (its receipt handle is stale).")
 
 
+def _stale(queue: str, handles: list[tuple[str, receipts.Handle]]) -> dict[str, SqsError]:
+    """Why each of ``handles`` (entry id, handle) changed nothing, as SQS answers it: its message
+    deleted, or received again since (the handle names an older delivery) → ``InvalidParameterValue``
+    (SQS's "Message does not exist or is not available for visibility timeout change"); the
+    handle's delivery is the message's last, but its lease is over (or was ended) →
+    ``MessageNotInflight``."""
+    last = dict(Message.objects.using(services.alias()).filter(
+        queue=queue, id__in=[h.message_id for _, h in handles]).values_list("id", "processing_started_at"))
+    out = {}
+    for entry_id, handle in handles:
+        if handle.message_id in last and last[handle.message_id] in (None, handle.receipt):
+            out[entry_id] = _not_inflight()
+        else:
+            out[entry_id] = invalid(f"Value {receipts.make(queue, handle.message_id, handle.receipt)} for parameter "
+                                    "ReceiptHandle is invalid. Reason: Message does not exist or is not available "
+                                    "for visibility timeout change.")
+    return out
+
+
 MAX_VISIBILITY_S = int(vocab.SQS_VISIBILITY_S.hi)  # a delivery's lease, and its leases in all
 
 
@@ -457,7 +482,7 @@ def change_message_visibility(ctx: Context, body: dict[str, Any]) -> dict[str, A
     seconds = _visibility(body, handle)
     (done,) = services.settle_many("change_visibility", name, [(handle.message_id, handle.receipt)], seconds=seconds)
     if not done:
-        raise _not_inflight()
+        raise _stale(name, [("", handle)])[""]
     return {}
 
 
@@ -465,7 +490,10 @@ def change_message_visibility_batch(ctx: Context, body: dict[str, Any]) -> dict[
     name, _ = _queue(ctx, body, keys.CONSUME)
     entries = _entries(body, "ChangeMessageVisibilityBatchRequestEntry")
     failed: list[dict[str, Any]] = []
-    by_seconds: dict[int, list[tuple[str, receipts.Handle]]] = {}
+    # One settle a (seconds, n-th handle of its message): two handles of one message (an old
+    # delivery's and the current one's) go to two settles, each answered for its own receipt.
+    by_seconds: dict[tuple[int, int], list[tuple[str, receipts.Handle]]] = {}
+    seen: dict[str, int] = {}
     for entry in entries:
         try:
             handle = receipts.parse(entry.get("ReceiptHandle"), name)
@@ -473,16 +501,21 @@ def change_message_visibility_batch(ctx: Context, body: dict[str, Any]) -> dict[
         except SqsError as exc:
             failed.append(exc.entry(entry["Id"]))
             continue
-        by_seconds.setdefault(seconds, []).append((entry["Id"], handle))
+        nth = seen[handle.message_id] = seen.get(handle.message_id, -1) + 1
+        by_seconds.setdefault((seconds, nth), []).append((entry["Id"], handle))
     successful = []
-    for seconds, items in by_seconds.items():
+    stale: list[tuple[str, receipts.Handle]] = []
+    for (seconds, _), items in by_seconds.items():
         done = services.settle_many("change_visibility", name, [(h.message_id, h.receipt) for _, h in items],
                                     seconds=seconds)
-        for (entry_id, _), ok in zip(items, done, strict=True):
+        for (entry_id, handle), ok in zip(items, done, strict=True):
             if ok:
                 successful.append({"Id": entry_id})
             else:
-                failed.append(_not_inflight().entry(entry_id))
+                stale.append((entry_id, handle))
+    if stale:
+        why = _stale(name, stale)
+        failed += [why[entry_id].entry(entry_id) for entry_id, _ in stale]
     return {"Successful": successful, "Failed": failed}
 
 
@@ -504,6 +537,11 @@ ACTIONS: dict[str, Callable[[Context, dict[str, Any]], dict[str, Any]]] = {
     "DeleteMessageBatch": delete_message_batch,
     "ChangeMessageVisibility": change_message_visibility,
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
+    "TagQueue": tags.tag_queue,
+    "UntagQueue": tags.untag_queue,
+    "ListQueueTags": tags.list_queue_tags,
+    "AddPermission": permissions.add_permission,
+    "RemovePermission": permissions.remove_permission,
 }
 RECEIVE = "ReceiveMessage"
 #: The grant each action needs on its queue (ListQueues needs none: it lists what the key may read).
@@ -512,6 +550,11 @@ NEEDS: dict[str, str] = {
     "GetQueueAttributes": keys.READ, "SetQueueAttributes": keys.MANAGE, "SendMessage": keys.PRODUCE,
     "SendMessageBatch": keys.PRODUCE, "DeleteMessage": keys.CONSUME, "DeleteMessageBatch": keys.CONSUME,
     "ChangeMessageVisibility": keys.CONSUME, "ChangeMessageVisibilityBatch": keys.CONSUME, RECEIVE: keys.CONSUME,
+    "TagQueue": keys.MANAGE,
+    "UntagQueue": keys.MANAGE,
+    "ListQueueTags": keys.READ,
+    "AddPermission": keys.MANAGE,
+    "RemovePermission": keys.MANAGE,
 }
 
 
@@ -522,5 +565,4 @@ def refused_by_grants(key: Key, action: str) -> SqsError | None:
     if need is None or key.root or any(need in grant.actions for grant in key.grants):
         return None
     return SqsError("AccessDenied", f"The key {key.access_key_id} may not {need} on any queue", 403)
-UNSUPPORTED = ("AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags",
-               "ListDeadLetterSourceQueues", "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks")
+UNSUPPORTED = ("ListDeadLetterSourceQueues", "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks")

@@ -3,8 +3,13 @@
 Message attributes are kept in forqapp's string attributes, so that the other faces see them: a
 ``String`` attribute as ``{name: value}`` (and a forqapp attribute is a ``String`` one here); any
 other type with its type after a ``;`` in the key (``{"price;Number": "9.5"}``; a ``Binary``
-value in base64). forqapp's limits apply: 10 attributes, keys (with the type) of at most 64
-characters, values of at most 1,024 characters.
+value in base64). SQS's limits apply (10 attributes, names of up to 256 characters, the message's
+size counting them), not the other faces' (64-character keys, 1,024-character values).
+
+Two system attributes are kept with the message the same way, under names SQS refuses for a
+message attribute (so none is ever mistaken for one): :data:`SENDER_KEY` (``SenderId``: the
+access key id of the key that sent it) and :data:`TRACE_KEY` (``AWSTraceHeader``, as sent in
+``MessageSystemAttributes``). The other faces see them among the message's attributes.
 """
 
 from __future__ import annotations
@@ -119,8 +124,9 @@ def check_attributes(attributes: object) -> dict[str, dict[str, Any]]:
                       f"[{vocab.MAX_ATTRIBUTES}].")
     out = {}
     for name, value in attributes.items():
-        if not _valid_name(name):
-            raise invalid(f"Message attribute name '{name}' is invalid.")
+        why = name_problem(name)
+        if why is not None:
+            raise invalid(f"The message attribute name '{str(name)[:300]}' is invalid. {why}")
         if not isinstance(value, dict):
             raise invalid(f"Message attribute '{name}' must be a map")
         data_type = value.get("DataType")
@@ -192,10 +198,14 @@ def _check_number(name: str, text: str) -> None:
                       f"(10^{NUMBER_MIN_POWER} to 10^+{NUMBER_MAX_POWER}).")
 
 
+SENDER_KEY = "AWS.SenderId"  # the forqapp attribute that keeps a message's SenderId
+TRACE_KEY = "AWS.AWSTraceHeader"  # … and its AWSTraceHeader
+
+
 def check_system_attributes(attributes: object) -> dict[str, dict[str, Any]]:
     """SendMessage's ``MessageSystemAttributes``: SQS takes only ``AWSTraceHeader`` (a String).
-    Accepted and not kept; its digest is answered (``MD5OfMessageSystemAttributes``), which SDKs
-    that send one check."""
+    Kept with the message (:data:`TRACE_KEY`); its digest is answered
+    (``MD5OfMessageSystemAttributes``), which SDKs that send one check."""
     if attributes is None:
         return {}
     if not isinstance(attributes, dict):
@@ -215,29 +225,43 @@ def check_system_attributes(attributes: object) -> dict[str, dict[str, Any]]:
     return out
 
 
-def to_forq(attributes: dict[str, dict[str, Any]]) -> dict[str, str] | None:
-    """SQS message attributes → forqapp's string attributes (see the module's docstring)."""
-    if not attributes:
-        return None
+def to_forq(attributes: dict[str, dict[str, Any]], system: dict[str, dict[str, Any]] | None = None,
+            sender: str | None = None) -> dict[str, str] | None:
+    """SQS message attributes, and the system attributes kept (``system``: checked
+    MessageSystemAttributes; ``sender``: the SenderId) → forqapp's string attributes (see the
+    module's docstring)."""
     stored = {}
     for name, value in attributes.items():
         data_type = value["DataType"]
         key = name if data_type == "String" else f"{name}{SEPARATOR}{data_type}"
-        text = str(value.get("StringValue", value.get("BinaryValue")))
-        if len(key) > vocab.ATTRIBUTE_KEY_MAX:
-            raise invalid(f"Message attribute '{name}': forqapp keeps names (with a type other than String "
-                          f"after a ';') of at most {vocab.ATTRIBUTE_KEY_MAX} characters")
-        if len(text) > vocab.ATTRIBUTE_VALUE_MAX:
-            raise invalid(f"Message attribute '{name}': forqapp keeps values of at most "
-                          f"{vocab.ATTRIBUTE_VALUE_MAX} characters")
-        stored[key] = text
-    return stored
+        stored[key] = str(value.get("StringValue", value.get("BinaryValue")))
+    if sender:
+        stored[SENDER_KEY] = sender
+    if system and "AWSTraceHeader" in system:
+        stored[TRACE_KEY] = system["AWSTraceHeader"]["StringValue"]
+    return stored or None
+
+
+def name_problem(name: object) -> str | None:
+    """What is wrong with a message attribute's name, in the words of SQS's rules; None: nothing."""
+    if not isinstance(name, str) or not name:
+        return "Attribute name must not be empty."
+    if len(name) > 256:
+        return "Attribute name can be up to 256 characters long."
+    if not _ATTRIBUTE_NAME.fullmatch(name):
+        return "Attribute name can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters."
+    if name.lower().startswith(("aws.", "amazon.")):
+        return "Attribute name must not start with AWS-reserved prefixes such as AWS. or Amazon. (or any casing " \
+               "variants)."
+    if name.startswith(".") or name.endswith("."):
+        return "Attribute name must not start or end with a period (.)."
+    if ".." in name:
+        return "Attribute name must not have periods in succession (..)."
+    return None
 
 
 def _valid_name(name: object) -> bool:
-    return (isinstance(name, str) and bool(_ATTRIBUTE_NAME.fullmatch(name)) and ".." not in name
-            and not name.startswith(".") and not name.endswith(".")
-            and not name.lower().startswith(("aws.", "amazon.")))
+    return name_problem(name) is None
 
 
 def _one(data_type: str, text: str) -> dict[str, Any] | None:
@@ -296,7 +320,7 @@ def attribute_filter(names: object) -> Any:
 
 SYSTEM_ATTRIBUTES = ("SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
                      "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
-                     "DeadLetterQueueSourceArn")
+                     "DeadLetterQueueSourceArn", "SenderId")
 
 
 def system_names(body: dict[str, Any]) -> set[str]:
@@ -331,6 +355,10 @@ def received(message: ReceivedMessage, queue: str, system: set[str], keep: Any,
         }
         if source_arn is not None:
             values["DeadLetterQueueSourceArn"] = source_arn
+        kept = message.attributes or {}
+        for name, key in (("SenderId", SENDER_KEY), ("AWSTraceHeader", TRACE_KEY)):
+            if isinstance(kept.get(key), str) and kept[key] and not _INVALID_CHARS.search(kept[key]):
+                values[name] = kept[key]  # (a message another face sent has none)
         sqs_group = None if message.group is None else from_group(message.group)
         if sqs_group is not None:
             values["MessageGroupId"] = sqs_group

@@ -37,7 +37,7 @@ from ..services import queues as queue_services
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from .protocol import SqsError, invalid
 
-ACCOUNT = "000000000000"  # forqapp has no accounts: one fixed id in URLs and ARNs
+ACCOUNT = "000000000000"  # forqapp has no accounts: one id in URLs and ARNs (FORQ_SQS_ACCOUNT_ID's default)
 NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")  # SQS's queue names (forqapp's too, without the dot)
 FIFO_SUFFIX = ".fifo"
 FIFO_NAME = re.compile(r"[A-Za-z0-9_-]{1,75}\.fifo")  # a FIFO queue's: 80 characters with ``.fifo``
@@ -56,13 +56,17 @@ DEFAULTS = {  # what CreateQueue gives a new queue (SQS's defaults)
 RANGES = {  # SQS's limits (the table in forqapp.vocab)
     "VisibilityTimeout": vocab.SQS_VISIBILITY_S, "MessageRetentionPeriod": vocab.SQS_RETENTION_S,
     "DelaySeconds": vocab.SQS_DELAY_S, "ReceiveMessageWaitTimeSeconds": vocab.SQS_WAIT_S,
-    "MaximumMessageSize": vocab.SQS_MESSAGE_SIZE,
+    "MaximumMessageSize": vocab.SQS_MESSAGE_SIZE, "KmsDataKeyReusePeriodSeconds": vocab.SQS_KMS_REUSE_S,
 }
-SETTABLE = (*RANGES, "RedrivePolicy")
+#: Kept and answered, meaning nothing to forqapp: the access policy (forqapp's scoped keys decide
+#: who may do what) and server-side encryption (forqapp encrypts nothing beyond what its database does).
+KEPT = ("Policy", "KmsMasterKeyId", "SqsManagedSseEnabled")
+SETTABLE = (*RANGES, "RedrivePolicy", *KEPT)
 READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
              "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
 FIFO_ATTRIBUTES = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
-UNSUPPORTED = ("Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled", "RedriveAllowPolicy")
+UNSUPPORTED = ("RedriveAllowPolicy",)
+KMS_REUSE_DEFAULT = 300  # KmsDataKeyReusePeriodSeconds, SQS's default (shown with a KmsMasterKeyId)
 ALL = (*SETTABLE, *READ_ONLY, *FIFO_ATTRIBUTES)
 
 
@@ -118,6 +122,12 @@ def check_name(name: object, fifo: bool | None = None) -> str:
     return name
 
 
+def account() -> str:
+    """The account id of every queue URL and ARN (``FORQ_SQS_ACCOUNT_ID``): forqapp has no
+    accounts, and every region names the same queues."""
+    return str(forq_settings.FORQ_SQS_ACCOUNT_ID)
+
+
 @dataclass(frozen=True)
 class Origin:
     """Where the client reached this listener (URLs are built from it) and its signing region."""
@@ -128,10 +138,10 @@ class Origin:
 
     def url(self, name: str) -> str:
         """The URL of forqapp's queue ``name`` (by its SQS name)."""
-        return f"{self.scheme}://{self.host}/{ACCOUNT}/{to_sqs(name)}"
+        return f"{self.scheme}://{self.host}/{account()}/{to_sqs(name)}"
 
     def arn(self, name: str) -> str:
-        return f"arn:aws:sqs:{self.region}:{ACCOUNT}:{to_sqs(name)}"
+        return f"arn:aws:sqs:{self.region}:{account()}:{to_sqs(name)}"
 
 
 def name_from_url(url: object) -> str:
@@ -141,7 +151,7 @@ def name_from_url(url: object) -> str:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
     path = url.split("://", 1)[1].partition("/")[2] if "://" in url else url
     parts = [p for p in path.split("?")[0].split("/") if p]
-    if len(parts) == 2 and parts[0] == ACCOUNT:
+    if len(parts) == 2 and parts[0] == account():
         name = parts[1]
     elif len(parts) == 1 and "://" not in url:
         name = parts[0]
@@ -267,7 +277,9 @@ def save_meta(base: str, meta: dict[str, Any]) -> None:
 
 
 def content_cap() -> int:
-    return min(MAX_MESSAGE_SIZE, forq_settings.FORQ_MAX_CONTENT_BYTES)
+    """The largest message the SQS listener takes (``FORQ_SQS_MAX_MESSAGE_BYTES``; 1 MiB, SQS's,
+    by default): body and attributes, whatever the other faces' ``FORQ_MAX_CONTENT_BYTES``."""
+    return int(forq_settings.FORQ_SQS_MAX_MESSAGE_BYTES)
 
 
 def own(meta: dict[str, Any], dlq: bool = False) -> dict[str, Any]:
@@ -287,7 +299,7 @@ def _integer(name: str, value: object) -> int:
     number = int(value)
     if name == "MaximumMessageSize" and number > content_cap():
         raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter MaximumMessageSize: this server "
-                       f"stores messages of at most {content_cap()} bytes (FORQ_MAX_CONTENT_BYTES)")
+                       f"takes messages of at most {content_cap()} bytes (FORQ_SQS_MAX_MESSAGE_BYTES)")
     return number
 
 
@@ -374,17 +386,24 @@ def parse_attributes(queue: str, attributes: object, have: dict[str, Any] | None
             out[name] = _fifo_value(name, value)
             continue
         if name in UNSUPPORTED:
-            if name == "SqsManagedSseEnabled" and value == "false":
-                continue  # what forqapp is anyway
             raise SqsError("InvalidAttributeName", f"Unsupported attribute name: {name}")
         if name not in SETTABLE:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
-        if name == "RedrivePolicy":
+        if name in KEPT:
+            out[name] = _kept(name, value)
+        elif name == "RedrivePolicy":
             if is_dlq(queue):
                 raise SqsError("InvalidAttributeValue", "A dead-letter queue cannot have a redrive policy here")
             out[name] = _redrive(queue, value)
         else:
             out[name] = _integer(name, value)
+    if out.get("SqsManagedSseEnabled") == "true" and out.get("KmsMasterKeyId"):
+        raise SqsError("InvalidAttributeValue", "You can use one type of server-side encryption (SSE) at one time. "
+                       "You can either enable KMS SSE or SQS SSE.")
+    if out.get("SqsManagedSseEnabled") == "true":
+        out["KmsMasterKeyId"] = None  # one kind of SSE at a time: the other is off
+    elif out.get("KmsMasterKeyId"):
+        out["SqsManagedSseEnabled"] = None
     if fifo:
         merged = {**FIFO_DEFAULTS, **(have or {}), **out}
         if merged["FifoThroughputLimit"] == "perMessageGroupId" and merged["DeduplicationScope"] != "messageGroup":
@@ -392,6 +411,34 @@ def parse_attributes(queue: str, attributes: object, have: dict[str, Any] | None
                            "perMessageGroupId is allowed only when the value for DeduplicationScope is "
                            "messageGroup.")
     return out
+
+
+def _kept(name: str, value: object) -> str | None:
+    """``Policy`` (a JSON object; empty: none), ``KmsMasterKeyId`` (a KMS key's id, alias or ARN,
+    not looked up; empty: none) or ``SqsManagedSseEnabled`` (true or false), checked; None: removed."""
+    if not isinstance(value, str):
+        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
+    if name == "SqsManagedSseEnabled":
+        if value.lower() not in ("true", "false"):
+            raise SqsError("InvalidAttributeValue", "Invalid value for the parameter SqsManagedSseEnabled. "
+                           "Reason: Must be true or false.")
+        return value.lower() if value.lower() == "true" else None
+    if value == "":
+        return None
+    if name == "Policy":
+        try:
+            policy = json.loads(value)
+        except (ValueError, RecursionError):
+            policy = None
+        if not isinstance(policy, dict) or len(value.encode("utf-8")) > POLICY_MAX:
+            raise SqsError("InvalidAttributeValue", "Invalid value for the parameter Policy.")
+        return value
+    if len(value) > 2048 or any(c.isspace() for c in value):
+        raise SqsError("InvalidAttributeValue", "Invalid value for the parameter KmsMasterKeyId.")
+    return value
+
+
+POLICY_MAX = 20_480  # bytes: SQS's limit of a queue's policy
 
 
 def fifo_attributes(meta: dict[str, Any], dlq: bool = False) -> dict[str, str]:
@@ -421,7 +468,7 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, create
             policy["dlq_retention" if dlq else "retention"] = value
         elif key == "RedrivePolicy":
             policy["max_attempts"] = value["maxReceiveCount"] if value else "unlimited"
-        if (key == "RedrivePolicy" and value is None) or (key in ("VisibilityTimeout", "MessageRetentionPeriod")
+        if value is None or (key in ("VisibilityTimeout", "MessageRetentionPeriod")
                                                           and not dlq) or key == "MessageRetentionPeriod":
             own.pop(key, None)  # held by the policy (or removed)
         else:
@@ -498,6 +545,12 @@ def current(name: str, origin: Origin, wanted: set[str] | None = None) -> dict[s
     }
     if is_fifo(base):
         values.update(FifoQueue="true", **fifo_attributes(meta, dlq))
+    values["SqsManagedSseEnabled"] = own.get("SqsManagedSseEnabled", "false")
+    if own.get("KmsMasterKeyId"):
+        values["KmsMasterKeyId"] = own["KmsMasterKeyId"]
+        values["KmsDataKeyReusePeriodSeconds"] = own.get("KmsDataKeyReusePeriodSeconds", KMS_REUSE_DEFAULT)
+    if own.get("Policy"):
+        values["Policy"] = own["Policy"]
     if not dlq and pol["max_attempts"] != "unlimited":
         # maxReceiveCount is the queue's max_attempts (whichever face set it); the target is its DLQ.
         target = (own.get("RedrivePolicy") or {}).get("deadLetterTargetArn") or origin.arn(base + DLQ_SUFFIX)

@@ -603,6 +603,11 @@ class Store(abc.ABC):
         attributes. No row: nothing."""
 
     @abc.abstractmethod
+    def queue_set_sqs_tags(self, name: str, tags: str | None) -> None:
+        """Set the queue row's ``sqs_tags`` (JSON text; None: none) — the SQS face's queue tags.
+        No row: nothing."""
+
+    @abc.abstractmethod
     def queue_drop_placeholder(self, name: str, last_sequence: int, updated_at: int) -> bool:
         """Delete the queue row of ``name`` if it still has this ``last_sequence`` and
         ``updated_at`` and ``name`` holds no message (one conditional statement: a concurrent write

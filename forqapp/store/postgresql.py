@@ -962,6 +962,7 @@ WHERE name = %(name)s AND next_run_at = %(expected)s"""
 
 QUEUE_DELETE = "DELETE FROM forq_queues WHERE name = %s"
 QUEUE_SET_SQS_ATTRIBUTES = "UPDATE forq_queues SET sqs_attributes = %s::jsonb WHERE name = %s"
+QUEUE_SET_SQS_TAGS = "UPDATE forq_queues SET sqs_tags = %s::jsonb WHERE name = %s"
 QUEUE_DROP_PLACEHOLDER = """DELETE FROM forq_queues WHERE name = %s AND last_sequence = %s AND updated_at = %s
 AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = %s)"""
 DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (%s, %s)"
@@ -1412,6 +1413,9 @@ class PostgreSQLStore(Store):
 
     def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:
         self._rowcount(QUEUE_SET_SQS_ATTRIBUTES, (attributes, name))
+
+    def queue_set_sqs_tags(self, name: str, tags: str | None) -> None:
+        self._rowcount(QUEUE_SET_SQS_TAGS, (tags, name))
 
     def queue_drop_placeholder(self, name: str, last_sequence: int, updated_at: int) -> bool:
         return self._rowcount(QUEUE_DROP_PLACEHOLDER, (name, last_sequence, updated_at, name)) > 0

@@ -774,6 +774,7 @@ SELECT '', last_sequence, 0, :now, :now FROM forq_queues WHERE name = :name
 ON CONFLICT (name) DO UPDATE SET last_sequence = MAX(last_sequence, excluded.last_sequence)"""
 QUEUE_DELETE = "DELETE FROM forq_queues WHERE name = :name"
 QUEUE_SET_SQS_ATTRIBUTES = "UPDATE forq_queues SET sqs_attributes = ? WHERE name = ?"
+QUEUE_SET_SQS_TAGS = "UPDATE forq_queues SET sqs_tags = ? WHERE name = ?"
 QUEUE_DROP_PLACEHOLDER = """DELETE FROM forq_queues WHERE name = ? AND last_sequence = ? AND updated_at = ?
 AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = ?)"""
 DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (?, ?)"
@@ -1535,6 +1536,9 @@ class SQLiteStore(Store):
 
     def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:
         self._conn().execute(QUEUE_SET_SQS_ATTRIBUTES, (attributes, name))
+
+    def queue_set_sqs_tags(self, name: str, tags: str | None) -> None:
+        self._conn().execute(QUEUE_SET_SQS_TAGS, (tags, name))
 
     def queue_drop_placeholder(self, name: str, last_sequence: int, updated_at: int) -> bool:
         return self._conn().execute(QUEUE_DROP_PLACEHOLDER, (name, last_sequence, updated_at, name)).rowcount > 0
