@@ -107,4 +107,4 @@ def test_a_waiting_consumer_is_woken_by_a_grouped_send_after_its_commit():
 
     message, waited = asyncio.run(main())
     assert message is not None and message.content == "x"
-    assert waited < 2
+    assert waited < 4  # woken, not at the end of its 5 s wait

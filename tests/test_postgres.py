@@ -235,9 +235,7 @@ def test_a_locked_head_does_not_block_other_consumers():
         other.execute("SELECT 1 FROM messages WHERE id = %s FOR UPDATE", (first,))
         with connection.cursor() as cur:
             cur.execute("SET lock_timeout = '200ms'")  # a wait on the lock would fail the claim
-        started = time.monotonic()
-        message = services.claim("head")
-        assert time.monotonic() - started < 0.2
+        message = services.claim("head")  # (had it waited on the lock, lock_timeout would have failed it)
         assert message.id == second
         assert services.claim("head") is None  # the head is skipped, not waited for
         other.execute("ROLLBACK")

@@ -627,7 +627,7 @@ def test_first_dashboard_of_a_process_never_waits_for_a_slow_count(settings, mon
     monkeypatch.setattr(queries, "overview", slow_overview)
     start = time.monotonic()
     first = client.get("/ui/")
-    assert time.monotonic() - start < 1
+    assert time.monotonic() - start < 4  # not held by the slow count (5 s)
     assert b"Counting messages" in first.content
     release.set()
     for _ in range(50):  # the background count lands; the page's own refresh shows it

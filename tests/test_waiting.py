@@ -48,10 +48,10 @@ def test_claim_returns_what_came_while_it_waited():
     sender = _in_thread(send_later)
     sender.start()
     started = time.monotonic()
-    message = forqapp.receive("later", wait=5)
-    sender.join(5)
+    message = forqapp.receive("later", wait=10)
+    sender.join(10)
     assert message is not None and message.content == "x"
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 8
 
 
 def test_a_draining_process_does_not_wait(drained):
@@ -73,7 +73,7 @@ def test_drain_ends_the_waits_under_way():
     finally:
         waiting._undrain()
     assert not thread.is_alive() and result == {"got": None}
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5  # not the 10 s wait
 
 
 def test_a_claim_that_finishes_after_its_caller_left_is_given_back():
