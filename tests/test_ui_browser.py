@@ -464,3 +464,29 @@ def test_message_permissions_alone_show_no_dead_letter_in_the_admin_and_login_la
     page.wait_for_selector("[data-testid=forbidden]")
     assert "You do not have the permission to view queues." in page.inner_text("[data-testid=forbidden]")
     assert page.locator("button", has_text="Log out").count() == 1
+
+
+def test_queue_page_shows_the_busiest_message_groups_in_a_browser(live_ui, browser_page, staff_user):
+    """The groups card as Chromium renders it: the group policy, each group's ready and in-flight
+    counts, light and dark."""
+    import forqapp
+    from forqapp import services
+
+    freshness.clear()
+    services.configure_queue("tenants", group_concurrency=2, group_rate="5/s")
+    for i in range(3):
+        forqapp.send("tenants", f"a{i}", group="tenant-a")
+    forqapp.send("tenants", "b0", group="tenant:b")
+    assert len(services.claim_many("tenants", 10)) == 2  # one of each group: their turns
+    page = browser_page
+    log_in(page, live_ui + "/queues/tenants/")
+    page.wait_for_selector("#queue-groups")
+    assert page.inner_text("[data-testid=group-policy]") == "Per group: at most 2 in flight, at most 5/s"
+    rows = page.locator("#queue-groups tbody tr")
+    assert rows.count() == 2
+    shown = [[cell.inner_text() for cell in row.locator("td").all()][:3] for row in rows.all()]
+    assert shown == [["tenant-a", "2", "1"], ["tenant:b", "0", "1"]]
+    shot(page, "queue-groups-light")
+    page.emulate_media(color_scheme="dark")
+    shot(page, "queue-groups-dark")
+    page.emulate_media(color_scheme="light")
