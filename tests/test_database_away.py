@@ -216,3 +216,52 @@ def test_task_settling_over_a_database_away_logs_one_line_a_second(monkeypatch, 
     lines = [r for r in caplog.records if r.name.startswith("forqapp")]
     assert len(lines) == 1 and lines[0].exc_info is None, [r.getMessage() for r in lines]
     assert "the database server is recovering" in lines[0].getMessage()
+
+
+# --- /healthcheck: the truth at once -----------------------------------------------------------
+
+
+def test_the_healthcheck_answers_503_at_once_while_the_database_does_not_answer(apps, monkeypatch, caplog,  # noqa: F811
+                                                                               frozen_clock):  # noqa: F811
+    """A database out of reach (a cut link: the ping neither answers nor fails) is 503 within the
+    health check's own bound, not at the client's timeout, with one line that says so; the health
+    checks that come meanwhile wait on that same ping (no thread nor connection each); once the
+    database answers again, 204."""
+    from forqapp.services import maintenance
+
+    released = threading.Event()
+    pings = []
+
+    def hang(self):
+        pings.append(threading.current_thread().name)
+        released.wait(60)
+
+    monkeypatch.setattr(maintenance, "HEALTH_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(type(store.for_alias("default")), "ping", hang)
+    caplog.set_level(logging.INFO, logger="forqapp")
+    try:
+        for app in apps:
+            status, headers, answer = _run(app, _scope("GET", "/healthcheck", []))
+            assert (status, json.loads(answer)["code"]) == (503, errors.UNHEALTHY)
+            assert not released.is_set()  # answered while the ping still hangs
+    finally:
+        released.set()
+    assert len(pings) == 1 and pings[0].startswith("forq-health"), pings  # one ping, on its own thread
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("forqapp")]
+    assert lines == ["forqapp healthcheck: the database did not answer a ping within 0.3 s; answered 503 "
+                     "(this line at most once a second)"]
+    _no_traceback(caplog)
+    monkeypatch.undo()
+    for app in apps:
+        assert _run(app, _scope("GET", "/healthcheck", []))[0] == 204
+
+
+@pytest.mark.parametrize("message", [RECOVERING, "terminating connection due to administrator command"])
+def test_the_healthcheck_says_why_the_database_is_away(apps, monkeypatch, caplog, message):  # noqa: F811
+    _away(monkeypatch, message)
+    status, _, answer = _run(apps[0], _scope("GET", "/healthcheck", []))
+    assert (status, json.loads(answer)["code"]) == (503, errors.UNHEALTHY)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("forqapp")]
+    assert lines == [f"forqapp healthcheck: {errors.unavailable(psycopg.OperationalError(message))}; answered 503 "
+                     "(this line at most once a second)"], lines
+    _no_traceback(caplog)

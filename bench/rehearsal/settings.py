@@ -1,0 +1,8 @@
+"""The rehearsal's hosts: the demo project, the ``rh-work`` consumer and the Django Tasks backend."""
+
+from project.settings import *  # noqa: F403
+
+INSTALLED_APPS = [*INSTALLED_APPS, "bench.rehearsal.app"]  # noqa: F405
+TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default"],
+                     "OPTIONS": {"queue_prefix": "rh-tasks-"}}}
+FORQ_WORKER_START_JITTER_MS = 0
