@@ -162,8 +162,11 @@ class Rehearsal:
         with open(self.pgdata / "pg_hba.conf", "a") as f:
             f.write("host all all 10.88.0.0/16 trust\n")
         self.pg_start()
-        sh(f"{PG_BIN}/../bin/psql" if Path(f"{PG_BIN}/psql").exists() else "psql", "-h", str(self.pgdata),
-           "-U", "postgres", "-c", f"CREATE DATABASE {DB_NAME}", ns=PREFIX + "db")
+        sh("psql", "-h", str(self.pgdata), "-U", "postgres", "-c", f"CREATE DATABASE {DB_NAME}", ns=PREFIX + "db")
+
+    def sql(self, statement: str) -> str:
+        return sh("psql", "-h", str(self.pgdata), "-U", "postgres", "-d", DB_NAME, "-At", "-c", statement,
+                  ns=PREFIX + "db").stdout.strip()
 
     def pg_start(self) -> None:
         self.pg("-l", str(self.pgdata / "postgresql.log"), "-w", "start")
@@ -443,8 +446,13 @@ def faults(args, log=print) -> list[dict[str, Any]]:
                 r.wait_api(k)
             before = r.tracebacks()
             log(f"fault {n}: {FAULTS[n]} …")
+            r.sql("DELETE FROM messages WHERE queue = 'rh-sched'")
+            ticking = time.time()
             result = run_client(r, args.seconds, FAULT_RUNS[n])
             row = summarize(f"{n}. {FAULTS[n]}", result, before, r.tracebacks())
+            # the schedule's ticks (one a second, exactly once): sent, against the seconds it ran
+            ticks = r.sql("SELECT count(*) FROM messages WHERE queue = 'rh-sched'")
+            row["schedule_ticks"] = f"{ticks} in {time.time() - ticking:.0f} s"
             row["db_away_lines"] = {h: len(r.log_lines(f"{PREFIX}{h}", "(this line at most once a second)"))
                                     for h in ("api1", "api2", "wrk1", "wrk2")}
             rows.append(row)
