@@ -68,6 +68,7 @@ class Run:
         self.after_ack: dict[str, list[str]] = defaultdict(list)
         self.errors: dict[str, list[tuple[float, str]]] = defaultdict(list)
         self.health: list[tuple[float, str, int, float]] = []
+        self.due: dict[str, float] = {}  # delayed v2 messages: when they were meant to be due
 
     def error(self, protocol: str, what: str) -> None:
         with self.lock:
@@ -103,8 +104,16 @@ class Run:
                     ok = status == 204
                 else:
                     queue = "rh-v2" if protocol == "v2" else "rh-work"
-                    status, _, answer = api.request("POST", f"/api/v2/queues/{queue}/messages", {"content": content})
+                    body: dict[str, Any] = {"content": content}
+                    delayed = protocol == "v2" and seq % 10 == 0  # due 2 s after it is sent
+                    if delayed:
+                        body["delay"] = 2
+                        due = time.time() + 2
+                    status, _, answer = api.request("POST", f"/api/v2/queues/{queue}/messages", body)
                     ok = status == 201
+                    if ok and delayed:
+                        with self.lock:
+                            self.due[content] = due
                 if not ok:
                     self.error(protocol, f"produce {status} {answer[:80]!r}")
             except Exception as exc:  # noqa: BLE001 - every failure is counted, then the next host
@@ -263,7 +272,7 @@ class Run:
             t.join(TIMEOUT_S * 2)
         return {"started": started, "produced_until": produced_until, "acked": self.acked,
                 "delivered": self.delivered, "after_ack": self.after_ack, "errors": self.errors,
-                "health": self.health}
+                "health": self.health, "due": self.due}
 
 
 if __name__ == "__main__":

@@ -43,12 +43,13 @@ SECRET = "rehearsal-secret-0123456789abcdef-0123"  # noqa: S105 - a throwaway cl
 PG_BIN = "/usr/lib/postgresql/15/bin"
 DB_NAME = "forq"
 FAULTS = {
+    0: "none (the load alone)",
     1: "API host 1 ↔ database link cut for 10 s",
     2: "PostgreSQL restarted (fast, then immediate shutdown)",
     3: "worker host 1 killed (kill -9) and started again",
     4: "API host 2 killed mid-request, started again 5 s later",
     5: "200 ms latency + 1% loss on API host 1's database link (tc netem)",
-    6: "API host 2 and worker host 2 with clocks 2 s ahead (libfaketime)",
+    6: "API host 2 and worker host 2 with clocks 2 s ahead (FORQ_CLOCK_OFFSET_MS)",
 }
 
 
@@ -89,8 +90,9 @@ def netem_missing() -> str | None:
 
 
 class Rehearsal:
-    def __init__(self, apis: int, workers: int, api_workers: int = 1, log=print):
+    def __init__(self, apis: int, workers: int, api_workers: int = 1, log=print, pgbouncer: bool = False):
         self.n_apis, self.n_workers, self.api_workers, self.log = apis, workers, api_workers, log
+        self.pgbouncer = pgbouncer  # the hosts connect through PgBouncer (transaction mode) on the DB host
         self.tmp = Path(tempfile.mkdtemp(prefix="forq-rehearsal-"))
         self.tmp.chmod(0o755)
         self.pgdata = self.tmp / "pgdata"
@@ -168,6 +170,22 @@ class Rehearsal:
         return sh("psql", "-h", str(self.pgdata), "-U", "postgres", "-d", DB_NAME, "-At", "-c", statement,
                   ns=PREFIX + "db").stdout.strip()
 
+    def start_pgbouncer(self) -> None:
+        """PgBouncer in transaction mode on the database host (:6432), in front of its PostgreSQL."""
+        folder = self.tmp / "pgbouncer"
+        folder.mkdir()
+        (folder / "userlist.txt").write_text('"postgres" ""\n')
+        (folder / "pgbouncer.ini").write_text(
+            f"[databases]\n{DB_NAME} = host={self.pgdata} port=5432 dbname={DB_NAME}\n[pgbouncer]\n"
+            "listen_addr = *\nlisten_port = 6432\nauth_type = trust\n"
+            f"auth_file = {folder}/userlist.txt\npool_mode = transaction\nmax_client_conn = 1000\n"
+            f"default_pool_size = 40\nunix_socket_dir =\nlogfile = {folder}/pgbouncer.log\n"
+            "ignore_startup_parameters = extra_float_digits,options\n")
+        shutil.chown(folder, "postgres", "postgres")
+        for p in folder.iterdir():
+            shutil.chown(p, "postgres", "postgres")
+        sh("runuser", "-u", "postgres", "--", "pgbouncer", "-d", str(folder / "pgbouncer.ini"), ns=PREFIX + "db")
+
     def pg_start(self) -> None:
         self.pg("-l", str(self.pgdata / "postgresql.log"), "-w", "start")
 
@@ -179,7 +197,8 @@ class Rehearsal:
     def env(self, host: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.tmp),
                 "DJANGO_SETTINGS_MODULE": "bench.rehearsal.settings",
-                "DATABASE_URL": f"postgres://postgres@{self.db_addr(host)}:5432/{DB_NAME}",
+                "DATABASE_URL": f"postgres://postgres@{self.db_addr(host)}:{6432 if self.pgbouncer else 5432}/{DB_NAME}",
+                **({"FORQ_DB_PREPARE_THRESHOLD": "none"} if self.pgbouncer else {}),
                 "FORQ_AUTH_SECRET": SECRET, "FORQ_API_ADDR": "0.0.0.0:8080", "FORQ_SQS_ADDR": "0.0.0.0:9324",
                 "FORQ_UI_ENABLED": "false", "FORQ_LONG_POLL_SECONDS": "2",
                 "FORQ_API_WORKERS": str(self.api_workers), "RH_LOG_DIR": str(self.runs), "RH_HOST": host,
@@ -284,7 +303,7 @@ def cleanup_leftovers() -> None:
 # --- one fault under load --------------------------------------------------------------------------
 
 
-def run_client(r: Rehearsal, seconds: float, fault, *, producers: int = 2, consumers: int = 1,
+def run_client(r: Rehearsal, seconds: float, fault, *, producers: int = 2, consumers: int = 2,
                drain_s: float = 40) -> dict[str, Any]:
     """Load for ``seconds``; ``fault(r)`` runs in this process while it does (returns the fault's
     own record: when it began and ended). The client's result, the worker hosts' runs and the fault's
@@ -338,6 +357,13 @@ def summarize(name: str, result: dict[str, Any], tracebacks_before: dict[str, in
             tasks = Counter(c for c, _ in result["runs"]["task"])
             row["tasks_lost"] = len(acked - set(tasks))
         rows["protocols"][protocol] = row
+    # delayed messages (v2, 2 s): the earliest delivery against when each was meant to be due
+    first = {}
+    for content, at in result["delivered"].get("v2", []):
+        first.setdefault(content, at)
+    early = [first[c] - due for c, due in result.get("due", {}).items() if c in first]
+    rows["delayed"] = len(early)
+    rows["delay_min_s"] = round(min(early), 2) if early else None  # < 0: delivered before its time
     times = sorted(t for p in result["acked"].values() for t in p.values())
     edges = [result["started"], *times, result["produced_until"]]
     rows["longest_stall_s"] = round(max(b - a for a, b in zip(edges, edges[1:], strict=False)), 1)
@@ -393,8 +419,7 @@ def fault_api_killed(r: Rehearsal) -> dict[str, Any]:
     began = time.time()
     r.kill_host(PREFIX + "api2")
     time.sleep(5)
-    r.start_api(2)
-    r.wait_api(2)
+    r.start_api(2)  # "healthy again": from here until it answers 204
     return {"from": began, "to": time.time()}
 
 
@@ -408,12 +433,10 @@ def fault_netem(r: Rehearsal) -> dict[str, Any]:
     return {"from": began, "to": time.time()}
 
 
-FAKETIME = {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1", "FAKETIME": "+2s",
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"}
-
-
-def clock_missing() -> str | None:
-    return None if Path(FAKETIME["LD_PRELOAD"]).exists() else "libfaketime is not installed (apt install faketime)"
+# libfaketime (``faketime``) cannot serve here: under it Python's time.sleep fails with EINVAL
+# (DONT_FAKE_MONOTONIC) or a threading.Event().wait(0.1) never returns; forqapp's own clock offset
+# shifts every queue time the host computes (ids, due times, leases, schedules), as a clock ahead.
+CLOCK_AHEAD = {"FORQ_CLOCK_OFFSET_MS": "2000"}
 
 
 def fault_clock(r: Rehearsal) -> dict[str, Any]:
@@ -421,24 +444,27 @@ def fault_clock(r: Rehearsal) -> dict[str, Any]:
     return {}
 
 
-FAULT_RUNS = {1: fault_link_cut, 2: fault_pg_restart, 3: fault_worker_killed, 4: fault_api_killed,
+FAULT_RUNS = {0: None, 1: fault_link_cut, 2: fault_pg_restart, 3: fault_worker_killed, 4: fault_api_killed,
               5: fault_netem, 6: fault_clock}
 
 
 def faults(args, log=print) -> list[dict[str, Any]]:
     rows = []
-    r = Rehearsal(apis=2, workers=2, api_workers=args.api_workers, log=log)
+    r = Rehearsal(apis=2, workers=2, api_workers=args.api_workers, log=log,
+                  pgbouncer=getattr(args, "pgbouncer", False))
     try:
         r.build()
         r.start_db()
+        if r.pgbouncer:
+            r.start_pgbouncer()
         r.migrate()
         for n in args.faults:
-            skip = netem_missing() if n == 5 else clock_missing() if n == 6 else None
+            skip = netem_missing() if n == 5 else None
             if skip:
                 rows.append({"fault": f"{n}. {FAULTS[n]}", "skipped": skip})
                 log(f"fault {n} skipped: {skip}")
                 continue
-            clock = FAKETIME if n == 6 else None
+            clock = CLOCK_AHEAD if n == 6 else None
             for k in (1, 2):
                 r.start_api(k, clock if k == 2 else None)
                 r.start_worker(k, clock if k == 2 else None)
@@ -471,6 +497,37 @@ def faults(args, log=print) -> list[dict[str, Any]]:
 # --- scaling ---------------------------------------------------------------------------------------
 
 
+class WaitSampler:
+    """What the database's active sessions wait on, sampled every 50 ms through its Unix socket
+    (``pg_stat_activity``: "CPU" where a session waits on nothing), and the statements they run."""
+
+    def __init__(self, r: Rehearsal):
+        import threading
+
+        self.r, self.waits, self.statements = r, Counter(), Counter()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(host=str(self.r.pgdata), user="postgres", dbname=DB_NAME, autocommit=True) as conn:
+            while not self.stop.wait(0.05):
+                for wait, query in conn.execute(
+                        "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), left(query, 60) "
+                        "FROM pg_stat_activity WHERE state = 'active' AND backend_type = 'client backend' "
+                        "AND pid <> pg_backend_pid()").fetchall():
+                    self.waits[wait] += 1
+                    self.statements[" ".join(query.split())[:50]] += 1
+
+    def top(self) -> str:
+        self.stop.set()
+        self.thread.join(5)
+        total = sum(self.waits.values()) or 1
+        return ", ".join(f"{w} {100 * n // total}%" for w, n in self.waits.most_common(3))
+
+
 def scaling(args, log=print) -> list[dict[str, Any]]:
     """Produce throughput with 1, 2, 4 API hosts (v2 sends from the client, 4 connections per host);
     consume throughput with 1, 2, 4 worker hosts draining the same pre-sent messages; the database
@@ -488,6 +545,7 @@ def scaling(args, log=print) -> list[dict[str, Any]]:
             for k in range(1, n + 1):
                 r.wait_api(k)
             cpu = r.db_cpu_s()
+            sampler = WaitSampler(r)
             out = sh(sys.executable, "-m", "bench.rehearsal.blast", json.dumps({
                 "apis": [r.api_addr(k) for k in range(1, n + 1)], "secret": SECRET, "seconds": args.scale_seconds,
                 "connections": 4}), ns=PREFIX + "cli", cwd=ROOT)
@@ -495,12 +553,14 @@ def scaling(args, log=print) -> list[dict[str, Any]]:
             cpu = r.db_cpu_s() - cpu
             rows.append({"what": "produce", "hosts": n, "messages": sent["sent"],
                          "per_s": round(sent["sent"] / sent["seconds"]), "db_cpu_ms_per_msg":
-                         round(1000 * cpu / max(1, sent["sent"]), 3), "errors": sent["errors"]})
+                         round(1000 * cpu / max(1, sent["sent"]), 3), "errors": sent["errors"],
+                         "waits": sampler.top()})
             log(json.dumps(rows[-1]))
             for k in range(1, n + 1):
                 r.kill_host(f"{PREFIX}api{k}")
             # consume: the messages just sent to rh-work, drained by n worker hosts
             cpu = r.db_cpu_s()
+            sampler = WaitSampler(r)
             started = time.time()
             for k in range(1, n + 1):
                 r.spawn(f"{PREFIX}wrk{k}", ["forq_worker", "bench-sink", "-c", "4", "--prefetch", "100", "--burst"])
@@ -510,7 +570,8 @@ def scaling(args, log=print) -> list[dict[str, Any]]:
             cpu = r.db_cpu_s() - cpu
             drained = sent["sent"]
             rows.append({"what": "consume", "hosts": n, "messages": drained, "per_s": round(drained / took),
-                         "db_cpu_ms_per_msg": round(1000 * cpu / max(1, drained), 3), "errors": 0})
+                         "db_cpu_ms_per_msg": round(1000 * cpu / max(1, drained), 3), "errors": 0,
+                         "waits": sampler.top()})
             log(json.dumps(rows[-1]))
             for k in range(1, n + 1):
                 r.procs.pop(f"{PREFIX}wrk{k}", None)
@@ -523,43 +584,51 @@ def scaling(args, log=print) -> list[dict[str, Any]]:
 
 
 def fault_table(rows: list[dict[str, Any]]) -> str:
+    """One row per fault and face; the fault's own columns on its first row."""
     lines = ["| fault | face | acknowledged | delivered | lost | duplicated | after ack | client errors | "
-             "longest stall (s) | first ack after (s) | health during fault | healthy again (s) | new tracebacks |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
+             "longest stall (s) | health checks during the fault | healthy again (s) | delayed: earliest vs due (s) | "
+             "schedule ticks | new tracebacks |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |"]
     for row in rows:
         if "skipped" in row:
-            lines.append(f"| {row['fault']} | skipped: {row['skipped']} |" + " |" * 11)
+            lines.append(f"| {row['fault']} | skipped: {row['skipped']} |" + " |" * 12)
             continue
         for i, (protocol, p) in enumerate(row["protocols"].items()):
             lost = p["lost"] if protocol != "work" else f"{p['lost']} (tasks {p['tasks_lost']})"
-            head = [row["fault"], str(row["longest_stall_s"]), str(row.get("first_ack_after_s", "")),
+            head = [row["fault"], str(row["longest_stall_s"]),
                     ", ".join(f"{k} {v}" for k, v in sorted(row.get("health_during", {}).items())),
-                    str(row.get("healthy_again_s", "")),
+                    "" if row.get("healthy_again_s") is None else str(row["healthy_again_s"]),
+                    f"{row['delay_min_s']} ({row['delayed']})" if row.get("delayed") else "",
+                    row.get("schedule_ticks", ""),
                     ", ".join(f"{k} {v}" for k, v in row["new_tracebacks"].items()) or "0"]
             if i:
-                head = ["", "", "", "", "", ""]
+                head = [""] * len(head)
             lines.append(f"| {head[0]} | {protocol} | {p['acknowledged']} | {p['delivered']} | {lost} | "
                          f"{p['duplicated']} | {p['after_ack']} | {p['client_errors']} | {head[1]} | {head[2]} | "
-                         f"{head[3]} | {head[4]} | {head[5]} |")
+                         f"{head[3]} | {head[4]} | {head[5]} | {head[6]} |")
     return "\n".join(lines)
 
 
 def scaling_table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{os.cpu_count()} cores", "", "| what | hosts | messages | messages/s | DB CPU ms/message | errors |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [f"{os.cpu_count()} cores", "",
+             "| what | hosts | messages | messages/s | DB CPU ms/message | errors | the database's sessions waited on |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     lines += [f"| {r['what']} | {r['hosts']} | {r['messages']} | {r['per_s']} | {r['db_cpu_ms_per_msg']} | "
-              f"{r['errors']} |" for r in rows]
+              f"{r['errors']} | {r['waits']} |" for r in rows]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--faults", default="1,2,3,4,5,6", help="which faults, comma-separated (1-6; '' for none)")
+    parser.add_argument("--faults", default="1,2,3,4,5,6",
+                        help="which faults, comma-separated (0: none, the load alone; 1-6; '' for no fault run)")
     parser.add_argument("--seconds", type=float, default=30, help="load per fault (s)")
     parser.add_argument("--scaling", action="store_true", help="also measure produce/consume with 1, 2, 4 hosts")
     parser.add_argument("--hosts", default="1,2,4", help="host counts for --scaling")
     parser.add_argument("--scale-seconds", type=float, default=10, help="produce time per scaling step (s)")
     parser.add_argument("--api-workers", type=int, default=1, help="forq_serve processes per API host")
+    parser.add_argument("--pgbouncer", action="store_true",
+                        help="the hosts connect through PgBouncer in transaction mode (on the database host)")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--keep-logs", help="copy every host's log to this folder")
     args = parser.parse_args(argv)
