@@ -180,6 +180,7 @@ class Rehearsal:
             "listen_addr = *\nlisten_port = 6432\nauth_type = trust\n"
             f"auth_file = {folder}/userlist.txt\npool_mode = transaction\nmax_client_conn = 1000\n"
             f"default_pool_size = 40\nunix_socket_dir =\nlogfile = {folder}/pgbouncer.log\n"
+            f"pidfile = {folder}/pgbouncer.pid\n"
             "ignore_startup_parameters = extra_float_digits,options\n")
         shutil.chown(folder, "postgres", "postgres")
         for p in folder.iterdir():
@@ -253,7 +254,8 @@ class Rehearsal:
         for pid in sh("ip", "netns", "pids", PREFIX + "db", check=False).stdout.split():
             with contextlib.suppress(OSError, IndexError, ValueError):
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
+                # utime, stime, and the children's the postmaster has reaped (ended sessions)
+                total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
         return total / tick
 
     def tracebacks(self) -> dict[str, int]:
