@@ -206,10 +206,10 @@ class Rehearsal:
                 "PYTHONUNBUFFERED": "1", **(extra or {})}
 
     def spawn(self, host: str, args: list[str], extra: dict[str, str] | None = None) -> subprocess.Popen:
-        out = open(self.tmp / f"{host}.log", "a")
-        proc = subprocess.Popen(["ip", "netns", "exec", host, sys.executable, "manage.py", *args], cwd=ROOT,
-                                env=self.env(host, extra), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        with open(self.tmp / f"{host}.log", "a") as out:  # the child keeps its own descriptor
+            proc = subprocess.Popen(["ip", "netns", "exec", host, sys.executable, "manage.py", *args], cwd=ROOT,
+                                    env=self.env(host, extra), stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         self.procs.setdefault(host, []).append(proc)
         return proc
 
@@ -305,16 +305,22 @@ def cleanup_leftovers() -> None:
 # --- one fault under load --------------------------------------------------------------------------
 
 
+AFTER_FAULT_S = 8
+
+
 def run_client(r: Rehearsal, seconds: float, fault, *, producers: int = 2, consumers: int = 2,
                drain_s: float = 40) -> dict[str, Any]:
     """Load for ``seconds``; ``fault(r)`` runs in this process while it does (returns the fault's
     own record: when it began and ended). The client's result, the worker hosts' runs and the fault's
     record together."""
-    config = {"apis": [r.api_addr(k) for k in range(1, r.n_apis + 1)], "secret": SECRET, "seconds": seconds,
-              "producers": producers, "consumers": consumers, "drain_s": drain_s,
-              "ready_file": str(r.tmp / "client.ready")}
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(config["ready_file"])
+    # The load runs for ``seconds`` and at least ``AFTER_FAULT_S`` after the fault's end (a slow
+    # restart must not leave the recovery unseen): the client stops when the stop file appears.
+    config = {"apis": [r.api_addr(k) for k in range(1, r.n_apis + 1)], "secret": SECRET,
+              "seconds": seconds + 600, "producers": producers, "consumers": consumers, "drain_s": drain_s,
+              "ready_file": str(r.tmp / "client.ready"), "stop_file": str(r.tmp / "client.stop")}
+    for path in (config["ready_file"], config["stop_file"]):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     (r.tmp / "client.json").write_text(json.dumps(config))
     out = r.tmp / "client-result.json"
     with contextlib.suppress(FileNotFoundError):
@@ -329,8 +335,11 @@ def run_client(r: Rehearsal, seconds: float, fault, *, producers: int = 2, consu
         if client.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"the client did not start: {client.communicate()[0][-2000:]}")
         time.sleep(0.1)
+    began = time.monotonic()
     record = fault(r) if fault else {}
-    output, _ = client.communicate(timeout=seconds + drain_s + 120)
+    time.sleep(max(seconds - (time.monotonic() - began), AFTER_FAULT_S if record else 0))
+    Path(config["stop_file"]).touch()
+    output, _ = client.communicate(timeout=drain_s + 120)
     if client.returncode:
         raise RuntimeError(f"the client failed: {output[-3000:]}")
     result = json.loads(out.read_text())
