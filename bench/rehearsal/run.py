@@ -431,7 +431,9 @@ def fault_api_killed(r: Rehearsal) -> dict[str, Any]:
     r.kill_host(PREFIX + "api2")
     time.sleep(5)
     r.start_api(2)  # "healthy again": from here until it answers 204
-    return {"from": began, "to": time.time()}
+    restarted = time.time()
+    r.wait_api(2, timeout_s=120)  # the load runs on until it is back, and AFTER_FAULT_S more
+    return {"from": began, "to": restarted}
 
 
 def fault_netem(r: Rehearsal) -> dict[str, Any]:
