@@ -1,4 +1,4 @@
-.PHONY: run test bench lint docs
+.PHONY: run test bench lint docs rehearsal
 
 run:  ## venv (requirements.txt only), migrations, local secrets, then the server (API :8080, admin UI :8081)
 	scripts/run.sh
@@ -8,6 +8,9 @@ test:  ## install what the tests need (requirements-dev.txt), ruff, mypy, migrat
 
 bench:  ## the core HTTP and in-process benchmark
 	scripts/bootstrap.sh && .venv/bin/python bench/core_bench.py
+
+rehearsal:  ## the network rehearsal (root): API, worker and PostgreSQL hosts in network namespaces, faults under load (scripts/rehearsal.sh; ARGS="--scaling" etc.)
+	scripts/rehearsal.sh $(ARGS)
 
 lint:  ## ruff and mypy (installs requirements-dev.txt first)
 	scripts/bootstrap.sh requirements-dev.txt

@@ -42,8 +42,9 @@ def test_the_database_checks_come_from_its_store(monkeypatch):
 def test_connection_options_are_given_to_their_engine_only():
     from forqapp.envconfig import url_database
 
-    assert url_database("postgres://u@h/db", prepare_threshold=None)["OPTIONS"] == {"prepare_threshold": None}
-    assert url_database("postgres://u@h/db")["OPTIONS"] == {"prepare_threshold": 5}
+    assert url_database("postgres://u@h/db", prepare_threshold=None)["OPTIONS"] == {"prepare_threshold": None,
+                                                                                   "connect_timeout": 10}
+    assert url_database("postgres://u@h/db")["OPTIONS"] == {"prepare_threshold": 5, "connect_timeout": 10}
     assert "prepare_threshold" not in url_database("mysql://u@h/db").get("OPTIONS", {})
     assert url_database("sqlite:////tmp/x.sqlite3")["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
 

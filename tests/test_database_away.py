@@ -216,3 +216,110 @@ def test_task_settling_over_a_database_away_logs_one_line_a_second(monkeypatch, 
     lines = [r for r in caplog.records if r.name.startswith("forqapp")]
     assert len(lines) == 1 and lines[0].exc_info is None, [r.getMessage() for r in lines]
     assert "the database server is recovering" in lines[0].getMessage()
+
+
+# --- /healthcheck: the truth at once -----------------------------------------------------------
+
+
+def test_the_healthcheck_answers_503_at_once_while_the_database_does_not_answer(apps, monkeypatch, caplog,  # noqa: F811
+                                                                               frozen_clock):  # noqa: F811
+    """A database out of reach (a cut link: the ping neither answers nor fails) is 503 within the
+    health check's own bound, not at the client's timeout, with one line that says so; the health
+    checks that come meanwhile wait on that same ping (no thread nor connection each); once the
+    database answers again, 204."""
+    from forqapp.services import maintenance
+
+    released = threading.Event()
+    pings = []
+
+    def hang(self):
+        pings.append(threading.current_thread().name)
+        released.wait(60)
+
+    monkeypatch.setattr(maintenance, "HEALTH_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(type(store.for_alias("default")), "ping", hang)
+    caplog.set_level(logging.INFO, logger="forqapp")
+    try:
+        for app in apps:
+            status, headers, answer = _run(app, _scope("GET", "/healthcheck", []))
+            assert (status, json.loads(answer)["code"]) == (503, errors.UNHEALTHY)
+            assert not released.is_set()  # answered while the ping still hangs
+    finally:
+        released.set()
+    assert len(pings) == 1 and pings[0].startswith("forq-health"), pings  # one ping, on its own thread
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("forqapp")]
+    assert lines == ["forqapp healthcheck: the database did not answer a ping within 0.3 s; answered 503 "
+                     "(this line at most once a second)"]
+    _no_traceback(caplog)
+    monkeypatch.undo()
+    for app in apps:
+        assert _run(app, _scope("GET", "/healthcheck", []))[0] == 204
+
+
+@pytest.mark.parametrize("message", [RECOVERING, "terminating connection due to administrator command"])
+def test_the_healthcheck_says_why_the_database_is_away(apps, monkeypatch, caplog, message):  # noqa: F811
+    _away(monkeypatch, message)
+    status, _, answer = _run(apps[0], _scope("GET", "/healthcheck", []))
+    assert (status, json.loads(answer)["code"]) == (503, errors.UNHEALTHY)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("forqapp")]
+    assert lines == [f"forqapp healthcheck: {errors.unavailable(psycopg.OperationalError(message))}; answered 503 "
+                     "(this line at most once a second)"], lines
+    _no_traceback(caplog)
+
+
+def test_a_handler_whose_own_query_meets_the_database_away_nacks_in_one_line(caplog, frozen_clock):
+    """A consumer that queries the database itself (enqueues a task, reads a model) while the server
+    restarts: its message is nacked, said in one line a second without a traceback each (a bug in a
+    handler keeps its traceback)."""
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import NACK, Worker, _Held
+
+    def away(message):
+        raise psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+
+    def bug(message):
+        raise KeyError("a bug")
+
+    forqapp.send_many("h-away", ["a", "b", "c"])
+    consumer = Consumer("h-away", away)
+    w = Worker({"h-away": consumer}, concurrency=1)
+    try:
+        claimed = services.claim_many("h-away", 3)
+        outcomes = [w._handle(_Held(m, consumer)) for m in claimed[:2]]
+        assert [o for o, _ in outcomes] == [NACK, NACK]
+        lines = [r for r in caplog.records if r.name.startswith("forqapp")]
+        assert [(r.getMessage(), r.exc_info) for r in lines] == [(
+            "forq_worker: a handler on h-away: the database server closed the connection; nacking its message "
+            "(this line at most once a second)", None)]
+        assert w._handle(_Held(claimed[2], Consumer("h-away", bug)))[0] == NACK
+        assert [r.exc_info is not None for r in caplog.records if r.name.startswith("forqapp")] == [False, True]
+    finally:
+        w._shutdown()
+
+
+@pytest.mark.parametrize("where", ["schedules_due", "send_entries"])
+def test_the_schedules_job_over_a_restart_says_one_line_without_traceback(monkeypatch, caplog, frozen_clock, where):
+    """A PostgreSQL restart (``AdminShutdown``, SQLSTATE 57P01) met by the ``schedules`` job, while it
+    lists the due schedules or while it sends a tick: one line, no traceback; the tick is sent at the
+    next run."""
+    from forqapp.services import schedules as schedules_module
+
+    schedules_module.schedule("away-tick", queue="away-ticks", content="t", every=1)
+    monkeypatch.setattr(schedules_module.base, "now_ms", lambda: services.now_ms() + 5000)  # the tick is due
+
+    def restart(*args, **kwargs):
+        raise psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+
+    if where == "send_entries":
+        monkeypatch.setattr(schedules_module, "send_entries", restart)
+    else:
+        monkeypatch.setattr(type(store.for_alias("default")), "schedules_due", restart)
+    caplog.set_level(logging.INFO, logger="forqapp")
+    jobs.Scheduler()._run_one(jobs.JOBS["schedules"])
+    lines = [r for r in caplog.records if r.name.startswith("forqapp")]
+    assert len(lines) == 1 and lines[0].exc_info is None, [r.getMessage() for r in lines]
+    assert "the database server closed the connection" in lines[0].getMessage()
+    monkeypatch.undo()
+    monkeypatch.setattr(schedules_module.base, "now_ms", lambda: services.now_ms() + 5000)
+    jobs.Scheduler()._run_one(jobs.JOBS["schedules"])
+    assert services.peek("away-ticks") is not None

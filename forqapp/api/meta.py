@@ -22,7 +22,9 @@ HERE = Path(__file__).parent
 
 @endpoint("GET", "HEAD", key=None)
 async def healthcheck(request: HttpRequest) -> HttpResponse:
-    if await services.run_async(services.healthy):
+    """204 when the database answered a ping within 2 s (``services.HEALTH_TIMEOUT_S``), else 503
+    at once, with one log line a second saying why."""
+    if await services.health() is None:
         return HttpResponse(status=204)
     return error_response(errors.UNHEALTHY)
 

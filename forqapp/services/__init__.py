@@ -17,6 +17,7 @@ from .leases import acquire_lease, lease_holder, release_lease
 from .maintenance import (
     delete_expired_dlq,
     delete_failed_dlq,
+    health,
     healthy,
     in_flight_counts,
     move_expired_to_dlq,
@@ -78,7 +79,7 @@ __all__ = [
     "auth_retry_after", "busiest_groups", "change_visibility", "claim", "claim_many", "configure_queue", "content_storable",
     "declare_queue", "default_api_workers", "default_db_threads", "defer", "delete_dead",
     "delete_expired_dlq", "delete_failed_dlq", "delete_queue", "describe_error", "discard_staged", "due",
-    "due_counts", "extend", "fail", "forget_policies", "group_info", "healthy", "in_flight_counts", "lease_holder",
+    "due_counts", "extend", "fail", "forget_policies", "group_info", "health", "healthy", "in_flight_counts", "lease_holder",
     "list_queues", "login_blocked_until", "login_failed", "move_expired_to_dlq", "move_failed_to_dlq",
     "nack", "nack_delivery", "nack_many", "now_ms", "optimize_database", "peek", "policy", "publish_sink_batch", "publish_staged",
     "purge", "queue_depths", "queue_info", "ready_group_counts", "receive", "receive_many", "recover_stale", "release",

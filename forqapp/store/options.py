@@ -27,8 +27,10 @@ def sqlite_options(*, busy_timeout_s: float = 30.0) -> dict[str, Any]:
 
 def postgresql_options(*, prepare_threshold: int | None = 5) -> dict[str, Any]:
     """psycopg's ``prepare_threshold`` (None: never prepare, as a pgbouncer in transaction mode
-    older than 1.21 needs)."""
-    return {"prepare_threshold": prepare_threshold}
+    older than 1.21 needs), and libpq's ``connect_timeout``: a server out of reach (a cut link, a
+    host gone) fails a new connection in 10 s, answered 503 and retried, where libpq would wait for
+    the kernel's SYN retries (over 2 minutes) with a thread and a request held."""
+    return {"prepare_threshold": prepare_threshold, "connect_timeout": 10}
 
 
 def database_options(engine: str, *, busy_timeout_s: float = 30.0,

@@ -434,8 +434,13 @@ class Worker:
             logger.warning("forq_worker: %s on %s failed for good: %s", message.id, message.queue, exc)
             outcome, error = FAIL, exc
         except BaseException as exc:  # noqa: BLE001 - SystemExit in a handler thread nacks too
-            logger.exception("forq_worker: %s on %s (attempt %d) raised; nacking",
-                             message.id, message.queue, message.attempts)
+            reason = errors.unavailable(exc) if isinstance(exc, Exception) else None
+            if reason is not None:  # the handler's own query met a database away: one line a second
+                errors.say_unavailable(logger, f"forq_worker: a handler on {message.queue}", reason,
+                                       "nacking its message")
+            else:
+                logger.exception("forq_worker: %s on %s (attempt %d) raised; nacking",
+                                 message.id, message.queue, message.attempts)
             outcome, error = NACK, exc
         finally:
             close_old_connections()
