@@ -10,8 +10,8 @@ divided among the processes that share them, so the sum is what the tree holds):
 * idle, 3 s after both listeners answer;
 * under load, the most seen (sampled every 0.5 s) while, for ``--load-seconds``, 4 producer threads
   ``POST`` 100-byte messages and 4 consumer threads receive and ack them (stdlib ``http.client``,
-  one keep-alive connection each), and a staff user's browser loads the UI's dashboard, queue page
-  and Django admin in a loop;
+  one keep-alive connection each), and a staff user's browser (``--browsers``) loads the UI's
+  dashboard, queue page and Django admin in a loop;
 * idle again, 3 s after the load.
 
 Each process is named by its role (supervisor, each listener's granian main process and its
@@ -241,12 +241,12 @@ def staff(server: Server, until: float, counts: list[int]) -> None:
     c.close()
 
 
-def load(server: Server, seconds: float) -> tuple[dict[str, int], list[int]]:
+def load(server: Server, seconds: float, browsers: int) -> tuple[dict[str, int], list[int]]:
     """The most PSS each role and the whole tree showed while loaded; the requests made."""
     counts = [0, 0, 0]
     until = time.monotonic() + seconds
     threads = [threading.Thread(target=f, args=(server, until, counts))
-               for f in [producer] * 4 + [consumer] * 4 + [staff]]
+               for f in [producer] * 4 + [consumer] * 4 + [staff] * browsers]
     for t in threads:
         t.start()
     most: dict[str, int] = {}
@@ -263,13 +263,13 @@ def load(server: Server, seconds: float) -> tuple[dict[str, int], list[int]]:
     return most, counts
 
 
-def measure(checkout: Path, label: str, load_seconds: float) -> dict:
+def measure(checkout: Path, label: str, load_seconds: float, browsers: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="forq-memory-") as tmp:
         server = Server(checkout, tmp)
         try:
             time.sleep(3)
             idle = snapshot(server.proc.pid)
-            loaded, counts = load(server, load_seconds)
+            loaded, counts = load(server, load_seconds, browsers)
             time.sleep(3)
             after = snapshot(server.proc.pid)
         finally:
@@ -318,6 +318,7 @@ def main() -> None:
     parser.add_argument("--against", default=None, help="also serve this git revision first (same run)")
     parser.add_argument("--rounds", type=int, default=1, help="alternate the checkouts this many times")
     parser.add_argument("--load-seconds", type=float, default=10.0)
+    parser.add_argument("--browsers", type=int, default=1, help="staff browsers loading UI pages meanwhile")
     args = parser.parse_args()
     runs = [("this checkout", ROOT)]
     base = None
@@ -333,7 +334,7 @@ def main() -> None:
         for _ in range(args.rounds):
             reference = None
             for label, checkout in runs:
-                result = measure(checkout, label, args.load_seconds)
+                result = measure(checkout, label, args.load_seconds, args.browsers)
                 report(result, reference)
                 reference = result if reference is None else reference
     finally:

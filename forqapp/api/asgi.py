@@ -41,7 +41,7 @@ from django.urls import Resolver404, get_resolver
 
 from .. import errors
 from ..conf import hot
-from ..server import intake, process
+from ..server import embedded, intake, process
 from ..server.intake import DisconnectWatch
 from ..services import waiting
 from ..worker.jobs import ServerJobs
@@ -146,7 +146,7 @@ class APIApplication:
         await send({"type": "http.response.body", "body": content})
 
     async def _lifespan(self, receive, send) -> None:
-        await intake.lifespan(receive, send, start_jobs=_server_jobs)
+        await intake.lifespan(receive, send, start_jobs=_server_jobs, listeners=embedded.from_environment())
 
 
 def _server_jobs():
