@@ -5,7 +5,9 @@ work.
 
 Both listeners run on granian (Rust HTTP server, ASGI): the API through forqapp's own ASGI
 application (long polls are coroutines, so hundreds of idle consumers cost no threads), the UI
-through Django's ASGI handler. Each is a granian process tree of its own. Once the checks have
+through Django's ASGI handler. Each is a granian process tree of its own — except the UI when
+the API and the UI have one worker each (SQLite's defaults): the API worker serves it too
+(:mod:`forqapp.server.embedded`; one copy of Django, ~60 MB less). Once the checks have
 passed, ``forq_serve`` replaces itself (``os.execve``, same pid) with :mod:`forqapp.server.supervise`,
 which starts them, passes SIGTERM/SIGINT on (granian stops accepting, lets in-flight requests
 finish, and waiting long polls answer 204 at once), and exits when they have: the supervisor holds
