@@ -147,6 +147,7 @@ def server_environment() -> dict[str, str]:
     processes serve: prometheus_client adds their values up from it)."""
     env = process.child_environment()
     env.pop(process.SERVE_JOBS_ENV, None)  # only this server's API workers get it, and only with jobs
+    env.pop(embedded.EMBEDDED_ENV, None)  # (the same: set below for this server's API worker alone)
     # glibc gives each thread that allocates an arena of its own, up to 8 per core, and keeps what
     # each one grew: the API worker's threads (database, jobs, the UI's requests) held megabytes
     # apart. Two arenas are plenty for one event loop and a few threads; a value given wins.
