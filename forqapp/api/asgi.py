@@ -24,7 +24,9 @@ Every answer is JSON (``{"code": …}`` for errors), unknown paths included. At 
 for ``forq_serve``'s drain request, and at shutdown it drains (:func:`forqapp.services.waiting.drain`).
 Under ``forq_serve`` with its jobs on (and only then: it says so in the environment), each worker
 runs a jobs scheduler thread from lifespan startup to shutdown (:class:`forqapp.worker.jobs.ServerJobs`):
-the one holding the database's jobs lease runs the jobs, and gives the lease up at shutdown.
+the one holding the database's jobs lease runs the jobs, and gives the lease up at shutdown. When
+``forq_serve`` asks for it (one API worker and one UI worker), the worker also serves the UI's
+listener from lifespan startup to shutdown (:mod:`forqapp.server.embedded`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from django.urls import Resolver404, get_resolver
 
 from .. import errors
 from ..conf import hot
-from ..server import intake, process
+from ..server import embedded, intake, process
 from ..server.intake import DisconnectWatch
 from ..services import waiting
 from ..worker.jobs import ServerJobs
@@ -146,7 +148,7 @@ class APIApplication:
         await send({"type": "http.response.body", "body": content})
 
     async def _lifespan(self, receive, send) -> None:
-        await intake.lifespan(receive, send, start_jobs=_server_jobs)
+        await intake.lifespan(receive, send, start_jobs=_server_jobs, listeners=embedded.from_environment())
 
 
 def _server_jobs():

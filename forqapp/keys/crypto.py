@@ -11,6 +11,9 @@ or, when that is empty, from Django's ``SECRET_KEY``; HKDF-SHA256 derives it, wi
 own, so the AES key is never equal to a key used elsewhere. Neither lives in the database: a copy of
 the database alone gives no secret away. Changing the server key makes every stored secret
 unreadable (those keys then fail closed, as unknown, and the server logs it): rotate the keys.
+
+``cryptography`` is imported on the first seal or unseal, not with this module: a server with no
+scoped key never loads it (~6 MB of memory per process).
 """
 
 from __future__ import annotations
@@ -18,14 +21,14 @@ from __future__ import annotations
 import base64
 import functools
 import os
+from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
 from ..conf import forq_settings
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 VERSION = "v1"  # the sealed form's prefix: v1:base64(nonce | ciphertext | tag)
 _LABEL = b"forqapp api key secrets v1"
@@ -41,6 +44,11 @@ def server_key_material() -> str:
 
 @functools.lru_cache(maxsize=4)
 def _aead(material: str) -> AESGCM:
+    # (imported here: only a server with scoped keys needs it; see the module's docstring)
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_LABEL).derive(material.encode("utf-8"))
     return AESGCM(key)
 
@@ -55,6 +63,8 @@ def unseal(stored: str, access_key_id: str) -> str:
     version, sep, body = stored.partition(":")
     if version != VERSION or not sep:
         raise SealError("unknown sealed form")
+    from cryptography.exceptions import InvalidTag  # (imported here: see the module's docstring)
+
     try:
         raw = base64.b64decode(body, validate=True)
         plain = _aead(server_key_material()).decrypt(raw[:12], raw[12:], access_key_id.encode("ascii"))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from ..conf import hot
@@ -179,23 +179,40 @@ class Stoppable(Protocol):
     def stop(self) -> None: ...
 
 
+class Listener(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
 async def lifespan(receive: Receive, send: Callable[[dict[str, Any]], Awaitable[None]],
-                   start_jobs: Callable[[], Stoppable | None] | None = None) -> None:
+                   start_jobs: Callable[[], Stoppable | None] | None = None,
+                   listeners: Sequence[Listener] = ()) -> None:
     """A listener's ASGI lifespan: from startup, watch for ``forq_serve``'s drain request (and run
-    the jobs ``start_jobs`` starts, if any); at shutdown, drain the waiting requests (each answered
-    at once with what it has) and stop the jobs, their lease given up while requests still finish."""
+    the jobs ``start_jobs`` starts, if any, and the other ``listeners`` served in this process:
+    :mod:`forqapp.server.embedded`); at shutdown, drain the waiting requests (each answered at once
+    with what it has), stop the other listeners and the jobs, their lease given up while requests
+    still finish."""
     watcher: asyncio.Future[None] | None = None
     jobs: Stoppable | None = None
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             watcher = asyncio.ensure_future(waiting.watch_drain_file())
+            try:
+                for listener in listeners:
+                    await listener.start()
+            except Exception as exc:  # the worker must not serve without them (granian: "errored, continuing")
+                logger.exception("a listener of this process could not start")
+                await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                watcher.cancel()
+                return
             jobs = start_jobs() if start_jobs is not None else None
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             waiting.drain()
             if watcher is not None:
                 watcher.cancel()
+            await asyncio.gather(*(listener.stop() for listener in listeners))
             if jobs is not None:
                 await asyncio.to_thread(jobs.stop)
             await send({"type": "lifespan.shutdown.complete"})

@@ -5,7 +5,9 @@ work.
 
 Both listeners run on granian (Rust HTTP server, ASGI): the API through forqapp's own ASGI
 application (long polls are coroutines, so hundreds of idle consumers cost no threads), the UI
-through Django's ASGI handler. Each is a granian process tree of its own. Once the checks have
+through Django's ASGI handler. Each is a granian process tree of its own — except the UI when
+the API and the UI have one worker each (SQLite's defaults): the API worker serves it too
+(:mod:`forqapp.server.embedded`; one copy of Django, ~60 MB less). Once the checks have
 passed, ``forq_serve`` replaces itself (``os.execve``, same pid) with :mod:`forqapp.server.supervise`,
 which starts them, passes SIGTERM/SIGINT on (granian stops accepting, lets in-flight requests
 finish, and waiting long polls answer 204 at once), and exits when they have: the supervisor holds
@@ -25,6 +27,7 @@ for staff on the UI listener, answered with ``Last-Modified`` (browsers revalida
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -42,7 +45,7 @@ from django.urls import NoReverseMatch, reverse
 from .. import services
 from ..conf import forq_settings, parse_addr
 from ..worker.jobs import enabled_jobs
-from . import process, supervise
+from . import embedded, process, supervise
 
 
 def collected_static_root() -> Path | None:
@@ -139,10 +142,16 @@ def granian_command(target: str, host: str, port: int, workers: int, *, static: 
 
 
 def server_environment() -> dict[str, str]:
-    """The children's environment; with metrics on, ``var/prometheus`` as ``PROMETHEUS_MULTIPROC_DIR``
-    unless one is given (several processes serve: prometheus_client adds their values up from it)."""
+    """The children's environment (and the supervisor's): ``MALLOC_ARENA_MAX=2`` unless given; with
+    metrics on, ``var/prometheus`` as ``PROMETHEUS_MULTIPROC_DIR`` unless one is given (several
+    processes serve: prometheus_client adds their values up from it)."""
     env = process.child_environment()
     env.pop(process.SERVE_JOBS_ENV, None)  # only this server's API workers get it, and only with jobs
+    env.pop(embedded.EMBEDDED_ENV, None)  # (the same: set below for this server's API worker alone)
+    # glibc gives each thread that allocates an arena of its own, up to 8 per core, and keeps what
+    # each one grew: the API worker's threads (database, jobs, the UI's requests) held megabytes
+    # apart. Two arenas are plenty for one event loop and a few threads; a value given wins.
+    env.setdefault("MALLOC_ARENA_MAX", "2")
     if forq_settings.FORQ_METRICS_ENABLED and not env.get("PROMETHEUS_MULTIPROC_DIR"):
         env["PROMETHEUS_MULTIPROC_DIR"] = str(_metrics_directory(Path(getattr(settings, "BASE_DIR", ".")) / "var"))
     return env
@@ -206,14 +215,26 @@ class Server:
         env["FORQ_DRAIN_FILE"] = str(drain_file)
         children = []
         host, port = self.listeners["API"][1]
+        # Each API worker runs a jobs scheduler (forqapp.api.asgi; the lease picks the one that
+        # runs them), told so by this variable: never when served otherwise.
+        api_env = {process.SERVE_JOBS_ENV: str(self.verbosity)} if self.jobs else {}
         children.append({
             "name": "API",
             "argv": granian_command("forqapp.api.asgi:api_application", host, port, self.api_workers),
-            # Each API worker runs a jobs scheduler (forqapp.api.asgi; the lease picks the one that
-            # runs them), told so by this variable: never when served otherwise.
-            "env": {process.SERVE_JOBS_ENV: str(self.verbosity)} if self.jobs else {},
+            "env": api_env,
         })
-        if "UI" in self.listeners:
+        served_by = {name: name for name in self.listeners}
+        if "UI" in self.listeners and self.embeds_ui():
+            # One API worker, one UI worker (SQLite's defaults): the API worker serves the UI too,
+            # one copy of Django for both (forqapp.server.embedded).
+            host, port = self.listeners["UI"][1]
+            static_root = collected_static_root()
+            api_env[embedded.EMBEDDED_ENV] = json.dumps([{
+                "name": "UI", "target": "forqapp.ui.asgi:embedded_ui_application", "host": host, "port": port,
+                "backlog": 4096, "static": ["/" + settings.STATIC_URL.strip("/"), str(static_root)] if static_root else None,
+            }])
+            served_by["UI"] = "API"
+        elif "UI" in self.listeners:
             host, port = self.listeners["UI"][1]
             children.append({"name": "UI", "argv": granian_command(
                 "forqapp.ui.asgi:ui_application", host, port, self.ui_workers, static=True, lifespan=False)})
@@ -221,11 +242,16 @@ class Server:
             host, port = self.listeners["SQS"][1]
             children.append({"name": "SQS", "argv": granian_command(
                 "forqapp.sqs.asgi:sqs_application", host, port, self.api_workers)})
-        announced = [{"name": name, "host": host, "port": port, "line": listening(name, f"http://{host}:{port}")}
+        announced = [{"name": name, "child": served_by[name], "host": host, "port": port,
+                      "line": listening(name, f"http://{host}:{port}")}
                      for name, (_, (host, port)) in self.listeners.items()]
         spec = {"children": children, "listeners": announced, "drain_file": str(drain_file),
                 "cleanup": str(drain_file.parent)}
         return spec, env
+
+    def embeds_ui(self) -> bool:
+        """Whether the API worker serves the UI listener too: one worker each (:mod:`forqapp.server.embedded`)."""
+        return self.api_workers == 1 and self.ui_workers == 1
 
     def run(self) -> int:
         """Serve until stopped. On POSIX this process becomes the supervisor and never returns;

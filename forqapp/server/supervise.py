@@ -55,8 +55,9 @@ def command(spec: dict[str, Any]) -> list[str]:
 def run(spec: dict[str, Any], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Supervise until stopped; the exit code (0 after a signal, 1 when a child exited by itself).
 
-    ``spec``: ``{"children": [{"name", "argv", "env"}], "listeners": [{"name", "host", "port",
-    "line"}], "drain_file": path, "cleanup": directory or null}``. Each child's ``env`` is added to
+    ``spec``: ``{"children": [{"name", "argv", "env"}], "listeners": [{"name", "child", "host", "port",
+    "line"}], "drain_file": path, "cleanup": directory or null}`` (a listener's ``child``: the child
+    that serves it, by name; its own name when absent). Each child's ``env`` is added to
     this process's environment; ``cleanup`` is removed at the end (it holds the drain file)."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
@@ -103,7 +104,7 @@ def _announce(supervisor: process.Supervisor, listeners: list[dict[str, Any]], s
     deadline = time.monotonic() + 60
     while pending and time.monotonic() < deadline and not supervisor.signals:
         for listener in list(pending):
-            if supervisor.children[listener["name"]].poll() is not None:
+            if supervisor.children[listener.get("child", listener["name"])].poll() is not None:
                 return  # the supervision reports it and stops the rest
             if accepts(listener["host"], listener["port"]):
                 stdout.write(listener["line"] + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,18 +24,19 @@ from .wakeups import default_db_threads
 T = TypeVar("T")
 
 
-def _driver_errors() -> tuple[type[Exception], ...]:
-    try:
-        import psycopg
-    except ImportError:  # a SQLite-only install
-        return ()
-    return (psycopg.Error,)
+_ERRORS: tuple[type[Exception], ...] = (DatabaseError, sqlite3.Error)
 
 
-#: What a database call may raise: Django's errors (its cursors, the ORM), and the drivers' own
-#: from the stores' raw cursors (``sqlite3``, ``psycopg``: not ``django.db.DatabaseError``, so an
-#: ``except DatabaseError`` let them through — a worker died on a PostgreSQL connection terminated).
-DATABASE_ERRORS: tuple[type[Exception], ...] = (DatabaseError, sqlite3.Error, *_driver_errors())
+def database_errors() -> tuple[type[Exception], ...]:
+    """What a database call may raise: Django's errors (its cursors, the ORM), and the drivers' own
+    from the stores' raw cursors (``sqlite3``, ``psycopg``: not ``django.db.DatabaseError``, so an
+    ``except DatabaseError`` let them through — a worker died on a PostgreSQL connection terminated).
+
+    psycopg's once it is loaded — a PostgreSQL connection loads it, and none of its errors can be
+    raised before: a server on SQLite never imports it (~19 MB of memory per process)."""
+    psycopg = sys.modules.get("psycopg")
+    return _ERRORS if psycopg is None else (*_ERRORS, psycopg.Error)
+
 
 _pool: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
@@ -60,7 +62,7 @@ def width() -> int:
 def _call(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
     try:
         return fn(*args, **kwargs)
-    except DATABASE_ERRORS:
+    except database_errors():
         connection = connections[forq_settings.FORQ_DATABASE]
         connection.errors_occurred = True  # (a driver's own error does not say so to Django)
         connection.close_if_unusable_or_obsolete()

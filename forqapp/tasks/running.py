@@ -46,7 +46,7 @@ from django.db import transaction
 
 from .. import errors, services, utils
 from ..errors import ForqError
-from ..services.db import DATABASE_ERRORS
+from ..services.db import database_errors
 from .backend import ForqBackend
 from .compat import (
     TaskContext,
@@ -263,7 +263,7 @@ class TaskRunner:
         if successes:
             try:
                 acked = self._settle_successes(successes, using, finished)
-            except DATABASE_ERRORS as refused:  # a database away: one line a second (errors.log_failure)
+            except database_errors() as refused:  # a database away: one line a second (errors.log_failure)
                 errors.log_failure(logger, f"forq_worker: settling {len(successes)} task(s) on {self.queue}", refused,
                                    "they run again when their lease ends")
                 acked = 0
@@ -273,7 +273,7 @@ class TaskRunner:
         for message, outcome in failures:
             try:
                 kind = self._settle_failure(message, outcome, using, finished)
-            except DATABASE_ERRORS as refused:
+            except database_errors() as refused:
                 errors.log_failure(logger, f"forq_worker: settling task {message.id} on {self.queue}", refused,
                                    "it runs again when its lease ends")
                 kind = "lost"

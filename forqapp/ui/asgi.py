@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import django
+from asgiref.sync import sync_to_async
 from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.asgi import ASGIHandler
+from django.db import connections
 
 from ..conf import forq_settings
 from ..server import intake
@@ -27,10 +29,22 @@ def ui_application():
 
     no_persistent_connections(settings.DATABASES)
     pages_only()  # no claim is made here: the throttled-claims counts come from the other processes
+    return _application()
 
+
+def embedded_ui_application():
+    """The same listener, served inside ``forq_serve``'s API worker (:mod:`forqapp.server.embedded`):
+    that process's settings are left as they are (its API threads keep their connections open); each
+    UI request closes the connections its thread opened instead."""
+    django.setup(set_prefix=False)
+    return _application(close_connections=True)
+
+
+def _application(*, close_connections: bool = False):
     intake.quiet_client_faults()  # 1,500 query parameters: a 400, not a traceback in the log
     # FORQ_UI_URLCONF, if set: this process serves the UI only (each request's urlconf; settings unchanged)
-    application = BoundedASGIHandler(forq_settings.FORQ_UI_CONCURRENCY, urlconf=ui_urlconf())
+    application: Any = BoundedASGIHandler(forq_settings.FORQ_UI_CONCURRENCY, urlconf=ui_urlconf(),
+                                          close_connections=close_connections)
     if static_from_finders():
         from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
@@ -58,10 +72,11 @@ class BoundedASGIHandler(ASGIHandler):
     requests whose bodies never end hold no turn, and are cut off (408, or 429 for one slow body
     too many from an address). Before, eight of them took every turn, and the UI answered nobody."""
 
-    def __init__(self, limit: int, urlconf: str | None = None) -> None:
+    def __init__(self, limit: int, urlconf: str | None = None, *, close_connections: bool = False) -> None:
         super().__init__()
         self.limit = limit
         self.urlconf = urlconf  # each request's (Django resolves and reverses with it), else ROOT_URLCONF
+        self.close_connections = close_connections  # each request's own, in its thread, once answered
         self.slots: asyncio.Semaphore | None = None
 
     def create_request(self, scope, body_file):
@@ -85,7 +100,11 @@ class BoundedASGIHandler(ASGIHandler):
             self.slots = asyncio.Semaphore(self.limit)  # made on the server's event loop
         try:
             async with self.slots:
-                await super().handle(scope, _Received(body, receive), send)
+                try:
+                    await super().handle(scope, _Received(body, receive), send)
+                finally:
+                    if self.close_connections:  # in the request's thread (its ThreadSensitiveContext)
+                        await sync_to_async(connections.close_all)()
         finally:
             body.close()  # Django's handler closes it too, on the paths it expects
 

@@ -31,7 +31,7 @@ from .. import errors, metrics, services
 from ..conf import forq_settings
 from ..server import process
 from ..services import schedules as schedules_module
-from ..services.db import DATABASE_ERRORS
+from ..services.db import database_errors
 from ..tasks.discovery import uses_forq_backend
 
 logger = logging.getLogger("forqapp.jobs")
@@ -417,7 +417,7 @@ class Scheduler:
         started = time.monotonic()
         try:
             n = _run(job, using=self.using)
-        except DATABASE_ERRORS as exc:  # a database away: one line a second, not a traceback a turn
+        except database_errors() as exc:  # a database away: one line a second, not a traceback a turn
             errors.log_failure(logger, f"forqapp job {job.name}", exc, "retrying at its next turn")
             with contextlib.suppress(Exception):
                 connections[self.using or services.alias()].close()

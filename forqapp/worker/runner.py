@@ -35,7 +35,7 @@ from ..conf import forq_settings
 from ..errors import Defer, FatalError, ForqError
 from ..server import process
 from ..services import waiting
-from ..services.db import DATABASE_ERRORS
+from ..services.db import database_errors
 from .consumers import Consumer
 
 logger = logging.getLogger("forqapp.worker")
@@ -215,7 +215,7 @@ class Worker:
             try:
                 messages = services.claim_many(queue, int(capacity - got), using=self.using, redriven=redriven,
                                                throttled=self._throttled)
-            except DATABASE_ERRORS:
+            except database_errors():
                 self._database_trouble("claiming")
                 return got
             if redriven:
@@ -293,14 +293,14 @@ class Worker:
                 self._settled(held, outcome)
             except ForqError:
                 self._settled(held, "lost")
-            except DATABASE_ERRORS:
+            except database_errors():
                 self._database_trouble(f"settling {held.message.id}")
                 refused = True
                 self._keep(held, outcome, error)
         for queue, items in own.items():  # the consumer settles its batch itself, in one transaction
             try:
                 settled = self.consumers[queue].settle(items, using=self.using)  # type: ignore[attr-defined]
-            except DATABASE_ERRORS:
+            except database_errors():
                 self._database_trouble("settling tasks")
                 settled = {"lost": len(items)}  # not settled: they come back when their leases end
             for outcome, n in settled.items():
@@ -311,7 +311,7 @@ class Worker:
             if not refused:
                 try:
                     n = services.ack_many([h.message for h in helds], using=self.using)
-                except DATABASE_ERRORS:
+                except database_errors():
                     self._database_trouble("acking")
                     refused = True
             if n < 0:
@@ -356,7 +356,7 @@ class Worker:
                 if not services.extend(held.message, using=self.using):
                     held.lost = True
                 held.renewed = time.monotonic()
-        except DATABASE_ERRORS:
+        except database_errors():
             self._database_trouble("renewing leases")
 
     def _database_trouble(self, doing: str) -> None:
@@ -365,7 +365,7 @@ class Worker:
         errors.log_failure(logger, f"forq_worker ({doing})", sys.exc_info()[1] or Exception(), "reconnecting, retrying")
         try:
             connections[self.using].close()
-        except DATABASE_ERRORS:
+        except database_errors():
             pass
         self._stop.wait(0.5)
 
