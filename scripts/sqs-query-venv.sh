@@ -18,7 +18,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "==> creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-want=$( { cat requirements.txt;
+want=$( { cat requirements.txt; grep -E "^django-tasks==" bench/requirements.txt;
           grep -E '^(pytest|pytest-django|pytest-timeout|pytest-xdist|hypothesis|httpx)==' requirements-dev.txt;
           echo "$QUERY_CLIENTS" | tr ' ' '\n'; } |
         grep -v -E '^\s*(#|$)' | sed 's/ *#.*//')

@@ -185,7 +185,9 @@ def _parse(shape: dict[str, Any], params: dict[str, str], key: str) -> Any:
                 raise SqsError("MissingParameter", f"The request must contain the parameter {entry_prefix}.{n}."
                                f"{key_name}.")
             out[name] = _parse(_resolve(shape["value"]), params, f"{entry_prefix}.{n}.{value_name}")
-        return out if out or key not in params else {}
+        if out:
+            return out
+        return {} if key in params else None  # (an empty map, as an empty list)
     value = params.get(key)
     if value is None:
         return None
