@@ -4,8 +4,8 @@
 # suite on SQLite, the tasks tests under Django 6, the SQS tests with a query-protocol boto3, and the
 # suite on PostgreSQL. Every phase runs, whatever failed before it; one summary at the end says which
 # passed, failed or were skipped, and the exit status is 1 if any failed. Tests that need Java
-# (Spark), Chromium (browser) or PostgreSQL skip with a reason where those can't be installed; on CI (CI=true) a missing one is a
-# failure instead.
+# (Spark), Chromium (browser) or PostgreSQL skip with a reason where those can't be installed; on CI
+# (CI=true) a missing one is a failure instead.
 #
 # A new phase is one line below: `phase "its name" command args...` (a command that exits with
 # $PHASE_SKIP, 75, is "skipped": see scripts/phases.sh).

@@ -495,3 +495,22 @@ def test_a_model_driven_parse_and_render():
     root = parse_xml(query.render("ListQueueTags", {"Tags": {"team": "a"}}, "rid"))
     (tag,) = all_of(root.find(f"{NS}ListQueueTagsResult"), "Tag")
     assert (text(tag, "Key"), text(tag, "Value")) == ("team", "a")
+
+
+def test_the_docs_presigned_url_example_runs_as_written(server, monkeypatch, capsys):
+    """docs/how-to/sqs.md's presign block, with only its endpoint URL pointed at this server: the
+    URL it prints lists the queues by a GET, with no other credentials."""
+    import re
+
+    from .conftest import ROOT
+
+    ok(call(server, "CreateQueue", {"QueueName": "shipments"}), "CreateQueue")
+    page = (ROOT / "docs" / "how-to" / "sqs.md").read_text()
+    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```", page, flags=re.S | re.M)
+                if b.startswith("# presign.py")]
+    monkeypatch.setenv("FORQ_AUTH_SECRET", SECRET)
+    exec(compile(block.replace("http://localhost:8082", server), "sqs.md", "exec"), {})  # noqa: S102 - the docs' code
+    url = capsys.readouterr().out.strip()
+    assert "X-Amz-Signature=" in url
+    listed = ok(httpx.get(url), "ListQueues")
+    assert [u.text for u in all_of(listed, "QueueUrl")] == [f"{server}/{ACCOUNT}/shipments"]
