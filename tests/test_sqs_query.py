@@ -351,6 +351,8 @@ def test_errors_are_error_responses_with_query_codes(server):
         "MalformedQueryString"
     assert error(call(server, None, body=b"Action=ListQueues&QueueNamePrefix=%FF"))[1] == "MalformedQueryString"
     assert error(call(server, None, body=b"Action=ListQueues&QueueNamePrefix=\xff"))[1] == "MalformedQueryString"
+    many = b"Action=ListQueues&" + b"&".join(b"p%d=1" % n for n in range(10_001))
+    assert "more than 10000" in error(call(server, None, body=many))[2]
     assert not Message.objects.filter(queue="q-errors").exists()
 
 

@@ -124,71 +124,79 @@ def parse(action: str, params: dict[str, str]) -> dict[str, Any]:
     """The JSON protocol's input of ``action`` from its form ``params`` (``Action`` and the
     signature's own left out): what botocore's query serialiser writes, read back by the model.
     Parameters the model does not name are ignored; a scalar that is not of its type is passed
-    as the string it is, for the action to refuse in its words."""
+    as the string it is, for the action to refuse in its words. The names are read into a tree
+    first (``A.1.B`` → ``A`` → ``1`` → ``B``), so the parse takes one look per parameter."""
     op = operation(action) or {}
     ref = op.get("input")
     if ref is None:
         return {}
-    return _parse_structure(_shape(ref["shape"]), params, "")
+    tree: dict[str | None, Any] = {}
+    for name, value in params.items():
+        node = tree
+        for part in name.split("."):
+            node = node.setdefault(part, {})
+        node[None] = value  # (None: the value of the name that ends here)
+    return _parse_structure(_shape(ref["shape"]), tree, "")
 
 
-def _parse_structure(shape: dict[str, Any], params: dict[str, str], prefix: str) -> dict[str, Any]:
+def _parse_structure(shape: dict[str, Any], node: dict[str | None, Any], path: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for member, ref in shape.get("members", {}).items():
         member_shape = _resolve(ref)
-        name = member_shape.get("locationName") or member
-        key = f"{prefix}.{name}" if prefix else name
-        value = _parse(member_shape, params, key)
+        value = _parse(member_shape, node, member_shape.get("locationName") or member, path)
         if value is not None:
             out[member] = value
     return out
 
 
-def _indices(params: dict[str, str], prefix: str) -> list[int]:
-    """The numbers N of the parameters named ``prefix.N[.…]``, in order."""
-    found = set()
-    start = prefix + "."
-    for key in params:
-        if key.startswith(start):
-            number = key[len(start):].partition(".")[0]
-            if number.isdigit() and number[0] != "0":
-                found.add(int(number))
-    return sorted(found)
+def _numbered(node: dict[str | None, Any] | None) -> list[tuple[str, dict[str | None, Any]]]:
+    """The children ``1``, ``2``… of ``node`` (with their numbers), in the order of their numbers."""
+    if not node:
+        return []
+    numbers = sorted(int(k) for k in node if k is not None and k.isdigit() and k[0] != "0")
+    return [(str(n), node[str(n)]) for n in numbers]
 
 
-def _parse(shape: dict[str, Any], params: dict[str, str], key: str) -> Any:
+def _parse(shape: dict[str, Any], parent: dict[str | None, Any], name: str, path: str) -> Any:
+    """The value of the member ``name`` of ``parent``, a node of the parameters' tree (at ``path``:
+    the names above it, for the errors)."""
     kind = shape["type"]
-    if kind == "structure":
-        if not any(k == key or k.startswith(key + ".") for k in params):
-            return None
-        return _parse_structure(shape, params, key)
+    node = parent.get(name)
     if kind == "list":
-        member = _resolve(shape["member"])
+        item_name = shape["member"].get("locationName")
         if shape.get("flattened"):
-            name = shape["member"].get("locationName")
-            # As botocore: the member's name replaces the last part of the flattened list's.
-            item_prefix = ".".join([*key.split(".")[:-1], name]) if name else key
+            # As botocore: the member's name replaces the flattened list's (Entries → …Entry.1).
+            items_path = f"{path}{item_name or name}."
+            items = _numbered(parent.get(item_name or name))
         else:
-            item_prefix = f"{key}.{shape['member'].get('locationName', 'member')}"
-        numbers = _indices(params, item_prefix)
-        if not numbers:
-            return [] if key in params else None  # (botocore sends an empty list as "Name=")
-        return [_parse(member, params, f"{item_prefix}.{n}") for n in numbers]
+            items_path = f"{path}{name}.{item_name or 'member'}."
+            items = _numbered((node or {}).get(item_name or "member"))
+        if not items:
+            return [] if node is not None and None in node else None  # (botocore sends an empty list as "Name=")
+        member = _resolve(shape["member"])
+        return [_parse(member, {n: item}, n, items_path) for n, item in items]
+    if node is None:
+        return None
+    if kind == "structure":
+        return _parse_structure(shape, node, f"{path}{name}.")
     if kind == "map":
-        entry_prefix = key if shape.get("flattened") else f"{key}.entry"
+        flattened = shape.get("flattened")
+        entries_path = f"{path}{name}." if flattened else f"{path}{name}.entry."
+        entries = _numbered(node if flattened else node.get("entry"))
         key_name = shape["key"].get("locationName", "key")
         value_name = shape["value"].get("locationName", "value")
+        value_shape = _resolve(shape["value"])
         out: dict[str, Any] = {}
-        for n in _indices(params, entry_prefix):
-            name = params.get(f"{entry_prefix}.{n}.{key_name}")
-            if name is None:
-                raise SqsError("MissingParameter", f"The request must contain the parameter {entry_prefix}.{n}."
-                               f"{key_name}.")
-            out[name] = _parse(_resolve(shape["value"]), params, f"{entry_prefix}.{n}.{value_name}")
+        for n, entry in entries:
+            key = entry.get(key_name, {}).get(None)
+            if key is None:
+                raise SqsError("MissingParameter", f"The request must contain the parameter "
+                               f"{entries_path}{n}.{key_name}.")
+            out[key] = _parse(value_shape, entry, value_name, f"{entries_path}{n}.")
         if out:
             return out
-        return {} if key in params else None  # (an empty map, as an empty list)
-    value = params.get(key)
+        return {} if None in node else None  # (an empty map, as an empty list)
+    value = node.get(None)
     if value is None:
         return None
     if kind in ("integer", "long"):
