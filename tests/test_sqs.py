@@ -142,6 +142,13 @@ def code_of(exc_info) -> tuple[str, str, int]:
     return err["Error"]["Code"], type(exc_info.value).__name__, err["ResponseMetadata"]["HTTPStatusCode"]
 
 
+def test_the_client_speaks_its_botocores_protocol(sqs):
+    """What :func:`_requests_of_this_protocol` checks is seen: boto3's requests, of the protocol
+    of this botocore's SQS model (scripts/sqs-query-venv.sh checks its botocore's is "query")."""
+    sqs.list_queues()
+    assert SENT == [CONTENT_TYPES[PROTOCOL]]
+
+
 # --- queues -----------------------------------------------------------------------------------------
 
 

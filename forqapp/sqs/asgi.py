@@ -144,7 +144,8 @@ class SQSApplication:
         params = query.merged(in_url, query.form(body))
         action = params.get("Action", "")
         handler = self._query_action(key, action)
-        label[0] = action
+        if handler is not None or action == self.actions.RECEIVE:
+            label[0] = action  # (the JSON protocol's label set)
         if handler is None and action != self.actions.RECEIVE:
             raise protocol.SqsError("UnsupportedOperation", f"{action} is not supported by forqapp's SQS endpoint")
         payload = query.parse(action, params)
