@@ -437,6 +437,14 @@ def test_presigned_urls(server):
                  403)[1] == "IncompleteSignature"
     assert error(httpx.get(good.replace("X-Amz-Expires=60", "X-Amz-Expires=0")), 403)[1] == \
         "AuthorizationQueryParametersError"
+    # On the JSON protocol too: a POST with X-Amz-Target (signed) to a presigned URL, no body.
+    request = AWSRequest("POST", server + "/", data=b"", headers={
+        "X-Amz-Target": "AmazonSQS.ListQueues", "Content-Type": "application/x-amz-json-1.0"})
+    SigV4QueryAuth(Credentials("forq-root", SECRET), "sqs", REGION, expires=60).add_auth(request)
+    assert "X-Amz-Signature=" in request.url and "Authorization" not in request.headers
+    answer = httpx.post(request.url, content=b"", headers=dict(request.headers.items()))
+    assert answer.status_code == 200 and url in answer.json()["QueueUrls"], answer.text
+    assert httpx.post(request.url, content=b"{}", headers=dict(request.headers.items())).status_code == 403
 
 
 # --- the protocol, chosen by the content type --------------------------------------------------------------

@@ -2,15 +2,20 @@
 granian as ``forqapp.sqs.asgi:sqs_application``).
 
 It speaks SQS's JSON 1.0 protocol: ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a
-SigV4 ``Authorization``. As the API's app does, it refuses what it can from the headers before it
-receives the body (unknown action, missing or malformed signature, unknown key, an address the
-failed-authentication throttle blocks, a key with no grant for the action on any queue, a
-``Content-Length`` over the cap), reads the body under :mod:`forqapp.intake`'s bounds (the cap, the
-``FORQ_BODY_*`` timeouts and per-address limit), and cancels a long poll whose client went away
-(what it claimed meanwhile is given back). Wrong signatures count toward the address's throttle
-(``FORQ_AUTH_MAX_FAILURES``…), shared with the API; as the signature covers the body, a blocked
-address is refused before its body is received, signed rightly or not. Every answer is SQS's JSON; an unexpected
-failure is logged and answered ``InternalError`` (500), never a bare error page.
+SigV4 ``Authorization`` (or a presigned URL's signature in the query string); and SQS's query
+protocol (:mod:`.query`), taken by its content type: a form-encoded ``POST`` or a ``GET``, the
+action in its parameters (``Action=…``), answered in XML. As the API's app does, it refuses what
+it can from the headers before it receives the body (unknown action, missing or malformed
+signature, unknown key, an address the failed-authentication throttle blocks, a key with no grant
+for the action on any queue, a ``Content-Length`` over the cap), reads the body under
+:mod:`forqapp.intake`'s bounds (the cap, the ``FORQ_BODY_*`` timeouts and per-address limit), and
+cancels a long poll whose client went away (what it claimed meanwhile is given back). Wrong
+signatures count toward the address's throttle (``FORQ_AUTH_MAX_FAILURES``…), shared with the API;
+as the signature covers the body, a blocked address is refused before its body is received, signed
+rightly or not. On the query protocol the action is named in the body: it and its grant are
+checked once the body is in (before, when the query string names it). Every answer is SQS's JSON
+(or XML); an unexpected failure is logged and answered ``InternalError`` (500), never a bare error
+page.
 """
 
 from __future__ import annotations
@@ -135,7 +140,7 @@ class SQSApplication:
             raise protocol.SqsError("InvalidAction", "The query protocol is a form-encoded POST or a GET")
         raw_query = scope.get("query_string", b"").decode("latin-1")
         in_url = query.form(raw_query)
-        auth, key, address = await self._authenticate(scope, headers, raw_query)
+        auth, key, address = await self._authenticate(scope, headers)
         await self._unless_throttled(address)
         if in_url.get("Action"):  # known before the body: refused before it is received
             self._query_action(key, in_url["Action"])
@@ -174,10 +179,10 @@ class SQSApplication:
             raise refused
         return handler
 
-    async def _authenticate(self, scope, headers, raw_query: str = ""):
+    async def _authenticate(self, scope, headers):
         """(the signature's parts, the key, the client's address): the key named by the
         ``Authorization`` header (or a presigned URL's query string), known and not expired."""
-        auth = sigv4.parse(headers, dt.datetime.now(dt.UTC), raw_query)
+        auth = sigv4.parse(headers, dt.datetime.now(dt.UTC), scope.get("query_string", b"").decode("latin-1"))
         address = self._address(scope, headers)
         key = key_cache.cached(auth.access_key_id) if auth.access_key_id != ROOT_ACCESS_KEY_ID \
             else key_cache.root_key()
