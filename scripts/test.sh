@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # `make test`: installs what the tests need (requirements-dev.txt, Java, Chromium), checks the code
 # (ruff, mypy, the docs site builds, no model change without its migration), then runs the whole
-# suite on SQLite, the tasks tests under Django 6, and the suite on PostgreSQL. Every phase runs,
-# whatever failed before it; one summary at the end says which passed, failed or were skipped, and
-# the exit status is 1 if any failed. Tests that need Java (Spark), Chromium (browser) or
-# PostgreSQL skip with a reason where those can't be installed; on CI (CI=true) a missing one is a
-# failure instead.
+# suite on SQLite, the tasks tests under Django 6, the SQS tests with a query-protocol boto3, and the
+# suite on PostgreSQL. Every phase runs, whatever failed before it; one summary at the end says which
+# passed, failed or were skipped, and the exit status is 1 if any failed. Tests that need Java
+# (Spark), Chromium (browser) or PostgreSQL skip with a reason where those can't be installed; on CI
+# (CI=true) a missing one is a failure instead.
 #
 # A new phase is one line below: `phase "its name" command args...` (a command that exits with
 # $PHASE_SKIP, 75, is "skipped": see scripts/phases.sh).
@@ -32,6 +32,9 @@ django6() {
   scripts/test-django6.sh $(ls tests/test_tasks*.py | grep -v _browser) tests/test_schedules.py tests/test_defer.py \
     tests/test_python_api.py tests/test_admin.py -m "not browser"
 }
+# SQS's query protocol, as SDKs from before SQS's JSON protocol speak it: tests/test_sqs.py again with
+# boto3 1.28.80 (botocore 1.31.80, the last on the query protocol) in a venv of its own, on SQLite.
+sqs_query() { env -u DATABASE_URL scripts/sqs-query-venv.sh tests/test_sqs.py "${PARALLEL[@]}" "$@"; }
 # All but the Spark tests, whose server keeps an SQLite file of its own.
 postgres() {
   local url rc=0
@@ -49,6 +52,7 @@ phase "docs (mkdocs build --strict)" docs
 phase "migrations match the models" migrations
 phase "tests on SQLite" $PY -m pytest -p no:cacheprovider "${PARALLEL[@]}" "$@"
 phase "tests under Django 6" django6
+phase "SQS on the query protocol (boto3 1.28.80)" sqs_query
 phase "tests on PostgreSQL" postgres "$@"
 # Several hosts on one machine (network namespaces, a PostgreSQL of its own), faults 1 and 2 of the
 # rehearsal (about two minutes); skipped by pytest, with the reason, without root or `ip netns`.

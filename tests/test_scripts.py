@@ -61,7 +61,8 @@ def test_make_test_runs_its_phases_through_the_summary():
     script = (ROOT / "scripts" / "test.sh").read_text()
     names = re.findall(r'^phase "([^"]+)"', script, flags=re.M)
     assert names == ["install requirements-dev.txt", "system packages (Java, Chromium)", "ruff", "mypy",
-                     "docs (mkdocs build --strict)", "migrations match the models", "tests on SQLite", "tests under Django 6", "tests on PostgreSQL",
+                     "docs (mkdocs build --strict)", "migrations match the models", "tests on SQLite", "tests under Django 6",
+                     "SQS on the query protocol (boto3 1.28.80)", "tests on PostgreSQL",
                      "network rehearsal (tests/test_rehearsal.py)"]
     assert script.rstrip().endswith("phases_summary")
     assert not re.search(r"^set -\w*e", script, flags=re.M)  # no failing command may end the run

@@ -1,6 +1,11 @@
 """Issue 17: the SQS-compatible endpoint, driven by boto3 (and the AWS CLI) against a live
 ``forq_serve`` with ``FORQ_SQS_ADDR`` set. The MD5s are checked against an implementation of AWS's
-algorithm written here from the SQS documentation, not against forqapp's."""
+algorithm written here from the SQS documentation, not against forqapp's.
+
+The same module runs twice: with today's boto3 (SQS's JSON 1.0 protocol) and, in
+scripts/sqs-query-venv.sh's venv, with the last boto3 from before SQS moved to JSON (its query
+protocol: form-encoded requests, XML answers). :data:`PROTOCOL` says which this run's botocore
+speaks, and every request a test's client sends is checked to be of that protocol."""
 
 from __future__ import annotations
 
@@ -13,9 +18,11 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import boto3
 import botocore
+import botocore.session
 import httpx
 import pytest
 from botocore.config import Config
@@ -82,12 +89,47 @@ def server(django_db_blocker):
 
 
 LIVE: dict[str, str] = {}
+#: The protocol this botocore's SQS model speaks: "json" (botocore >= 1.31.81) or "query" (before).
+PROTOCOL = botocore.session.get_session().get_service_model("sqs").metadata["protocol"]
+BIN = Path(sys.executable).parent  # this venv's: its AWS CLI is of its botocore
+CONTENT_TYPES = {"json": "application/x-amz-json-1.0", "query": "application/x-www-form-urlencoded"}
+SENT: list[str] = []  # the content type of every request the test's clients sent
+
+
+def _seen(request, **kwargs) -> None:
+    SENT.append(request.headers.get("Content-Type", b"").decode().partition(";")[0])
 
 
 def client(url: str, key_id: str = "forq-root", secret: str = SECRET, **config):
-    return boto3.client(
+    sqs = boto3.client(
         "sqs", endpoint_url=url, region_name=REGION, aws_access_key_id=key_id, aws_secret_access_key=secret,
         config=Config(retries={"max_attempts": 1, "mode": "standard"}, **config))
+    sqs.meta.events.register("before-send.sqs", _seen)
+    return sqs
+
+
+@pytest.fixture(autouse=True)
+def _requests_of_this_protocol():
+    """Every request boto3 sent in the test is of :data:`PROTOCOL` (the query-era boto3 really
+    sends form-encoded requests)."""
+    SENT.clear()
+    yield
+    assert set(SENT) <= {CONTENT_TYPES[PROTOCOL]}, (PROTOCOL, set(SENT))
+
+
+def modeled(sqs, shape: str) -> type[Exception]:
+    """The client's exception class of an SQS error shape. The query-era botocore has none for
+    the shapes SQS added with JSON (``InvalidAttributeValue``): a ``ClientError`` there, whose
+    ``Error.Code`` the tests check as well."""
+    return getattr(sqs.exceptions, shape, botocore.exceptions.ClientError)
+
+
+def system_attributes(sqs, names: list[str]) -> dict[str, list[str]]:
+    """ReceiveMessage's system attribute names: ``MessageSystemAttributeNames``, or on the
+    query-era botocore (which predates it) the deprecated ``AttributeNames``, which asks the same."""
+    model = sqs.meta.service_model.operation_model("ReceiveMessage").input_shape
+    key = "MessageSystemAttributeNames" if "MessageSystemAttributeNames" in model.members else "AttributeNames"
+    return {key: names}
 
 
 @pytest.fixture
@@ -99,6 +141,13 @@ def sqs(server):
 def code_of(exc_info) -> tuple[str, str, int]:
     err = exc_info.value.response
     return err["Error"]["Code"], type(exc_info.value).__name__, err["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def test_the_client_speaks_its_botocores_protocol(sqs):
+    """What :func:`_requests_of_this_protocol` checks is seen: boto3's requests, of the protocol
+    of this botocore's SQS model (scripts/sqs-query-venv.sh checks its botocore's is "query")."""
+    sqs.list_queues()
+    assert SENT == [CONTENT_TYPES[PROTOCOL]]
 
 
 # --- queues -----------------------------------------------------------------------------------------
@@ -152,13 +201,14 @@ def test_create_queue_with_different_attributes_is_queue_name_exists(sqs):
     ("RedrivePolicy", '{"deadLetterTargetArn": "arn:aws:sqs:eu-west-3:000000000000:bad-dlq", "maxReceiveCount": 0}'),
 ])
 def test_out_of_range_attributes_are_refused_and_not_stored(sqs, name, value):
-    with pytest.raises(sqs.exceptions.InvalidAttributeValue) as exc:
+    with pytest.raises(modeled(sqs, "InvalidAttributeValue")) as exc:
         sqs.create_queue(QueueName="bad", Attributes={name: value})
     assert code_of(exc)[0] == "InvalidAttributeValue"
     assert not Queue.objects.filter(name="bad").exists()
     url = sqs.create_queue(QueueName="bad")["QueueUrl"]
-    with pytest.raises(sqs.exceptions.InvalidAttributeValue):
+    with pytest.raises(modeled(sqs, "InvalidAttributeValue")) as exc:
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "10", name: value})
+    assert code_of(exc)[::2] == ("InvalidAttributeValue", 400)
     # moto stored out-of-range values: here nothing of the refused call is.
     assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"] == \
         {"VisibilityTimeout": "30"}
@@ -213,8 +263,9 @@ def test_set_and_get_every_attribute(sqs):
 
 def test_redrive_target_other_than_the_queues_dlq_is_refused(sqs):
     policy = json.dumps({"deadLetterTargetArn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:elsewhere", "maxReceiveCount": 3})
-    with pytest.raises(sqs.exceptions.InvalidAttributeValue) as exc:
+    with pytest.raises(modeled(sqs, "InvalidAttributeValue")) as exc:
         sqs.create_queue(QueueName="target", Attributes={"RedrivePolicy": policy})
+    assert code_of(exc)[::2] == ("InvalidAttributeValue", 400)
     assert "target-dlq" in exc.value.response["Error"]["Message"]
 
 
@@ -332,7 +383,7 @@ def test_send_and_receive_with_md5s_checked_independently(sqs):
     plain = sqs.send_message(QueueUrl=url, MessageBody="no attributes")
     assert "MD5OfMessageAttributes" not in plain  # omitted when there are none
     got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
-                              MessageSystemAttributeNames=["All"])["Messages"]
+                              **system_attributes(sqs, ["All"]))["Messages"]
     assert [m["Body"] for m in got] == [body, "no attributes"]
     first = got[0]
     assert first["MessageId"] == sent["MessageId"]
@@ -474,8 +525,9 @@ def test_maximum_message_size_is_what_the_server_stores(sqs):
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         sqs.send_message(QueueUrl=url, MessageBody=body + "x")
     assert code_of(exc)[0] == "InvalidParameterValue"
-    with pytest.raises(sqs.exceptions.InvalidAttributeValue) as exc:
+    with pytest.raises(modeled(sqs, "InvalidAttributeValue")) as exc:
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "1048577"})
+    assert code_of(exc)[::2] == ("InvalidAttributeValue", 400)
 
 
 def test_delay_seconds_of_the_message_and_of_the_queue(sqs):
@@ -531,7 +583,7 @@ def test_visibility_timeout_expiry_and_receipt_handles(sqs):
     first = sqs.receive_message(QueueUrl=url)["Messages"][0]
     assert "Messages" not in sqs.receive_message(QueueUrl=url)  # invisible while leased
     time.sleep(1.2)
-    second = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["ApproximateReceiveCount"])["Messages"][0]
+    second = sqs.receive_message(QueueUrl=url, **system_attributes(sqs, ["ApproximateReceiveCount"]))["Messages"][0]
     assert second["MessageId"] == first["MessageId"]
     assert second["ReceiptHandle"] != first["ReceiptHandle"]  # new on every delivery
     assert second["Attributes"]["ApproximateReceiveCount"] == "2"
@@ -580,7 +632,7 @@ def test_redrive_after_max_receive_count_keeps_id_body_and_attributes(sqs):
     sent = sqs.send_message(QueueUrl=url, MessageBody="poison", MessageAttributes=ATTRIBUTES)
     # maxReceiveCount 2: received twice, then moved at the third receive (goaws #263 was off by one).
     for n in (1, 2):
-        got = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"][0]
+        got = sqs.receive_message(QueueUrl=url, **system_attributes(sqs, ["All"]))["Messages"][0]
         assert got["Attributes"]["ApproximateReceiveCount"] == str(n)
     assert "Messages" not in sqs.receive_message(QueueUrl=url)
     counts = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
@@ -592,7 +644,7 @@ def test_redrive_after_max_receive_count_keeps_id_body_and_attributes(sqs):
 
     assert dlq_counts() == [1, 0, 0]
     dead = sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"], VisibilityTimeout=30,
-                               MessageSystemAttributeNames=["All"])["Messages"][0]
+                               **system_attributes(sqs, ["All"]))["Messages"][0]
     assert dlq_counts() == [0, 1, 0]  # in flight, as any queue's message (it said 1, 0)
     assert dead["MessageId"] == sent["MessageId"] and dead["Body"] == "poison"
     assert dead["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
@@ -952,12 +1004,17 @@ def test_a_malformed_chunked_body_is_an_sqs_error(server):
 
 
 def test_protocol_errors_are_sqs_errors(server):
-    for method, headers in (("GET", {}), ("POST", {"X-Amz-Target": "AmazonSQS.NoSuchThing"}),
+    for method, headers in (("POST", {}), ("PUT", {"X-Amz-Target": "AmazonSQS.ListQueues"}),
+                            ("POST", {"X-Amz-Target": "AmazonSQS.NoSuchThing"}),
                             ("POST", {"X-Amz-Target": "Other.ListQueues"})):
         answer = httpx.request(method, server + "/", headers=headers)
         assert 400 <= answer.status_code < 500
         assert answer.json()["__type"].startswith("com.amazonaws.sqs#")
         assert ";Sender" in answer.headers["x-amzn-query-error"]
+    # A GET speaks the query protocol (tests/test_sqs_query.py): its errors are XML.
+    answer = httpx.get(server + "/")
+    assert answer.status_code == 403 and answer.headers["content-type"] == "text/xml"
+    assert "<Code>MissingAuthenticationToken</Code>" in answer.text
 
 
 def test_scoped_keys(server, settings):
@@ -1030,9 +1087,11 @@ def test_delete_queue_needs_manage_on_its_dlq_too(server, settings):
 
 
 def test_aws_cli(server):
+    if not (BIN / "aws").exists():
+        pytest.skip(f"no AWS CLI in {BIN}")
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "forq-root", "AWS_SECRET_ACCESS_KEY": SECRET,
            "AWS_DEFAULT_REGION": REGION, "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
-    aws = [str(ROOT / ".venv" / "bin" / "aws"), "--endpoint-url", server, "--output", "json", "sqs"]
+    aws = [str(BIN / "aws"), "--endpoint-url", server, "--output", "json", "sqs"]
 
     def run(*args):
         result = subprocess.run([*aws, *args], env=env, capture_output=True, text=True, timeout=60)
@@ -1070,7 +1129,7 @@ def test_a_long_poll_whose_client_leaves_takes_nothing(sqs, server):
         impatient.receive_message(QueueUrl=url, WaitTimeSeconds=10)
     time.sleep(0.3)
     sqs.send_message(QueueUrl=url, MessageBody="for whoever stays")
-    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MessageSystemAttributeNames=["All"])["Messages"]
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, **system_attributes(sqs, ["All"]))["Messages"]
     assert got[0]["Attributes"]["ApproximateReceiveCount"] == "1"
 
 
@@ -1263,9 +1322,11 @@ def test_the_docs_boto3_example_runs_as_written(server, monkeypatch, capsys):
 def test_the_docs_aws_cli_example_runs_as_written(server, tmp_path):
     """docs/how-to/sqs.md's AWS CLI block in bash, as it is but for the endpoint: it makes the queue,
     sends and receives."""
+    if not (BIN / "aws").exists():
+        pytest.skip(f"no AWS CLI in {BIN}")
     page = (ROOT / "docs" / "how-to" / "sqs.md").read_text()
     (block,) = [b for b in re.findall(r"^```sh\n(.*?)^```", page, flags=re.S | re.M) if "aws " in b]
-    env = {"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "HOME": str(tmp_path), "FORQ_AUTH_SECRET": SECRET,
+    env = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path), "FORQ_AUTH_SECRET": SECRET,
            "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.replace("http://localhost:8082", server)],
                             env=env, capture_output=True, text=True, timeout=120)

@@ -1,8 +1,11 @@
-"""forqapp's SQS-compatible face (docs: how-to/sqs.md, reference/sqs.md): Amazon SQS's JSON 1.0 protocol on its own listener,
+"""forqapp's SQS-compatible face (docs: how-to/sqs.md, reference/sqs.md): Amazon SQS's JSON 1.0 protocol (and its
+older query protocol) on its own listener,
 ``FORQ_SQS_ADDR``, so that code written for SQS (boto3, the AWS CLI, every AWS SDK) runs against
 forqapp by changing its endpoint URL.
 
 * :mod:`.protocol` — the wire: errors as SQS shapes (``__type``, ``x-amzn-query-error``), answers;
+* :mod:`.query` — the query protocol's wire (form-encoded requests, XML answers), driven by SQS's
+  query-era API model (``model/``);
 * :mod:`.sigv4` — AWS Signature Version 4, verified against :mod:`forqapp.keys`;
 * :mod:`.digests` — ``MD5OfMessageBody`` and ``MD5OfMessageAttributes`` as AWS computes them;
 * :mod:`.receipts` — receipt handles (opaque, signed, one per delivery);

@@ -393,19 +393,23 @@ def take(queue: str, plan: ReceivePlan) -> list[services.ReceivedMessage]:
     return services.claim_many(queue, plan.max_messages, visibility_timeout=plan.visibility)
 
 
-def receive_answer(ctx: Context, plan: ReceivePlan,
-                   got: list[services.ReceivedMessage]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """ReceiveMessage's answer (encoded) for the messages claimed (on a database thread). The
+Encoded = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+def receive_answer(ctx: Context, plan: ReceivePlan, got: list[services.ReceivedMessage],
+                   encode: Callable[[dict[str, Any]], Encoded] = protocol.answer) -> Encoded:
+    """ReceiveMessage's answer, encoded by ``encode`` (the JSON protocol's, or the query
+    protocol's XML) for the messages claimed (on a database thread). The
     claim has committed: if the answer cannot be made, every message claimed is given back (its
     receive not counted) before the error goes up, so none stays leased undelivered."""
     try:
         if plan.attempt is not None and plan.retry is None:
             attempts.remember(plan.queue, ctx.key.access_key_id, plan.attempt, got)
         if not got:
-            return protocol.answer({})
+            return encode({})
         source = ctx.origin.arn(base_of(plan.queue)) if is_dlq(plan.queue) else None
         fifo = queues.is_fifo(plan.queue)
-        return protocol.answer({"Messages": [messages.received(m, plan.queue, plan.system, plan.keep, source, fifo)
+        return encode({"Messages": [messages.received(m, plan.queue, plan.system, plan.keep, source, fifo)
                                              for m in got]})
     except Exception:
         try:

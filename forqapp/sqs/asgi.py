@@ -2,15 +2,20 @@
 granian as ``forqapp.sqs.asgi:sqs_application``).
 
 It speaks SQS's JSON 1.0 protocol: ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a
-SigV4 ``Authorization``. As the API's app does, it refuses what it can from the headers before it
-receives the body (unknown action, missing or malformed signature, unknown key, an address the
-failed-authentication throttle blocks, a key with no grant for the action on any queue, a
-``Content-Length`` over the cap), reads the body under :mod:`forqapp.intake`'s bounds (the cap, the
-``FORQ_BODY_*`` timeouts and per-address limit), and cancels a long poll whose client went away
-(what it claimed meanwhile is given back). Wrong signatures count toward the address's throttle
-(``FORQ_AUTH_MAX_FAILURES``…), shared with the API; as the signature covers the body, a blocked
-address is refused before its body is received, signed rightly or not. Every answer is SQS's JSON; an unexpected
-failure is logged and answered ``InternalError`` (500), never a bare error page.
+SigV4 ``Authorization`` (or a presigned URL's signature in the query string); and SQS's query
+protocol (:mod:`.query`), taken by its content type: a form-encoded ``POST`` or a ``GET``, the
+action in its parameters (``Action=…``), answered in XML. As the API's app does, it refuses what
+it can from the headers before it receives the body (unknown action, missing or malformed
+signature, unknown key, an address the failed-authentication throttle blocks, a key with no grant
+for the action on any queue, a ``Content-Length`` over the cap), reads the body under
+:mod:`forqapp.intake`'s bounds (the cap, the ``FORQ_BODY_*`` timeouts and per-address limit), and
+cancels a long poll whose client went away (what it claimed meanwhile is given back). Wrong
+signatures count toward the address's throttle (``FORQ_AUTH_MAX_FAILURES``…), shared with the API;
+as the signature covers the body, a blocked address is refused before its body is received, signed
+rightly or not. On the query protocol the action is named in the body: it and its grant are
+checked once the body is in (before, when the query string names it). Every answer is SQS's JSON
+(or XML); an unexpected failure is logged and answered ``InternalError`` (500), never a bare error
+page.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from ..keys import cache as key_cache
 from ..server import intake
 from ..server.intake import DisconnectWatch
 from ..services import waiting
-from . import protocol, sigv4
+from . import protocol, query, sigv4
 from .protocol import SqsError
 
 logger = logging.getLogger("forqapp.sqs")
@@ -58,76 +63,61 @@ class SQSApplication:
             return
         if scope["type"] != "http":
             return
-        action = "other"
-        for name, value in scope.get("headers", ()):
-            if name.lower() == b"x-amz-target":
-                wanted = value.decode("latin-1").partition(".")[2]
-                if wanted in self.actions.ACTIONS or wanted == self.actions.RECEIVE:
-                    action = wanted  # a bounded label set
-        try:
-            answer = await self._handle(scope, receive)
-        except protocol.SqsError as exc:
-            answer = protocol.error(exc)
-        except _Gone:
-            return
-        except Exception as exc:
-            reason = errors.unavailable(exc)
-            if reason is not None:  # SQS's own word for "try again later"
-                errors.say_unavailable(logger, f"SQS {action}", reason)
-                answer = protocol.error(protocol.SqsError(
-                    "ServiceUnavailable", f"The request has failed due to a temporary failure of the server: {reason}.",
-                    503, fault="Receiver"))
-            else:
-                logger.exception("SQS %s failed", action)
-                answer = protocol.error(protocol.SqsError(
-                    "InternalError", "We encountered an internal error. Please try again.", 500, fault="Receiver"))
-        metrics.sqs_request(action, answer[0])
-        status, headers, body = answer
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    async def _handle(self, scope, receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         headers: dict[str, list[str]] = {}
         for name, value in scope.get("headers", ()):
             headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        label = ["other"]  # the metric's action: a bounded label set
+        wanted = (headers.get("x-amz-target") or [""])[0].partition(".")[2]
+        if wanted in self.actions.ACTIONS or wanted == self.actions.RECEIVE:
+            label[0] = wanted
+        speaks_query = query.is_query(scope["method"], headers)
+        try:
+            if speaks_query:
+                answer = await self._handle_query(scope, receive, headers, label)
+            else:
+                answer = await self._handle(scope, receive, headers)
+        except protocol.SqsError as exc:
+            answer = (query.error if speaks_query else protocol.error)(exc)
+        except _Gone:
+            return
+        except Exception as exc:
+            action = label[0]
+            reason = errors.unavailable(exc)
+            if reason is not None:  # SQS's own word for "try again later"
+                errors.say_unavailable(logger, f"SQS {action}", reason)
+                failure = protocol.SqsError(
+                    "ServiceUnavailable", f"The request has failed due to a temporary failure of the server: {reason}.",
+                    503, fault="Receiver")
+            else:
+                logger.exception("SQS %s failed", action)
+                failure = protocol.SqsError(
+                    "InternalError", "We encountered an internal error. Please try again.", 500, fault="Receiver")
+            answer = (query.error if speaks_query else protocol.error)(failure)
+        metrics.sqs_request(label[0], answer[0])
+        status, headers_out, body = answer
+        await send({"type": "http.response.start", "status": status, "headers": headers_out})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _handle(self, scope, receive, headers) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """A JSON 1.0 request: the action in ``X-Amz-Target``, known before the body."""
         if scope["method"] != "POST":
-            raise protocol.SqsError("InvalidAction", "forqapp's SQS endpoint speaks SQS's JSON 1.0 protocol: POST / "
-                                    "with X-Amz-Target: AmazonSQS.<Action> (the query protocol is not supported)")
+            raise protocol.SqsError("InvalidAction", "forqapp's SQS endpoint speaks SQS's JSON 1.0 protocol (POST / "
+                                    "with X-Amz-Target: AmazonSQS.<Action>) and its query protocol (a form-encoded "
+                                    "POST, or a GET, with Action=<Action>)")
         target = (headers.get("x-amz-target") or [""])[0]
         prefix, _, action = target.partition(".")
         if prefix != "AmazonSQS" or not action:
             raise protocol.SqsError("InvalidAction", "X-Amz-Target must be AmazonSQS.<Action> (JSON 1.0 protocol)")
-        handler = self.actions.ACTIONS.get(action)
-        if handler is None and action != self.actions.RECEIVE and action not in self.actions.UNSUPPORTED:
-            raise protocol.SqsError("InvalidAction", f"The action {action} is not valid for this endpoint.")
+        handler = self._handler(action)
         # Authentication from the headers, before the body is received.
-        auth = sigv4.parse(headers, dt.datetime.now(dt.UTC))
-        address = self._address(scope, headers)
-        key = key_cache.cached(auth.access_key_id) if auth.access_key_id != ROOT_ACCESS_KEY_ID \
-            else key_cache.root_key()
-        if key is key_cache.MISS:
-            key = await services.run_async(key_cache.for_access_key, auth.access_key_id)
-        if (key is None or key.expired(services.now_ms())) and key_cache.recheck_due(auth.access_key_id):
-            key = await services.run_async(key_cache.load, auth.access_key_id)  # created or enabled elsewhere?
-        if key is None or key.expired(services.now_ms()):
-            await self._failed(address)
-            raise protocol.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.",
-                                    403)
+        auth, key, address = await self._authenticate(scope, headers)
         # The signature covers the body: what can be refused before it is received, is.
         await self._unless_throttled(address)
         refused = self.actions.refused_by_grants(key, action)
         if refused is not None:
             raise refused
         body = await self._read_body(scope, receive)
-        request = sigv4.canonical_request("POST", scope.get("raw_path", b"/").decode("latin-1") or "/",
-                                          scope.get("query_string", b"").decode("latin-1"), headers,
-                                          auth.signed_headers, body)
-        if not sigv4.verify(key.secret, auth, request) and key_cache.recheck_due(auth.access_key_id):
-            key = await services.run_async(key_cache.load, auth.access_key_id)  # rotated elsewhere?
-        if key is None or not sigv4.verify(key.secret, auth, request):
-            await self._failed(address)
-            raise protocol.SqsError("SignatureDoesNotMatch", "The request signature we calculated does not match the "
-                                    "signature you provided. Check your AWS Secret Access Key and signing method.", 403)
+        key = await self._verify(scope, headers, auth, key, address, body)
         if handler is None and action != self.actions.RECEIVE:  # an SQS action forqapp does not do
             raise protocol.SqsError("UnsupportedOperation", f"{action} is not supported by forqapp's SQS endpoint")
         try:
@@ -139,7 +129,86 @@ class SQSApplication:
         ctx = self.actions.Context(key, self._origin(scope, headers, auth.region))
         if handler is not None:
             return protocol.answer(await services.run_async(self._run, handler, ctx, payload))
-        return await self._receive(ctx, payload, receive)
+        return await self._receive(ctx, payload, receive, protocol.answer)
+
+    async def _handle_query(self, scope, receive, headers, label) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """A query-protocol request: ``Action=…`` and its parameters form-encoded in the body (or
+        the query string). The key and the signature's form and time are checked from the headers
+        (or the query string's ``X-Amz-…``) before the body is received, and so are the action and
+        its grant when the query string names it; otherwise they are once the body is in."""
+        if scope["method"] not in ("GET", "POST"):
+            raise protocol.SqsError("InvalidAction", "The query protocol is a form-encoded POST or a GET")
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        in_url = query.form(raw_query)
+        auth, key, address = await self._authenticate(scope, headers)
+        await self._unless_throttled(address)
+        if in_url.get("Action"):  # known before the body: refused before it is received
+            self._query_action(key, in_url["Action"])
+        body = await self._read_body(scope, receive)
+        key = await self._verify(scope, headers, auth, key, address, body)
+        params = query.merged(in_url, query.form(body))
+        action = params.get("Action", "")
+        handler = self._query_action(key, action)
+        if handler is not None or action == self.actions.RECEIVE:
+            label[0] = action  # (the JSON protocol's label set)
+        if handler is None and action != self.actions.RECEIVE:
+            raise protocol.SqsError("UnsupportedOperation", f"{action} is not supported by forqapp's SQS endpoint")
+        payload = query.parse(action, params)
+        path = scope.get("path") or "/"
+        if "QueueUrl" not in payload and path.strip("/") and query.takes_queue_url(action):
+            payload["QueueUrl"] = path  # the queue's URL the request was sent to
+        ctx = self.actions.Context(key, self._origin(scope, headers, auth.region))
+        if handler is not None:
+            return query.answer(action, await services.run_async(self._run, handler, ctx, payload))
+        return await self._receive(ctx, payload, receive, lambda answer: query.answer(action, answer))
+
+    def _handler(self, action: str):
+        """The function of ``action``; ``None`` for ReceiveMessage and the SQS actions forqapp does
+        not do; ``InvalidAction`` for what is no SQS action."""
+        handler = self.actions.ACTIONS.get(action)
+        if handler is None and action != self.actions.RECEIVE and action not in self.actions.UNSUPPORTED:
+            raise protocol.SqsError("InvalidAction", f"The action {action} is not valid for this endpoint.")
+        return handler
+
+    def _query_action(self, key, action: str):
+        if not action:
+            raise protocol.SqsError("MissingAction", "The request must contain the parameter Action.")
+        handler = self._handler(action)
+        refused = self.actions.refused_by_grants(key, action)
+        if refused is not None:
+            raise refused
+        return handler
+
+    async def _authenticate(self, scope, headers):
+        """(the signature's parts, the key, the client's address): the key named by the
+        ``Authorization`` header (or a presigned URL's query string), known and not expired."""
+        auth = sigv4.parse(headers, dt.datetime.now(dt.UTC), scope.get("query_string", b"").decode("latin-1"))
+        address = self._address(scope, headers)
+        key = key_cache.cached(auth.access_key_id) if auth.access_key_id != ROOT_ACCESS_KEY_ID \
+            else key_cache.root_key()
+        if key is key_cache.MISS:
+            key = await services.run_async(key_cache.for_access_key, auth.access_key_id)
+        if (key is None or key.expired(services.now_ms())) and key_cache.recheck_due(auth.access_key_id):
+            key = await services.run_async(key_cache.load, auth.access_key_id)  # created or enabled elsewhere?
+        if key is None or key.expired(services.now_ms()):
+            await self._failed(address)
+            raise protocol.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.",
+                                    403)
+        return auth, key, address
+
+    async def _verify(self, scope, headers, auth, key, address, body: bytes):
+        """The key whose secret signed the request (over its body), re-read once if it may have
+        been rotated elsewhere; ``SignatureDoesNotMatch`` (counted for the throttle) if none did."""
+        request = sigv4.canonical_request(scope["method"], scope.get("raw_path", b"/").decode("latin-1") or "/",
+                                          scope.get("query_string", b"").decode("latin-1"), headers,
+                                          auth.signed_headers, body)
+        if not sigv4.verify(key.secret, auth, request) and key_cache.recheck_due(auth.access_key_id):
+            key = await services.run_async(key_cache.load, auth.access_key_id)  # rotated elsewhere?
+        if key is None or not sigv4.verify(key.secret, auth, request):
+            await self._failed(address)
+            raise protocol.SqsError("SignatureDoesNotMatch", "The request signature we calculated does not match the "
+                                    "signature you provided. Check your AWS Secret Access Key and signing method.", 403)
+        return key
 
     def _run(self, handler, ctx, payload):
         try:
@@ -147,7 +216,7 @@ class SQSApplication:
         except ForqError as exc:
             raise self.queues.forq_error(exc) from None
 
-    async def _receive(self, ctx, payload, receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    async def _receive(self, ctx, payload, receive, encode) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         actions = self.actions
         plan = await services.run_async(self._run, actions.receive_plan, ctx, payload)
         if plan.retry is not None:  # a ReceiveRequestAttemptId retried: what that receive took
@@ -168,7 +237,7 @@ class SQSApplication:
         else:
             got = await services.run_async(actions.take, plan.queue, plan)
         # On a database thread: if the answer cannot be made, what was claimed is given back.
-        return await services.run_async(actions.receive_answer, ctx, plan, got)
+        return await services.run_async(actions.receive_answer, ctx, plan, got, encode)
 
     def _origin(self, scope, headers, region):
         scheme = scope.get("scheme", "http")
