@@ -198,6 +198,48 @@ def test_a_commit_elsewhere_wakes_the_sleeping_notifier(monkeypatch, settings):
     assert got and got[0] - sent < 9  # woken, not at the end of its 10 s wait
 
 
+def test_a_write_seen_before_its_commit_is_looked_at_again(monkeypatch, settings):
+    """SQLite's inotify sees another process's write to the write-ahead log a moment before the
+    commit that makes it visible (the WAL index's header, in shared memory, fires nothing): the
+    notifier must read the version again shortly, not sleep on the quiet descriptor until the
+    fallback (60 s here)."""
+    import os
+
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    state = {"version": 0}
+
+    def drain(using=None):
+        try:
+            return bool(os.read(read_end, 100))
+        except BlockingIOError:
+            return False
+
+    monkeypatch.setattr(wakeups, "wake_fd", lambda using=None: read_end)
+    monkeypatch.setattr(wakeups, "wake_drain", drain)
+    monkeypatch.setattr(wakeups, "wake_version", lambda using=None: state["version"])
+    monkeypatch.setattr(wakeups, "due", lambda queues, limit, using=None: wakeups.Due(
+        {"committed": 1} if state["version"] else {}))
+    notifier = Notifier("default")
+    woken = []
+    waiter = _in_thread(lambda: woken.append(notifier.wait("committed", 10) or time.monotonic()))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while "committed" not in notifier._waiters or notifier.sleeps == 0:
+        assert time.monotonic() < deadline, "the waiter never slept"
+        time.sleep(0.005)
+    time.sleep(0.05)  # asleep on the descriptor
+    os.write(write_end, b"w")  # the write is seen...
+    time.sleep(0.02)
+    state["version"] = 1  # ... and committed a moment later, with nothing more to see
+    committed = time.monotonic()
+    waiter.join(15)
+    os.close(read_end)
+    os.close(write_end)
+    assert woken and woken[0] - committed < 5  # looked again: not at the end of its 10 s wait
+
+
 def test_a_delayed_message_wakes_a_waiter_when_it_comes_due(settings):
     """No poll, no fallback (60 s): the notifier sleeps until the delayed message's time."""
     settings.FORQ_WAKE_FALLBACK_MS = 60_000

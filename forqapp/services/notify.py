@@ -64,6 +64,11 @@ def _resolve(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
+#: After a write is seen whose commit is not visible yet, the version is read again after each of
+#: these (seconds): a commit follows its last write within microseconds, or an fsync later.
+SETTLE_S = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256)
+
+
 class Notifier:
     def __init__(self, alias: str):
         self.alias = alias
@@ -179,6 +184,7 @@ class Notifier:
         took = 0.0  # the last full check's duration (this thread's CPU seconds)
         recheck_at: int | None = None
         stale = True  # a change seen that no full check has looked at yet
+        settle: float | None = None  # a write seen, its commit not yet: look again after this long
         settings_at = -1.0  # when the intervals were last read from the settings
         poll = fallback = 0.0
         while True:
@@ -195,10 +201,12 @@ class Notifier:
                     poll = wakeups.wake_poll_interval(using=self.alias)
                     fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
                     settings_at = now
+                if wakeups.wake_drain(using=self.alias):
+                    settle = SETTLE_S[0]
                 version = wakeups.wake_version(using=self.alias)
                 fd = wakeups.wake_fd(using=self.alias)  # (after the version: PostgreSQL listens first)
                 if version != last_version:
-                    stale = True
+                    stale, settle = True, None
                 pace = max(poll, 20 * took)  # the least time between full checks
                 if recheck_at is not None and base.now_ms() >= recheck_at:
                     stale = True
@@ -240,9 +248,18 @@ class Notifier:
                     timeout = min(timeout, (recheck_at - base.now_ms()) / 1000)
                 if fd is None:
                     self._sleep(min(timeout, poll), None)
-                elif wakeups.wake_version(using=self.alias) == last_version:
-                    # (a change that came in with the checks' answers is no longer on the descriptor)
-                    self._sleep(timeout, fd)
+                    continue
+                if wakeups.wake_drain(using=self.alias):
+                    settle = SETTLE_S[0]
+                if wakeups.wake_version(using=self.alias) != last_version:
+                    continue  # (a change that came in with the checks' answers is no longer on the descriptor)
+                if settle is not None:
+                    # A write was seen and its commit is not visible yet (SQLite: the frames reach
+                    # the write-ahead log, then the commit; nothing more will fire): look again soon.
+                    self._sleep(min(timeout, settle), None)
+                    settle = next((s for s in SETTLE_S if s > settle), None)
+                    continue
+                self._sleep(timeout, fd)
             except Exception as e:
                 # a full disk, a server restarting: one line a second, not a traceback each try
                 errors.log_failure(logger, "forqapp notifier (checking for due messages)", e, "retrying")

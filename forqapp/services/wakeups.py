@@ -28,6 +28,11 @@ def wake_fd(*, using: str | None = None) -> int | None:
     return _store(using).change_fd()
 
 
+def wake_drain(*, using: str | None = None) -> bool:
+    """Consume what made :func:`wake_fd` readable: whether a change may be on its way."""
+    return _store(using).drain_changes()
+
+
 @dataclass
 class Due:
     """What waiters may claim now: messages due per queue (up to a limit; queues with none left

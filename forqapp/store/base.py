@@ -632,14 +632,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def data_version(self) -> int:
         """A number that changes when another connection commits something that may make a
-        message ready (see :attr:`wakeups`). Cheap: no disk I/O, no round trip. Reading it consumes
-        what made :meth:`change_fd` readable."""
+        message ready (see :attr:`wakeups`). Cheap: no disk I/O, no round trip."""
 
     def change_fd(self) -> int | None:
         """A file descriptor that becomes readable when another connection may have committed
         something (so :meth:`data_version` may have changed): the notifier sleeps on it rather
         than polling. None: there is none here, and the notifier polls every ``FORQ_WAKE_POLL_MS``."""
         return None
+
+    def drain_changes(self) -> bool:
+        """Consume what made :meth:`change_fd` readable; whether something had, that
+        :meth:`data_version` may not show yet (a write whose commit is still under way)."""
+        return False
 
     @abc.abstractmethod
     def ping(self) -> None:

@@ -1336,16 +1336,19 @@ class SQLiteStore(Store):
 
     def data_version(self) -> int:
         """Changes when another connection commits to the database file (cheap: no I/O)."""
-        watch = self._watch()
-        if watch is not None:
-            watch.drain()
         return int(self._conn().execute(DATA_VERSION).fetchone()[0])
 
     def change_fd(self) -> int | None:
-        """An inotify descriptor on the database file's directory, readable when a process writes
-        the file or its ``-wal`` (every commit does); None in memory or without inotify."""
+        """An inotify descriptor, readable when a process writes the database's ``-wal`` (every
+        commit does); None in memory or without inotify."""
         watch = self._watch()
         return None if watch is None else watch.fd
+
+    def drain_changes(self) -> bool:
+        """A write to the ``-wal`` is seen as it happens: its commit (the WAL index's header, in
+        shared memory, which inotify does not see) follows it, so the version may lag a moment."""
+        watch = self._watch()
+        return watch is not None and watch.drain()
 
     def _watch(self) -> inotify.Watch | None:
         if self._fixed is not None:
