@@ -28,7 +28,7 @@ from django.core.checks import CheckMessage
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, MoveStatus
+from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, MoveStatus, is_dlq
 
 # --- rows -------------------------------------------------------------------------------------
 
@@ -284,15 +284,14 @@ NO_SOURCE_QUEUE = ("some messages have no source queue to go back to (sent to th
 
 
 def move_outcome(task: MoveTaskRow, asked: int, moved: int, now: int,
-                 left: Callable[[], Any]) -> tuple[str, str | None, int]:
+                 stranded: Callable[[], Any]) -> tuple[str, str | None, int]:
     """(status, failure reason, next batch's time) of ``task`` after a batch that asked for
-    ``asked`` messages and moved ``moved``: done when the source gave fewer (or none was left to
-    move); FAILED if, without a destination, messages it cannot send back remain (``left()``)."""
-    if asked == 0 or moved < asked:
-        if task.destination is None and moved < asked and left():
+    ``asked`` messages and moved ``moved``: done when the source gave fewer, or all it had to move
+    are moved; FAILED if, without a destination, its source holds messages that cannot go back
+    (``stranded()``: never dead-lettered, outside a ``<name>-dlq``)."""
+    if asked == 0 or moved < asked or task.moved + moved >= task.to_move:
+        if task.destination is None and not is_dlq(task.source) and stranded():
             return MoveStatus.FAILED.value, NO_SOURCE_QUEUE, now
-        return MoveStatus.COMPLETED.value, None, now
-    if task.moved + moved >= task.to_move:
         return MoveStatus.COMPLETED.value, None, now
     return MoveStatus.RUNNING.value, None, now + (-(-moved * 1000 // task.rate) if task.rate else 0)
 

@@ -763,8 +763,9 @@ MOVABLE = f"""queue = %(source)s AND status <> {PROCESSING}
 # (The unique partial index uniq_move_tasks_running refuses a second running task of a source.)
 MOVE_START = f"""
 INSERT INTO forq_move_tasks ({MOVE_TASK_COLUMNS})
-SELECT %(handle)s, %(source)s, %(destination)s, %(rate)s, '{MoveStatus.RUNNING}', 0,
-       (SELECT COUNT(*) FROM messages WHERE {MOVABLE}), %(now)s, %(now)s, %(now)s, NULL
+SELECT %(handle)s::varchar, %(source)s::varchar, %(destination)s::varchar, %(rate)s::integer,
+       '{MoveStatus.RUNNING}', 0, (SELECT COUNT(*) FROM messages WHERE {MOVABLE}), %(now)s::bigint, %(now)s::bigint,
+       %(now)s::bigint, NULL
 ON CONFLICT DO NOTHING
 RETURNING {MOVE_TASK_COLUMNS}"""
 MOVE_CANCEL = f"""
@@ -791,7 +792,7 @@ WITH moved AS (
     SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM moved) AS q
 )
 SELECT queue, (SELECT COUNT(*) FROM woken) FROM moved"""
-MOVE_LEFT = f"SELECT 1 FROM messages WHERE queue = %s AND status <> {PROCESSING} LIMIT 1"
+MOVE_STRANDED = f"SELECT 1 FROM messages WHERE queue = %s AND status <> {PROCESSING} AND dead_letter_source IS NULL LIMIT 1"
 MOVE_PROGRESS = f"""
 UPDATE forq_move_tasks SET moved = moved + %(moved)s, status = %(status)s, failure_reason = %(reason)s,
     next_at = %(next_at)s, updated_at = %(now)s
@@ -1557,7 +1558,7 @@ class PostgreSQLStore(Store):
                       "source_base": base_of(task.source) if is_dlq(task.source) else None, "ttl": queue_ttl_ms}
             moved = [r[0] for r in self._fetchall(MOVE_BATCH, params)] if n else []
             status, reason, next_at = move_outcome(task, n, len(moved), now,
-                                                   lambda: self._fetchall(MOVE_LEFT, (task.source,)))
+                                                   lambda: self._fetchall(MOVE_STRANDED, (task.source,)))
             after = self._fetchall(MOVE_PROGRESS, {"moved": len(moved), "status": status, "reason": reason,
                                                    "next_at": next_at, "now": now, "handle": task.handle})
         return MoveStep(MoveTaskRow._make(after[0]), len(moved), tuple(sorted(set(moved))))

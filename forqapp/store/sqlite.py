@@ -587,7 +587,7 @@ SET queue = {MOVE_DEST}, is_dlq = 0, status = {READY}, attempts = 0, process_aft
     dead_letter_source = NULL
 WHERE id IN (SELECT id FROM messages WHERE {MOVABLE} ORDER BY priority DESC, sequence LIMIT :n)
 RETURNING queue"""
-MOVE_LEFT = f"SELECT 1 FROM messages WHERE queue = ? AND status != {PROCESSING} LIMIT 1"
+MOVE_STRANDED = f"SELECT 1 FROM messages WHERE queue = ? AND status != {PROCESSING} AND dead_letter_source IS NULL LIMIT 1"
 MOVE_PROGRESS = f"""
 UPDATE forq_move_tasks SET moved = moved + :moved, status = :status, failure_reason = :reason, next_at = :next_at,
     updated_at = :now
@@ -1428,7 +1428,7 @@ class SQLiteStore(Store):
                       "source_base": base_of(task.source) if is_dlq(task.source) else None, "ttl": queue_ttl_ms}
             moved = [r[0] for r in conn.execute(MOVE_BATCH, params).fetchall()] if n else []
             status, reason, next_at = move_outcome(task, n, len(moved), now,
-                                                    lambda: conn.execute(MOVE_LEFT, (task.source,)).fetchone())
+                                                    lambda: conn.execute(MOVE_STRANDED, (task.source,)).fetchone())
             after = conn.execute(MOVE_PROGRESS, {"moved": len(moved), "status": status, "reason": reason,
                                                  "next_at": next_at, "now": now, "handle": task.handle}).fetchone()
         return MoveStep(MoveTaskRow._make(after), len(moved), tuple(sorted(set(moved))))
