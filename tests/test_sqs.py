@@ -210,11 +210,19 @@ def test_set_and_get_every_attribute(sqs):
     assert forqapp.queue_info("attrs").policy["max_attempts"] == "unlimited"
 
 
-def test_redrive_target_other_than_the_queues_dlq_is_refused(sqs):
+def test_a_redrive_target_must_exist(sqs):
+    """Any existing queue may be the target (tests/test_sqs_dlq.py); one that does not exist is
+    refused, as on SQS."""
     policy = json.dumps({"deadLetterTargetArn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:elsewhere", "maxReceiveCount": 3})
-    with pytest.raises(sqs.exceptions.InvalidAttributeValue) as exc:
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
         sqs.create_queue(QueueName="target", Attributes={"RedrivePolicy": policy})
-    assert "target-dlq" in exc.value.response["Error"]["Message"]
+    assert code_of(exc)[0] == "InvalidParameterValue"
+    assert "Dead letter target does not exist" in exc.value.response["Error"]["Message"]
+    assert not Queue.objects.filter(name="target").exists()
+    sqs.create_queue(QueueName="elsewhere")
+    url = sqs.create_queue(QueueName="target", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    assert json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"][
+        "RedrivePolicy"])["deadLetterTargetArn"].endswith(":elsewhere")
 
 
 def test_list_queues_prefix_and_pages(sqs):
@@ -305,8 +313,6 @@ def test_unsupported_actions_answer_an_sqs_error(sqs):
         lambda: sqs.tag_queue(QueueUrl=url, Tags={"a": "b"}),
         lambda: sqs.list_queue_tags(QueueUrl=url),
         lambda: sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["SendMessage"]),
-        lambda: sqs.start_message_move_task(SourceArn=f"arn:aws:sqs:{REGION}:{ACCOUNT}:plain-dlq"),
-        lambda: sqs.list_message_move_tasks(SourceArn="arn:aws:sqs:x:y:z"),
     ]
     for call in calls:
         with pytest.raises(sqs.exceptions.UnsupportedOperation) as exc:

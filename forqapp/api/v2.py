@@ -231,10 +231,10 @@ async def queues(request: HttpRequest) -> HttpResponse:
              action={"GET": "read", "PUT": "manage", "PATCH": "manage", "DELETE": "manage"})
 async def queue(request: HttpRequest, queue: str) -> HttpResponse:
     """``/api/v2/queues/{queue}``: GET its policy and counts; PUT its whole policy (absent fields
-    follow the global settings); PATCH some fields; DELETE it with its messages and its DLQ's."""
+    follow the global settings); PATCH some fields; DELETE it with its messages (its dead-letter
+    queue is a queue of its own: its messages stay)."""
     queue = _regular(queue)
     if request.method == "DELETE":
-        require(request, vocab.dlq_of(queue), "manage")  # it deletes the DLQ's messages too: orders+dlq:manage
         if not await services.run_async(services.delete_queue, queue):
             raise ForqError(errors.NOT_FOUND_QUEUE, f"no queue {queue!r}")
         return HttpResponse(status=204)

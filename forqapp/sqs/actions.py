@@ -20,7 +20,7 @@ from ..errors import ForqError
 from ..keys import Key
 from ..models import Queue
 from ..vocab import DLQ_SUFFIX, Bounds, base_of, is_dlq
-from . import attempts, digests, messages, protocol, queues, receipts
+from . import attempts, digests, messages, moves, protocol, queues, receipts
 from .protocol import SqsError, invalid, missing
 from .queues import Origin
 
@@ -193,12 +193,8 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def delete_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    """DeleteQueue of ``<name>`` deletes ``<name>-dlq``'s messages too, so it needs ``manage`` on
-    both (as v2's DELETE: ``<name>+dlq:manage``), checked before the queue is looked up."""
-    name = queues.name_from_url(body.get("QueueUrl"))
-    if not is_dlq(name):
-        ctx.need(name, keys.MANAGE)
-        ctx.need(name + DLQ_SUFFIX, keys.MANAGE, "DeleteQueue deletes its dead-letter queue's messages too")
+    """DeleteQueue deletes the queue and its messages, never another queue's: a dead-letter queue
+    (``<name>-dlq`` or any other) keeps its messages, as on SQS."""
     name, info = _queue(ctx, body, keys.MANAGE)
     base = base_of(name)
     if is_dlq(name):
@@ -504,6 +500,10 @@ ACTIONS: dict[str, Callable[[Context, dict[str, Any]], dict[str, Any]]] = {
     "DeleteMessageBatch": delete_message_batch,
     "ChangeMessageVisibility": change_message_visibility,
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
+    "ListDeadLetterSourceQueues": moves.list_dead_letter_source_queues,
+    "StartMessageMoveTask": moves.start_message_move_task,
+    "ListMessageMoveTasks": moves.list_message_move_tasks,
+    "CancelMessageMoveTask": moves.cancel_message_move_task,
 }
 RECEIVE = "ReceiveMessage"
 #: The grant each action needs on its queue (ListQueues needs none: it lists what the key may read).
@@ -512,6 +512,7 @@ NEEDS: dict[str, str] = {
     "GetQueueAttributes": keys.READ, "SetQueueAttributes": keys.MANAGE, "SendMessage": keys.PRODUCE,
     "SendMessageBatch": keys.PRODUCE, "DeleteMessage": keys.CONSUME, "DeleteMessageBatch": keys.CONSUME,
     "ChangeMessageVisibility": keys.CONSUME, "ChangeMessageVisibilityBatch": keys.CONSUME, RECEIVE: keys.CONSUME,
+    **moves.NEEDS,
 }
 
 
@@ -522,5 +523,4 @@ def refused_by_grants(key: Key, action: str) -> SqsError | None:
     if need is None or key.root or any(need in grant.actions for grant in key.grants):
         return None
     return SqsError("AccessDenied", f"The key {key.access_key_id} may not {need} on any queue", 403)
-UNSUPPORTED = ("AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags",
-               "ListDeadLetterSourceQueues", "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks")
+UNSUPPORTED = ("AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags")
