@@ -30,7 +30,7 @@ from ..conf import forq_settings, send_limits
 from ..errors import ForqError
 from ..services import groupcommit, schedules, waiting
 from ..validation import Delivery, PolicyChange, ReceiveOptions, ScheduleInput, SendEntry
-from .plumbing import View, endpoint, json_body, key_of, require, secure
+from .plumbing import View, endpoint, json_body, key_of, secure
 
 # The answer's ``message`` when the error carries none of its own (the plumbing's refusals).
 MESSAGES = {
