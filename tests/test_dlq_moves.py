@@ -263,3 +263,38 @@ def test_concurrent_runners_move_each_message_once_and_concurrent_starts_make_on
     task = forqapp.move_info(started[0].handle)
     assert (task.status, task.moved, sum(moved)) == ("COMPLETED", 300, 300)
     assert Message.objects.filter(queue="busy").count() == 300 and not Message.objects.filter(queue="busy-dlq").exists()
+
+
+# --- the UI's redrive: the same move tasks ----------------------------------------------------------
+
+
+def test_the_dlq_page_starts_shows_and_cancels_a_redrive(staff_client, clock):
+    forqapp.configure_queue("emails")
+    for n in range(3):
+        dead_letter("emails", f"m{n}")
+    page = staff_client.get("/ui/queues/emails-dlq/")
+    assert b"Redrive in the background" in page.content and b"Redrives (message move tasks)" not in page.content
+    asked = staff_client.post("/ui/queues/emails-dlq/moves/")  # without htmx: a confirmation page first
+    assert b"Move every message of emails-dlq back" in asked.content and not MoveTask.objects.exists()
+    done = staff_client.post("/ui/queues/emails-dlq/moves/", {"confirmed": "yes"})
+    assert done.status_code == 302
+    (task,) = forqapp.list_moves("emails-dlq")
+    assert (task.status, task.to_move) == ("RUNNING", 3)
+    page = staff_client.get("/ui/queues/emails-dlq/")
+    assert b"Redrives (message move tasks)" in page.content and b"0 of 3" in page.content
+    assert f"/ui/queues/emails-dlq/moves/{task.handle}/cancel/".encode() in page.content
+    again = staff_client.post("/ui/queues/emails-dlq/moves/", {"confirmed": "yes"}, follow=True)
+    assert b"has a running move task already" in again.content
+    cancelled = staff_client.post(f"/ui/queues/emails-dlq/moves/{task.handle}/cancel/", {"confirmed": "yes"},
+                                  follow=True)
+    assert b"Cancelled the move of emails-dlq: 0 message(s) moved." in cancelled.content
+    assert forqapp.move_info(task.handle).status == "CANCELLED"
+    # Started again, the moves job runs it: every dead letter back in emails.
+    staff_client.post("/ui/queues/emails-dlq/moves/", {"confirmed": "yes"})
+    run_all()
+    assert sorted(m.content for m in Message.objects.filter(queue="emails")) == ["m0", "m1", "m2"]
+    assert b"3 of 3" in staff_client.get("/ui/queues/emails-dlq/").content
+    # Not on a regular queue: no such button, and a post is refused.
+    assert b"Redrive in the background" not in staff_client.get("/ui/queues/emails/").content
+    refused_post = staff_client.post("/ui/queues/emails/moves/", {"confirmed": "yes"}, follow=True)
+    assert b"for dead-letter queues only" in refused_post.content

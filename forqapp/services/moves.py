@@ -68,7 +68,7 @@ def _rate(rate: object) -> int | None:
     if not validation.is_integer(rate) or rate not in vocab.MOVE_RATE:
         lo, hi = vocab.MOVE_RATE
         raise ForqError(errors.BODY_INVALID, f"rate must be an integer from {lo:.0f} to {hi:.0f} (messages a second)")
-    return int(rate)  # type: ignore[call-overload]
+    return int(rate)
 
 
 def start_move(source: str, destination: str | None = None, rate: int | None = None, *,
