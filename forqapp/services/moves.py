@@ -92,7 +92,7 @@ def start_move(source: str, destination: str | None = None, rate: int | None = N
     handle = ids.new_id()
     row = st.move_start(handle, source, destination, per_second, base.now_ms())
     if row is None:
-        raise ForqError(errors.MOVE_RUNNING, f"queue {source!r} has a running move task already")
+        raise ForqError(errors.MOVE_RUNNING, f"queue {source!r} has a running move task already", status=409)
     metrics.move_batch(0, None, started=True)
     return _info(row)
 
@@ -109,7 +109,7 @@ def move_info(handle: str, *, using: str | None = None) -> MoveInfo:
     """The move task ``handle``; ``not_found.move`` if there is none."""
     row = _store(using).move_get(str(handle)) if isinstance(handle, str) else None
     if row is None:
-        raise ForqError(errors.NOT_FOUND_MOVE, f"no move task {str(handle)[:100]!r}")
+        raise ForqError(errors.NOT_FOUND_MOVE, f"no move task {str(handle)[:100]!r}", status=404)
     return _info(row)
 
 
@@ -118,7 +118,7 @@ def cancel_move(handle: str, *, using: str | None = None) -> MoveInfo:
     moved stays moved); ``not_found.move`` if no such task is running."""
     row = _store(using).move_cancel(str(handle), base.now_ms()) if isinstance(handle, str) else None
     if row is None:
-        raise ForqError(errors.NOT_FOUND_MOVE, f"no running move task {str(handle)[:100]!r}")
+        raise ForqError(errors.NOT_FOUND_MOVE, f"no running move task {str(handle)[:100]!r}", status=404)
     metrics.move_batch(0, row.status)
     return _info(row)
 

@@ -11,7 +11,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
 
-from .. import services, vocab
+from .. import errors, services, vocab
 from ..errors import ForqError
 from . import confirm
 from .views import HtmxHttpRequest, _queue, messages_of, ui_view
@@ -50,7 +50,7 @@ def cancel_redrive(request: HtmxHttpRequest, queue: str, handle: str) -> HttpRes
     try:
         task = services.move_info(handle)
         if task.source != queue:
-            raise ForqError("not_found.move", "no such move task of this queue")
+            raise ForqError(errors.NOT_FOUND_MOVE, "no such move task of this queue", status=404)
         task = services.cancel_move(handle)
     except ForqError:
         flash.warning(request, "That move task is not running (it ended, or was cancelled).")
