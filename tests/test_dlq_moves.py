@@ -298,3 +298,23 @@ def test_the_dlq_page_starts_shows_and_cancels_a_redrive(staff_client, clock):
     assert b"Redrive in the background" not in staff_client.get("/ui/queues/emails/").content
     refused_post = staff_client.post("/ui/queues/emails/moves/", {"confirmed": "yes"}, follow=True)
     assert b"for dead-letter queues only" in refused_post.content
+
+
+def test_the_admins_policy_form_sets_and_resets_the_dead_letter_queue(staff_client):
+    from .test_admin import policy_post
+
+    forqapp.configure_queue("parking")
+    forqapp.send("emails", "a")
+    html = staff_client.get("/admin/forqapp/queue/emails/change/").content.decode()
+    assert 'name="dead_letter_queue"' in html
+    data = {**policy_post("emails", dead_letter_queue="parking"), "initial-dead_letter_queue": ""}
+    done = staff_client.post("/admin/forqapp/queue/emails/change/", data, follow=True)
+    assert b"was changed successfully" in done.content
+    assert forqapp.queue_info("emails").policy["dead_letter_queue"] == "parking"
+    refused_page = staff_client.post("/admin/forqapp/queue/emails/change/",
+                                     {**data, "dead_letter_queue": "nowhere", "initial-dead_letter_queue": "parking"})
+    assert b"no queue &#x27;nowhere&#x27;" in refused_page.content or b"no queue 'nowhere'" in refused_page.content
+    assert forqapp.queue_info("emails").policy["dead_letter_queue"] == "parking"
+    staff_client.post("/admin/forqapp/queue/emails/change/",
+                      {**data, "dead_letter_queue": "", "initial-dead_letter_queue": "parking"})
+    assert forqapp.queue_info("emails").policy["dead_letter_queue"] == "emails-dlq"

@@ -151,6 +151,12 @@ def _dead_letter_queue(st: Store, name: str, target: str, *, exists: bool = True
     return target
 
 
+def check_dead_letter_queue(name: str, target: str, *, using: str | None = None) -> None:
+    """Raise ``ForqError`` unless ``target`` may be queue ``name``'s ``dead_letter_queue`` (what
+    :func:`configure_queue` checks: another queue that exists); a form's check before it saves."""
+    _dead_letter_queue(_store(using), name, validation.dead_letter_queue(target))
+
+
 def dead_letter_sources(name: str, *, using: str | None = None) -> list[str]:
     """The queues whose dead letters go to ``name`` (its ``dead_letter_queue``, or ``name`` is
     their own ``<queue>-dlq``), by name."""
