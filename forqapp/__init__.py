@@ -12,6 +12,7 @@ The Python API::
 
     forqapp.configure_queue("emails", max_attempts=3, visibility_timeout=60, ordering="lifo")
     forqapp.send("emails", "urgent", priority=10, attributes={"kind": "reset"}, dedup_id="reset-42")
+    task = forqapp.start_move("emails-dlq")                       # redrive: each back where it failed
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "ForqError",
     "ack",
     "ack_many",
+    "cancel_move",
     "change_visibility",
     "configure_queue",
     "defer",
@@ -31,7 +33,9 @@ __all__ = [
     "extend",
     "fail",
     "group_info",
+    "list_moves",
     "list_queues",
+    "move_info",
     "nack",
     "nack_many",
     "peek",
@@ -45,12 +49,13 @@ __all__ = [
     "unschedule",
     "send",
     "send_many",
+    "start_move",
 ]
 
 _SERVICES = {
     "send", "send_many", "receive", "receive_many", "ack", "ack_many", "nack", "nack_many", "fail", "extend",
     "change_visibility", "peek", "defer", "configure_queue", "queue_info", "group_info", "list_queues", "purge", "delete_queue",
-    "requeue",
+    "requeue", "start_move", "list_moves", "move_info", "cancel_move",
 }
 
 

@@ -162,7 +162,7 @@ def delays(name: str, value: Any) -> str | None:
 
 #: The background jobs (forqapp.worker.jobs.JOBS has one of each): FORQ_JOB_INTERVALS' keys.
 JOB_NAMES = ("expired", "failed", "stale", "expired-dlq", "failed-dlq", "db-optimize", "queue-depth", "schedules",
-             "task-results")
+             "task-results", "moves")
 
 
 def intervals(name: str, value: Any) -> str | None:

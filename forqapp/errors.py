@@ -29,6 +29,9 @@ QUEUE_FULL = "queue.full"  # the queue holds its max_length of messages (503)
 QUEUE_LIMIT = "queue.limit_reached"  # forqapp's own: FORQ_MAX_QUEUES queues exist; no new one (409)
 NOT_FOUND_QUEUE = "not_found.queue"  # forqapp's own: no such queue (v2 API)
 NOT_FOUND_SCHEDULE = "not_found.schedule"  # forqapp's own: no such schedule
+# The Python API's own (no HTTP API answers them, so they are not in STATUS; raised with their status):
+NOT_FOUND_MOVE = "not_found.move"  # no such message move task (or not running, to cancel): 404
+MOVE_RUNNING = "move.running"  # the source queue has a running move task already: 409
 INTERNAL = "internal"
 
 STATUS = {

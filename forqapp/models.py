@@ -133,6 +133,9 @@ class Message(ReadOnlyModel):
     # The message's group ('' = none): claimed in order within it, under the queue's group_concurrency
     # and group_rate, fairly across groups (forq_groups, migration 0018).
     message_group = models.CharField(max_length=128, default="", db_default="", blank=True)
+    # The queue a dead letter was moved from (its dead-letter move sets it): where a move task without
+    # a destination sends it back. NULL: never dead-lettered (or moved before forqapp kept it).
+    dead_letter_source = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 - NULL = none
 
     objects = MessageQuerySet.as_manager()
 
@@ -269,6 +272,8 @@ class Queue(ReadOnlyModel):
     group_concurrency = models.IntegerField(null=True, blank=True)
     # … and one group's claims at most at this rate (the syntax of ``rate``). NULL: no limit.
     group_rate = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001 - NULL = no limit
+    # Where its dead letters go: any queue's name (NULL: its own ``<name>-dlq``).
+    dead_letter_queue = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 - NULL = <name>-dlq
     # The rate limit's state: the earliest time (Unix µs) the next claim may happen.
     rate_next_at_us = models.BigIntegerField(default=0, db_default=0)
     # SQLite's per-queue sequence counter (PostgreSQL draws from one database sequence instead).
@@ -445,6 +450,42 @@ class Lease(ReadOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder}"
+
+
+class MoveTask(ReadOnlyModel):
+    """A message move task: the messages of ``source`` (a dead-letter queue, usually) moved in
+    batches to ``destination``, or each back to the queue it was dead-lettered from (NULL), at most
+    ``rate`` a second. Run by the ``moves`` job (:mod:`forqapp.services.moves`); one running task per
+    source at a time. Written through the store only."""
+
+    handle = models.CharField(primary_key=True, max_length=64)
+    source = models.CharField(max_length=128)
+    destination = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 - NULL = each one's source
+    rate = models.IntegerField(null=True, blank=True)  # messages a second (NULL: as fast as batches go)
+    status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in vocab.MoveStatus])
+    moved = models.BigIntegerField(default=0)
+    to_move = models.BigIntegerField(default=0)  # the source's messages when the task started
+    started_at = models.BigIntegerField()  # Unix ms
+    updated_at = models.BigIntegerField()
+    next_at = models.BigIntegerField()  # the next batch's earliest time (Unix ms): the rate's spacing
+    failure_reason = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL = none
+
+    objects = ReadOnlyQuerySet.as_manager()
+
+    class Meta:
+        db_table = "forq_move_tasks"
+        indexes = [
+            models.Index(fields=["source", "started_at"], name="idx_move_tasks_source"),
+            models.Index(fields=["status", "next_at"], name="idx_move_tasks_due"),
+        ]
+        constraints = [
+            # One running task per source queue (SQS's rule), held by the database itself.
+            models.UniqueConstraint(fields=["source"], condition=models.Q(status="RUNNING"),
+                                    name="uniq_move_tasks_running"),
+        ]
+
+    def __str__(self) -> str:
+        return f"move {self.handle} of {self.source} ({self.status})"
 
 
 from .keys.models import ApiKey, KeyEvent  # noqa: E402, F401 - scoped API keys live in forqapp.keys

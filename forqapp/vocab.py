@@ -156,3 +156,21 @@ SQS_MAX_RECEIVE_COUNT = Bounds(1, 1000)  # a RedrivePolicy's maxReceiveCount
 SQS_KMS_REUSE_S = Bounds(60, 86_400)  # KmsDataKeyReusePeriodSeconds
 
 ORDERINGS = ("fifo", "lifo", "due")
+
+#: A message move task (a DLQ's redrive, SQS's StartMessageMoveTask): its rate (messages a second)
+#: and how many tasks ListMessageMoveTasks shows.
+MOVE_RATE = Bounds(1, 500)
+MOVE_LIST = Bounds(1, 10)
+#: ListDeadLetterSourceQueues' MaxResults.
+SQS_SOURCES_MAX = Bounds(1, 1000)
+
+
+class MoveStatus(StrEnum):
+    """A message move task's status (SQS's words): running until its source has no more messages
+    to move (completed), it is cancelled, or it cannot go on (failed)."""
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"

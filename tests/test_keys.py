@@ -19,12 +19,14 @@ from django.db import connection
 from django.test import override_settings
 from django.urls import resolve
 
+import forqapp
 from forqapp import errors
 from forqapp.api import plumbing
 from forqapp.api.asgi import APIApplication
 from forqapp.keys import ACTIONS, MANAGE, PRODUCE, cache, crypto, service
 from forqapp.keys.cache import for_access_key, for_token
 from forqapp.keys.models import ApiKey, KeyEvent
+from forqapp.models import Message
 
 from .test_hostile import APP_SECRET, _call, _pieces, _scope
 
@@ -136,8 +138,7 @@ def test_each_endpoint_allows_its_action_and_denies_the_others(app, method, path
         denied = new_key("denied", f"{Q}+dlq:{','.join(others)}", f"{Q}:{action}", f"{Q}-*:{action}",
                          f"*:{action}", f"{Q}2+dlq:{action}", f"{Q}.*+dlq:{action}")
     else:
-        deletes_dlq = method == "DELETE" and path.startswith("/api/v2/queues/")  # the queue and its DLQ
-        allowed = new_key("allowed", f"{target}{'+dlq' if deletes_dlq else ''}:{action}")
+        allowed = new_key("allowed", f"{target}:{action}")  # (a queue's DELETE leaves its DLQ: no +dlq)
         # Every other action on the queue and the DLQ, and the action itself on other queues only.
         denied = new_key("denied", f"{target}+dlq:{','.join(others)}", f"{Q}.*:{action}", f"{Q}-dlq:{action}",
                          f"{Q}2:{action}")
@@ -195,12 +196,16 @@ def test_queue_list_shows_what_the_key_may_read(app):
     assert {"orders", "orders.eu", "payments"} <= {q["name"] for q in answer["queues"]}
 
 
-def test_deleting_a_queue_needs_manage_on_its_dlq_too(app):
+def test_deleting_a_queue_needs_manage_on_it_alone_and_leaves_its_dlq(app):
+    """A queue's DELETE deletes its messages, never its DLQ's (a queue of its own): ``gone:manage``
+    is enough, and the DLQ's messages stay for a key that may manage the DLQ."""
     assert request(app, "POST", "/api/v1/queues/gone/messages", APP_SECRET, b'{"content": "x"}')[0] == 204
+    dead = forqapp.send("gone", "dead")
+    Message.objects.filter(id=dead).update(queue="gone-dlq", is_dlq=True)
     narrow = new_key("narrow-manager", "gone:manage")
-    assert request(app, "DELETE", "/api/v2/queues/gone", narrow.token)[0] == 403
-    wide = new_key("wide-manager", "gone+dlq:manage")
-    assert request(app, "DELETE", "/api/v2/queues/gone", wide.token)[0] == 204
+    assert request(app, "DELETE", "/api/v2/queues/gone", narrow.token)[0] == 204
+    assert list(Message.objects.filter(queue__in=["gone", "gone-dlq"]).values_list("id", flat=True)) == [dead]
+    assert request(app, "POST", "/api/v2/queues/gone-dlq/purge", narrow.token)[0] == 403
 
 
 def test_publish_of_staged_writes_needs_produce_on_every_queue(app):

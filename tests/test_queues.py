@@ -709,9 +709,12 @@ def test_list_queues_purge_and_delete_queue(clock):
     assert sample("forq_messages_cleanup_total", {"reason": "purged"}) == before + 4
     assert forqapp.queue_info("alpha").counts["dlq"] == 1  # the DLQ is kept
     assert forqapp.delete_queue("alpha")
-    assert not Message.objects.filter(queue__in=["alpha", "alpha-dlq"]).exists()
-    refused(errors.NOT_FOUND_QUEUE, forqapp.queue_info, "alpha")
+    assert not Message.objects.filter(queue="alpha").exists()
+    # Its DLQ is a queue of its own: its dead letter stays until deleted there.
+    assert list(Message.objects.filter(queue="alpha-dlq").values_list("id", flat=True)) == [dead]
     assert not forqapp.delete_queue("alpha")
+    assert services.delete_dead("alpha-dlq") == 1
+    refused(errors.NOT_FOUND_QUEUE, forqapp.queue_info, "alpha")
     assert forqapp.delete_queue("zeta")  # a queue with no messages
     assert [q.name for q in forqapp.list_queues()] == sorted(set(names) - {"alpha", "zeta"})
 

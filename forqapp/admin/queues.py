@@ -22,6 +22,7 @@ from .. import errors, services, validation, vocab
 from ..errors import ForqError
 from ..models import Message, Queue
 from ..services import limits
+from ..services import queues as queue_services
 from ..ui import display, flow, freshness, queries
 from ..ui.views import may as user_may  # the UI's rule: "view" is met by "change" too
 from ..utils import now_ms
@@ -188,7 +189,11 @@ class QueueForm(forms.ModelForm):
         cleaned = super().clean()
         if not self.errors:
             try:
-                validation.policy(self.policy_values())
+                values = self.policy_values()
+                validation.policy(values)
+                if values.get("dead_letter_queue") is not None:
+                    name = self.instance.name if not self.instance._state.adding else self.cleaned_data["name"]
+                    queue_services.check_dead_letter_queue(str(name), values["dead_letter_queue"])
             except ForqError as e:
                 text = str(e)
                 field = next((n for n in sorted(POLICY_FIELDS, key=len, reverse=True)

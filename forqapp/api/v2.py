@@ -30,7 +30,7 @@ from ..conf import forq_settings, send_limits
 from ..errors import ForqError
 from ..services import groupcommit, schedules, waiting
 from ..validation import Delivery, PolicyChange, ReceiveOptions, ScheduleInput, SendEntry
-from .plumbing import View, endpoint, json_body, key_of, require, secure
+from .plumbing import View, endpoint, json_body, key_of, secure
 
 # The answer's ``message`` when the error carries none of its own (the plumbing's refusals).
 MESSAGES = {
@@ -231,10 +231,10 @@ async def queues(request: HttpRequest) -> HttpResponse:
              action={"GET": "read", "PUT": "manage", "PATCH": "manage", "DELETE": "manage"})
 async def queue(request: HttpRequest, queue: str) -> HttpResponse:
     """``/api/v2/queues/{queue}``: GET its policy and counts; PUT its whole policy (absent fields
-    follow the global settings); PATCH some fields; DELETE it with its messages and its DLQ's."""
+    follow the global settings); PATCH some fields; DELETE it with its messages (its dead-letter
+    queue is a queue of its own: its messages stay)."""
     queue = _regular(queue)
     if request.method == "DELETE":
-        require(request, vocab.dlq_of(queue), "manage")  # it deletes the DLQ's messages too: orders+dlq:manage
         if not await services.run_async(services.delete_queue, queue):
             raise ForqError(errors.NOT_FOUND_QUEUE, f"no queue {queue!r}")
         return HttpResponse(status=204)

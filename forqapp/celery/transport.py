@@ -169,6 +169,7 @@ class Channel(virtual.Channel):
         for name in mailboxes:
             try:
                 services.delete_queue(name, using=self.using)
+                services.delete_dead(name + "-dlq", using=self.using)  # a mailbox's dead letters go with it
             except Exception:  # noqa: BLE001 - a closing channel (the database may be gone)
                 logger.warning("forq://: could not delete the mailbox queue %s", name, exc_info=True)
 

@@ -18,6 +18,7 @@ from .. import services
 from ..services import schedules
 from ..tasks.discovery import uses_forq_backend
 from ..tasks.models import TaskRecord
+from ..vocab import DLQ_SUFFIX
 from ..worker import jobs
 
 PREFIX = "demo-"
@@ -89,6 +90,7 @@ def remove() -> None:
     for info in services.list_queues():
         if is_demo(info.name):
             services.delete_queue(info.name)
+            services.delete_dead(info.name + DLQ_SUFFIX)  # (a DLQ is a queue of its own)
     for scheduled in schedules.list_schedules():
         if scheduled.name.startswith(PREFIX):
             schedules.unschedule(scheduled.name)

@@ -65,6 +65,23 @@ messages_redriven_total = Counter(
 )
 
 
+move_tasks_total = Counter(
+    "forq_move_tasks_total", "Message move tasks (DLQ redrives) started, and ended by status.", ("event",)
+)
+messages_moved_total = Counter("forq_messages_moved_total", "Messages moved by message move tasks.")
+
+
+def move_batch(moved: int, ended: str | None, *, started: bool = False) -> None:
+    """A move task started (``started``), or one batch of one moved ``moved`` messages and the task
+    ``ended`` (its status: COMPLETED, CANCELLED, FAILED) or not (None)."""
+    if started:
+        move_tasks_total.labels("started").inc()
+    if moved:
+        messages_moved_total.inc(moved)
+    if ended:
+        move_tasks_total.labels(ended.lower()).inc()
+
+
 def queue_type(queue: str) -> str:
     """The ``queue_type`` label: ``dlq`` or ``regular``."""
     return "dlq" if vocab.is_dlq(queue) else "regular"

@@ -27,6 +27,7 @@ from .maintenance import (
     ready_group_counts,
     recover_stale,
 )
+from .moves import MoveInfo, cancel_move, list_moves, move_info, run_moves, start_move
 from .policies import forget_policies, policy
 from .produce import SEND_OPTIONS, content_storable, send, send_entries, send_many
 from .queues import (
@@ -34,6 +35,7 @@ from .queues import (
     QueueInfo,
     busiest_groups,
     configure_queue,
+    dead_letter_sources,
     declare_queue,
     delete_dead,
     delete_queue,
@@ -74,7 +76,7 @@ from .wakeups import (
 )
 
 __all__ = [
-    "MAX_ERROR_CHARS", "SEND_OPTIONS", "STAGE_TTL_MS", "Due", "GroupInfo", "QueueInfo", "ReceivedMessage", "SendResult",
+    "MAX_ERROR_CHARS", "SEND_OPTIONS", "STAGE_TTL_MS", "Due", "GroupInfo", "MoveInfo", "QueueInfo", "ReceivedMessage", "SendResult",
     "ack", "ack_delivery", "ack_many", "acquire_lease", "alias", "auth_blocked", "auth_failed",
     "auth_retry_after", "busiest_groups", "change_visibility", "claim", "claim_many", "configure_queue", "content_storable",
     "declare_queue", "default_api_workers", "default_db_threads", "defer", "delete_dead",
@@ -85,5 +87,5 @@ __all__ = [
     "purge", "queue_depths", "queue_info", "ready_group_counts", "receive", "receive_many", "recover_stale", "release",
     "release_lease", "release_many", "requeue", "run_async", "send", "send_entries", "send_many",
     "settle_many", "snapshot_bounds", "snapshot_page", "stage", "startup_problems", "wake_poll_interval",
-    "wake_version",
+    "wake_version", "start_move", "list_moves", "move_info", "cancel_move", "run_moves", "dead_letter_sources",
 ]

@@ -46,6 +46,7 @@ class Policy:
     group_concurrency: int | None = None  # per message group: messages in processing at once
     group_rate: str | None = None  # per message group: the rate of its claims
     group_rate_interval_us: int | None = None  # the spacing of one group's claims
+    dead_letter_queue: str | None = None  # where its dead letters go (None: its own <name>-dlq)
     overrides: dict[str, Any] = field(default_factory=dict)  # the fields the queue sets itself
     exists: bool = False  # the queue has its row (a send to a queue without one creates it: FORQ_MAX_QUEUES)
 
@@ -69,6 +70,7 @@ class Policy:
             "rate": self.rate,
             "group_concurrency": self.group_concurrency,
             "group_rate": self.group_rate,
+            "dead_letter_queue": self.dead_letter_queue,  # (None: <name>-dlq; QueueInfo shows it so)
             "paused": self.paused,
         }
 
@@ -93,7 +95,7 @@ PUBLIC_NAMES = {  # stored column → the policy field's name in the APIs
     "max_attempts": "max_attempts", "backoff": "backoff", "visibility_timeout_ms": "visibility_timeout",
     "retention_ms": "retention", "dlq_retention_ms": "dlq_retention", "max_length": "max_length",
     "ordering": "ordering", "dedup_window_ms": "dedup_window", "max_in_flight": "max_in_flight", "rate": "rate",
-    "group_concurrency": "group_concurrency", "group_rate": "group_rate",
+    "group_concurrency": "group_concurrency", "group_rate": "group_rate", "dead_letter_queue": "dead_letter_queue",
 }
 
 
@@ -138,6 +140,7 @@ def resolve(row: QueueRow | None) -> Policy:
         group_concurrency=row.group_concurrency if row else None,
         group_rate=row.group_rate if row else None,
         group_rate_interval_us=rate_interval_us(row.group_rate) if row and row.group_rate else None,
+        dead_letter_queue=row.dead_letter_queue if row else None,
         overrides=overrides,
         exists=row is not None,
     )

@@ -58,7 +58,9 @@ class QueueInfo:
 
 def _info(name: str, row: QueueRow | None, counts: QueueCounts, groups: int = 0) -> QueueInfo:
     pol = policy_module.resolve(row)
-    return QueueInfo(name, pol.public(), pol.overrides, pol.paused, counts._asdict(),
+    public = pol.public()
+    public["dead_letter_queue"] = pol.dead_letter_queue or vocab.dlq_of(name)
+    return QueueInfo(name, public, pol.overrides, pol.paused, counts._asdict(),
                      row.last_sequence if row else 0, row.created_at if row else None, groups)
 
 
@@ -106,6 +108,8 @@ def configure_queue(name: str, change: validation.PolicyChange | None = None, *,
     changes = change.columns if change is not None else validation.policy(fields)
     st = _store(using)
     with transaction.atomic(using=st.alias):
+        if changes.get("dead_letter_queue") is not None:
+            changes = {**changes, "dead_letter_queue": _dead_letter_queue(st, name, changes["dead_letter_queue"])}
         row = st.queue_get(name)
         current = {c: getattr(row, c) for c in (*POLICY_COLUMNS, "paused")} if row else {}
         if row is None:
@@ -124,9 +128,46 @@ def declare_queue(name: str, fields: dict[str, Any], *, using: str | None = None
     st = _store(using)
     # Not held to FORQ_MAX_QUEUES: the project's own configuration (migrate must not fail because
     # clients made the other queues); its queues count toward the limit, and E050 keeps it within.
-    st.queue_put(name, validation.policy(fields), base.now_ms())
+    # A dead_letter_queue may name a queue declared after it (not checked to exist).
+    columns = validation.policy(fields)
+    if columns.get("dead_letter_queue") is not None:
+        columns["dead_letter_queue"] = _dead_letter_queue(st, name, columns["dead_letter_queue"], exists=False)
+    st.queue_put(name, columns, base.now_ms())
     forget_policies()
     return queue_info(name, using=st.alias)
+
+
+def _dead_letter_queue(st: Store, name: str, target: str, *, exists: bool = True) -> str | None:
+    """The stored ``dead_letter_queue`` of queue ``name`` given ``target``: None for its own
+    ``<name>-dlq`` (the default), else ``target`` if it is another queue that exists (a DLQ
+    ``<other>-dlq`` exists with ``<other>``), as SQS requires of a redrive target; a queue is never its
+    own."""
+    if target == vocab.dlq_of(name):
+        return None
+    if target == name:
+        raise ForqError(errors.BODY_INVALID, f"queue {name!r} cannot be its own dead-letter queue")
+    if exists and st.queue_get(base_of(target)) is None and not st.state_counts(base.now_ms(), [target]):
+        raise ForqError(errors.BODY_INVALID, f"dead_letter_queue: no queue {target!r} (create it first)")
+    return target
+
+
+def check_dead_letter_queue(name: str, target: str, *, using: str | None = None) -> None:
+    """Raise ``ForqError`` unless ``target`` may be queue ``name``'s ``dead_letter_queue`` (what
+    :func:`configure_queue` checks: another queue that exists); a form's check before it saves."""
+    _dead_letter_queue(_store(using), name, validation.dead_letter_queue(target))
+
+
+def dead_letter_sources(name: str, *, using: str | None = None) -> list[str]:
+    """The queues whose dead letters go to ``name`` (its ``dead_letter_queue``, or ``name`` is
+    their own ``<queue>-dlq``), by name."""
+    name = validation.queue_name(name)
+    st = _store(using)
+    sources = set(st.dead_letter_sources(name))
+    if vocab.is_dlq(name):
+        row = st.queue_get(base_of(name))
+        if row is not None and row.dead_letter_queue is None:
+            sources.add(base_of(name))
+    return sorted(sources)
 
 
 def queue_info(name: str, *, using: str | None = None) -> QueueInfo:
@@ -160,7 +201,8 @@ def purge(name: str, *, using: str | None = None) -> int:
 
 
 def delete_queue(name: str, *, using: str | None = None) -> bool:
-    """Delete queue ``name``: its policy, its messages and its DLQ's. A later produce creates it
+    """Delete queue ``name``: its policy and its messages. Its dead-letter queue is a queue of its
+    own: its messages stay (delete them with :func:`delete_dead`). A later produce creates it
     again (its sequence numbers never go back). False if there was no such queue."""
     name = validation.queue_name(name, produce=True)
     done = _store(using).queue_delete(name, base.now_ms())

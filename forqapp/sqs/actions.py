@@ -20,7 +20,7 @@ from ..errors import ForqError
 from ..keys import Key
 from ..models import Message, Queue
 from ..vocab import DLQ_SUFFIX, Bounds, base_of, is_dlq
-from . import attempts, digests, messages, permissions, protocol, queues, receipts, tags
+from . import attempts, digests, messages, moves, permissions, protocol, queues, receipts, tags
 from .protocol import SqsError, invalid, missing
 from .queues import Origin
 
@@ -196,12 +196,8 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def delete_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    """DeleteQueue of ``<name>`` deletes ``<name>-dlq``'s messages too, so it needs ``manage`` on
-    both (as v2's DELETE: ``<name>+dlq:manage``), checked before the queue is looked up."""
-    name = queues.name_from_url(body.get("QueueUrl"))
-    if not is_dlq(name):
-        ctx.need(name, keys.MANAGE)
-        ctx.need(name + DLQ_SUFFIX, keys.MANAGE, "DeleteQueue deletes its dead-letter queue's messages too")
+    """DeleteQueue deletes the queue and its messages, never another queue's: a dead-letter queue
+    (``<name>-dlq`` or any other) keeps its messages, as on SQS."""
     name, info = _queue(ctx, body, keys.MANAGE)
     base = base_of(name)
     if is_dlq(name):
@@ -546,6 +542,10 @@ ACTIONS: dict[str, Callable[[Context, dict[str, Any]], dict[str, Any]]] = {
     "ListQueueTags": tags.list_queue_tags,
     "AddPermission": permissions.add_permission,
     "RemovePermission": permissions.remove_permission,
+    "ListDeadLetterSourceQueues": moves.list_dead_letter_source_queues,
+    "StartMessageMoveTask": moves.start_message_move_task,
+    "ListMessageMoveTasks": moves.list_message_move_tasks,
+    "CancelMessageMoveTask": moves.cancel_message_move_task,
 }
 RECEIVE = "ReceiveMessage"
 #: The grant each action needs on its queue (ListQueues needs none: it lists what the key may read).
@@ -559,6 +559,7 @@ NEEDS: dict[str, str] = {
     "ListQueueTags": keys.READ,
     "AddPermission": keys.MANAGE,
     "RemovePermission": keys.MANAGE,
+    **moves.NEEDS,
 }
 
 
@@ -569,4 +570,4 @@ def refused_by_grants(key: Key, action: str) -> SqsError | None:
     if need is None or key.root or any(need in grant.actions for grant in key.grants):
         return None
     return SqsError("AccessDenied", f"The key {key.access_key_id} may not {need} on any queue", 403)
-UNSUPPORTED = ("ListDeadLetterSourceQueues", "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks")
+UNSUPPORTED: tuple[str, ...] = ()

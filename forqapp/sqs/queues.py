@@ -5,8 +5,10 @@ Attributes with a policy field live there, so that every face sees them: ``Visib
 ``maxReceiveCount`` → ``max_attempts`` (no redrive policy: unlimited). The others
 (``DelaySeconds``, ``ReceiveMessageWaitTimeSeconds``, ``MaximumMessageSize``, the redrive policy
 as given, a FIFO queue's ``ContentBasedDeduplication``, ``DeduplicationScope`` and
-``FifoThroughputLimit``) are kept in the queue row's ``sqs_attributes``. A dead-letter queue is
-always forqapp's ``<name>-dlq``: a redrive target of another name is refused.
+``FifoThroughputLimit``, ``RedriveAllowPolicy``) are kept in the queue row's ``sqs_attributes``. A
+``RedrivePolicy``'s ``deadLetterTargetArn`` may name any existing queue of the same type that allows
+it (its ``RedriveAllowPolicy``): it is the queue's ``dead_letter_queue`` (forqapp's ``<name>-dlq`` by
+default, which exists with every queue).
 
 A FIFO queue is one whose name ends with ``.fifo`` (SQS's rule: the name and ``FifoQueue`` go
 together); CreateQueue gives it ``group_concurrency`` 1 (each ``MessageGroupId`` a message group,
@@ -35,6 +37,7 @@ from ..errors import ForqError
 from ..models import Message, Queue, Status
 from ..services import queues as queue_services
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
+from . import redrive
 from .protocol import SqsError, invalid
 
 ACCOUNT = "000000000000"  # forqapp has no accounts: one id in URLs and ARNs (FORQ_SQS_ACCOUNT_ID's default)
@@ -61,11 +64,11 @@ RANGES = {  # SQS's limits (the table in forqapp.vocab)
 #: Kept and answered, meaning nothing to forqapp: the access policy (forqapp's scoped keys decide
 #: who may do what) and server-side encryption (forqapp encrypts nothing beyond what its database does).
 KEPT = ("Policy", "KmsMasterKeyId", "SqsManagedSseEnabled")
-SETTABLE = (*RANGES, "RedrivePolicy", *KEPT)
+SETTABLE = (*RANGES, "RedrivePolicy", "RedriveAllowPolicy", *KEPT)
 READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
              "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
 FIFO_ATTRIBUTES = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
-UNSUPPORTED = ("RedriveAllowPolicy",)
+UNSUPPORTED: tuple[str, ...] = ()
 KMS_REUSE_DEFAULT = 300  # KmsDataKeyReusePeriodSeconds, SQS's default (shown with a KmsMasterKeyId)
 ALL = (*SETTABLE, *READ_ONLY, *FIFO_ATTRIBUTES)
 
@@ -331,12 +334,23 @@ def _redrive(queue: str, value: object) -> dict[str, Any] | None:
     if parts[5].endswith(FIFO_SUFFIX) != is_fifo(queue):
         raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: Dead-letter queue must be "
                       "same type of queue as the source..")
-    dlq = queue + DLQ_SUFFIX
-    if to_forq(parts[5]) != dlq:
-        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter RedrivePolicy: forqapp's "
-                       f"dead-letter queue of {to_sqs(queue)!r} is {to_sqs(dlq)!r} (deadLetterTargetArn "
-                       f"…:{to_sqs(dlq)}); another target is not supported")
-    return {"deadLetterTargetArn": target, "maxReceiveCount": count}
+    dlq = to_forq(parts[5])
+    if dlq == queue or not URL_NAME.fullmatch(parts[5]):
+        raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: "
+                      + ("A queue cannot be its own dead-letter queue." if dlq == queue
+                         else "Dead letter target does not exist."))
+    if dlq != queue + DLQ_SUFFIX:  # (forqapp's own <name>-dlq exists with its queue)
+        there = known(dlq, fresh=True)
+        if not (there.dlq_exists if is_dlq(dlq) else there.exists):
+            raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: Dead letter target does "
+                          "not exist.")
+        allow = own(there.meta, is_dlq(dlq)).get("RedriveAllowPolicy")
+    else:
+        allow = own(known(queue, fresh=True).meta, True).get("RedriveAllowPolicy")
+    if not redrive.allows(allow, to_sqs(queue)):
+        raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: The dead-letter queue's "
+                      f"RedriveAllowPolicy does not allow {to_sqs(queue)!r} as a source queue.")
+    return {"deadLetterTargetArn": target, "maxReceiveCount": count, "queue": dlq}
 
 
 #: A FIFO queue's own attributes, their values, and a new FIFO queue's (SQS's defaults).
@@ -395,6 +409,8 @@ def parse_attributes(queue: str, attributes: object, have: dict[str, Any] | None
             if is_dlq(queue):
                 raise SqsError("InvalidAttributeValue", "A dead-letter queue cannot have a redrive policy here")
             out[name] = _redrive(queue, value)
+        elif name == "RedriveAllowPolicy":
+            out[name] = redrive.parse_allow_policy(value)
         else:
             out[name] = _integer(name, value)
     if out.get("SqsManagedSseEnabled") == "true" and out.get("KmsMasterKeyId"):
@@ -468,6 +484,7 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, create
             policy["dlq_retention" if dlq else "retention"] = value
         elif key == "RedrivePolicy":
             policy["max_attempts"] = value["maxReceiveCount"] if value else "unlimited"
+            policy["dead_letter_queue"] = value.pop("queue") if value else None
         if value is None or (key in ("VisibilityTimeout", "MessageRetentionPeriod")
                                                           and not dlq) or key == "MessageRetentionPeriod":
             own.pop(key, None)  # held by the policy (or removed)
@@ -551,9 +568,11 @@ def current(name: str, origin: Origin, wanted: set[str] | None = None) -> dict[s
         values["KmsDataKeyReusePeriodSeconds"] = own.get("KmsDataKeyReusePeriodSeconds", KMS_REUSE_DEFAULT)
     if own.get("Policy"):
         values["Policy"] = own["Policy"]
+    if own.get("RedriveAllowPolicy"):
+        values["RedriveAllowPolicy"] = redrive.shown(own["RedriveAllowPolicy"])
     if not dlq and pol["max_attempts"] != "unlimited":
-        # maxReceiveCount is the queue's max_attempts (whichever face set it); the target is its DLQ.
-        target = (own.get("RedrivePolicy") or {}).get("deadLetterTargetArn") or origin.arn(base + DLQ_SUFFIX)
+        # maxReceiveCount is the queue's max_attempts (whichever face set it); the target its dead_letter_queue.
+        target = origin.arn(pol.get("dead_letter_queue") or base + DLQ_SUFFIX)
         values["RedrivePolicy"] = json.dumps({"deadLetterTargetArn": target, "maxReceiveCount": pol["max_attempts"]},
                                              separators=(",", ":"))
     return {k: str(v) for k, v in values.items() if wanted is None or k in wanted}

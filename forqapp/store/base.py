@@ -20,7 +20,7 @@ never touch a message in processing (except :meth:`Store.recover_stale`, whose j
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 from typing import Any, ClassVar, Literal, NamedTuple
 
@@ -28,7 +28,7 @@ from django.core.checks import CheckMessage
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS
+from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, MoveStatus, is_dlq
 
 # --- rows -------------------------------------------------------------------------------------
 
@@ -93,6 +93,7 @@ class QueueRow(NamedTuple):
     rate: str | None
     group_concurrency: int | None
     group_rate: str | None
+    dead_letter_queue: str | None
     paused: bool
     last_sequence: int
     created_at: int
@@ -101,7 +102,7 @@ class QueueRow(NamedTuple):
 
 
 #: The policy columns of ``forq_queues`` (what :meth:`Store.queue_put` sets, with ``paused``).
-POLICY_COLUMNS: tuple[str, ...] = QueueRow._fields[1:14]
+POLICY_COLUMNS: tuple[str, ...] = QueueRow._fields[1:15]
 
 
 class QueueCounts(NamedTuple):
@@ -248,6 +249,51 @@ def queue_counts_of(counts: dict[str, StateCounts], queue: str) -> QueueCounts:
     message sent due counts as ready, even when a clock ahead of this one's wrote it)."""
     q = counts.get(queue, NO_MESSAGES)
     return QueueCounts(q.ready, q.delayed, q.processing, q.failed, counts.get(queue + DLQ_SUFFIX, NO_MESSAGES).total)
+
+
+class MoveTaskRow(NamedTuple):
+    """A message move task's row (``forq_move_tasks``): times in Unix ms."""
+
+    handle: str
+    source: str
+    destination: str | None  # None: each message back to the queue it was dead-lettered from
+    rate: int | None  # messages a second (None: as fast as batches go)
+    status: str  # forqapp.vocab.MoveStatus
+    moved: int
+    to_move: int
+    started_at: int
+    updated_at: int
+    next_at: int
+    failure_reason: str | None
+
+
+class MoveStep(NamedTuple):
+    """One batch of a move task (:meth:`Store.move_step`): the task after it, and the queues its
+    messages went to."""
+
+    task: MoveTaskRow
+    moved: int  # by this batch
+    destinations: tuple[str, ...]
+
+
+#: The columns of a MoveTaskRow, in its order (each store's SELECT and RETURNING).
+MOVE_TASK_COLUMNS = ", ".join(MoveTaskRow._fields)
+#: Why a move task without a destination stops when its source holds messages it cannot send back.
+NO_SOURCE_QUEUE = ("some messages have no source queue to go back to (sent to this queue, not dead-lettered "
+                   "into it): start a move with a destination for them")
+
+
+def move_outcome(task: MoveTaskRow, asked: int, moved: int, now: int,
+                 stranded: Callable[[], Any]) -> tuple[str, str | None, int]:
+    """(status, failure reason, next batch's time) of ``task`` after a batch that asked for
+    ``asked`` messages and moved ``moved``: done when the source gave fewer, or all it had to move
+    are moved; FAILED if, without a destination, its source holds messages that cannot go back
+    (``stranded()``: never dead-lettered, outside a ``<name>-dlq``)."""
+    if asked == 0 or moved < asked or task.moved + moved >= task.to_move:
+        if task.destination is None and not is_dlq(task.source) and stranded():
+            return MoveStatus.FAILED.value, NO_SOURCE_QUEUE, now
+        return MoveStatus.COMPLETED.value, None, now
+    return MoveStatus.RUNNING.value, None, now + (-(-moved * 1000 // task.rate) if task.rate else 0)
 
 
 class LeaseHolder(NamedTuple):
@@ -593,9 +639,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def queue_delete(self, name: str, now: int) -> bool:
-        """Delete the queue: its row, its messages, its DLQ's messages and its dedup records, in one
-        transaction. Its sequence numbers are never reused if it is created again. False when
-        there was nothing to delete."""
+        """Delete the queue: its row, its messages and its dedup records, in one transaction; its
+        dead-letter queue (``<name>-dlq`` or another) is a queue of its own, and keeps its messages.
+        Its sequence numbers are never reused if it is created again. False when there was nothing
+        to delete."""
 
     @abc.abstractmethod
     def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:
@@ -653,9 +700,51 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def requeue(self, dlq: str, message_id: str | None, now: int, queue_ttl_ms: int) -> int:
-        """Move one (or, with ``message_id=None``, every) DLQ message back to its queue, ready,
-        attempts 0, keeping its ``sequence`` and ``received_at`` (its FIFO place). Messages in
-        processing are left alone. Returns how many moved."""
+        """Move one (or, with ``message_id=None``, every) DLQ message back to its queue (the one it
+        was dead-lettered from, else ``dlq``'s own queue), ready, attempts 0, keeping its
+        ``sequence`` and ``received_at`` (its FIFO place). Messages in processing are left alone.
+        Returns how many moved."""
+
+    # -- message move tasks --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def dead_letter_sources(self, name: str) -> list[str]:
+        """The queues whose ``dead_letter_queue`` is ``name``, by name."""
+
+    @abc.abstractmethod
+    def move_start(self, handle: str, source: str, destination: str | None, rate: int | None,
+                   now: int) -> MoveTaskRow | None:
+        """A new RUNNING move task of ``source`` (its ``to_move``: the source's messages now); None
+        when ``source`` has a running task already (the database's unique index says so, so two
+        starts at once never both pass)."""
+
+    @abc.abstractmethod
+    def move_running(self) -> int:
+        """How many move tasks are running."""
+
+    @abc.abstractmethod
+    def move_get(self, handle: str) -> MoveTaskRow | None:
+        """The move task ``handle``."""
+
+    @abc.abstractmethod
+    def move_list(self, source: str, limit: int) -> list[MoveTaskRow]:
+        """``source``'s move tasks, the latest first, up to ``limit``."""
+
+    @abc.abstractmethod
+    def move_cancel(self, handle: str, now: int) -> MoveTaskRow | None:
+        """Cancel running task ``handle`` (after the batch in progress, if any, commits); None if
+        it is not running."""
+
+    @abc.abstractmethod
+    def move_step(self, now: int, batch: int, queue_ttl_ms: int) -> MoveStep | None:
+        """One batch of a due running task (the earliest due), in one transaction that holds the
+        task's row: up to ``batch`` messages of its source (its rate's worth, if less; never one
+        in processing) moved to its destination, or each back to its ``dead_letter_source`` (a
+        ``<name>-dlq`` message without one: to ``<name>``), ready, attempts 0, keeping its sequence;
+        then the task's count, its next batch's time (``rate`` apart), and COMPLETED when the source
+        has no more (FAILED: :data:`NO_SOURCE_QUEUE`). A moved message expires after its new queue's
+        retention (``queue_ttl_ms``: the global one). None when no task is due. Several processes
+        (hosts) may call it at once: each takes another task, or waits for the row."""
 
     @abc.abstractmethod
     def delete_dlq(self, dlq: str, message_id: str | None) -> int:

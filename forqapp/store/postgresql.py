@@ -35,11 +35,12 @@ from typing import Any, ClassVar, Literal
 import psycopg
 from django.db import transaction
 
-from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, base_of, is_dlq
+from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, MoveStatus, Status, base_of, is_dlq
 from .base import (
     BATCH,
     ENDED_AMONG,
     MAX_REDRIVE_ROUNDS,
+    MOVE_TASK_COLUMNS,
     POLICY_COLUMNS,
     RANDOM_AMONG,
     Claim,
@@ -47,6 +48,8 @@ from .base import (
     GroupState,
     LeaseHolder,
     MessageRow,
+    MoveStep,
+    MoveTaskRow,
     NewMessage,
     QueueDepth,
     QueueRow,
@@ -58,6 +61,7 @@ from .base import (
     StateCounts,
     Store,
     ThrottleState,
+    move_outcome,
     state_counts_of,
 )
 
@@ -143,9 +147,19 @@ SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE queue = %s AND NOT is_dlq LIM
 
 USED_UP = "(%(max)s > 0 AND m.attempts >= %(max)s AND NOT m.is_dlq)"  # a dead letter is never redriven again
 
+# A message's dead-letter queue: its queue's ``dead_letter_queue``, else ``<queue>-dlq``; and whether
+# that is a DLQ (``is_dlq``: a name ending in ``-dlq``, as everywhere) or a queue like any other.
+# (Read only for a row whose attempts are used up: CASE evaluates its branch alone.)
+# (``messages.queue`` is ``COLLATE "C"``: compared in the default collation, so the lookup uses
+# forq_queues' primary key; equality is the same in both.)
+_OWN_DLQ = """(SELECT dq.dead_letter_queue FROM forq_queues AS dq WHERE dq.name = {row}.queue COLLATE "default")"""
+DLQ_TARGET = f"COALESCE({_OWN_DLQ}, {{row}}.queue || '{DLQ_SUFFIX}')"
+DLQ_TARGET_FLAG = f"COALESCE(right({_OWN_DLQ}, {len(DLQ_SUFFIX)}) = '{DLQ_SUFFIX}', TRUE)"
+
 CLAIM_SET = f"""
-SET queue = CASE WHEN {USED_UP} THEN m.queue || '{DLQ_SUFFIX}' ELSE m.queue END,
-    is_dlq = {USED_UP} OR m.is_dlq,
+SET queue = CASE WHEN {USED_UP} THEN {DLQ_TARGET.format(row="m")} ELSE m.queue END,
+    is_dlq = CASE WHEN {USED_UP} THEN {DLQ_TARGET_FLAG.format(row="m")} ELSE m.is_dlq END,
+    dead_letter_source = CASE WHEN {USED_UP} THEN m.queue ELSE m.dead_letter_source END,
     status = CASE WHEN {USED_UP} THEN {READY} ELSE {PROCESSING} END,
     attempts = CASE WHEN {USED_UP} THEN 0 ELSE m.attempts + 1 END,
     failure_reason = CASE WHEN {USED_UP} THEN '{MAX_ATTEMPTS}' ELSE m.failure_reason END,
@@ -475,7 +489,7 @@ SELECT queue, COUNT(*) FROM forq_groups AS g WHERE EXISTS (
 GROUP BY queue"""
 GROUPS_AT_ONCE = """
 UPDATE forq_groups SET eligible_at = LEAST(COALESCE(eligible_at, %(now)s), %(now)s) WHERE queue = %(queue)s"""
-DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue IN (%s, %s)"
+DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue = %s"
 #: As on SQLite: the groups a grouped claim looks at besides those it claims from, at most.
 MAX_GROUP_LOOKS = 1_000
 
@@ -714,29 +728,88 @@ PING = "SELECT 1 FROM messages LIMIT 1"
 
 # --- admin: dead-letter queues ----------------------------------------------------------------
 
+# A dead letter sent back to the queue it came from gets that queue's retention (%(ttl)s: the DLQ's
+# own queue's, or the global one).
+BACK_TTL = """COALESCE((SELECT q.retention_ms FROM forq_queues AS q
+                        WHERE q.name = COALESCE(messages.dead_letter_source, %(dest)s)), %(ttl)s)"""
+
 REQUEUE_ALL = f"""
 WITH moved AS (
     UPDATE messages
-    SET queue = %(dest)s, is_dlq = FALSE, status = {READY}, attempts = 0, process_after = %(now)s,
-        processing_started_at = NULL, failure_reason = NULL, updated_at = GREATEST(%(now)s, updated_at),
-        expires_after = %(now)s + %(ttl)s
+    SET queue = COALESCE(dead_letter_source, %(dest)s), is_dlq = FALSE, status = {READY}, attempts = 0,
+        process_after = %(now)s, processing_started_at = NULL, failure_reason = NULL,
+        updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + {BACK_TTL}, dead_letter_source = NULL
     WHERE queue = %(queue)s AND is_dlq AND status != {PROCESSING}
-    RETURNING 1
-), n AS (SELECT COUNT(*) AS n FROM moved)
-SELECT n, CASE WHEN n > 0 THEN pg_notify('{CHANNEL}', %(dest)s) END FROM n"""
+    RETURNING queue
+), woken AS (
+    SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM moved) AS q
+)
+SELECT (SELECT COUNT(*) FROM moved), (SELECT COUNT(*) FROM woken)"""
 
 REQUEUE_ONE = f"""
 WITH moved AS (
     UPDATE messages
-    SET queue = %(dest)s, is_dlq = FALSE, status = {READY}, attempts = 0, process_after = %(now)s,
-        processing_started_at = NULL, failure_reason = NULL, updated_at = GREATEST(%(now)s, updated_at),
-        expires_after = %(now)s + %(ttl)s
+    SET queue = COALESCE(dead_letter_source, %(dest)s), is_dlq = FALSE, status = {READY}, attempts = 0,
+        process_after = %(now)s, processing_started_at = NULL, failure_reason = NULL,
+        updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + {BACK_TTL}, dead_letter_source = NULL
     WHERE queue = %(queue)s AND is_dlq AND status != {PROCESSING} AND id = %(id)s
-    RETURNING 1
-), n AS (SELECT COUNT(*) AS n FROM moved)
-SELECT n, CASE WHEN n > 0 THEN pg_notify('{CHANNEL}', %(dest)s) END FROM n"""
+    RETURNING queue
+), woken AS (
+    SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM moved) AS q
+)
+SELECT (SELECT COUNT(*) FROM moved), (SELECT COUNT(*) FROM woken)"""
 
 DELETE_DLQ_ALL = "DELETE FROM messages WHERE queue = %s AND is_dlq"
+
+# --- message move tasks -------------------------------------------------------------------------
+
+MOVE_SELECT = f"SELECT {MOVE_TASK_COLUMNS} FROM forq_move_tasks"
+MOVE_GET = MOVE_SELECT + " WHERE handle = %s"
+MOVE_LIST = MOVE_SELECT + " WHERE source = %s ORDER BY started_at DESC, handle DESC LIMIT %s"
+# The messages a task may move: not in processing; without a destination, only those that know
+# where they came from (a ``<name>-dlq`` message without a source goes back to ``<name>``).
+MOVABLE = f"""queue = %(source)s AND status <> {PROCESSING}
+    AND (%(destination)s::text IS NOT NULL OR dead_letter_source IS NOT NULL OR %(source_base)s::text IS NOT NULL)"""
+# (The unique partial index uniq_move_tasks_running refuses a second running task of a source.)
+MOVE_START = f"""
+INSERT INTO forq_move_tasks ({MOVE_TASK_COLUMNS})
+SELECT %(handle)s::varchar, %(source)s::varchar, %(destination)s::varchar, %(rate)s::integer,
+       '{MoveStatus.RUNNING}', 0, (SELECT COUNT(*) FROM messages WHERE {MOVABLE}), %(now)s::bigint, %(now)s::bigint,
+       %(now)s::bigint, NULL
+ON CONFLICT DO NOTHING
+RETURNING {MOVE_TASK_COLUMNS}"""
+MOVE_CANCEL = f"""
+UPDATE forq_move_tasks SET status = '{MoveStatus.CANCELLED}', updated_at = %(now)s
+WHERE handle = %(handle)s AND status = '{MoveStatus.RUNNING}'
+RETURNING {MOVE_TASK_COLUMNS}"""
+# The earliest due task, locked to the end of its batch's transaction (another process's runner
+# takes another task; a cancel waits for the batch).
+MOVE_DUE = MOVE_SELECT + f""" WHERE status = '{MoveStatus.RUNNING}' AND next_at <= %s ORDER BY next_at LIMIT 1
+FOR UPDATE SKIP LOCKED"""
+MOVE_DEST = "COALESCE(%(destination)s::text, messages.dead_letter_source, %(source_base)s::text)"
+MOVE_BATCH = f"""
+WITH moved AS (
+    UPDATE messages
+    SET queue = {MOVE_DEST}, is_dlq = FALSE, status = {READY}, attempts = 0, process_after = %(now)s,
+        processing_started_at = NULL, failure_reason = NULL, updated_at = GREATEST(%(now)s, updated_at),
+        expires_after = %(now)s + COALESCE((SELECT q.retention_ms FROM forq_queues AS q WHERE q.name = {MOVE_DEST}),
+                                           %(ttl)s),
+        dead_letter_source = NULL
+    WHERE id IN (SELECT id FROM messages WHERE {MOVABLE} ORDER BY priority DESC, sequence LIMIT %(n)s
+                 FOR UPDATE SKIP LOCKED)
+    RETURNING queue
+), woken AS (
+    SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM moved) AS q
+)
+SELECT queue, (SELECT COUNT(*) FROM woken) FROM moved"""
+MOVE_STRANDED = f"SELECT 1 FROM messages WHERE queue = %s AND status <> {PROCESSING} AND dead_letter_source IS NULL LIMIT 1"
+MOVE_PROGRESS = f"""
+UPDATE forq_move_tasks SET moved = moved + %(moved)s, status = %(status)s, failure_reason = %(reason)s,
+    next_at = %(next_at)s, updated_at = %(now)s
+WHERE handle = %(handle)s
+RETURNING {MOVE_TASK_COLUMNS}"""
+DEAD_LETTER_SOURCES = "SELECT name FROM forq_queues WHERE dead_letter_queue = %s ORDER BY name"
+MOVES_RUNNING = f"SELECT COUNT(*) FROM forq_move_tasks WHERE status = '{MoveStatus.RUNNING}'"
 DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = %s AND queue = %s AND is_dlq"
 
 # --- background jobs (each skips messages in processing, and rows another job holds) ----------
@@ -746,7 +819,8 @@ DLQ_TTL = "COALESCE((SELECT q.dlq_retention_ms FROM forq_queues AS q WHERE q.nam
 MOVE_EXPIRED_TO_DLQ = f"""
 WITH moved AS (
     UPDATE messages
-    SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = TRUE,
+    SET attempts = 0, status = {READY}, queue = {DLQ_TARGET.format(row="messages")},
+        is_dlq = {DLQ_TARGET_FLAG.format(row="messages")}, dead_letter_source = queue,
         process_after = %(now)s, processing_started_at = NULL, failure_reason = '{EXPIRED}',
         updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + {DLQ_TTL}
     WHERE id IN (SELECT id FROM messages
@@ -761,7 +835,8 @@ SELECT (SELECT COUNT(*) FROM moved), (SELECT COUNT(*) FROM woken)"""
 MOVE_FAILED_TO_DLQ = f"""
 WITH moved AS (
     UPDATE messages
-    SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = TRUE,
+    SET attempts = 0, status = {READY}, queue = {DLQ_TARGET.format(row="messages")},
+        is_dlq = {DLQ_TARGET_FLAG.format(row="messages")}, dead_letter_source = queue,
         process_after = %(now)s, processing_started_at = NULL,
         failure_reason = COALESCE(failure_reason, '{MAX_ATTEMPTS}'),  -- a consumer's fatal_error stays
         updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + {DLQ_TTL}
@@ -901,7 +976,7 @@ SNAPSHOT_BOUNDS = "SELECT COUNT(*), MIN(id), MAX(id) FROM messages WHERE queue =
 # messages (and its DLQ's) now stored, or what migration 0006 recorded.
 QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
                          max_length, ordering, dedup_window_ms, max_in_flight, rate, group_concurrency,
-                         group_rate, paused,
+                         group_rate, dead_letter_queue, paused,
                          GREATEST(last_sequence, COALESCE((SELECT MAX(m.sequence) FROM messages AS m
                                                            WHERE m.queue IN (q.name, q.name || '-dlq')), 0)),
                          created_at, updated_at, rate_next_at_us
@@ -913,17 +988,18 @@ QUEUE_LIST = QUEUE_SELECT + " ORDER BY name"
 QUEUE_PUT = """
 INSERT INTO forq_queues (name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
                          max_length, ordering, dedup_window_ms, max_in_flight, rate, group_concurrency, group_rate,
-                         paused, last_sequence, created_at, updated_at)
+                         dead_letter_queue, paused, last_sequence, created_at, updated_at)
 VALUES (%(name)s, %(max_attempts)s, %(backoff)s, %(visibility_timeout_ms)s, %(retention_ms)s, %(dlq_retention_ms)s,
         %(max_length)s, %(ordering)s, %(dedup_window_ms)s, %(max_in_flight)s, %(rate)s, %(group_concurrency)s,
-        %(group_rate)s, %(paused)s, 0, %(now)s, %(now)s)
+        %(group_rate)s, %(dead_letter_queue)s, %(paused)s, 0, %(now)s, %(now)s)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = excluded.max_attempts, backoff = excluded.backoff,
     visibility_timeout_ms = excluded.visibility_timeout_ms, retention_ms = excluded.retention_ms,
     dlq_retention_ms = excluded.dlq_retention_ms, max_length = excluded.max_length,
     ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms,
     max_in_flight = excluded.max_in_flight, rate = excluded.rate, group_concurrency = excluded.group_concurrency,
-    group_rate = excluded.group_rate, paused = excluded.paused, updated_at = excluded.updated_at"""
+    group_rate = excluded.group_rate, dead_letter_queue = excluded.dead_letter_queue, paused = excluded.paused,
+    updated_at = excluded.updated_at"""
 
 # A new queue's row, unless ``limit`` queues have one. Creations take one transaction-level advisory
 # lock first (QUEUE_CREATE_LOCK, held to the commit), and the count runs in a statement of its own
@@ -965,7 +1041,7 @@ QUEUE_SET_SQS_ATTRIBUTES = "UPDATE forq_queues SET sqs_attributes = %s::jsonb WH
 QUEUE_SET_SQS_TAGS = "UPDATE forq_queues SET sqs_tags = %s::jsonb WHERE name = %s"
 QUEUE_DROP_PLACEHOLDER = """DELETE FROM forq_queues WHERE name = %s AND last_sequence = %s AND updated_at = %s
 AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = %s)"""
-DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (%s, %s)"
+DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue = %s"
 DELETE_QUEUE_DEDUP = "DELETE FROM forq_dedup WHERE queue = %s"
 PURGE = "DELETE FROM messages WHERE queue = %s AND NOT is_dlq"
 
@@ -1405,10 +1481,10 @@ class PostgreSQLStore(Store):
     def queue_delete(self, name: str, now: int) -> bool:
         with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
             found = self._rowcount(QUEUE_DELETE, (name,))
-            n = self._rowcount(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX))
+            n = self._rowcount(DELETE_QUEUE_MESSAGES, (name,))
             self._rowcount(DELETE_QUEUE_DEDUP, (name,))
             self._rowcount(DELETE_QUEUE_SINKS, (name,))
-            self._rowcount(DELETE_QUEUE_GROUPS, (name, name + DLQ_SUFFIX))
+            self._rowcount(DELETE_QUEUE_GROUPS, (name,))
         return bool(found or n)
 
     def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:
@@ -1462,6 +1538,48 @@ class PostgreSQLStore(Store):
         if message_id is None:
             return int(self._fetchall(REQUEUE_ALL, params)[0][0])
         return int(self._fetchall(REQUEUE_ONE, {**params, "id": message_id})[0][0])
+
+    # -- message move tasks --------------------------------------------------------------------
+
+    def dead_letter_sources(self, name: str) -> list[str]:
+        return [r[0] for r in self._fetchall(DEAD_LETTER_SOURCES, (name,))]
+
+    def move_start(self, handle: str, source: str, destination: str | None, rate: int | None,
+                   now: int) -> MoveTaskRow | None:
+        params = {"handle": handle, "source": source, "destination": destination, "rate": rate, "now": now,
+                  "source_base": base_of(source) if is_dlq(source) else None}
+        rows = self._fetchall(MOVE_START, params)
+        return MoveTaskRow._make(rows[0]) if rows else None
+
+    def move_running(self) -> int:
+        return int(self._fetchall(MOVES_RUNNING)[0][0])
+
+    def move_get(self, handle: str) -> MoveTaskRow | None:
+        rows = self._fetchall(MOVE_GET, (handle,))
+        return MoveTaskRow._make(rows[0]) if rows else None
+
+    def move_list(self, source: str, limit: int) -> list[MoveTaskRow]:
+        return [MoveTaskRow._make(r) for r in self._fetchall(MOVE_LIST, (source, limit))]
+
+    def move_cancel(self, handle: str, now: int) -> MoveTaskRow | None:
+        rows = self._fetchall(MOVE_CANCEL, {"handle": handle, "now": now})
+        return MoveTaskRow._make(rows[0]) if rows else None
+
+    def move_step(self, now: int, batch: int, queue_ttl_ms: int) -> MoveStep | None:
+        with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
+            rows = self._fetchall(MOVE_DUE, (now,))
+            if not rows:
+                return None
+            task = MoveTaskRow._make(rows[0])
+            n = max(0, min(batch, task.rate or batch, task.to_move - task.moved))
+            params = {"source": task.source, "destination": task.destination, "now": now, "n": n,
+                      "source_base": base_of(task.source) if is_dlq(task.source) else None, "ttl": queue_ttl_ms}
+            moved = [r[0] for r in self._fetchall(MOVE_BATCH, params)] if n else []
+            status, reason, next_at = move_outcome(task, n, len(moved), now,
+                                                   lambda: self._fetchall(MOVE_STRANDED, (task.source,)))
+            after = self._fetchall(MOVE_PROGRESS, {"moved": len(moved), "status": status, "reason": reason,
+                                                   "next_at": next_at, "now": now, "handle": task.handle})
+        return MoveStep(MoveTaskRow._make(after[0]), len(moved), tuple(sorted(set(moved))))
 
     def delete_dlq(self, dlq: str, message_id: str | None) -> int:
         if message_id is None:

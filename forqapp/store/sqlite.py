@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast
 from django.core.checks import CheckMessage, Error
 from django.db.backends.sqlite3.base import DatabaseWrapper
 
-from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, Status, base_of, is_dlq
+from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, MoveStatus, Status, base_of, is_dlq
 from . import inotify
 from .base import (
     BATCH,
     ENDED_AMONG,
     MAX_REDRIVE_ROUNDS,
+    MOVE_TASK_COLUMNS,
     POLICY_COLUMNS,
     RANDOM_AMONG,
     Claim,
@@ -39,6 +40,8 @@ from .base import (
     GroupState,
     LeaseHolder,
     MessageRow,
+    MoveStep,
+    MoveTaskRow,
     NewMessage,
     QueueDepth,
     QueueRow,
@@ -50,6 +53,7 @@ from .base import (
     StateCounts,
     Store,
     ThrottleState,
+    move_outcome,
     state_counts_of,
 )
 
@@ -216,6 +220,12 @@ SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_for_queue_depth
 # (SQS's redrive), and the store claims again.
 
 USED_UP = "(:max > 0 AND attempts >= :max AND NOT is_dlq)"  # a dead letter is never redriven again
+
+# A message's dead-letter queue: its queue's ``dead_letter_queue``, else ``<queue>-dlq``; and
+# whether that is a DLQ (``is_dlq``: a name ending in ``-dlq``, as everywhere) or a queue like any.
+_OWN_DLQ = "(SELECT dead_letter_queue FROM forq_queues WHERE name = messages.queue)"
+DLQ_TARGET = f"COALESCE({_OWN_DLQ}, messages.queue || '{DLQ_SUFFIX}')"
+DLQ_TARGET_FLAG = f"COALESCE(substr({_OWN_DLQ}, -{len(DLQ_SUFFIX)}) = '{DLQ_SUFFIX}', 1)"
 
 # A used-up row gets the status REDRIVING, which it never keeps: the trigger ``forq_redrive`` (migration
 # 0011) renames its queue to its DLQ's and makes it ready, in the same statement. The claim itself names
@@ -445,13 +455,15 @@ SELECT queue, COUNT(*) FROM forq_groups AS g WHERE EXISTS (
     WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
 GROUP BY queue"""
 GROUPS_AT_ONCE = "UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, :now), :now) WHERE queue = :queue"
-DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue IN (?, ?)"
+DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue = ?"
 
 
 # What the trigger forq_redrive does, for a database without it (see SQLiteStore._redriven).
 REDRIVE_LEFT = f"""
-UPDATE messages SET queue = queue || '{DLQ_SUFFIX}', is_dlq = 1, status = {READY}
+UPDATE messages SET queue = {DLQ_TARGET}, is_dlq = {DLQ_TARGET_FLAG}, dead_letter_source = queue, status = {READY}
 WHERE id IN (SELECT value FROM json_each(?)) AND status = {REDRIVING}"""
+# Where the claim's redrive put its rows (the trigger chose: the queue's dead_letter_queue).
+REDRIVEN_TO = "SELECT id, queue FROM messages WHERE id IN (SELECT value FROM json_each(?))"
 
 PEEK_COLUMNS = """id, queue, content, attempts, NULL, priority, attributes, dedup_id, sequence, received_at,
                   first_received_at, CASE WHEN status = 1 THEN process_after END, state"""
@@ -536,22 +548,67 @@ PING = "SELECT 1 FROM messages LIMIT 1"
 
 # --- admin: dead-letter queues ----------------------------------------------------------------
 
+# A dead letter sent back to the queue it came from gets that queue's retention (:ttl: the DLQ's
+# own queue's, or the global one).
+BACK_TTL = "COALESCE((SELECT retention_ms FROM forq_queues WHERE name = COALESCE(messages.dead_letter_source, :dest)), :ttl)"
+
 REQUEUE_ALL = f"""
 UPDATE messages
-SET queue = :dest, is_dlq = 0, status = {READY}, attempts = 0, process_after = :now,
+SET queue = COALESCE(dead_letter_source, :dest), is_dlq = 0, status = {READY}, attempts = 0, process_after = :now,
     processing_started_at = NULL, failure_reason = NULL, updated_at = MAX(:now, updated_at),
-    expires_after = :now + :ttl
+    expires_after = :now + {BACK_TTL}, dead_letter_source = NULL
 WHERE queue = :queue AND is_dlq = 1 AND status != {PROCESSING}"""
 
 REQUEUE_ONE = f"""
 UPDATE messages
-SET queue = :dest, is_dlq = 0, status = {READY}, attempts = 0, process_after = :now,
+SET queue = COALESCE(dead_letter_source, :dest), is_dlq = 0, status = {READY}, attempts = 0, process_after = :now,
     processing_started_at = NULL, failure_reason = NULL, updated_at = MAX(:now, updated_at),
-    expires_after = :now + :ttl
+    expires_after = :now + {BACK_TTL}, dead_letter_source = NULL
 WHERE queue = :queue AND is_dlq = 1 AND status != {PROCESSING} AND id = :id"""
 
 DELETE_DLQ_ALL = "DELETE FROM messages WHERE queue = ? AND is_dlq = 1"
 DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = ? AND queue = ? AND is_dlq = 1"
+
+# --- message move tasks -------------------------------------------------------------------------
+
+MOVE_SELECT = f"SELECT {MOVE_TASK_COLUMNS} FROM forq_move_tasks"
+MOVE_GET = MOVE_SELECT + " WHERE handle = ?"
+MOVE_LIST = MOVE_SELECT + " WHERE source = ? ORDER BY started_at DESC, handle DESC LIMIT ?"
+# The messages a task may move: not in processing; without a destination, only those that know
+# where they came from (a ``<name>-dlq`` message without a source goes back to ``<name>``).
+MOVABLE = f"""queue = :source AND status != {PROCESSING}
+    AND (:destination IS NOT NULL OR dead_letter_source IS NOT NULL OR :source_base IS NOT NULL)"""
+# (The unique partial index uniq_move_tasks_running refuses a second running task of a source.)
+MOVE_START = f"""
+INSERT INTO forq_move_tasks ({MOVE_TASK_COLUMNS})
+SELECT :handle, :source, :destination, :rate, '{MoveStatus.RUNNING}', 0,
+       (SELECT COUNT(*) FROM messages WHERE {MOVABLE}), :now, :now, :now, NULL
+ON CONFLICT DO NOTHING
+RETURNING {MOVE_TASK_COLUMNS}"""
+MOVE_CANCEL = f"""
+UPDATE forq_move_tasks SET status = '{MoveStatus.CANCELLED}', updated_at = :now
+WHERE handle = :handle AND status = '{MoveStatus.RUNNING}'
+RETURNING {MOVE_TASK_COLUMNS}"""
+MOVE_DUE = MOVE_SELECT + f" WHERE status = '{MoveStatus.RUNNING}' AND next_at <= ? ORDER BY next_at LIMIT 1"
+# A batch: the source's first messages (claim order), each to the destination or back where it came
+# from, ready, attempts 0, their sequence kept; the destination's retention from now.
+MOVE_DEST = "COALESCE(:destination, messages.dead_letter_source, :source_base)"
+MOVE_BATCH = f"""
+UPDATE messages
+SET queue = {MOVE_DEST}, is_dlq = 0, status = {READY}, attempts = 0, process_after = :now,
+    processing_started_at = NULL, failure_reason = NULL, updated_at = MAX(:now, updated_at),
+    expires_after = :now + COALESCE((SELECT retention_ms FROM forq_queues WHERE name = {MOVE_DEST}), :ttl),
+    dead_letter_source = NULL
+WHERE id IN (SELECT id FROM messages WHERE {MOVABLE} ORDER BY priority DESC, sequence LIMIT :n)
+RETURNING queue"""
+MOVE_STRANDED = f"SELECT 1 FROM messages WHERE queue = ? AND status != {PROCESSING} AND dead_letter_source IS NULL LIMIT 1"
+MOVE_PROGRESS = f"""
+UPDATE forq_move_tasks SET moved = moved + :moved, status = :status, failure_reason = :reason, next_at = :next_at,
+    updated_at = :now
+WHERE handle = :handle
+RETURNING {MOVE_TASK_COLUMNS}"""
+DEAD_LETTER_SOURCES = "SELECT name FROM forq_queues WHERE dead_letter_queue = ? ORDER BY name"
+MOVES_RUNNING = f"SELECT COUNT(*) FROM forq_move_tasks WHERE status = '{MoveStatus.RUNNING}'"
 
 # --- background jobs (each skips messages in processing) --------------------------------------
 
@@ -564,7 +621,8 @@ DLQ_TTL = "COALESCE((SELECT dlq_retention_ms FROM forq_queues WHERE name = messa
 
 MOVE_EXPIRED_TO_DLQ = f"""
 UPDATE messages
-SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = 1, process_after = :now,
+SET attempts = 0, status = {READY}, queue = {DLQ_TARGET}, is_dlq = {DLQ_TARGET_FLAG}, process_after = :now,
+    dead_letter_source = queue,
     processing_started_at = NULL, failure_reason = '{EXPIRED}',
     updated_at = MAX(:now, updated_at), expires_after = :now + {DLQ_TTL}
 WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
@@ -572,7 +630,8 @@ WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
 
 MOVE_FAILED_TO_DLQ = f"""
 UPDATE messages
-SET attempts = 0, status = {READY}, queue = queue || '{DLQ_SUFFIX}', is_dlq = 1, process_after = :now,
+SET attempts = 0, status = {READY}, queue = {DLQ_TARGET}, is_dlq = {DLQ_TARGET_FLAG}, process_after = :now,
+    dead_letter_source = queue,
     processing_started_at = NULL, failure_reason = COALESCE(failure_reason, '{MAX_ATTEMPTS}'),
     updated_at = MAX(:now, updated_at), expires_after = :now + {DLQ_TTL}
 WHERE id IN (SELECT id FROM messages INDEXED BY idx_expired
@@ -711,7 +770,7 @@ WHERE queue = ? AND is_dlq = ?"""
 
 QUEUE_SELECT = """SELECT name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
                          max_length, ordering, dedup_window_ms, max_in_flight, rate, group_concurrency,
-                         group_rate, paused, last_sequence, created_at, updated_at, rate_next_at_us
+                         group_rate, dead_letter_queue, paused, last_sequence, created_at, updated_at, rate_next_at_us
                   FROM forq_queues"""
 QUEUE_GET = QUEUE_SELECT + " WHERE name = ?"
 QUEUE_GET_MANY = QUEUE_SELECT + " WHERE name IN (SELECT value FROM json_each(?))"
@@ -720,17 +779,18 @@ QUEUE_LIST = QUEUE_SELECT + " WHERE name != '' ORDER BY name"
 QUEUE_PUT = f"""
 INSERT INTO forq_queues (name, max_attempts, backoff, visibility_timeout_ms, retention_ms, dlq_retention_ms,
                          max_length, ordering, dedup_window_ms, max_in_flight, rate, group_concurrency, group_rate,
-                         paused, last_sequence, created_at, updated_at)
+                         dead_letter_queue, paused, last_sequence, created_at, updated_at)
 VALUES (:name, :max_attempts, :backoff, :visibility_timeout_ms, :retention_ms, :dlq_retention_ms,
-        :max_length, :ordering, :dedup_window_ms, :max_in_flight, :rate, :group_concurrency, :group_rate, :paused,
-        {COUNTER_FLOOR}, :now, :now)
+        :max_length, :ordering, :dedup_window_ms, :max_in_flight, :rate, :group_concurrency, :group_rate,
+        :dead_letter_queue, :paused, {COUNTER_FLOOR}, :now, :now)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = excluded.max_attempts, backoff = excluded.backoff,
     visibility_timeout_ms = excluded.visibility_timeout_ms, retention_ms = excluded.retention_ms,
     dlq_retention_ms = excluded.dlq_retention_ms, max_length = excluded.max_length,
     ordering = excluded.ordering, dedup_window_ms = excluded.dedup_window_ms,
     max_in_flight = excluded.max_in_flight, rate = excluded.rate, group_concurrency = excluded.group_concurrency,
-    group_rate = excluded.group_rate, paused = excluded.paused, updated_at = excluded.updated_at"""
+    group_rate = excluded.group_rate, dead_letter_queue = excluded.dead_letter_queue, paused = excluded.paused,
+    updated_at = excluded.updated_at"""
 
 # A new queue's row, unless ``limit`` queues have one: the count and the insert are one statement,
 # and SQLite has one writer, so two creations never both pass the limit. (The row named '' is the
@@ -777,7 +837,7 @@ QUEUE_SET_SQS_ATTRIBUTES = "UPDATE forq_queues SET sqs_attributes = ? WHERE name
 QUEUE_SET_SQS_TAGS = "UPDATE forq_queues SET sqs_tags = ? WHERE name = ?"
 QUEUE_DROP_PLACEHOLDER = """DELETE FROM forq_queues WHERE name = ? AND last_sequence = ? AND updated_at = ?
 AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = ?)"""
-DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue IN (?, ?)"
+DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue = ?"
 DELETE_QUEUE_DEDUP = "DELETE FROM forq_dedup WHERE queue = ?"
 PURGE = "DELETE FROM messages WHERE queue = ? AND is_dlq = 0"
 
@@ -843,7 +903,7 @@ def _reads_claim_indexes(method: F) -> F:
 
 
 def _queue_row(row: Sequence[Any]) -> QueueRow:
-    return QueueRow._make((*row[:13], bool(row[13]), *row[14:]))
+    return QueueRow._make((*row[:14], bool(row[14]), *row[15:]))
 
 
 def _schedule_row(row: Sequence[Any]) -> ScheduleRow:
@@ -1254,7 +1314,9 @@ class SQLiteStore(Store):
         ids = json.dumps([r[0] for r in rows])
         if conn.execute(REDRIVE_LEFT, (ids,)).rowcount:
             logger.warning("forqapp: the forq_redrive trigger is missing: run manage.py migrate")
-        return [Delivery._make((*r[:13], None))._replace(queue=r[1] + DLQ_SUFFIX, receipt=None, lease_expires_at=None)
+        to = dict(conn.execute(REDRIVEN_TO, (ids,)).fetchall())
+        return [Delivery._make((*r[:13], None))._replace(queue=to.get(r[0], r[1] + DLQ_SUFFIX), receipt=None,
+                                                         lease_expires_at=None)
                 for r in rows]
 
     @_reads_claim_indexes
@@ -1369,6 +1431,48 @@ class SQLiteStore(Store):
         if message_id is None:
             return self._conn().execute(REQUEUE_ALL, params).rowcount
         return self._conn().execute(REQUEUE_ONE, {**params, "id": message_id}).rowcount
+
+    # -- message move tasks --------------------------------------------------------------------
+
+    def dead_letter_sources(self, name: str) -> list[str]:
+        return [r[0] for r in self._conn().execute(DEAD_LETTER_SOURCES, (name,))]
+
+    def move_start(self, handle: str, source: str, destination: str | None, rate: int | None,
+                   now: int) -> MoveTaskRow | None:
+        params = {"handle": handle, "source": source, "destination": destination, "rate": rate, "now": now,
+                  "source_base": base_of(source) if is_dlq(source) else None}
+        row = self._conn().execute(MOVE_START, params).fetchone()
+        return MoveTaskRow._make(row) if row else None
+
+    def move_running(self) -> int:
+        return int(self._conn().execute(MOVES_RUNNING).fetchone()[0])
+
+    def move_get(self, handle: str) -> MoveTaskRow | None:
+        row = self._conn().execute(MOVE_GET, (handle,)).fetchone()
+        return MoveTaskRow._make(row) if row else None
+
+    def move_list(self, source: str, limit: int) -> list[MoveTaskRow]:
+        return [MoveTaskRow._make(r) for r in self._conn().execute(MOVE_LIST, (source, limit))]
+
+    def move_cancel(self, handle: str, now: int) -> MoveTaskRow | None:
+        row = self._conn().execute(MOVE_CANCEL, {"handle": handle, "now": now}).fetchone()
+        return MoveTaskRow._make(row) if row else None
+
+    def move_step(self, now: int, batch: int, queue_ttl_ms: int) -> MoveStep | None:
+        with self._transaction() as conn:  # BEGIN IMMEDIATE: one writer holds the task and its batch
+            row = conn.execute(MOVE_DUE, (now,)).fetchone()
+            if row is None:
+                return None
+            task = MoveTaskRow._make(row)
+            n = max(0, min(batch, task.rate or batch, task.to_move - task.moved))
+            params = {"source": task.source, "destination": task.destination, "now": now, "n": n,
+                      "source_base": base_of(task.source) if is_dlq(task.source) else None, "ttl": queue_ttl_ms}
+            moved = [r[0] for r in conn.execute(MOVE_BATCH, params).fetchall()] if n else []
+            status, reason, next_at = move_outcome(task, n, len(moved), now,
+                                                    lambda: conn.execute(MOVE_STRANDED, (task.source,)).fetchone())
+            after = conn.execute(MOVE_PROGRESS, {"moved": len(moved), "status": status, "reason": reason,
+                                                 "next_at": next_at, "now": now, "handle": task.handle}).fetchone()
+        return MoveStep(MoveTaskRow._make(after), len(moved), tuple(sorted(set(moved))))
 
     def delete_dlq(self, dlq: str, message_id: str | None) -> int:
         if message_id is None:
@@ -1531,10 +1635,10 @@ class SQLiteStore(Store):
         with self._transaction() as conn:
             conn.execute(RAISE_COUNTER_FLOOR, {"name": name, "now": now})
             found = conn.execute(QUEUE_DELETE, {"name": name}).rowcount
-            n = conn.execute(DELETE_QUEUE_MESSAGES, (name, name + DLQ_SUFFIX)).rowcount
+            n = conn.execute(DELETE_QUEUE_MESSAGES, (name,)).rowcount
             conn.execute(DELETE_QUEUE_DEDUP, (name,))
             conn.execute(DELETE_QUEUE_SINKS, (name,))
-            conn.execute(DELETE_QUEUE_GROUPS, (name, name + DLQ_SUFFIX))
+            conn.execute(DELETE_QUEUE_GROUPS, (name,))
         return bool(found or n)
 
     def queue_set_sqs_attributes(self, name: str, attributes: str | None) -> None:

@@ -3,7 +3,7 @@ root of the UI listener by ``project.urls_ui``."""
 
 from django.urls import path
 
-from . import keys, schedules, tasks, views
+from . import keys, moves, schedules, tasks, views
 
 app_name = "forqapp-ui"
 
@@ -17,6 +17,8 @@ urlpatterns = [
     path("queues/<str:queue>/flow/", views.queue_flow, name="flow"),
     path("queues/<str:queue>/messages/", views.queue_messages, name="messages"),
     path("queues/<str:queue>/messages/requeue/", views.requeue_all, name="requeue-all"),
+    path("queues/<str:queue>/moves/", moves.start_redrive, name="redrive"),
+    path("queues/<str:queue>/moves/<str:handle>/cancel/", moves.cancel_redrive, name="redrive-cancel"),
     path("queues/<str:queue>/messages/<str:message_id>/", views.message_detail, name="message"),
     path("queues/<str:queue>/messages/<str:message_id>/requeue/", views.requeue_message, name="requeue"),
     path("schedules/", schedules.schedules_page, name="schedules"),

@@ -375,6 +375,7 @@ def _queue_context(queue: str, now: int) -> dict:
         **_groups_context(queue, resolved[0], now),
         "regular_queue": vocab.base_of(queue) if is_dlq else queue,
         "dlq_name": queue if is_dlq else vocab.dlq_of(queue),
+        "moves": [(t, _dt(t.started_at)) for t in services.list_moves(queue)] if is_dlq else None,  # ui/moves.py
         "chart": charts.chart(series, label=f"{queue} depth, last 24 hours",
                               css="line-dlq" if is_dlq else "line-queue",
                               minutes=dashboard_table.minutes_to_next_sample(now) + (0 if series else 5)),

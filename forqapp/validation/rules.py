@@ -405,6 +405,13 @@ def paused(value: object) -> bool:
     return value
 
 
+def dead_letter_queue(value: object) -> str:
+    """A queue's ``dead_letter_queue``: a queue name (whether it exists is the service's check)."""
+    if not isinstance(value, str) or not QUEUE_NAME.fullmatch(value):
+        raise _invalid(f"dead_letter_queue must be a queue's name, not {str(value)[:100]!r}")
+    return value
+
+
 # Each policy field: (stored column, the rule that turns a given value into the stored one).
 POLICY_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "max_attempts": ("max_attempts", max_attempts),
@@ -420,6 +427,7 @@ POLICY_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "rate": ("rate", rate),
     "group_concurrency": ("group_concurrency", group_concurrency),
     "group_rate": ("group_rate", lambda v: rate(v, "group_rate")),
+    "dead_letter_queue": ("dead_letter_queue", dead_letter_queue),
     "paused": ("paused", paused),
 }
 

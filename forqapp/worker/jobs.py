@@ -83,6 +83,13 @@ def task_results(*, dry_run: bool = False, using: str | None = None) -> int:
     return prune(dry_run=dry_run, using=using)
 
 
+def moves(*, dry_run: bool = False, using: str | None = None) -> int:
+    """Run the due batches of message move tasks (DLQ redrives: ``forqapp.start_move``, SQS's
+    StartMessageMoveTask) for up to a second. Returns how many messages moved (with ``dry_run``: how
+    many tasks are running)."""
+    return services.run_moves(dry_run=dry_run, using=using)
+
+
 _depth_labels: set = set()
 _in_flight_labels: set = set()
 _groups_labels: set = set()
@@ -135,6 +142,7 @@ JOBS: dict[str, Job] = {
         Job("db-optimize", db_optimize, 60 * 60),
         Job("queue-depth", queue_depth, 30),
         Job("schedules", schedules, 1),
+        Job("moves", moves, 1),
         Job("task-results", task_results, 60 * 60),
     )
 }
@@ -151,6 +159,7 @@ DONE = {
     "db-optimize": "optimized the database (%d)",
     "queue-depth": "recorded the depth of %d queue(s)",
     "schedules": "sent %d scheduled message(s)",
+    "moves": "moved %d message(s) of move tasks",
     "task-results": "deleted %d task result(s) past their retention",
 }
 

@@ -1,0 +1,222 @@
+"""SQS dead-letter queues on forqapp's SQS face, driven by boto3 against a live ``forq_serve`` (as
+tests/test_sqs.py): ``RedrivePolicy`` naming any existing queue, ``RedriveAllowPolicy`` (its checks,
+and its refusals of source queues), ``ListDeadLetterSourceQueues``, ``DeleteQueue`` keeping the
+dead letters, and redrive by ``StartMessageMoveTask`` / ``ListMessageMoveTasks`` /
+``CancelMessageMoveTask`` (the ``moves`` job, run in this process, does the moving)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import botocore
+import httpx
+import pytest
+
+from forqapp import services
+from forqapp.models import Message
+from forqapp.worker import jobs
+
+from .conftest import free_port, start_server, stop_server
+from .test_sqs import ACCOUNT, KEYS_SECRET, REGION, client, code_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(scope="module")
+def server(django_db_blocker):
+    port = free_port()
+    with django_db_blocker.unblock():
+        api = start_server({"FORQ_SQS_ADDR": f"127.0.0.1:{port}", "FORQ_KEYS_SECRET": KEYS_SECRET})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # (the SQS listener may answer after the API's /healthcheck)
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield url
+    stop_server(api)
+
+
+@pytest.fixture
+def sqs(server):
+    services.forget_policies()
+    return client(server)
+
+
+def arn(name: str) -> str:
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+
+
+def redrive(target: str, count: int = 1) -> str:
+    return json.dumps({"deadLetterTargetArn": arn(target), "maxReceiveCount": count})
+
+
+def error_of(call, **kwargs) -> tuple[str, str]:
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        call(**kwargs)
+    return code_of(exc)[0], exc.value.response["Error"]["Message"]
+
+
+def dead_letter(sqs, url: str, body: str) -> None:
+    """Send ``body`` and receive it past maxReceiveCount 1: the next receive redrives it."""
+    sqs.send_message(QueueUrl=url, MessageBody=body)
+    assert sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]["Body"] == body
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+
+
+def bodies(sqs, url: str) -> list[str]:
+    got = []
+    while messages := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+        for m in messages:
+            got.append(m["Body"])
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    return sorted(got)
+
+
+def wait_for_task(sqs, source: str, status: str) -> dict:
+    """The latest task of ``source`` once it has ``status``, the ``moves`` job run here (the test
+    servers run no jobs: they would move other tests' rows); 60 s without it is a task that never ends."""
+    deadline = time.monotonic() + 60
+    while True:
+        jobs.run("moves")
+        (task,) = sqs.list_message_move_tasks(SourceArn=arn(source))["Results"]
+        if task["Status"] == status or time.monotonic() > deadline:
+            return task
+        time.sleep(0.2)
+
+
+def test_a_redrive_policy_may_name_any_existing_queue_whose_dead_letters_are_ordinary_there(sqs):
+    parking = sqs.create_queue(QueueName="parking")["QueueUrl"]
+    url = sqs.create_queue(QueueName="shop", Attributes={"RedrivePolicy": redrive("parking")})["QueueUrl"]
+    policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"][
+        "RedrivePolicy"])
+    assert policy == {"deadLetterTargetArn": arn("parking"), "maxReceiveCount": 1}
+    dead_letter(sqs, url, "order 1")
+    (row,) = Message.objects.filter(queue="parking")
+    assert (row.is_dlq, row.dead_letter_source) == (False, "shop")
+    assert bodies(sqs, parking) == ["order 1"]
+    code, message = error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"RedrivePolicy": redrive("shop")})
+    assert code == "InvalidParameterValue" and "own dead-letter queue" in message
+    # Back to forqapp's own <name>-dlq, which needs no creating.
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": redrive("shop-dlq")})
+    dead_letter(sqs, url, "order 2")
+    assert [m.content for m in Message.objects.filter(queue="shop-dlq")] == ["order 2"]
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ('{"redrivePermission": "byQueue"}', "must also specify one or more sourceQueueArns"),
+    (json.dumps({"redrivePermission": "byQueue", "sourceQueueArns": [arn(f"q{i}") for i in range(11)]}),
+     "maximum number of source queue ARNs you can specify is 10"),
+    (json.dumps({"redrivePermission": "allowAll", "sourceQueueArns": [arn("q")]}), "can't also specify sourceQueueArns"),
+    ('{"redrivePermission": "some"}', "unsupported format"),
+    ("not json", "unsupported format"),
+])
+def test_a_redrive_allow_policy_is_checked_as_sqs_checks_it(sqs, value, reason):
+    url = sqs.create_queue(QueueName="allow")["QueueUrl"]
+    code, message = error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"RedriveAllowPolicy": value})
+    assert code == "InvalidParameterValue" and reason in message
+    assert "RedriveAllowPolicy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+
+
+def test_a_redrive_allow_policy_is_kept_and_refuses_the_sources_it_does_not_allow(sqs):
+    allowed = {"redrivePermission": "byQueue", "sourceQueueArns": [arn("friend")]}
+    dlq = sqs.create_queue(QueueName="strict", Attributes={"RedriveAllowPolicy": json.dumps(allowed)})["QueueUrl"]
+    shown = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["RedriveAllowPolicy"])["Attributes"]
+    assert json.loads(shown["RedriveAllowPolicy"]) == allowed
+    sqs.create_queue(QueueName="friend", Attributes={"RedrivePolicy": redrive("strict")})
+    code, message = error_of(sqs.create_queue, QueueName="stranger", Attributes={"RedrivePolicy": redrive("strict")})
+    assert code == "InvalidParameterValue" and "does not allow 'stranger'" in message
+    sqs.set_queue_attributes(QueueUrl=dlq, Attributes={"RedriveAllowPolicy": '{"redrivePermission": "denyAll"}'})
+    friend = sqs.get_queue_url(QueueName="friend")["QueueUrl"]
+    assert error_of(sqs.set_queue_attributes, QueueUrl=friend,
+                    Attributes={"RedrivePolicy": redrive("strict", 2)})[0] == "InvalidParameterValue"
+    sqs.set_queue_attributes(QueueUrl=dlq, Attributes={"RedriveAllowPolicy": ""})  # removed: all allowed
+    sqs.create_queue(QueueName="stranger", Attributes={"RedrivePolicy": redrive("strict")})
+
+
+def test_list_dead_letter_source_queues_with_pages(sqs):
+    sqs.create_queue(QueueName="common")
+    for name in ("src-a", "src-b", "src-c"):
+        sqs.create_queue(QueueName=name, Attributes={"RedrivePolicy": redrive("common")})
+    url = sqs.get_queue_url(QueueName="common")["QueueUrl"]
+    names = [u.rsplit("/", 1)[1] for u in sqs.list_dead_letter_source_queues(QueueUrl=url)["queueUrls"]]
+    assert names == ["src-a", "src-b", "src-c"]
+    first = sqs.list_dead_letter_source_queues(QueueUrl=url, MaxResults=2)
+    rest = sqs.list_dead_letter_source_queues(QueueUrl=url, MaxResults=2, NextToken=first["NextToken"])
+    assert [u.rsplit("/", 1)[1] for u in first["queueUrls"] + rest["queueUrls"]] == names and "NextToken" not in rest
+    assert error_of(sqs.list_dead_letter_source_queues, QueueUrl=url, MaxResults=2, NextToken="bogus")[0] == \
+        "InvalidParameterValue"
+    own = sqs.create_queue(QueueName="solo", Attributes={"RedrivePolicy": redrive("solo-dlq")})["QueueUrl"]
+    assert sqs.list_dead_letter_source_queues(QueueUrl=own + "-dlq")["queueUrls"] == [own]
+    assert sqs.list_dead_letter_source_queues(QueueUrl=own)["queueUrls"] == []
+
+
+def test_delete_queue_keeps_the_dead_letters_in_its_dlq(sqs):
+    url = sqs.create_queue(QueueName="gone", Attributes={"RedrivePolicy": redrive("gone-dlq")})["QueueUrl"]
+    dead_letter(sqs, url, "kept")
+    sqs.send_message(QueueUrl=url, MessageBody="deleted")
+    sqs.delete_queue(QueueUrl=url)
+    assert not Message.objects.filter(queue="gone").exists()
+    assert bodies(sqs, url + "-dlq") == ["kept"]
+
+
+def test_a_move_task_redrives_each_dead_letter_to_its_source_or_to_a_destination(sqs):
+    dlq = sqs.create_queue(QueueName="mt-dead")["QueueUrl"]
+    one = sqs.create_queue(QueueName="mt-one", Attributes={"RedrivePolicy": redrive("mt-dead")})["QueueUrl"]
+    two = sqs.create_queue(QueueName="mt-two", Attributes={"RedrivePolicy": redrive("mt-dead")})["QueueUrl"]
+    dead_letter(sqs, one, "a")
+    dead_letter(sqs, two, "b")
+    handle = sqs.start_message_move_task(SourceArn=arn("mt-dead"))["TaskHandle"]
+    task = wait_for_task(sqs, "mt-dead", "COMPLETED")
+    assert task["Status"] == "COMPLETED", task
+    assert (task["ApproximateNumberOfMessagesMoved"], task["ApproximateNumberOfMessagesToMove"]) == (2, 2)
+    assert task["SourceArn"] == arn("mt-dead") and "TaskHandle" not in task and isinstance(task["StartedTimestamp"], int)
+    assert handle
+    assert bodies(sqs, one) == ["a"] and bodies(sqs, two) == ["b"]
+    # To a destination of its own, at a rate.
+    dead_letter(sqs, one, "c")
+    other = sqs.create_queue(QueueName="mt-other")["QueueUrl"]
+    sqs.start_message_move_task(SourceArn=arn("mt-dead"), DestinationArn=arn("mt-other"),
+                                MaxNumberOfMessagesPerSecond=50)
+    task = wait_for_task(sqs, "mt-dead", "COMPLETED")
+    assert task["DestinationArn"] == arn("mt-other") and task["MaxNumberOfMessagesPerSecond"] == 50
+    assert bodies(sqs, other) == ["c"] and "Messages" not in sqs.receive_message(QueueUrl=dlq)
+    assert len(sqs.list_message_move_tasks(SourceArn=arn("mt-dead"), MaxResults=10)["Results"]) == 2
+
+
+def test_one_running_task_per_source_and_a_cancel(sqs):
+    sqs.create_queue(QueueName="slow-dead")
+    sqs.create_queue(QueueName="slow", Attributes={"RedrivePolicy": redrive("slow-dead")})
+    services.send_many("slow", [f"m{n}" for n in range(20)])
+    Message.objects.filter(queue="slow").update(queue="slow-dead", dead_letter_source="slow")
+    # 20 messages at 1 a second: running for 19 s at least, far longer than the calls below take.
+    handle = sqs.start_message_move_task(SourceArn=arn("slow-dead"), MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
+    code, message = error_of(sqs.start_message_move_task, SourceArn=arn("slow-dead"))
+    assert code == "AWS.SimpleQueueService.UnsupportedOperation" and "Only one active task" in message
+    running = sqs.list_message_move_tasks(SourceArn=arn("slow-dead"))["Results"][0]
+    assert running["Status"] == "RUNNING" and running["TaskHandle"] == handle
+    moved = sqs.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"]
+    assert 0 <= moved < 20
+    task = sqs.list_message_move_tasks(SourceArn=arn("slow-dead"))["Results"][0]
+    assert (task["Status"], task["ApproximateNumberOfMessagesMoved"]) == ("CANCELLED", moved)
+    assert Message.objects.filter(queue="slow-dead").count() == 20 - moved
+    assert error_of(sqs.cancel_message_move_task, TaskHandle=handle)[0] == "ResourceNotFoundException"
+    assert error_of(sqs.cancel_message_move_task, TaskHandle="bogus")[0] == "ResourceNotFoundException"
+
+
+def test_a_move_tasks_input_is_checked(sqs):
+    sqs.create_queue(QueueName="plain")
+    for call, kwargs, expected in [
+        (sqs.start_message_move_task, {"SourceArn": arn("plain")}, "InvalidParameterValue"),  # no queue's DLQ
+        (sqs.start_message_move_task, {"SourceArn": arn("nothing")}, "ResourceNotFoundException"),
+        (sqs.start_message_move_task, {"SourceArn": "not-an-arn"}, "InvalidParameterValue"),
+        (sqs.start_message_move_task, {"SourceArn": arn("plain-dlq"), "MaxNumberOfMessagesPerSecond": 501},
+         "InvalidParameterValue"),
+        (sqs.start_message_move_task, {"SourceArn": arn("plain-dlq"), "DestinationArn": arn("nothing")},
+         "ResourceNotFoundException"),
+        (sqs.list_message_move_tasks, {"SourceArn": arn("plain-dlq"), "MaxResults": 11}, "InvalidParameterValue"),
+    ]:
+        assert error_of(call, **kwargs)[0] == expected, (call, kwargs)
