@@ -356,6 +356,11 @@ def test_one_mib_messages_and_batches(sqs):
     entries[0]["MessageBody"] += "y" * 100
     code, message = error_of(sqs.send_message_batch, QueueUrl=url, Entries=entries)
     assert code == "AWS.SimpleQueueService.BatchRequestTooLong" and "cannot be longer than 1048576 bytes" in message
+    # The attributes count toward the batch's total too, as each message's size.
+    entries[0]["MessageBody"] = entries[0]["MessageBody"][:-100]
+    entries[1]["MessageAttributes"] = {"a": {"DataType": "String", "StringValue": "v" * 200}}
+    code, message = error_of(sqs.send_message_batch, QueueUrl=url, Entries=entries)
+    assert code == "AWS.SimpleQueueService.BatchRequestTooLong" and "cannot be longer than 1048576 bytes" in message
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "1048576"})
     assert error_of(sqs.set_queue_attributes, QueueUrl=url,
                     Attributes={"MaximumMessageSize": "1048577"})[0] == "InvalidAttributeValue"

@@ -331,7 +331,7 @@ def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     entries = _entries(body, "SendMessageBatchRequestEntry")
     limit = queues.max_message_size(info.meta, is_dlq(name))  # each message's: the queue's MaximumMessageSize
     cap = queues.content_cap()  # the whole batch's: the service's, whatever the queue's (as SQS)
-    total = sum(len(str(e.get("MessageBody", "")).encode("utf-8", "surrogatepass")) for e in entries)
+    total = sum(messages.raw_size(e) for e in entries)
     if total > cap:
         raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {cap} bytes. "
                        f"You have sent {total} bytes.")
