@@ -490,3 +490,39 @@ def test_queue_page_shows_the_busiest_message_groups_in_a_browser(live_ui, brows
     page.emulate_media(color_scheme="dark")
     shot(page, "queue-groups-dark")
     page.emulate_media(color_scheme="light")
+
+
+def test_a_dlq_redrive_in_the_background_in_a_browser(live_ui, browser_page, staff_user):
+    """The DLQ page's "Redrive in the background": the confirmation dialog, the moves card; the
+    moves job takes every dead letter back to its source queue, and the card says so."""
+    import forqapp
+    from forqapp.models import Message
+    from tests.test_dlq_moves import dead_letter, run_all
+
+    freshness.clear()
+    forqapp.configure_queue("emails")
+    for n in range(3):
+        dead_letter("emails", f"m{n}")
+    page = browser_page
+    log_in(page, live_ui + "/queues/emails-dlq/")
+    page.wait_for_selector("text=Redrive in the background")
+    assert page.locator("#queue-moves").count() == 0
+    page.click("text=Redrive in the background")
+    page.wait_for_selector("#confirm-dialog[open]")
+    page.click("#confirm-dialog button[value=cancel]")  # cancelled: nothing started
+    assert forqapp.list_moves("emails-dlq") == []
+    page.click("text=Redrive in the background")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("#queue-moves")  # the page again, with the move's card
+    (task,) = forqapp.list_moves("emails-dlq")
+    assert task.to_move == 3
+    run_all()  # the moves job (the test's server runs no jobs)
+    assert forqapp.move_info(task.handle).status == "COMPLETED"
+    page.reload()
+    page.wait_for_selector("#queue-moves")
+    row = page.locator("#queue-moves tbody tr").first
+    assert row.locator("td").nth(0).inner_text() == "completed"
+    assert row.locator("td").nth(1).inner_text() == "3 of 3"
+    assert row.locator("td").nth(2).inner_text() == "each its source queue"
+    shot(page, "dlq-redrive")
+    assert sorted(m.content for m in Message.objects.filter(queue="emails")) == ["m0", "m1", "m2"]
