@@ -7,6 +7,7 @@ serving the test database, for black-box tests of the HTTP contract. Tests that 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -107,6 +109,27 @@ def start_server(extra_env: dict[str, str] | None = None, args: tuple[str, ...] 
     os.killpg(proc.pid, signal.SIGKILL)
     with proc:
         raise RuntimeError("forq_serve did not answer /healthcheck within 30 s")
+
+
+@contextlib.contextmanager
+def sqs_listener(django_db_blocker, extra_env: dict[str, str] | None = None) -> Iterator[tuple[str, LiveAPI]]:
+    """A server with the SQS listener on a port of its own: (the listener's URL, the server), once
+    the listener answers (it may after the API's /healthcheck); stopped at the end."""
+    port = free_port()
+    with django_db_blocker.unblock():
+        api = start_server({"FORQ_SQS_ADDR": f"127.0.0.1:{port}", **(extra_env or {})})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    try:
+        yield url, api
+    finally:
+        stop_server(api)
 
 
 def stop_server(api: LiveAPI) -> None:

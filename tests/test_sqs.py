@@ -31,7 +31,7 @@ import forqapp
 from forqapp import services
 from forqapp.models import Message, Queue
 
-from .conftest import METRICS_SECRET, ROOT, SECRET, free_port, start_server, stop_server, subprocess_env
+from .conftest import METRICS_SECRET, ROOT, SECRET, sqs_listener, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,20 +72,9 @@ def md5(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def server(django_db_blocker):
-    port = free_port()
-    with django_db_blocker.unblock():
-        api = start_server({"FORQ_SQS_ADDR": f"127.0.0.1:{port}", "FORQ_KEYS_SECRET": KEYS_SECRET})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    LIVE["api"] = api.url
-    yield url
-    stop_server(api)
+    with sqs_listener(django_db_blocker, {"FORQ_KEYS_SECRET": KEYS_SECRET}) as (url, api):
+        LIVE["api"] = api.url
+        yield url
 
 
 LIVE: dict[str, str] = {}

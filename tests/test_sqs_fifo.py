@@ -14,7 +14,6 @@ import threading
 import time
 
 import botocore
-import httpx
 import pytest
 
 from forqapp import services, vocab
@@ -23,7 +22,7 @@ from forqapp.models import Message, Status
 from forqapp.sqs import actions, messages, queues
 from forqapp.sqs.protocol import SqsError
 
-from .conftest import ROOT, SECRET, free_port, patch_clock, start_server, stop_server
+from .conftest import ROOT, SECRET, patch_clock, sqs_listener
 from .test_sqs import ACCOUNT, KEYS_SECRET, REGION, client, code_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,19 +30,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(scope="module")
 def server(django_db_blocker):
-    port = free_port()
-    with django_db_blocker.unblock():
-        api = start_server({"FORQ_SQS_ADDR": f"127.0.0.1:{port}", "FORQ_KEYS_SECRET": KEYS_SECRET})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # (the SQS listener may answer after the API's /healthcheck)
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    yield url
-    stop_server(api)
+    with sqs_listener(django_db_blocker, {"FORQ_KEYS_SECRET": KEYS_SECRET}) as (url, api):
+        yield url
 
 
 @pytest.fixture

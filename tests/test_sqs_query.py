@@ -25,7 +25,7 @@ from forqapp import services
 from forqapp.models import Message
 from forqapp.sqs import actions
 
-from .conftest import METRICS_SECRET, SECRET, free_port, send_raw, start_server, stop_server
+from .conftest import METRICS_SECRET, SECRET, send_raw, sqs_listener
 from .test_sqs import ACCOUNT, KEYS_SECRET, REGION, aws_md5_of_attributes, md5
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,20 +37,9 @@ LIVE: dict[str, str] = {}
 
 @pytest.fixture(scope="module")
 def server(django_db_blocker):
-    port = free_port()
-    with django_db_blocker.unblock():
-        api = start_server({"FORQ_SQS_ADDR": f"127.0.0.1:{port}", "FORQ_KEYS_SECRET": KEYS_SECRET})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    LIVE["api"] = api.url
-    yield url
-    stop_server(api)
+    with sqs_listener(django_db_blocker, {"FORQ_KEYS_SECRET": KEYS_SECRET}) as (url, api):
+        LIVE["api"] = api.url
+        yield url
 
 
 @pytest.fixture(autouse=True)

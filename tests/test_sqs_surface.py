@@ -15,7 +15,6 @@ import time
 
 import boto3
 import botocore
-import httpx
 import pytest
 from botocore.config import Config
 
@@ -25,7 +24,7 @@ from forqapp.conf import ForqSettings, forq_settings
 from forqapp.models import Message, Queue
 from forqapp.sqs import queues
 
-from .conftest import ROOT, SECRET, free_port, start_server, stop_server
+from .conftest import ROOT, SECRET, sqs_listener
 from .test_sqs import KEYS_SECRET, REGION, client, code_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,20 +33,8 @@ ACCOUNT = "123456789012"  # this module's server's FORQ_SQS_ACCOUNT_ID
 
 @pytest.fixture(scope="module")
 def server(django_db_blocker):
-    port = free_port()
-    with django_db_blocker.unblock():
-        api = start_server({"FORQ_SQS_ADDR": f"127.0.0.1:{port}", "FORQ_KEYS_SECRET": KEYS_SECRET,
-                            "FORQ_SQS_ACCOUNT_ID": ACCOUNT})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # (the SQS listener may answer after the API's /healthcheck)
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    yield url
-    stop_server(api)
+    with sqs_listener(django_db_blocker, {"FORQ_KEYS_SECRET": KEYS_SECRET, "FORQ_SQS_ACCOUNT_ID": ACCOUNT}) as (url, api):
+        yield url
 
 
 @pytest.fixture
