@@ -19,7 +19,9 @@ from tests.test_ui_browser import CHROMIUM, browser_page, live_ui, shot, staff_u
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),
+    # reset_sequences: the server outlives each test's flush and caches ContentType ids (the admin's
+    # LogEntry names one); recreated in the same order from the same sequence, they keep their ids.
+    pytest.mark.django_db(transaction=True, reset_sequences=True),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Chromium not installed at {CHROMIUM}"),
 ]
 
@@ -266,12 +268,13 @@ def test_schedule_admin_add_run_now_pause_and_delete_in_a_browser(live_ui, brows
     assert Message.objects.filter(queue="reports").count() == 1  # its sent message stays
 
 
-def test_queue_admin_shows_sqs_tags_and_the_dead_letter_queue_field_in_a_browser(live_ui, browser_page, staff_user):
+def test_queue_admin_dead_letter_queue_and_sqs_tags_in_a_browser(live_ui, browser_page, staff_user):
     """The queue's change page: its SQS tags shown as text (escaped), and the policy form's
-    dead-letter queue field, showing the default."""
+    dead-letter queue, set to another queue and saved through configure_queue."""
     import forqapp
     from forqapp.services.queues import set_sqs_tags
 
+    forqapp.configure_queue("parking")
     forqapp.send("emails", "a")
     set_sqs_tags("emails", {"queue": {"team": "<b>billing</b>"}, "dlq": {"env": "prod"}})
     page = browser_page
@@ -282,4 +285,17 @@ def test_queue_admin_shows_sqs_tags_and_the_dead_letter_queue_field_in_a_browser
     assert tags.inner_text() == "team = <b>billing</b>\ndead-letter queue: env = prod"
     assert tags.locator("b").count() == 0  # text, not markup
     assert page.input_value("#id_dead_letter_queue") == ""  # unset: the default, emails-dlq
-    shot(page, "admin-queue-tags")
+    page.fill("#id_dead_letter_queue", "parking")
+    shot(page, "admin-queue-dead-letter-queue")
+    with page.expect_navigation() as navigation:
+        page.click("input[name=_save]")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]
+    assert "was changed successfully" in page.inner_text("ul.messagelist li.success")
+    assert services.queue_info("emails").policy["dead_letter_queue"] == "parking"
+    # A queue that does not exist: the form again, the error on its field, nothing saved.
+    page.click("#result_list a[href='/admin/forqapp/queue/emails/change/']")
+    page.fill("#id_dead_letter_queue", "nowhere")
+    with page.expect_navigation():
+        page.click("input[name=_save]")
+    assert page.locator(".form-row.field-dead_letter_queue .errorlist").count() == 1
+    assert services.queue_info("emails").policy["dead_letter_queue"] == "parking"
