@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -48,7 +49,7 @@ FAULTS = {
     2: "PostgreSQL restarted (fast, then immediate shutdown)",
     3: "worker host 1 killed (kill -9) and started again",
     4: "API host 2 killed mid-request, started again 5 s later",
-    5: "200 ms latency + 1% loss on API host 1's database link (tc netem)",
+    5: "200 ms latency + 1% loss on API host 1's database link (tc netem, or a delay proxy and nftables)",
     6: "API host 2 and worker host 2 with clocks 2 s ahead (FORQ_CLOCK_OFFSET_MS)",
 }
 
@@ -89,6 +90,19 @@ def netem_missing() -> str | None:
         sh("ip", "netns", "del", probe, check=False)
 
 
+def nft_missing() -> str | None:
+    """None when nftables can drop packets in a namespace (its ``numgen``), else why not."""
+    if shutil.which("nft") is None:
+        return "needs nftables' `nft` (apt-get install nftables)"
+    probe = PREFIX + "nft"
+    sh("ip", "netns", "add", probe, check=False)
+    try:
+        done = sh("nft", "add", "table", "inet", "probe", ns=probe, check=False)
+        return None if done.returncode == 0 else f"nft unavailable here: {done.stderr.strip()}"
+    finally:
+        sh("ip", "netns", "del", probe, check=False)
+
+
 class Rehearsal:
     def __init__(self, apis: int, workers: int, api_workers: int = 1, log=print, pgbouncer: bool = False):
         self.n_apis, self.n_workers, self.api_workers, self.log = apis, workers, api_workers, log
@@ -100,6 +114,7 @@ class Rehearsal:
         self.runs.mkdir()
         self.procs: dict[str, list[subprocess.Popen]] = {}
         self.namespaces: list[str] = []
+        self.delay_proxy: subprocess.Popen | None = None  # fault 5 without sch_netem (see start_delay_proxy)
 
     # -- the network --------------------------------------------------------------------------
 
@@ -193,6 +208,52 @@ class Rehearsal:
     def pg_stop(self, mode: str) -> None:
         self.pg("-m", mode, "-w", "stop", check=False)
 
+    def start_delay_proxy(self, host: str, delay_ms: int) -> dict[str, str]:
+        """Fault 5 on a kernel without ``sch_netem``: a TCP proxy on the database host
+        (:mod:`bench.rehearsal.delay_proxy`) between ``host`` and PostgreSQL, which adds ``delay_ms`` to
+        what ``host`` sends while on (SIGUSR1; SIGUSR2 off). The environment that sends ``host``'s
+        connections through it."""
+        addr, port = self.db_addr(host), 6432 if self.pgbouncer else 5432
+        with open(self.tmp / "delay-proxy.log", "a") as out:
+            self.delay_proxy = subprocess.Popen(
+                ["ip", "netns", "exec", PREFIX + "db", sys.executable, "-m", "bench.rehearsal.delay_proxy",
+                 f"{addr}:15432", f"{addr}:{port}", str(delay_ms)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while "delay proxy" not in (self.tmp / "delay-proxy.log").read_text():
+            if self.delay_proxy.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the delay proxy did not start: {(self.tmp / 'delay-proxy.log').read_text()}")
+            time.sleep(0.1)
+        return {"DATABASE_URL": f"postgres://postgres@{addr}:15432/{DB_NAME}"}
+
+    def delayed_chunks(self) -> int | None:
+        """What the delay proxy says it delayed, once it has said the delay is off."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            said = re.findall(r"delay off \((\d+) chunks", (self.tmp / "delay-proxy.log").read_text())
+            if said:
+                return int(said[-1])
+            time.sleep(0.1)
+        return None
+
+    def stop_delay_proxy(self) -> None:
+        if self.delay_proxy is not None:
+            self.delay_proxy.kill()
+            self.delay_proxy.wait(10)
+            self.delay_proxy = None
+
+    def loss(self, host: str, percent: int | None) -> int | None:
+        """``percent`` % of the packets ``host`` sends to the database dropped (nftables' random
+        ``numgen`` on its link), or none again (None: then the number of packets it dropped)."""
+        if percent is None:
+            listed = sh("nft", "list", "table", "inet", "rehearsal", ns=host, check=False).stdout
+            sh("nft", "delete", "table", "inet", "rehearsal", ns=host, check=False)
+            dropped = re.search(r"counter packets (\d+)", listed)
+            return int(dropped.group(1)) if dropped else None
+        sh("nft", "add", "table", "inet", "rehearsal", ns=host)
+        sh("nft", "add chain inet rehearsal out { type filter hook output priority 0 ; }", ns=host)
+        sh("nft", f'add rule inet rehearsal out oifname "todb" numgen random mod 100 < {percent} counter drop', ns=host)
+        return None
+
     # -- forqapp hosts ------------------------------------------------------------------------
 
     def env(self, host: str, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -276,6 +337,7 @@ class Rehearsal:
     # -- teardown -----------------------------------------------------------------------------
 
     def teardown(self) -> None:
+        self.stop_delay_proxy()
         for ns in self.namespaces:
             if ns != PREFIX + "db":
                 self.kill_host(ns)
@@ -437,13 +499,32 @@ def fault_api_killed(r: Rehearsal) -> dict[str, Any]:
 
 
 def fault_netem(r: Rehearsal) -> dict[str, Any]:
+    """200 ms more on each of API host 1's round trips to the database, and 1 % of the packets it
+    sends there lost, for 15 s: ``tc … netem`` where the kernel has it; otherwise the delay proxy
+    API host 1 was started behind, and nftables dropping its packets (left out, and said, without
+    ``nft``)."""
     time.sleep(5)
     began = time.time()
     ns = PREFIX + "api1"
-    sh("tc", "qdisc", "add", "dev", "todb", "root", "netem", "delay", "200ms", "loss", "1%", ns=ns)
+    if r.delay_proxy is None:
+        sh("tc", "qdisc", "add", "dev", "todb", "root", "netem", "delay", "200ms", "loss", "1%", ns=ns)
+        how = "tc netem"
+    else:
+        r.delay_proxy.send_signal(signal.SIGUSR1)
+        lossless = nft_missing()
+        if not lossless:
+            r.loss(ns, 1)
+        how = "delay proxy" + (f"; no loss: {lossless}" if lossless else " + nftables loss")
     time.sleep(15)
-    sh("tc", "qdisc", "del", "dev", "todb", "root", ns=ns, check=False)
-    return {"from": began, "to": time.time()}
+    if r.delay_proxy is None:
+        sh("tc", "qdisc", "del", "dev", "todb", "root", ns=ns, check=False)
+    else:
+        r.delay_proxy.send_signal(signal.SIGUSR2)
+        dropped = r.loss(ns, None)
+        how += f", {r.delayed_chunks()} chunks delayed"
+        if dropped is not None:
+            how += f", {dropped} packets dropped"
+    return {"from": began, "to": time.time(), "how": how}
 
 
 # libfaketime (``faketime``) cannot serve here: under it Python's time.sleep fails with EINVAL
@@ -472,14 +553,11 @@ def faults(args, log=print) -> list[dict[str, Any]]:
             r.start_pgbouncer()
         r.migrate()
         for n in args.faults:
-            skip = netem_missing() if n == 5 else None
-            if skip:
-                rows.append({"fault": f"{n}. {FAULTS[n]}", "skipped": skip})
-                log(f"fault {n} skipped: {skip}")
-                continue
             clock = CLOCK_AHEAD if n == 6 else None
+            # Without sch_netem, API host 1 reaches the database through the delay proxy for fault 5.
+            behind_proxy = r.start_delay_proxy(PREFIX + "api1", 200) if n == 5 and netem_missing() else None
             for k in (1, 2):
-                r.start_api(k, clock if k == 2 else None)
+                r.start_api(k, clock if k == 2 else behind_proxy)
                 r.start_worker(k, clock if k == 2 else None)
             for k in (1, 2):
                 r.wait_api(k)
@@ -499,6 +577,7 @@ def faults(args, log=print) -> list[dict[str, Any]]:
             for k in (1, 2):  # the next fault starts from fresh hosts (6 needs them restarted anyway)
                 r.kill_host(f"{PREFIX}api{k}")
                 r.kill_host(f"{PREFIX}wrk{k}")
+            r.stop_delay_proxy()
     finally:
         if args.keep_logs:
             for p in r.tmp.glob("*.log"):
@@ -608,7 +687,7 @@ def fault_table(rows: list[dict[str, Any]]) -> str:
             continue
         for i, (protocol, p) in enumerate(row["protocols"].items()):
             lost = p["lost"] if protocol != "work" else f"{p['lost']} (tasks {p['tasks_lost']})"
-            head = [row["fault"], str(row["longest_stall_s"]),
+            head = [row["fault"] + (f" ({row['how']})" if row.get("how") else ""), str(row["longest_stall_s"]),
                     ", ".join(f"{k} {v}" for k, v in sorted(row.get("health_during", {}).items())),
                     "" if row.get("healthy_again_s") is None else str(row["healthy_again_s"]),
                     f"{row['delay_min_s']} ({row['delayed']})" if row.get("delayed") else "",
