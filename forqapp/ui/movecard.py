@@ -14,7 +14,7 @@ REFRESH_SECONDS = 2  # the moves card's refresh while a task runs
 SHOWN = 10  # the latest tasks shown (SQS's ListMessageMoveTasks shows at most 10)
 WAITING = "waiting for the jobs process"
 NO_JOBS = ("No process runs the jobs on this database now (forq_serve with FORQ_SERVE_JOBS on, forq_jobs, or "
-           "forq_worker --with-jobs): a move waits for one, or for `forq_jobs run moves`.")
+           "forq_worker --with-jobs): a move waits for one (or for forq_jobs run moves).")
 
 
 @dataclass(frozen=True)
