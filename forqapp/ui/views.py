@@ -514,11 +514,9 @@ def _run(queue: str, message_id: str | None, action: str) -> tuple[int, str, str
 
 def _ask(request: HtmxHttpRequest, queue: str, message_id: str | None, action: str) -> HttpResponse:
     """The confirmation page of a DLQ action posted without htmx (the page's ``hx-confirm`` texts)."""
-    if action == "requeue":
-        what = f"message {message_id}" if message_id else f"every message of {queue}"
-        question = f"Requeue {what} back to {vocab.base_of(queue)}?" + (
-            "" if message_id else " They keep their place in the queue (FIFO by receive time).")
-        title, label = f"Requeue {what}", "Requeue" if message_id else "Requeue all"
+    if action == "requeue":  # one message (Requeue all is a move task: .moves)
+        title, label = f"Requeue message {message_id}", "Requeue"
+        question = f"Requeue message {message_id} back to {vocab.base_of(queue)}?"
     else:
         what = f"message {message_id}" if message_id else f"all messages of {queue}"
         question = f"Permanently delete {what}? This cannot be undone."
