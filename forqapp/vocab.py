@@ -161,6 +161,9 @@ ORDERINGS = ("fifo", "lifo", "due")
 #: and how many tasks ListMessageMoveTasks shows.
 MOVE_RATE = Bounds(1, 500)
 MOVE_LIST = Bounds(1, 10)
+#: The database lease whose holder (one process per database: forq_serve's API worker, forq_jobs,
+#: forq_worker --with-jobs) runs the jobs, the ``moves`` job among them.
+JOBS_LEASE = "forq-jobs"
 #: ListDeadLetterSourceQueues' MaxResults.
 SQS_SOURCES_MAX = Bounds(1, 1000)
 

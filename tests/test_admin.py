@@ -735,3 +735,92 @@ def test_a_queue_without_groups_says_so_and_a_message_shows_its_group(staff_clie
     assert "<code>customer/42</code>" in page
     assert re.search(r"field-group.*?<div class=\"readonly\">—</div>",
                      staff_client.get(f"/admin/forqapp/message/{plain}/change/").content.decode(), re.S)
+
+
+# --- move tasks: the queues' "Redrive all dead letters", their progress and cancel ------------------
+
+
+def test_the_queue_admin_redrives_dead_letters_as_move_tasks_shows_and_cancels_them(staff_client):
+    from forqapp.models import MoveTask
+    from tests.test_dlq_moves import dead_letter, run_all
+
+    forqapp.configure_queue("emails")
+    forqapp.configure_queue("ops")
+    for name in ("mail", "sms"):  # two queues, one dead-letter queue of theirs
+        forqapp.configure_queue(name, dead_letter_queue="ops-dlq")
+    for n in range(3):
+        dead_letter("emails", f"e{n}")
+    dead_letter("mail", "m0")
+    dead_letter("sms", "s0")
+    changelist = staff_client.get("/admin/forqapp/queue/")
+    assert b'value="redrive_dead_letters"' in changelist.content
+    data = {"action": "redrive_dead_letters", "_selected_action": ["emails", "mail", "sms", "ops"]}
+    confirm = staff_client.post("/admin/forqapp/queue/", data)
+    html = confirm.content.decode()
+    assert confirm.status_code == 200 and "Are you sure?" in html
+    # Each dead-letter queue once: ops-dlq is mail's and sms's (set), and ops's own.
+    assert "emails-dlq (of emails): 3 messages" in html and "ops-dlq (of mail, ops, sms): 2 messages" in html
+    assert "No process runs the jobs on this database now" in html and "Redrive: yes, I’m sure" in html
+    assert not MoveTask.objects.exists()  # nothing yet
+    done = staff_client.post("/admin/forqapp/queue/", {**data, "post": "yes"}, follow=True).content.decode()
+    tasks = {t.source: t for t in MoveTask.objects.all()}
+    assert sorted(tasks) == ["emails-dlq", "ops-dlq"]
+    assert (f"Started redriving emails-dlq (3 messages, move task {tasks['emails-dlq'].handle}); ops-dlq "
+            f"(2 messages, move task {tasks['ops-dlq'].handle})") in done
+    assert "They wait for the jobs process: none runs on this database now." in done
+    # The change page: the running move, waiting (no process runs the jobs here), and its cancel.
+    page = staff_client.get("/admin/forqapp/queue/emails/change/").content.decode()
+    assert "Move tasks" in page and "waiting for the jobs process" in page and "0 of 3" in page
+    cancel = f"/admin/forqapp/queue/emails/moves/{tasks['emails-dlq'].handle}/cancel/"
+    assert f'href="{cancel}"' in page and "each its source queue" in page
+    asked = staff_client.get(cancel)
+    assert asked.status_code == 200 and b"Cancel the move: yes" in asked.content
+    assert forqapp.move_info(tasks["emails-dlq"].handle).running
+    cancelled = staff_client.post(cancel, follow=True).content.decode()
+    assert "Cancelled the move of emails-dlq: 0 message(s) moved." in cancelled
+    assert 'data-status="CANCELLED"' in cancelled and f'href="{cancel}"' not in cancelled
+    assert b"not running (cancelled)" in staff_client.get(cancel).content
+    assert staff_client.get(f"/admin/forqapp/queue/mail/moves/{tasks['emails-dlq'].handle}/cancel/").status_code == 404
+    # Again: ops-dlq's task still runs (said on the confirmation page, refused at the post); the moves job
+    # then takes every dead letter home.
+    again = staff_client.post("/admin/forqapp/queue/", data).content.decode()
+    assert "a move task is running already</strong> (0 of 2)" in again
+    done = staff_client.post("/admin/forqapp/queue/", {**data, "post": "yes"}, follow=True).content.decode()
+    assert "Not started: ops-dlq: queue &#x27;ops-dlq&#x27; has a running move task already." in done
+    assert run_all() == 5
+    assert sorted(Message.objects.filter(is_dlq=False).values_list("content", flat=True)) == [
+        "e0", "e1", "e2", "m0", "s0"]
+    page = staff_client.get("/admin/forqapp/queue/sms/change/").content.decode()
+    assert 'data-status="COMPLETED"' in page and "2 of 2" in page and "of <code>ops-dlq</code>" in page
+    empty = staff_client.post("/admin/forqapp/queue/", {"action": "redrive_dead_letters", "_selected_action": ["emails"]})
+    assert b"There is nothing to redrive." in empty.content
+    done = staff_client.post("/admin/forqapp/queue/", {"action": "redrive_dead_letters", "_selected_action": ["emails"],
+                                                      "post": "yes"}, follow=True)
+    assert b"Not started: emails-dlq: no messages." in done.content
+
+
+def test_redrive_and_its_cancel_need_the_dead_letters_change_permission(db):
+    from django.contrib.auth.models import Permission
+
+    from tests.test_dlq_moves import dead_letter
+
+    forqapp.configure_queue("emails")
+    dead_letter("emails", "x")
+    user = User.objects.create_user("ops", password="pw-ops-12345", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=["view_queue", "change_queue"]))
+    c = Client()
+    c.force_login(user)
+    assert b'value="redrive_dead_letters"' not in c.get("/admin/forqapp/queue/").content
+    c.post("/admin/forqapp/queue/", {"action": "redrive_dead_letters", "_selected_action": ["emails"], "post": "yes"})
+    assert forqapp.list_moves("emails-dlq") == []  # refused
+    task = forqapp.start_move("emails-dlq")
+    page = c.get("/admin/forqapp/queue/emails/change/").content.decode()
+    assert "0 of 1" in page and "/cancel/" not in page  # seen, not cancellable
+    cancel = f"/admin/forqapp/queue/emails/moves/{task.handle}/cancel/"
+    assert c.get(cancel).status_code == 403 and c.post(cancel).status_code == 403
+    assert forqapp.move_info(task.handle).running
+    user.user_permissions.add(Permission.objects.get(codename="change_deadletter"))
+    c.force_login(User.objects.get(pk=user.pk))
+    assert b'value="redrive_dead_letters"' in c.get("/admin/forqapp/queue/").content
+    c.post(cancel)
+    assert forqapp.move_info(task.handle).status == "CANCELLED"

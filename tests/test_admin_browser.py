@@ -299,3 +299,54 @@ def test_queue_admin_dead_letter_queue_and_sqs_tags_in_a_browser(live_ui, browse
         page.click("input[name=_save]")
     assert page.locator(".form-row.field-dead_letter_queue .errorlist").count() == 1
     assert services.queue_info("emails").policy["dead_letter_queue"] == "parking"
+
+
+def test_admin_redrives_a_queues_dead_letters_as_a_move_task_in_a_browser(live_ui, browser_page, staff_user):
+    """The queues' list: "Redrive all dead letters" on a queue, Django's confirmation page, the message
+    with the move task's handle; its change page shows the move (waiting: the test's server runs no jobs)
+    and cancels it behind a confirmation page; started again, the moves job (run here) completes it."""
+    import forqapp
+    from tests.test_dlq_moves import dead_letter, run_all
+
+    forqapp.configure_queue("emails")
+    for n in range(2):
+        dead_letter("emails", f"m{n}")
+    page = browser_page
+    page.goto(live_ui + "/admin/forqapp/queue/")
+    admin_login(page)
+    page.wait_for_selector("#result_list")
+
+    def redrive() -> None:
+        page.goto(live_ui + "/admin/forqapp/queue/")
+        page.check("input.action-select[value='emails']")
+        page.select_option("select[name=action]", "redrive_dead_letters")
+        with page.expect_navigation():
+            page.click("button[name=index]")
+        page.wait_for_selector("body.delete-confirmation")
+        assert "emails-dlq (of emails): 2 messages" in page.inner_text("ul.forq-redrive")
+        with page.expect_navigation() as navigation:
+            page.click("input[type=submit][value^='Redrive']")
+        assert navigation.value.status == 200, page.inner_text("body")[:300]
+        page.wait_for_selector("ul.messagelist")
+
+    redrive()
+    (task,) = forqapp.list_moves("emails-dlq")
+    assert f"move task {task.handle}" in page.inner_text("ul.messagelist")
+    page.goto(live_ui + "/admin/forqapp/queue/emails/change/")
+    moves = page.locator("table.forq-moves tbody tr")
+    assert moves.count() == 1 and "waiting for the jobs process" in moves.first.inner_text()
+    assert "0 of 2" in moves.first.inner_text()
+    shot(page, "admin-queue-move")
+    with page.expect_navigation():
+        page.click("a.forq-move-cancel")
+    with page.expect_navigation() as navigation:
+        page.click("input[type=submit][value^='Cancel the move']")
+    assert navigation.value.status == 200, page.inner_text("body")[:300]
+    assert "Cancelled the move of emails-dlq: 0 message(s) moved." in page.inner_text("ul.messagelist")
+    assert forqapp.move_info(task.handle).status == "CANCELLED"
+    redrive()
+    assert run_all() == 2
+    page.goto(live_ui + "/admin/forqapp/queue/emails/change/")
+    latest = page.locator("table.forq-moves tbody tr").first
+    assert latest.get_attribute("data-status") == "COMPLETED" and "2 of 2" in latest.inner_text()
+    assert Message.objects.filter(queue="emails").count() == 2

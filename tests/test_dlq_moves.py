@@ -268,36 +268,53 @@ def test_concurrent_runners_move_each_message_once_and_concurrent_starts_make_on
 # --- the UI's redrive: the same move tasks ----------------------------------------------------------
 
 
-def test_the_dlq_page_starts_shows_and_cancels_a_redrive(staff_client, clock):
+def test_the_dlq_pages_requeue_all_starts_shows_and_cancels_a_move(staff_client, clock):
     forqapp.configure_queue("emails")
     for n in range(3):
         dead_letter("emails", f"m{n}")
     page = staff_client.get("/ui/queues/emails-dlq/")
-    assert b"Redrive in the background" in page.content and b"Redrives (message move tasks)" not in page.content
-    asked = staff_client.post("/ui/queues/emails-dlq/moves/")  # without htmx: a confirmation page first
-    assert b"Move every message of emails-dlq back" in asked.content and not MoveTask.objects.exists()
-    done = staff_client.post("/ui/queues/emails-dlq/moves/", {"confirmed": "yes"})
+    assert b"Requeue all" in page.content and b"Message move tasks" not in page.content
+    assert b'id="queue-moves"' in page.content  # the card's place, empty until a move starts
+    asked = staff_client.post("/ui/queues/emails-dlq/moves/", {"rate": "5"})  # without htmx: a confirmation page
+    assert b"Requeue every message of emails-dlq back" in asked.content and not MoveTask.objects.exists()
+    assert b'<input type="hidden" name="rate" value="5">' in asked.content  # the rate goes with the confirmation
+    done = staff_client.post("/ui/queues/emails-dlq/moves/", {"confirmed": "yes", "rate": "5"})
     assert done.status_code == 302
     (task,) = forqapp.list_moves("emails-dlq")
-    assert (task.status, task.to_move) == ("RUNNING", 3)
+    assert (task.status, task.to_move, task.rate) == ("RUNNING", 3, 5)
     page = staff_client.get("/ui/queues/emails-dlq/")
-    assert b"Redrives (message move tasks)" in page.content and b"0 of 3" in page.content
+    assert b"Message move tasks" in page.content and b"0 of 3" in page.content and b"5/s" in page.content
     assert f"/ui/queues/emails-dlq/moves/{task.handle}/cancel/".encode() in page.content
     again = staff_client.post("/ui/queues/emails-dlq/moves/", {"confirmed": "yes"}, follow=True)
     assert b"has a running move task already" in again.content
-    cancelled = staff_client.post(f"/ui/queues/emails-dlq/moves/{task.handle}/cancel/", {"confirmed": "yes"},
-                                  follow=True)
+    cancel = f"/ui/queues/emails-dlq/moves/{task.handle}/cancel/"
+    assert b"Cancel this move? What it moved stays moved." in staff_client.post(cancel).content  # asked first
+    assert forqapp.move_info(task.handle).status == "RUNNING"
+    cancelled = staff_client.post(cancel, {"confirmed": "yes"}, follow=True)
     assert b"Cancelled the move of emails-dlq: 0 message(s) moved." in cancelled.content
     assert forqapp.move_info(task.handle).status == "CANCELLED"
+    gone = staff_client.post(cancel, HTTP_HX_REQUEST="true").content
+    assert b"That move task is not running" in gone and b'data-status="CANCELLED"' in gone
     # Started again, the moves job runs it: every dead letter back in emails.
     staff_client.post("/ui/queues/emails-dlq/moves/", {"confirmed": "yes"})
     run_all()
     assert sorted(m.content for m in Message.objects.filter(queue="emails")) == ["m0", "m1", "m2"]
     assert b"3 of 3" in staff_client.get("/ui/queues/emails-dlq/").content
     # Not on a regular queue: no such button, and a post is refused.
-    assert b"Redrive in the background" not in staff_client.get("/ui/queues/emails/").content
+    assert b"Requeue all" not in staff_client.get("/ui/queues/emails/").content
     refused_post = staff_client.post("/ui/queues/emails/moves/", {"confirmed": "yes"}, follow=True)
     assert b"for dead-letter queues only" in refused_post.content
+    refused_hx = staff_client.post("/ui/queues/emails/moves/", HTTP_HX_REQUEST="true")
+    assert b"for dead-letter queues only" in refused_hx.content and refused_hx["HX-Reswap"] == "none"
+    # A task is cancelled through its own queue's URL only.
+    services.purge("emails")
+    dead_letter("emails", "m3")
+    staff_client.post("/ui/queues/emails-dlq/moves/", {"confirmed": "yes"})
+    (running,) = [t for t in forqapp.list_moves("emails-dlq") if t.running]
+    elsewhere = staff_client.post(f"/ui/queues/emails/moves/{running.handle}/cancel/", {"confirmed": "yes"},
+                                  follow=True)
+    assert b"That move task is not running" in elsewhere.content
+    assert forqapp.move_info(running.handle).running
 
 
 def test_the_admins_policy_form_sets_and_resets_the_dead_letter_queue(staff_client):

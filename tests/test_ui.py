@@ -20,6 +20,7 @@ from forqapp.models import Message, QueueDepthSample
 from forqapp.services import history, schedules
 from forqapp.ui import freshness, queries
 from tests.conftest import HX, patch_clock
+from tests.test_dlq_moves import run_all
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("live_counts")]
 
@@ -71,7 +72,7 @@ def test_non_staff_cannot_act(client):
     ids = dead_letters("emails", ["a"])
     User.objects.create_user("joe", password="pw-joe-12345")
     client.login(username="joe", password="pw-joe-12345")
-    assert client.post("/ui/queues/emails-dlq/messages/requeue/").status_code == 302
+    assert client.post("/ui/queues/emails-dlq/moves/").status_code == 302
     assert client.delete(f"/ui/queues/emails-dlq/messages/{ids[0]}/").status_code == 302
     assert Message.objects.filter(queue="emails-dlq").count() == 1
 
@@ -98,7 +99,8 @@ ALL_PAGES_AND_ACTIONS = [
     ("post", "/ui/queues/emails/pause/", "change_queue"),
     ("post", "/ui/queues/emails/resume/", "change_queue"),
     ("post", "/ui/queues/emails-dlq/messages/{dead}/requeue/", "change_deadletter"),
-    ("post", "/ui/queues/emails-dlq/messages/requeue/", "change_deadletter"),
+    ("post", "/ui/queues/emails-dlq/moves/", "change_deadletter"),  # requeue all: a move task
+    ("get", "/ui/queues/emails-dlq/moves/", "view_deadletter"),
     ("delete", "/ui/queues/emails-dlq/messages/{dead}/", "delete_deadletter"),
     ("delete", "/ui/queues/emails-dlq/messages/", "delete_deadletter"),
     ("get", "/ui/schedules/", "view_schedule"),
@@ -115,8 +117,9 @@ ALL_PAGES_AND_ACTIONS = [
 def _state() -> tuple:
     """Everything the actions above could change."""
     from forqapp.keys.models import ApiKey
+    from forqapp.models import MoveTask
 
-    return (sorted(Message.objects.values_list("id", "queue", "status")),
+    return (sorted(Message.objects.values_list("id", "queue", "status")), sorted(MoveTask.objects.values_list("source")),
             forqapp.queue_info("emails").paused, schedules.get("tick").paused,
             sorted(ApiKey.objects.values_list("access_key_id", "secret_sealed", "revoked_at")))
 
@@ -464,13 +467,56 @@ def test_requeue_one(staff_client):
     assert Message.objects.filter(queue="emails-dlq").count() == 1
 
 
-def test_requeue_all(staff_client):
+def test_requeue_all_is_a_move_task_answered_at_once_with_its_card(staff_client):
+    """"Requeue all" starts a move task (the moves job does the work, in batches) and answers with
+    the DLQ page's moves card at once: running (here: waiting, no process runs the jobs), 0 of 3."""
+    from forqapp.models import MoveTask
     dead_letters("emails", ["a", "b", "c"])
-    response = staff_client.post("/ui/queues/emails-dlq/messages/requeue/", **HX)
-    assert b"Requeued 3 messages to emails." in response.content
-    assert b'id="message-list"' in response.content and b"This queue is empty." in response.content
+    response = staff_client.post("/ui/queues/emails-dlq/moves/", **HX)
+    assert response.status_code == 200
+    html = response.content.decode()
+    (task,) = MoveTask.objects.all()
+    assert (task.source, task.destination, task.rate, task.status, task.to_move) == ("emails-dlq", None, None,
+                                                                                   "RUNNING", 3)
+    assert "Requeueing 3 messages of emails-dlq back to their queue: a move task, shown below." in html
+    assert "It waits for the jobs process: none runs on this database now." in html
+    assert 'id="queue-moves"' in html and 'hx-trigger="every 2s"' in html  # it refreshes itself while it runs
+    assert 'data-testid="move-status">waiting for the jobs process<' in html and "0 of 3" in html
+    assert 'data-testid="no-jobs"' in html and f"/ui/queues/emails-dlq/moves/{task.handle}/cancel/" in html
+    assert Message.objects.filter(queue="emails-dlq").count() == 3  # nothing moved by the request itself
+    assert run_all() == 3
+    # The card's next refresh: completed, no more polling, and the (now empty) list out of band.
+    card = staff_client.get("/ui/queues/emails-dlq/moves/", **HX).content.decode()
+    assert 'data-testid="move-status">completed<' in card and "3 of 3" in card and "hx-trigger" not in card
+    assert 'id="message-list" class="card table-card" hx-swap-oob="true"' in card and "This queue is empty." in card
     assert Message.objects.filter(queue="emails", is_dlq=False, status=0).count() == 3
     assert not Message.objects.filter(queue="emails-dlq").exists()
+    # Without htmx, the card's URL is the page.
+    assert staff_client.get("/ui/queues/emails-dlq/moves/")["Location"] == "/ui/queues/emails-dlq/"
+
+
+def test_requeue_all_at_a_rate_and_while_the_jobs_run(staff_client, clock):
+    from forqapp.worker import jobs
+
+    dead_letters("emails", ["a", "b", "c", "d", "e"])
+    assert services.acquire_lease(jobs.LEASE, "another-process", 60_000)  # a process runs the jobs
+    response = staff_client.post("/ui/queues/emails-dlq/moves/", {"rate": "2"}, **HX).content.decode()
+    assert "Requeueing 5 messages of emails-dlq back to their queue, 2 a second" in response
+    assert "waits for the jobs process" not in response and 'data-testid="move-status">running<' in response
+    (task,) = forqapp.list_moves("emails-dlq")
+    assert task.rate == 2
+    assert jobs.run("moves") == 2  # the rate's worth a second
+    card = staff_client.get("/ui/queues/emails-dlq/moves/", **HX).content.decode()
+    assert "2 of 5" in card and 'value="40"' in card and "hx-trigger" in card and 'id="message-list"' not in card
+    for bad in ("0", "501", "fast"):
+        refused = staff_client.post("/ui/queues/emails-dlq/moves/", {"rate": bad}, **HX).content.decode()
+        assert "Not started: rate must be an integer from 1 to 500 (messages a second)" in refused
+    again = staff_client.post("/ui/queues/emails-dlq/moves/", **HX).content.decode()
+    assert "Not started: queue &#x27;emails-dlq&#x27; has a running move task already" in again
+    clock.advance(60)  # the lease ran out: nobody runs the jobs now
+    card = staff_client.get("/ui/queues/emails-dlq/moves/", **HX).content.decode()
+    assert "waiting for the jobs process" in card
+    assert len(forqapp.list_moves("emails-dlq")) == 1
 
 
 def test_delete_one(staff_client):
@@ -508,21 +554,23 @@ def asks(response, action: str, question: str, label: str) -> None:
 
 def test_actions_without_htmx_redirect_with_a_message(staff_client):
     dead_letters("emails", ["a", "b"])
-    response = staff_client.post("/ui/queues/emails-dlq/messages/requeue/", CONFIRMED, follow=True)
+    response = staff_client.post("/ui/queues/emails-dlq/moves/", {**CONFIRMED, "rate": "7"}, follow=True)
     assert response.redirect_chain[-1][0] == "/ui/queues/emails-dlq/"
-    assert b"Requeued 2 messages to emails." in response.content
+    assert b"Requeueing 2 messages of emails-dlq back to their queue, 7 a second" in response.content
+    assert b"0 of 2" in response.content  # the page's moves card
 
 
 def test_dlq_actions_without_htmx_ask_first_then_act_once_confirmed(staff_client):
     ids = dead_letters("emails", ["a", "b", "c", "d"])
     one, two = f"/ui/queues/emails-dlq/messages/{ids[0]}/requeue/", f"/ui/queues/emails-dlq/messages/{ids[1]}/"
-    every, delete_all = "/ui/queues/emails-dlq/messages/requeue/", "/ui/queues/emails-dlq/messages/"
+    every, delete_all = "/ui/queues/emails-dlq/moves/", "/ui/queues/emails-dlq/messages/"
     for url, method, question, label in [
         (one, "post", f"Requeue message {ids[0]} back to emails?", "Requeue"),
         (two, "post", f"Permanently delete message {ids[1]}? This cannot be undone.", "Delete"),
         (two, "delete", f"Permanently delete message {ids[1]}? This cannot be undone.", "Delete"),
-        (every, "post", "Requeue every message of emails-dlq back to emails? They keep their place in the queue "
-                        "(FIFO by receive time).", "Requeue all"),
+        (every, "post", "Requeue every message of emails-dlq back to the queue it was dead-lettered from? A move "
+                        "task does it in the background, in batches; they keep their place in the queue (FIFO by "
+                        "receive time).", "Requeue all"),
         (delete_all, "post", "Permanently delete all messages of emails-dlq? This cannot be undone.", "Delete all"),
         (delete_all, "delete", "Permanently delete all messages of emails-dlq? This cannot be undone.", "Delete all"),
     ]:
@@ -535,8 +583,10 @@ def test_dlq_actions_without_htmx_ask_first_then_act_once_confirmed(staff_client
     response = staff_client.post(two, CONFIRMED, follow=True)
     assert b"Deleted 1 message from emails-dlq." in response.content and not Message.objects.filter(id=ids[1]).exists()
     assert Message.objects.get(id=ids[0]).queue == "emails"
+    assert not forqapp.list_moves("emails-dlq")
     response = staff_client.post(every, CONFIRMED, follow=True)
-    assert b"Requeued 2 messages to emails." in response.content
+    assert b"Requeueing 2 messages of emails-dlq back to their queue" in response.content
+    run_all()
     dead_letters("emails", ["e"])
     response = staff_client.post(delete_all, CONFIRMED, follow=True)
     assert b"Deleted 1 message from emails-dlq." in response.content
@@ -562,7 +612,8 @@ def test_actions_are_dlq_only(staff_client):
 
 def test_no_state_change_on_get(staff_client):
     ids = dead_letters("emails", ["a"])
-    assert staff_client.get("/ui/queues/emails-dlq/messages/requeue/").status_code == 405
+    staff_client.get("/ui/queues/emails-dlq/moves/", **HX)
+    assert not forqapp.list_moves("emails-dlq")
     assert staff_client.get(f"/ui/queues/emails-dlq/messages/{ids[0]}/requeue/").status_code == 405
     staff_client.get("/ui/queues/emails-dlq/messages/", **HX)
     staff_client.get(f"/ui/queues/emails-dlq/messages/{ids[0]}/", **HX)
@@ -573,7 +624,7 @@ def test_csrf_is_enforced(staff):
     ids = dead_letters("emails", ["a", "b"])
     c = Client(enforce_csrf_checks=True)
     c.force_login(staff)
-    assert c.post("/ui/queues/emails-dlq/messages/requeue/", **HX).status_code == 403
+    assert c.post("/ui/queues/emails-dlq/moves/", **HX).status_code == 403
     assert c.delete(f"/ui/queues/emails-dlq/messages/{ids[0]}/", **HX).status_code == 403
     assert c.delete("/ui/queues/emails-dlq/messages/", **HX).status_code == 403
     assert Message.objects.filter(queue="emails-dlq").count() == 2

@@ -1,6 +1,6 @@
 # ruff: noqa: S106  (test passwords)
 """The UI in Debian's Chromium (pytest-playwright), on the real UI listener as staff use it: log
-in, dashboard, DLQ, requeue all, delete one with confirmation; screenshots (light and dark) under
+in, dashboard, DLQ, requeue all (a move task), delete one with confirmation; screenshots (light and dark) under
 test-artifacts/screenshots/.
 
 Its fixtures serve tests/test_admin_browser.py too: ``live_ui`` is the real UI listener
@@ -181,13 +181,25 @@ def test_dashboard_dlq_requeue_all_and_delete_one(live_ui, browser_page, staff_u
     assert page.locator("tbody.msg").count() == 5
     assert page.inner_text("[data-testid=total]") == "5"
 
-    # Requeue all.
+    # Requeue all: a move task, shown at once in its card; the moves job (run here: the test's server
+    # runs no jobs, and the card says it waits for them) moves them, and the card, refreshing itself,
+    # says so and brings the (now empty) list.
+    from forqapp.models import Message
+    from tests.test_dlq_moves import run_all
+
     page.click("text=Requeue all")
     page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("#queue-moves [data-testid=move]")
+    assert page.inner_text("[data-testid=flash]").startswith("Requeueing 5 messages of emails-dlq back to their queue")
+    assert page.inner_text("[data-testid=move-status]") == "waiting for the jobs process"
+    assert page.inner_text("[data-testid=move-progress]") == "0 of 5"
+    assert page.locator("[data-testid=no-jobs]").is_visible()
+    shot(page, "dlq-requeue-all-waiting")
+    assert run_all() == 5
+    page.wait_for_selector("#queue-moves [data-status=COMPLETED]", timeout=15_000)
     page.wait_for_selector("[data-testid=empty]")
-    assert page.inner_text("[data-testid=flash]") == "Requeued 5 messages to emails."
-    from forqapp.models import Message
-
+    assert page.inner_text("[data-testid=move-progress]") == "5 of 5"
+    assert page.inner_text("[data-testid=total]") == "0"
     assert Message.objects.filter(queue="emails-dlq").count() == 0
     assert Message.objects.filter(queue="emails").count() == 35
 
@@ -492,9 +504,10 @@ def test_queue_page_shows_the_busiest_message_groups_in_a_browser(live_ui, brows
     page.emulate_media(color_scheme="light")
 
 
-def test_a_dlq_redrive_in_the_background_in_a_browser(live_ui, browser_page, staff_user):
-    """The DLQ page's "Redrive in the background": the confirmation dialog, the moves card; the
-    moves job takes every dead letter back to its source queue, and the card says so."""
+def test_a_dlq_requeue_all_at_a_rate_cancelled_and_run_in_a_browser(live_ui, browser_page, staff_user):
+    """The DLQ page's "Requeue all" at a rate: the confirmation dialog, the moves card (waiting for
+    the jobs process: the test's server runs none), its Cancel; started again, the moves job (run
+    here) takes every dead letter back to its source queue, and the card, refreshing itself, says so."""
     import forqapp
     from forqapp.models import Message
     from tests.test_dlq_moves import dead_letter, run_all
@@ -505,24 +518,37 @@ def test_a_dlq_redrive_in_the_background_in_a_browser(live_ui, browser_page, sta
         dead_letter("emails", f"m{n}")
     page = browser_page
     log_in(page, live_ui + "/queues/emails-dlq/")
-    page.wait_for_selector("text=Redrive in the background")
-    assert page.locator("#queue-moves").count() == 0
-    page.click("text=Redrive in the background")
+    page.wait_for_selector("text=Requeue all")
+    assert not page.locator("#queue-moves").is_visible()
+    page.fill("[data-testid=move-rate]", "2")
+    page.click("text=Requeue all")
     page.wait_for_selector("#confirm-dialog[open]")
     page.click("#confirm-dialog button[value=cancel]")  # cancelled: nothing started
     assert forqapp.list_moves("emails-dlq") == []
-    page.click("text=Redrive in the background")
+    page.click("text=Requeue all")
     page.click("#confirm-dialog button[value=ok]")
-    page.wait_for_selector("#queue-moves")  # the page again, with the move's card
+    page.wait_for_selector("#queue-moves [data-testid=move]")  # answered with the move's card
     (task,) = forqapp.list_moves("emails-dlq")
-    assert task.to_move == 3
-    run_all()  # the moves job (the test's server runs no jobs)
-    assert forqapp.move_info(task.handle).status == "COMPLETED"
-    page.reload()
-    page.wait_for_selector("#queue-moves")
+    assert (task.to_move, task.rate) == (3, 2)
+    row = page.locator("#queue-moves tbody tr").first
+    assert row.locator("td").nth(0).inner_text() == "waiting for the jobs process"
+    assert row.locator("td").nth(3).inner_text() == "2/s"
+    row.locator("[data-testid=move-cancel]").click()
+    page.wait_for_selector("#confirm-dialog[open]")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("#queue-moves [data-status=CANCELLED]")
+    assert page.inner_text("[data-testid=flash]") == "Cancelled the move of emails-dlq: 0 message(s) moved."
+    assert forqapp.move_info(task.handle).status == "CANCELLED"
+    page.fill("[data-testid=move-rate]", "")
+    page.click("text=Requeue all")
+    page.click("#confirm-dialog button[value=ok]")
+    page.wait_for_selector("#queue-moves [data-status=RUNNING]")
+    assert run_all() == 3  # the moves job (the test's server runs no jobs)
+    page.wait_for_selector("#queue-moves [data-status=COMPLETED]", timeout=15_000)  # the card refreshed itself
     row = page.locator("#queue-moves tbody tr").first
     assert row.locator("td").nth(0).inner_text() == "completed"
     assert row.locator("td").nth(1).inner_text() == "3 of 3"
     assert row.locator("td").nth(2).inner_text() == "each its source queue"
-    shot(page, "dlq-redrive")
+    page.wait_for_selector("[data-testid=empty]")
+    shot(page, "dlq-requeue-all")
     assert sorted(m.content for m in Message.objects.filter(queue="emails")) == ["m0", "m1", "m2"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from typing import Any
 
 from django import forms
@@ -13,7 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
@@ -27,6 +28,7 @@ from ..ui import display, flow, freshness, queries
 from ..ui.views import may as user_may  # the UI's rule: "view" is met by "change" too
 from ..utils import now_ms
 from . import cells as admin_cells
+from . import moves as admin_moves
 from .cells import date_text as _dt
 from .cells import listed as _listed
 
@@ -293,9 +295,9 @@ class QueueAdmin(admin.ModelAdmin):
     ordering = ["name"]
     list_per_page = 50
     show_full_result_count = False
-    actions = [pause_queues, resume_queues, purge_queues]
-    info_fields = ["counts", "flow_control", "busiest_groups", "resolved_policy", "last_sequence_number", "created",
-                   "updated", "sqs_queue_tags", "links"]
+    actions = [pause_queues, resume_queues, purge_queues, admin_moves.redrive_dead_letters]
+    info_fields = ["counts", "move_tasks", "flow_control", "busiest_groups", "resolved_policy", "last_sequence_number",
+                   "created", "updated", "sqs_queue_tags", "links"]
 
     @property
     def media(self):
@@ -343,6 +345,16 @@ class QueueAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False  # deleting a queue (and its messages) is services.delete_queue / the v2 API
+
+    def has_redrive_permission(self, request):
+        """Redrive requeues dead letters: their change permission, as their requeue."""
+        return request.user.has_perm(admin_moves.PERMISSION)
+
+    def get_urls(self):
+        cancel = path("<path:object_id>/moves/<str:handle>/cancel/",
+                      self.admin_site.admin_view(partial(admin_moves.cancel_view, self)),
+                      name=f"{self.opts.app_label}_{self.opts.model_name}_move_cancel")
+        return [cancel, *super().get_urls()]
 
     def has_purge_permission(self, request):
         """Purge deletes messages: the message delete permission."""
@@ -446,6 +458,12 @@ class QueueAdmin(admin.ModelAdmin):
         return format_html(
             "ready {} · delayed {} · in flight {} · failed {} · in the DLQ {}",
             c["ready"], c["delayed"], c["in_flight"], c["failed"], c["dlq"])
+
+    @admin.display(description="move tasks")
+    def move_tasks(self, obj):
+        """Its dead-letter queue's move tasks (a redrive, the UI's "Requeue all", SQS's
+        StartMessageMoveTask): running and recent, with their progress; cancel for a running one."""
+        return admin_moves.moves_html(obj, getattr(obj, "viewer", None))
 
     @admin.display(description="flow control")
     def flow_control(self, obj):

@@ -27,7 +27,7 @@ from .maintenance import (
     ready_group_counts,
     recover_stale,
 )
-from .moves import MoveInfo, cancel_move, list_moves, move_info, run_moves, start_move
+from .moves import MoveInfo, cancel_move, jobs_running, list_moves, move_info, run_moves, start_move
 from .policies import forget_policies, policy
 from .produce import SEND_OPTIONS, content_storable, send, send_entries, send_many
 from .queues import (
@@ -87,5 +87,5 @@ __all__ = [
     "purge", "queue_depths", "queue_info", "ready_group_counts", "receive", "receive_many", "recover_stale", "release",
     "release_lease", "release_many", "requeue", "run_async", "send", "send_entries", "send_many",
     "settle_many", "snapshot_bounds", "snapshot_page", "stage", "startup_problems", "wake_poll_interval",
-    "wake_version", "start_move", "list_moves", "move_info", "cancel_move", "run_moves", "dead_letter_sources",
+    "wake_version", "start_move", "list_moves", "move_info", "cancel_move", "run_moves", "jobs_running", "dead_letter_sources",
 ]

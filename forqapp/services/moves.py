@@ -123,6 +123,15 @@ def cancel_move(handle: str, *, using: str | None = None) -> MoveInfo:
     return _info(row)
 
 
+def jobs_running(*, using: str | None = None) -> bool:
+    """Whether a process runs the jobs (the ``moves`` job among them) on this database now: one
+    holds the jobs lease (:data:`forqapp.vocab.JOBS_LEASE`) and it has not run out. Without one
+    (``FORQ_SERVE_JOBS=false`` and no ``forq_jobs`` or ``forq_worker --with-jobs``), a started move
+    task waits."""
+    held = _store(using).lease_holder(vocab.JOBS_LEASE)
+    return held is not None and held.expires_at > base.now_ms()
+
+
 def run_moves(*, dry_run: bool = False, budget_s: float = 1.0, batch: int = BATCH,
               using: str | None = None) -> int:
     """Run due batches of running move tasks for up to ``budget_s`` seconds (each batch one

@@ -24,11 +24,13 @@ def needed(request: HtmxHttpRequest) -> bool:
 
 
 def page(request: HtmxHttpRequest, *, title: str, question: str, label: str, back: str,
-         danger: bool = True) -> HttpResponse:
+         danger: bool = True, keep: tuple[str, ...] = ()) -> HttpResponse:
     """The confirmation page: ``question`` (escaped, as every value), Confirm (``label``) posting to
-    the request's own URL with ``confirmed=yes``, and Cancel (a link to ``back``). Nothing changed."""
+    the request's own URL with ``confirmed=yes`` (and the posted fields named in ``keep``, as
+    given), and Cancel (a link to ``back``). Nothing changed."""
+    kept = [(name, request.POST[name]) for name in keep if request.POST.get(name)]
     context = {"title": title, "question": question, "label": label, "back": back, "danger": danger,
-               "action": request.get_full_path(), "confirmed": CONFIRMED}
+               "action": request.get_full_path(), "confirmed": CONFIRMED, "kept": kept}
     response = render(request, "forqapp/confirm.html", context)
     response["Cache-Control"] = "no-store"
     return response

@@ -44,7 +44,7 @@ from ..utils import now_ms as _now_ms
 from ..utils import pretty_json as _pretty
 from ..validation import message_id as valid_message_id
 from ..validation import queue_name as valid_queue_name
-from . import charts, confirm, csp, display, flow, freshness, queries, taskpolicy
+from . import charts, confirm, csp, display, flow, freshness, movecard, queries, taskpolicy
 from . import dashboard as dashboard_table
 
 REFRESH_SECONDS = 5
@@ -375,7 +375,7 @@ def _queue_context(queue: str, now: int) -> dict:
         **_groups_context(queue, resolved[0], now),
         "regular_queue": vocab.base_of(queue) if is_dlq else queue,
         "dlq_name": queue if is_dlq else vocab.dlq_of(queue),
-        "moves": [(t, _dt(t.started_at)) for t in services.list_moves(queue)] if is_dlq else None,  # ui/moves.py
+        **(movecard.card_context(queue) if is_dlq else {"moves": None}),
         "chart": charts.chart(series, label=f"{queue} depth, last 24 hours",
                               css="line-dlq" if is_dlq else "line-queue",
                               minutes=dashboard_table.minutes_to_next_sample(now) + (0 if series else 5)),
@@ -417,11 +417,6 @@ def queue_messages(request: HtmxHttpRequest, queue: str) -> HttpResponse:
     return _bulk(request, queue, "delete")
 
 
-@ui_view("POST", needs=lambda request, queue: ("change", messages_of(queue)))
-def requeue_all(request: HtmxHttpRequest, queue: str) -> HttpResponse:
-    return _bulk(request, _queue(queue), "requeue")
-
-
 @ui_view("GET", "DELETE", "POST", needs=lambda request, queue, message_id: (
     ("view", messages_of(queue)) if request.method == "GET" else ("delete", messages_of(queue))))
 def message_detail(request: HtmxHttpRequest, queue: str, message_id: str) -> HttpResponse:
@@ -450,6 +445,7 @@ def message_detail(request: HtmxHttpRequest, queue: str, message_id: str) -> Htt
 
 @ui_view("POST", needs=lambda request, queue, message_id: ("change", messages_of(queue)))
 def requeue_message(request: HtmxHttpRequest, queue: str, message_id: str) -> HttpResponse:
+    """Requeue one dead letter, synchronously (one row; "Requeue all" is a move task: :mod:`.moves`)."""
     return _single(request, _queue(queue), _message_id(message_id), "requeue")
 
 
@@ -518,11 +514,9 @@ def _run(queue: str, message_id: str | None, action: str) -> tuple[int, str, str
 
 def _ask(request: HtmxHttpRequest, queue: str, message_id: str | None, action: str) -> HttpResponse:
     """The confirmation page of a DLQ action posted without htmx (the page's ``hx-confirm`` texts)."""
-    if action == "requeue":
-        what = f"message {message_id}" if message_id else f"every message of {queue}"
-        question = f"Requeue {what} back to {vocab.base_of(queue)}?" + (
-            "" if message_id else " They keep their place in the queue (FIFO by receive time).")
-        title, label = f"Requeue {what}", "Requeue" if message_id else "Requeue all"
+    if action == "requeue":  # one message (Requeue all is a move task: .moves)
+        title, label = f"Requeue message {message_id}", "Requeue"
+        question = f"Requeue message {message_id} back to {vocab.base_of(queue)}?"
     else:
         what = f"message {message_id}" if message_id else f"all messages of {queue}"
         question = f"Permanently delete {what}? This cannot be undone."

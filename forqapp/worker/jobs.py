@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from django.db import close_old_connections, connections
 
-from .. import errors, metrics, services
+from .. import errors, metrics, services, vocab
 from ..conf import forq_settings
 from ..server import process
 from ..services import schedules as schedules_module
@@ -186,7 +186,7 @@ def enabled_jobs() -> list[Job]:
     return list(JOBS.values())
 
 
-LEASE = "forq-jobs"  # the database lease whose holder runs the jobs
+LEASE = vocab.JOBS_LEASE  # the database lease whose holder runs the jobs
 
 
 def _pid_namespace() -> str:
