@@ -205,11 +205,23 @@ def test_delay_in_a_rolled_back_atomic_leaves_nothing():
 def test_celery_purge_empties_the_queue_where_the_app_registers_forq_itself():
     record.delay("a")
     record.delay("b")
-    done = subprocess.run([sys.executable, "-m", "celery", "-A", "tests.celeryapp.bare", "purge", "-f"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "celery", "-A", "tests.celerybare", "purge", "-f"], cwd=ROOT,
                           env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "Purged 2 messages" in done.stdout
     assert services.peek(QUEUE) is None
+    assert "Warning" not in done.stderr, done.stderr
+
+
+def test_celery_inspect_sets_django_up_before_its_first_query():
+    """``celery inspect`` with the how-to's ``proj/celery.py`` (Django not set up by it): the
+    transport sets Django up before it declares its reply queue, so no "Accessing the database
+    during app initialization" warning, and forqapp's ready() (its connections' settings) has run."""
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "celery", "-A", "tests.celerybare",
+                           "inspect", "ping", "--timeout", "1"],
+                          cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert "No nodes replied" in done.stdout + done.stderr, done.stdout + done.stderr  # asked: no worker runs
+    assert "Warning" not in done.stderr and "app initialization" not in done.stdout + done.stderr, done.stderr
 
 
 # --- a real worker --------------------------------------------------------------------------------
@@ -301,10 +313,10 @@ def test_a_fanout_of_another_exchange_than_the_mailbox_is_refused():
 
 
 def celery_command(*args: str) -> subprocess.CompletedProcess:
-    """``celery -A tests.celeryapp.bare ARGS`` for the test's worker (named: the command returns
+    """``celery -A tests.celerybare ARGS`` for the test's worker (named: the command returns
     as soon as it replied, rather than wait out its timeout for others)."""
     node = f"celery@{socket.gethostname()}"
-    return subprocess.run([sys.executable, "-m", "celery", "-A", "tests.celeryapp.bare", *args, "--destination", node,
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "tests.celerybare", *args, "--destination", node,
                            "--timeout", "30"],
                           cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False)
 

@@ -195,9 +195,8 @@ def test_the_keys_how_to_runs_as_shown(live_api, tmp_path):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_django_tasks_how_to_runs_as_it_is(settings, tmp_path, monkeypatch):
-    """docs/how-to/django-tasks.md: its TASKS setting, its myapp/tasks.py (on Django 5.2 with the
-    import its comment gives), the enqueue of its "anywhere" block, and its worker command's options."""
-    import django
+    """docs/how-to/django-tasks.md: its TASKS setting, its myapp/tasks.py (as it is: its import
+    works on Django 5.2 and 6), the enqueue of its "anywhere" block, and its worker command's options."""
 
     from forqapp.management.commands.forq_worker import Command
     from forqapp.tasks.discovery import with_consumers
@@ -212,10 +211,6 @@ def test_the_django_tasks_how_to_runs_as_it_is(settings, tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(setting, "django-tasks.md", "exec"), namespace)  # noqa: S102 - the docs' own code
     settings.TASKS = namespace["TASKS"]
-    if django.VERSION < (6,):
-        tasks_py, n = re.subn(r"^from django\.tasks import task +# Django 5\.2: (from django_tasks import task)$",
-                              r"\1", tasks_py, flags=re.M)
-        assert n == 1
     (tmp_path / "myapp").mkdir()
     (tmp_path / "myapp" / "__init__.py").write_text("")
     (tmp_path / "myapp" / "tasks.py").write_text(tasks_py)
@@ -419,7 +414,6 @@ def test_the_groups_how_to_runs_as_it_is(settings, tmp_path, monkeypatch, capsys
     """docs/how-to/groups.md: its tour prints what its comments say; its FORQ_QUEUES blocks apply;
     its myapp/consumers.py, run by a worker, sends every tenant's emails in order; its Tasks block's
     group_by puts a call in the group it names."""
-    import django
     from django.core import mail
     from django.core.management import call_command
 
@@ -449,8 +443,6 @@ def test_the_groups_how_to_runs_as_it_is(settings, tmp_path, monkeypatch, capsys
     (tmp_path / "myapp" / "__init__.py").write_text("")
     (tmp_path / "myapp" / "consumers.py").write_text(by_file["# myapp/consumers.py"])
     tasks_py = by_file["# myapp/tasks.py"]
-    if django.VERSION < (6,):
-        tasks_py = tasks_py.replace("from django.tasks import task ", "from django_tasks import task ")
     (tmp_path / "myapp" / "tasks.py").write_text(tasks_py)
     monkeypatch.syspath_prepend(str(tmp_path))
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"

@@ -39,6 +39,8 @@ import time
 from queue import Empty
 from typing import Any
 
+import django
+from django.apps import apps
 from django.db import connections
 from kombu.transport import virtual
 from kombu.utils.json import dumps, loads
@@ -107,6 +109,17 @@ def parse_tag(tag: str) -> tuple[str, str, int]:
     return queue, message_id, int(receipt)
 
 
+def setup_django() -> None:
+    """Django set up, if nothing has yet, before the transport touches the database. The worker and a
+    web process have it set up already; Celery's other commands (``celery inspect``, ``control``)
+    load a ``proj/celery.py`` that does not, and would run forqapp's queries before any app is
+    ready: without forqapp's ``ready()`` (its connections' settings) and with Django's warning
+    about queries during app initialization. Not while the apps are loading (a ``ready()`` that
+    publishes a task): that is the caller's own doing."""
+    if not apps.ready and not apps.loading:
+        django.setup()
+
+
 class QoS(virtual.QoS):
     """kombu's bookkeeping of unacked deliveries, settling each one in forqapp."""
 
@@ -143,6 +156,7 @@ class Channel(virtual.Channel):
     visibility_timeout: float | None = None
 
     def __init__(self, connection: Any, **kwargs: Any) -> None:
+        setup_django()
         super().__init__(connection, **kwargs)
         host = connection.client.hostname
         self.using = host or None  # forq://ALIAS: that database alias; forq://: the default one

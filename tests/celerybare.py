@@ -1,5 +1,6 @@
 """A Celery app as the Celery how-to's ``proj/celery.py``: Django is not set up here, the app
-registers ``forq://`` itself (for celery's commands other than the worker)."""
+registers ``forq://`` itself (for celery's commands other than the worker). Outside the
+``tests.celeryapp`` package, whose import sets Django up."""
 
 import os
 
