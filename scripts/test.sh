@@ -35,13 +35,15 @@ django6() {
 # SQS's query protocol, as SDKs from before SQS's JSON protocol speak it: tests/test_sqs.py again with
 # boto3 1.28.80 (botocore 1.31.80, the last on the query protocol) in a venv of its own, on SQLite.
 sqs_query() { env -u DATABASE_URL scripts/sqs-query-venv.sh tests/test_sqs.py "${PARALLEL[@]}" "$@"; }
-# All but the Spark tests, whose server keeps an SQLite file of its own.
+# All but the Spark tests, whose server keeps an SQLite file of its own, and the tests marked
+# sqlite_only, which start their own processes on SQLite whatever DATABASE_URL says (the same run
+# again: the tutorial on a fresh startproject, make run's banner, the test-run hygiene).
 postgres() {
   local url rc=0
   url=$(scripts/ensure-postgres.sh) || rc=$?
   [ "$rc" -eq 3 ] && return "$PHASE_SKIP"  # unavailable here (it said why); under CI=true it exits 1
   [ "$rc" -eq 0 ] || return "$rc"
-  DATABASE_URL=$url $PY -m pytest -p no:cacheprovider "${PARALLEL[@]}" -m "not spark" "$@"
+  DATABASE_URL=$url $PY -m pytest -p no:cacheprovider "${PARALLEL[@]}" -m "not spark and not sqlite_only" "$@"
 }
 
 phase "install requirements-dev.txt" scripts/bootstrap.sh requirements-dev.txt

@@ -28,6 +28,7 @@ def test_waits_on_the_queue():
 '''
 
 
+@pytest.mark.sqlite_only  # (its inner run drops DATABASE_URL)
 @pytest.mark.parametrize("parallel", [(), ("-n", "2")], ids=["one process", "pytest-xdist -n 2"])
 def test_a_test_run_removes_its_sqlite_files(tmp_path, parallel):
     if parallel:

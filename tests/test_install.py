@@ -32,6 +32,8 @@ import pytest
 from .conftest import free_port
 
 pytestmark = pytest.mark.slow  # a wheel build and about 15 Django start-ups: 20-45 s
+# The tutorial and make run start their own processes on SQLite (clean_env drops DATABASE_URL): the
+# PostgreSQL phase leaves them out (sqlite_only); make run on PostgreSQL runs in that phase alone.
 
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIAL = (ROOT / "docs" / "tutorial.md").read_text()
@@ -135,6 +137,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.sqlite_only
 def test_the_tutorial_on_a_fresh_startproject(tmp_path):
     install = section("install")
 
@@ -364,7 +367,7 @@ def check_banner(run: MakeRun) -> None:
     assert send_with(run.api, made.stdout.strip().splitlines()[-1]) == 204  # sealed and stored as the server's
 
 
-@pytest.mark.slow
+@pytest.mark.sqlite_only
 def test_make_runs_banner_pasted_as_it_is(tmp_path):
     run = MakeRun(tmp_path)
     try:
@@ -375,12 +378,13 @@ def test_make_runs_banner_pasted_as_it_is(tmp_path):
         run.stop()
 
 
-@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+                    reason="runs with the PostgreSQL tests (DATABASE_URL=postgres://…)")
 def test_make_run_on_postgresql_names_it_and_its_keys_line_uses_it(tmp_path):
     """Under DATABASE_URL=… make run, the banner said "SQLite database: var/forq.sqlite3" and its
     forq_keys line wrote the key into SQLite: the server answered 401."""
     psycopg = pytest.importorskip("psycopg")
-    base = os.environ.get("FORQ_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    base = os.environ["DATABASE_URL"]  # the PostgreSQL tests' server: a database of its own there
     name = f"forq_make_run_{os.getpid()}"
     try:
         admin = psycopg.connect(base.rsplit("/", 1)[0] + "/postgres", autocommit=True, connect_timeout=3)
