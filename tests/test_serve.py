@@ -560,6 +560,7 @@ def test_the_api_runs_no_jobs_unless_forq_serve_says_so(monkeypatch):
     assert asgi._server_jobs() is None
 
 
+@pytest.mark.sqlite_only  # (its own processes on SQLite, DATABASE_URL dropped)
 def test_ctrl_c_at_a_terminal_stops_granian_from_the_supervisor_alone(tmp_path):
     """At a terminal, Ctrl-C signals the whole foreground process group. Each granian then has a
     group of its own, so only the supervisor gets the SIGINT and stops them in order: before, its

@@ -23,6 +23,7 @@ from .conftest import ROOT, subprocess_env
 HEAVY = ("psycopg", "kombu", "cryptography")
 
 
+@pytest.mark.sqlite_only  # (its own processes on SQLite, DATABASE_URL dropped)
 def test_a_server_process_on_sqlite_loads_no_postgresql_driver_kombu_or_cryptography(tmp_path):
     """psycopg (~19 MB PSS per process), kombu (~11 MB) and cryptography (~6 MB) were imported by
     every process that loaded forqapp: by its checks, its Celery alias and its key sealing."""

@@ -279,6 +279,7 @@ def test_running_out_of_attempts_keeps_forqs_reason_and_the_last_error(settings)
 # --- one line, exit 1, instead of a traceback --------------------------------------------------
 
 
+@pytest.mark.sqlite_only  # (its own processes on SQLite, DATABASE_URL dropped)
 def test_a_worker_started_before_migrate_says_so_in_one_line(worker, tmp_path):
     w = worker(env={"DATABASE_URL": "", "FORQ_DB_PATH": str(tmp_path / "fresh.sqlite3")})
     for command, args in (("forq_worker", ["--burst"]), ("forq_jobs", ["run", "failed"]), ("forq_jobs", [])):
