@@ -307,10 +307,13 @@ def test_dlq_suffix_alone_is_a_clear_invalid_parameter_value(sqs):
 
 
 def test_queue_names(sqs):
-    for bad in ("has space", "a" * 81, "dot.name"):
+    for bad in ("has space", "a" * 81, "dot.name", "/my/test", ""):
         with pytest.raises(botocore.exceptions.ClientError) as exc:
             sqs.create_queue(QueueName=bad)
         assert code_of(exc)[0] == "InvalidParameterValue", bad
+        # An empty name is given, not missing: SQS's rule, as for any other bad name.
+        assert exc.value.response["Error"]["Message"] == \
+            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length", bad
     assert sqs.create_queue(QueueName="A_b-9" * 16)["QueueUrl"].endswith("/" + "A_b-9" * 16)  # SQS's 80
 
 

@@ -83,6 +83,8 @@ def _update(name: str, change: Any) -> None:
 def add_permission(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
     name = _queue(ctx, body)
     label = _label(body)
+    if body.get("AWSAccountIds") == []:  # (a JSON request's; the query protocol sends no empty list)
+        raise invalid("Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.")
     accounts = _names(body, "AWSAccountIds")
     actions = _names(body, "Actions")
     for account in accounts:
