@@ -207,9 +207,10 @@ def test_add_and_remove_permission_build_the_policy_as_sqs(sqs):
                              Actions=["SendMessage"])
     assert (code, message) == ("InvalidParameterValue",
                                "Value send for parameter Label is invalid. Reason: Already exists.")
-    code, message = error_of(sqs.add_permission, QueueUrl=url, Label="many", AWSAccountIds=["111122223333"],
-                             Actions=["SendMessage"] * 8)
-    assert (code, message) == ("OverLimit", "8 Actions were found, maximum allowed is 7.")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        sqs.add_permission(QueueUrl=url, Label="many", AWSAccountIds=["111122223333"], Actions=["SendMessage"] * 8)
+    assert code_of(exc) == ("OverLimit", "OverLimit", 403)  # SQS's OverLimit is a 403
+    assert exc.value.response["Error"]["Message"] == "8 Actions were found, maximum allowed is 7."
     code, message = error_of(sqs.add_permission, QueueUrl=url, Label="own", AWSAccountIds=["111122223333"],
                              Actions=["CreateQueue"])
     assert code == "InvalidParameterValue" and "Only the queue owner is allowed to invoke this action" in message
