@@ -161,6 +161,10 @@ def test_create_get_list_delete_queue(sqs, server):
     with pytest.raises(sqs.exceptions.QueueDoesNotExist) as exc:
         sqs.get_queue_url(QueueName="orders")
     assert code_of(exc) == ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", 400)
+    # AWS's words, which differ by protocol (moto's aws_verified tests check them).
+    assert exc.value.response["Error"]["Message"] == {
+        "json": "The specified queue does not exist.",
+        "query": "The specified queue does not exist for this wsdl version."}[PROTOCOL]
 
 
 def test_get_queue_url_of_a_missing_queue_is_an_error_not_a_url(sqs):
