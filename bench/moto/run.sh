@@ -3,15 +3,17 @@
 # forqapp's SQS endpoint, and, in the same run, against moto's own server for the reference count.
 #
 # forqapp: `forq_serve` with the SQS listener, SQLite in a temporary directory, FORQ_SQS_ACCOUNT_ID
-# set to moto's 123456789012, FORQ_SQS_MAX_MESSAGE_BYTES to 262144 (below), behind bench/moto/proxy.py (moto's /moto-api/reset deletes every queue,
-# STS GetCallerIdentity answered, each request re-signed for forqapp's root key; see its docstring).
+# set to moto's 123456789012 and FORQ_SQS_MAX_MESSAGE_BYTES to 262144 (below), behind
+# bench/moto/proxy.py (moto's /moto-api/reset deletes every queue, STS GetCallerIdentity answered,
+# each request re-signed for forqapp's root key; see its docstring).
 #
 #     bench/moto/run.sh                      # both runs; a summary line each at the end
 #     bench/moto/run.sh -k fifo              # extra pytest arguments, for both runs
 #     ONLY=forqapp bench/moto/run.sh -x      # forqapp only (or ONLY=moto)
+#     PROTOCOL=query bench/moto/run.sh       # with boto3 1.28.80, which speaks SQS's query protocol
 #
 # It needs its own venv with moto[server]==5.0.20, boto3, pytest and freezegun (MOTO_VENV, default
-# var/moto-venv: built from PyPI when absent) and moto's sdist, which has the tests (MOTO_SRC,
+# var/moto-venv, or var/moto-venv-query: built from PyPI when absent) and moto's sdist, which has the tests (MOTO_SRC,
 # default var/moto-src: fetched with `pip download` when absent). Not part of `make test`: it takes
 # minutes and its figure is a measurement, not a gate. JUnit files land in bench/results/moto/.
 set -euo pipefail
@@ -19,7 +21,12 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 PY=${PY:-$ROOT/.venv/bin/python}
 MOTO_VERSION=5.0.20
-MOTO_VENV=${MOTO_VENV:-$ROOT/var/moto-venv}
+PROTOCOL=${PROTOCOL:-json}
+case $PROTOCOL in
+  json) CLIENTS="boto3"; MOTO_VENV=${MOTO_VENV:-$ROOT/var/moto-venv} ;;
+  query) CLIENTS="boto3==1.28.80 botocore==1.31.80"; MOTO_VENV=${MOTO_VENV:-$ROOT/var/moto-venv-query} ;;
+  *) echo "PROTOCOL is json or query" >&2; exit 2 ;;
+esac
 MOTO_SRC=${MOTO_SRC:-$ROOT/var/moto-src}
 ONLY=${ONLY:-}
 RESULTS=$ROOT/bench/results/moto
@@ -27,7 +34,7 @@ mkdir -p "$RESULTS" "$ROOT/var"
 
 if [ ! -x "$MOTO_VENV/bin/pytest" ]; then
   python3 -m venv "$MOTO_VENV"
-  "$MOTO_VENV/bin/pip" install --quiet "moto[sqs,server]==$MOTO_VERSION" boto3 pytest freezegun
+  "$MOTO_VENV/bin/pip" install --quiet "moto[sqs,server]==$MOTO_VERSION" $CLIENTS pytest freezegun
 fi
 if [ ! -d "$MOTO_SRC/tests/test_sqs" ]; then
   tmp=$(mktemp -d)
@@ -50,7 +57,7 @@ run_tests() {  # $1 name, $2 endpoint, rest: pytest args
      TEST_SERVER_MODE=true TEST_SERVER_MODE_ENDPOINT="$endpoint" \
      "$MOTO_VENV/bin/python" -m pytest -p no:cacheprovider -q -o addopts= \
        tests/test_sqs/test_sqs.py --junitxml="$RESULTS/$name.xml" "$@" > "$RESULTS/$name.log" 2>&1) || true
-  echo "$name: $(tail -1 "$RESULTS/$name.log")"
+  echo "$name ($PROTOCOL): $(tail -1 "$RESULTS/$name.log")"
 }
 
 if [ "$ONLY" != moto ]; then
