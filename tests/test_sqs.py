@@ -161,6 +161,10 @@ def test_create_get_list_delete_queue(sqs, server):
     with pytest.raises(sqs.exceptions.QueueDoesNotExist) as exc:
         sqs.get_queue_url(QueueName="orders")
     assert code_of(exc) == ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", 400)
+    # AWS's words, which differ by protocol (moto's aws_verified tests check them).
+    assert exc.value.response["Error"]["Message"] == {
+        "json": "The specified queue does not exist.",
+        "query": "The specified queue does not exist for this wsdl version."}[PROTOCOL]
 
 
 def test_get_queue_url_of_a_missing_queue_is_an_error_not_a_url(sqs):
@@ -307,10 +311,13 @@ def test_dlq_suffix_alone_is_a_clear_invalid_parameter_value(sqs):
 
 
 def test_queue_names(sqs):
-    for bad in ("has space", "a" * 81, "dot.name"):
+    for bad in ("has space", "a" * 81, "dot.name", "/my/test", ""):
         with pytest.raises(botocore.exceptions.ClientError) as exc:
             sqs.create_queue(QueueName=bad)
         assert code_of(exc)[0] == "InvalidParameterValue", bad
+        # An empty name is given, not missing: SQS's rule, as for any other bad name.
+        assert exc.value.response["Error"]["Message"] == \
+            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length", bad
     assert sqs.create_queue(QueueName="A_b-9" * 16)["QueueUrl"].endswith("/" + "A_b-9" * 16)  # SQS's 80
 
 

@@ -208,3 +208,18 @@ def test_a_move_tasks_input_is_checked(sqs):
         (sqs.list_message_move_tasks, {"SourceArn": arn("plain-dlq"), "MaxResults": 11}, "InvalidParameterValue"),
     ]:
         assert error_of(call, **kwargs)[0] == expected, (call, kwargs)
+
+
+def test_a_send_to_a_dlq_is_refused_as_such_whatever_its_attributes(sqs):
+    """A ``<name>-dlq`` queue is filled by forqapp's redrive: SendMessage and SendMessageBatch to it
+    are refused for that reason, checked against the DLQ's own attributes (a FIFO DLQ with
+    ``ContentBasedDeduplication`` is not told it lacks a deduplication id)."""
+    refused = ("InvalidParameterValue", "forqapp fills a dead-letter queue itself (redrive): send to its queue instead")
+    fifo = sqs.create_queue(QueueName="sendto-dlq.fifo",
+                            Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    assert error_of(sqs.send_message, QueueUrl=fifo, MessageBody="x", MessageGroupId="g") == refused
+    out = sqs.send_message_batch(QueueUrl=fifo, Entries=[{"Id": "a", "MessageBody": "x", "MessageGroupId": "g"}])
+    assert [(e["Id"], e["Code"], e["Message"]) for e in out["Failed"]] == [("a", *refused)]
+    plain = sqs.create_queue(QueueName="sendto-dlq")["QueueUrl"]
+    assert error_of(sqs.send_message, QueueUrl=plain, MessageBody="x") == refused
+    assert not Message.objects.filter(queue__in=("sendto-dlq", "sendto.fifo-dlq")).exists()

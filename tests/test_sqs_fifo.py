@@ -151,15 +151,30 @@ def test_message_group_id_is_required_and_delay_seconds_refused(sqs):
     assert sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g", MessageDeduplicationId="d",
                             DelaySeconds=0)["MessageId"]
     assert services.queue_info("needs.fifo").counts["ready"] == 1
-    # A batch: each entry on its own.
+    # A batch: each entry on its own, but for an entry without a group or a deduplication id, which
+    # AWS refuses for the whole batch (InvalidParameterValue, the group's included); nothing is sent.
     out = sqs.send_message_batch(QueueUrl=url, Entries=[
         {"Id": "ok", "MessageBody": "y", "MessageGroupId": "g", "MessageDeduplicationId": "e"},
-        {"Id": "nogroup", "MessageBody": "y", "MessageDeduplicationId": "f"},
         {"Id": "delayed", "MessageBody": "y", "MessageGroupId": "g", "MessageDeduplicationId": "h",
          "DelaySeconds": 3}])
     assert [e["Id"] for e in out["Successful"]] == ["ok"]
-    assert {e["Id"]: e["Code"] for e in out["Failed"]} == {"nogroup": "MissingParameter",
-                                                            "delayed": "InvalidParameterValue"}
+    assert {e["Id"]: e["Code"] for e in out["Failed"]} == {"delayed": "InvalidParameterValue"}
+    ready = services.queue_info("needs.fifo").counts["ready"]
+    assert error_of(sqs.send_message_batch, QueueUrl=url, Entries=[
+        {"Id": "ok", "MessageBody": "y", "MessageGroupId": "g", "MessageDeduplicationId": "i"},
+        {"Id": "nogroup", "MessageBody": "y", "MessageDeduplicationId": "f"}]) == (
+        "InvalidParameterValue", "The request must contain the parameter MessageGroupId.")
+    assert error_of(sqs.send_message_batch, QueueUrl=url, Entries=[
+        {"Id": "ok", "MessageBody": "y", "MessageGroupId": "g", "MessageDeduplicationId": "j"},
+        {"Id": "nodedup", "MessageBody": "y", "MessageGroupId": "g"}]) == (
+        "InvalidParameterValue", "The queue should either have ContentBasedDeduplication enabled or "
+                                 "MessageDeduplicationId provided explicitly")
+    assert services.queue_info("needs.fifo").counts["ready"] == ready
+    # With ContentBasedDeduplication, a batch needs no deduplication id.
+    content = fifo_queue(sqs, "needs-content.fifo", ContentBasedDeduplication="true")
+    out = sqs.send_message_batch(QueueUrl=content, Entries=[
+        {"Id": "a", "MessageBody": "y", "MessageGroupId": "g"}, {"Id": "b", "MessageBody": "z", "MessageGroupId": "g"}])
+    assert [e["Id"] for e in out["Successful"]] == ["a", "b"]
 
 
 def test_queue_delay_seconds_applies_to_a_fifo_queue(sqs):

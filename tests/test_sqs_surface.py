@@ -207,14 +207,20 @@ def test_add_and_remove_permission_build_the_policy_as_sqs(sqs):
                              Actions=["SendMessage"])
     assert (code, message) == ("InvalidParameterValue",
                                "Value send for parameter Label is invalid. Reason: Already exists.")
-    code, message = error_of(sqs.add_permission, QueueUrl=url, Label="many", AWSAccountIds=["111122223333"],
-                             Actions=["SendMessage"] * 8)
-    assert (code, message) == ("OverLimit", "8 Actions were found, maximum allowed is 7.")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        sqs.add_permission(QueueUrl=url, Label="many", AWSAccountIds=["111122223333"], Actions=["SendMessage"] * 8)
+    assert code_of(exc) == ("OverLimit", "OverLimit", 403)  # SQS's OverLimit is a 403
+    assert exc.value.response["Error"]["Message"] == "8 Actions were found, maximum allowed is 7."
     code, message = error_of(sqs.add_permission, QueueUrl=url, Label="own", AWSAccountIds=["111122223333"],
                              Actions=["CreateQueue"])
     assert code == "InvalidParameterValue" and "Only the queue owner is allowed to invoke this action" in message
     assert error_of(sqs.add_permission, QueueUrl=url, Label="bad label!", AWSAccountIds=["111122223333"],
                     Actions=["SendMessage"])[0] == "InvalidParameterValue"
+    # No account (an empty list, as boto3 sends it): SQS's "Unable to verify"; no action: missing.
+    assert error_of(sqs.add_permission, QueueUrl=url, Label="nobody", AWSAccountIds=[], Actions=["SendMessage"]) == (
+        "InvalidParameterValue", "Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.")
+    assert error_of(sqs.add_permission, QueueUrl=url, Label="nothing", AWSAccountIds=["111122223333"], Actions=[]) \
+        == ("MissingParameter", "The request must contain the parameter Actions.")
     sqs.remove_permission(QueueUrl=url, Label="send")
     policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])
     assert [s["Sid"] for s in policy["Statement"]] == ["both"]

@@ -245,6 +245,9 @@ def set_queue_attributes(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 # --- messages -------------------------------------------------------------------------------------
 
 
+_NO_DEDUP_ID = "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly"
+
+
 def _message(entry: dict[str, Any], name: str, meta: dict[str, Any], limit: int,
              sender: str) -> tuple[validation.SendEntry, dict[str, Any]]:
     """(the message to send, a typed input; the answer's digests) of one SendMessage (or batch
@@ -284,8 +287,7 @@ def _message(entry: dict[str, Any], name: str, meta: dict[str, Any], limit: int,
         elif fifo_attributes["ContentBasedDeduplication"] == "true":
             dedup_id = messages.content_dedup_id(body)
         else:
-            raise invalid("The queue should either have ContentBasedDeduplication enabled or "
-                          "MessageDeduplicationId provided explicitly")
+            raise invalid(_NO_DEDUP_ID)
         options["dedup_id"] = messages.dedup_key(dedup_id, group, fifo_attributes["DeduplicationScope"])
         options["dedup_window"] = messages.DEDUP_WINDOW_S
     send = validation.SendEntry(body, delay=delay or None, attributes=messages.to_forq(attributes, system, sender),
@@ -317,13 +319,26 @@ def _sent(name: str, result: services.SendResult) -> dict[str, Any]:
 
 def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name, info = _queue(ctx, body, keys.PRODUCE)
-    item, answer = _message(body, name, info.meta, queues.max_message_size(info.meta, is_dlq(name)),
-                            ctx.key.access_key_id)
+    item, answer = _message(body, name, queues.own(info.meta, is_dlq(name)),
+                            queues.max_message_size(info.meta, is_dlq(name)), ctx.key.access_key_id)
     try:
         (result,) = services.send_entries(name, [item])
     except ForqError as exc:
         raise queues.forq_error(exc) from None
     return {**answer, **_sent(name, result)}
+
+
+def _fifo_batch(entries: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    """What SQS refuses of a FIFO queue's SendMessageBatch as a whole, not entry by entry (nothing is
+    sent): an entry without ``MessageGroupId`` (``InvalidParameterValue`` "The request must contain
+    the parameter MessageGroupId.": AWS's code for a batch, where SendMessage's is
+    ``MissingParameter``), or without ``MessageDeduplicationId`` on a queue without
+    ``ContentBasedDeduplication``."""
+    if any(entry.get("MessageGroupId") is None for entry in entries):
+        raise invalid("The request must contain the parameter MessageGroupId.")
+    if queues.fifo_attributes(meta)["ContentBasedDeduplication"] != "true" and \
+            any(entry.get("MessageDeduplicationId") is None for entry in entries):
+        raise invalid(_NO_DEDUP_ID)
 
 
 def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
@@ -335,10 +350,13 @@ def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     if total > cap:
         raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {cap} bytes. "
                        f"You have sent {total} bytes.")
+    meta = queues.own(info.meta, is_dlq(name))
+    if queues.is_fifo(name):
+        _fifo_batch(entries, meta)
     failed, valid = [], []
     for entry in entries:
         try:
-            valid.append((entry["Id"], *_message(entry, name, info.meta, limit, ctx.key.access_key_id)))
+            valid.append((entry["Id"], *_message(entry, name, meta, limit, ctx.key.access_key_id)))
         except SqsError as exc:
             failed.append(exc.entry(entry["Id"]))
     successful = []

@@ -83,13 +83,16 @@ def _update(name: str, change: Any) -> None:
 def add_permission(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
     name = _queue(ctx, body)
     label = _label(body)
+    if body.get("AWSAccountIds") == []:  # (a JSON request's; the query protocol sends no empty list)
+        raise invalid("Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.")
     accounts = _names(body, "AWSAccountIds")
     actions = _names(body, "Actions")
     for account in accounts:
         if not _ACCOUNT.fullmatch(account):
             raise invalid(f"Value {account[:200]} for parameter PrincipalId is invalid. Reason: Unable to verify.")
     if len(actions) > MAX_ACTIONS:
-        raise SqsError("OverLimit", f"{len(actions)} Actions were found, maximum allowed is {MAX_ACTIONS}.")
+        raise SqsError("OverLimit", f"{len(actions)} Actions were found, maximum allowed is {MAX_ACTIONS}.",
+                       403)  # (SQS's OverLimit is a 403)
     for action in actions:
         if action not in ACTIONS:
             raise invalid(f"Value SQS:{action[:200]} for parameter ActionName is invalid. Reason: Only the queue "

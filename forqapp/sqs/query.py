@@ -285,11 +285,16 @@ def answer(action: str, payload: dict[str, Any]) -> tuple[int, list[tuple[bytes,
     return 200, _headers(body, request), body
 
 
+#: Messages the query protocol words otherwise than the JSON protocol (AWS's, on each).
+_QUERY_MESSAGES = {"The specified queue does not exist.": "The specified queue does not exist for this wsdl version."}
+
+
 def error(exc: SqsError) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """An ``<ErrorResponse>`` with the error's query-protocol code (``Error.Code``)."""
+    """An ``<ErrorResponse>`` with the error's query-protocol code (``Error.Code``) and message."""
     request = request_id()
+    message = _QUERY_MESSAGES.get(exc.message, exc.message)
     body = (f'<?xml version="1.0"?><ErrorResponse xmlns="{namespace()}"><Error><Type>{exc.fault}</Type>'
-            f"<Code>{_text(exc.code)}</Code><Message>{_text(exc.message)}</Message><Detail/></Error>"
+            f"<Code>{_text(exc.code)}</Code><Message>{_text(message)}</Message><Detail/></Error>"
             f"<RequestId>{request}</RequestId></ErrorResponse>").encode()
     return exc.status, _headers(body, request), body
 

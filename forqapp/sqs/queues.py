@@ -106,8 +106,10 @@ def check_name(name: object, fifo: bool | None = None) -> str:
     queue's ends with ``.fifo``) → forqapp's name of the queue (:func:`to_forq`). ``fifo``: what
     CreateQueue's ``FifoQueue`` says (None: not CreateQueue); the name and it agree, or
     ``InvalidParameterValue``, as SQS."""
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
         raise SqsError("MissingParameter", "The request must contain the parameter QueueName.")
+    if not name:  # given, but empty (a JSON "", a query protocol's QueueName=)
+        raise invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
     if name.endswith(FIFO_SUFFIX) or fifo:
         if not FIFO_NAME.fullmatch(name) or fifo is False:
             raise invalid(_FIFO_NAME_RULE)
