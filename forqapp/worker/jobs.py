@@ -30,6 +30,7 @@ from django.db import close_old_connections, connections
 from .. import errors, metrics, services
 from ..conf import forq_settings
 from ..server import process
+from ..services import clock
 from ..services import schedules as schedules_module
 from ..services.db import database_errors
 from ..tasks.discovery import uses_forq_backend
@@ -251,6 +252,7 @@ class JobsLease:
         ttl_ms = forq_settings.FORQ_JOBS_LEASE_MS
         started = time.monotonic()
         close_old_connections()
+        clock.keep_in_step(self.using)  # the database's clock, measured again each minute (FORQ_CLOCK)
         try:
             ok = services.acquire_lease(self.name, self.holder, ttl_ms, using=self.using)
             if not ok:
