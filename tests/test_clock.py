@@ -128,7 +128,7 @@ def test_a_sync_is_due_again_after_a_minute_and_the_loops_cost_nothing_meanwhile
     monkeypatch.setattr(store, "for_alias", lambda alias: fake)
     monkeypatch.setattr(connections["default"], "in_atomic_block", False)
     monkeypatch.setattr(connections["default"], "get_autocommit", lambda: True)
-    monkeypatch.setattr(connections["default"], "ensure_connection", lambda: None)
+    monkeypatch.setattr(connections["default"], "connection", object())  # (open)
     clock.keep_in_step()
     assert (fake.reads, utils.database_offset_ms()) == (clock.SAMPLES, -1_000)
     clock.keep_in_step()
@@ -149,6 +149,16 @@ def test_the_loops_never_measure_inside_a_transaction(monkeypatch):
     assert fake.reads == 0 and utils.database_offset_ms() == 0
 
 
+def test_the_loops_never_open_a_connection(monkeypatch):
+    """(Opening one measures by itself: connection_created.)"""
+    fake = FakeStore(offset_us=-1_000_000)
+    monkeypatch.setattr(clock, "follows_database", lambda using=None: True)
+    monkeypatch.setattr(store, "for_alias", lambda alias: fake)
+    monkeypatch.setattr(connections["default"], "connection", None)
+    clock.keep_in_step()
+    assert fake.reads == 0 and clock._due()
+
+
 def test_a_failed_measurement_is_said_and_tried_again_later(monkeypatch, caplog):
     class Away(FakeStore):
         def clock_samples(self, n):
@@ -160,11 +170,14 @@ def test_a_failed_measurement_is_said_and_tried_again_later(monkeypatch, caplog)
     monkeypatch.setattr(store, "for_alias", lambda alias: Away(0))
     monkeypatch.setattr(connections["default"], "in_atomic_block", False)
     monkeypatch.setattr(connections["default"], "get_autocommit", lambda: True)
-    monkeypatch.setattr(connections["default"], "ensure_connection", lambda: None)
+    monkeypatch.setattr(connections["default"], "connection", object())  # (open)
     clock.keep_in_step()  # never raises
     assert "could not read the database's clock (the server closed the connection)" in caplog.text
     assert not clock._due()
     assert clock._next_at - clock.time.monotonic() <= clock.RETRY_S
+    monkeypatch.setattr(clock, "_next_at", None)
+    clock.keep_in_step()  # failed again: not said again for ten minutes
+    assert caplog.text.count("could not read the database's clock") == 1
 
 
 # --- the setting ----------------------------------------------------------------------------------

@@ -51,10 +51,13 @@ RETRY_S = 5.0  # … or after this, when the last try failed
 SAMPLES = 3  # readings per measurement; the one with the shortest round trip counts
 WARN_MS = 500  # an offset beyond this is logged
 WARN_AGAIN_S = 3600.0  # … again after this long, or at once when it moves by more than WARN_MS
+FAILURE_SAID_S = 600.0  # a measurement that fails is said at most this often (the database's own
+# unavailability is said by the jobs, the worker and the health check)
 
 _lock = threading.Lock()  # one measurement at a time per process
 _next_at: float | None = None  # time.monotonic() when the next measurement is due; None: at once
 _warned: tuple[float, int] | None = None  # (time.monotonic(), offset in ms) of the last warning
+_failure_said: float | None = None  # time.monotonic() of the last line about a failed measurement
 
 
 def follows_database(using: str | None = None) -> bool:
@@ -116,9 +119,10 @@ def _due() -> bool:
 
 def keep_in_step(using: str | None = None) -> None:
     """From a long-lived process's loop, between its units of work: measure again when the last
-    measurement is :data:`SYNC_EVERY_S` old. Nothing else costs a query (one clock read when it is
-    not due); never inside a transaction; never raises (a failure is logged and tried again in
-    :data:`RETRY_S`)."""
+    measurement is :data:`SYNC_EVERY_S` old, on this thread's open connection. Nothing else costs a
+    query (one clock read when it is not due); never opens a connection (opening one measures by
+    itself: :func:`on_connection_created`); never inside a transaction; never raises (a failure is
+    logged, at most every :data:`FAILURE_SAID_S`, and tried again in :data:`RETRY_S`)."""
     global _next_at
     if not _due():
         return
@@ -128,16 +132,22 @@ def keep_in_step(using: str | None = None) -> None:
             _next_at = time.monotonic() + SYNC_EVERY_S
             return
         connection = connections[name]
-        if connection.in_atomic_block:
+        if connection.connection is None or connection.in_atomic_block or not connection.get_autocommit():
             return
-        # Opening the connection measures by itself (on_connection_created), so open it first: no
-        # second measurement when that one was enough.
-        connection.ensure_connection()
-        if _due() and connection.get_autocommit():
-            sync(name)
+        sync(name)
     except database_errors() as exc:
-        logger.warning("forqapp clock: could not read the database's clock (%s); keeping an offset of %d ms, "
-                       "trying again in %.0f s", exc, utils.database_offset_ms(), RETRY_S)
+        _failed(exc)
+
+
+def _failed(exc: BaseException) -> None:
+    global _failure_said
+    now = time.monotonic()
+    if _failure_said is not None and now - _failure_said < FAILURE_SAID_S:
+        return
+    _failure_said = now
+    logger.warning("forqapp clock: could not read the database's clock (%s); keeping an offset of %d ms, "
+                   "trying again in %.0f s (this line at most every %.0f minutes)", exc,
+                   utils.database_offset_ms(), RETRY_S, FAILURE_SAID_S / 60)
 
 
 def on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
@@ -153,18 +163,17 @@ def on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs
             return
         sync(on=store.store_class(connection.vendor).on(connection.connection))
     except Exception as exc:  # noqa: BLE001 - a failed measurement must never fail the connection
-        logger.warning("forqapp clock: could not read the database's clock on a new connection (%s); keeping "
-                       "an offset of %d ms, trying again in %.0f s", exc, utils.database_offset_ms(), RETRY_S)
+        _failed(exc)
 
 
 def forget(**kwargs: Any) -> None:
     """Follow the host's clock again until the next measurement (which is due at once): a test's
     ``FORQ_CLOCK`` or ``FORQ_DATABASE`` change, or a fresh start."""
-    global _next_at, _warned
+    global _next_at, _warned, _failure_said
     if kwargs.get("setting") not in (None, "FORQ_CLOCK", "FORQ_DATABASE"):
         return
     utils.set_database_offset_ms(0)
-    _next_at, _warned = None, None
+    _next_at, _warned, _failure_said = None, None, None
 
 
 def _after_fork_in_child() -> None:

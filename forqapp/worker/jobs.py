@@ -252,7 +252,6 @@ class JobsLease:
         ttl_ms = forq_settings.FORQ_JOBS_LEASE_MS
         started = time.monotonic()
         close_old_connections()
-        clock.keep_in_step(self.using)  # the database's clock, measured again each minute (FORQ_CLOCK)
         try:
             ok = services.acquire_lease(self.name, self.holder, ttl_ms, using=self.using)
             if not ok:
@@ -271,6 +270,7 @@ class JobsLease:
                 connections[self.using or services.alias()].close()
             self._retry_soon = True
             return self.held
+        clock.keep_in_step(self.using)  # the database's clock, measured again each minute (FORQ_CLOCK)
         if self.failure is not None:
             if self._failure_told:
                 logger.warning("forqapp jobs: the lease %s can be renewed again", self.name)
