@@ -58,6 +58,7 @@ _lock = threading.Lock()  # one measurement at a time per process
 _next_at: float | None = None  # time.monotonic() when the next measurement is due; None: at once
 _warned: tuple[float, int] | None = None  # (time.monotonic(), offset in ms) of the last warning
 _failure_said: float | None = None  # time.monotonic() of the last line about a failed measurement
+_last: ClockEstimate | None = None  # the last measurement's estimate
 
 
 def follows_database(using: str | None = None) -> bool:
@@ -71,7 +72,7 @@ def sync(using: str | None = None, *, on: store.Store | None = None) -> ClockEst
     this thread, or on the store ``on``); the estimate, or None where nothing could be read or
     another thread of the process is measuring. Raises the database's errors (the callers below do
     not)."""
-    global _next_at
+    global _next_at, _last
     target = on if on is not None else store.for_alias(using or alias())
     if not _lock.acquire(blocking=False):
         return None  # another thread of this process is measuring (never wait: its link may hang)
@@ -83,10 +84,17 @@ def sync(using: str | None = None, *, on: store.Store | None = None) -> ClockEst
             raise
         _next_at = time.monotonic() + SYNC_EVERY_S
         if estimate is not None:
+            _last = estimate
             _follow(estimate)
         return estimate
     finally:
         _lock.release()
+
+
+def last_estimate() -> ClockEstimate | None:
+    """What the last measurement of this process found (None before the first): the offset it
+    follows is within the estimate's uncertainty (half its round trip) plus a millisecond of it."""
+    return _last
 
 
 def _follow(estimate: ClockEstimate) -> None:
@@ -169,11 +177,11 @@ def on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs
 def forget(**kwargs: Any) -> None:
     """Follow the host's clock again until the next measurement (which is due at once): a test's
     ``FORQ_CLOCK`` or ``FORQ_DATABASE`` change, or a fresh start."""
-    global _next_at, _warned, _failure_said
+    global _next_at, _warned, _failure_said, _last
     if kwargs.get("setting") not in (None, "FORQ_CLOCK", "FORQ_DATABASE"):
         return
     utils.set_database_offset_ms(0)
-    _next_at, _warned, _failure_said = None, None, None
+    _next_at, _warned, _failure_said, _last = None, None, None, None
 
 
 def _after_fork_in_child() -> None:
