@@ -18,11 +18,14 @@ class ForqConfig(AppConfig):
         from django.contrib import admin
 
         from . import login_throttle  # (it imports the auth models: not while apps load)
+        from .services import clock  # (the services import the models: not while apps load)
 
         # FORQ_QUEUES is applied after every migrate of forqapp's database.
         post_migrate.connect(_apply_declared_queues, sender=self, dispatch_uid="forqapp.declared_queues")
         # SQLite's synchronous on the queue's connections (FORQ_SYNCHRONOUS).
         connection_created.connect(configure_connection, dispatch_uid="forqapp.synchronous")
+        # The queue clock follows PostgreSQL's (FORQ_CLOCK): measured as a connection opens.
+        connection_created.connect(clock.on_connection_created, dispatch_uid="forqapp.clock")
         # Failed logins count towards the login throttle, wherever they happen.
         user_login_failed.connect(login_throttle.record_failure, dispatch_uid="forqapp.login_throttle")
         # The admin's login page refuses a throttled login with its message (a project's own form wins).

@@ -315,6 +315,11 @@ class ForqSettings:
         "NORMAL", "SQLite's `synchronous` on the queue's connections: `NORMAL` (WAL: a stored message survives "
         "a crash of any process, as Forq's) or `FULL` (it also survives a power loss; each commit waits for "
         "the disk)", check=one_of("NORMAL", "FULL"), env=str)
+    FORQ_CLOCK: Setting[str] = Setting(
+        "database", "the queue's clock on PostgreSQL: `database` (each process measures its offset to the "
+        "database server's clock when it connects, and every minute from its loops, and follows it: hosts "
+        "whose clocks disagree still agree on due times and leases) or `host` (each host's own clock). "
+        "SQLite is one host: its clock is the host's either way", check=one_of("database", "host"), env=str)
     FORQ_AUTH_SECRET: Setting[str] = Setting(
         "", "the API key clients send in `X-API-Key`; required (>= 32 characters) to serve (E001)",
         check=text, env=str, id="forqapp.E001", deploy=True)

@@ -56,8 +56,8 @@ phase "tests on SQLite" $PY -m pytest -p no:cacheprovider "${PARALLEL[@]}" "$@"
 phase "tests under Django 6" django6
 phase "SQS on the query protocol (boto3 1.28.80)" sqs_query
 phase "tests on PostgreSQL" postgres "$@"
-# Several hosts on one machine (network namespaces, a PostgreSQL of its own), faults 1 and 2 of the
-# rehearsal (about two minutes); skipped by pytest, with the reason, without root or `ip netns`.
+# Several hosts on one machine (network namespaces, a PostgreSQL of its own), faults 1, 2 and 6 of the
+# rehearsal (about three minutes); skipped by pytest, with the reason, without root or `ip netns`.
 phase "network rehearsal (tests/test_rehearsal.py)" env FORQ_REHEARSAL=1 $PY -m pytest -p no:cacheprovider \
   -m rehearsal tests/test_rehearsal.py
 phases_summary

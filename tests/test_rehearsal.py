@@ -1,11 +1,13 @@
 """The network rehearsal, short (``bench/rehearsal``): two API hosts and two worker hosts on a
 PostgreSQL host of their own, each in a network namespace; load over HTTP v1, v2 and SQS while
 (1) API host 1's link to the database is cut for 10 s, then (2) PostgreSQL is restarted (fast, then
-immediate shutdown). Nothing acknowledged is lost, nothing is delivered after its ack, no forqapp
-process is restarted, no traceback is logged, and ``/healthcheck`` answers 503 while its host
-cannot reach the database, at once rather than at the client's timeout.
+immediate shutdown), then (6) API host 2 and worker host 2 run with clocks 2 s ahead. Nothing
+acknowledged is lost, nothing is delivered after its ack, no forqapp process is restarted, no
+traceback is logged, ``/healthcheck`` answers 503 while its host cannot reach the database, at once
+rather than at the client's timeout, and no delayed message is delivered before its time (the
+queue clock is the database's).
 
-It needs root and ``ip netns`` and takes about two minutes: it runs in its own phase of
+It needs root and ``ip netns`` and takes about three minutes: it runs in its own phase of
 ``scripts/test.sh`` (``FORQ_REHEARSAL=1 pytest -m rehearsal tests/test_rehearsal.py``), and skips
 elsewhere, saying why. The full rehearsal, with every fault and the scaling table:
 ``scripts/rehearsal.sh``."""
@@ -30,7 +32,7 @@ def rows():
     reason = run.can_run()
     if reason:
         pytest.skip(f"the network rehearsal cannot run here: {reason}")
-    args = argparse.Namespace(faults=[1, 2], seconds=20, api_workers=1, keep_logs=None)
+    args = argparse.Namespace(faults=[1, 2, 6], seconds=20, api_workers=1, keep_logs=None)
     return {row["fault"][0]: row for row in run.faults(args, log=lambda line: None)}
 
 
@@ -57,6 +59,19 @@ def test_a_postgresql_restart_loses_nothing_and_logs_no_traceback(rows):
     row = rows["2"]
     _nothing_lost(row)
     assert row["healthy_again_s"] is not None, row
+
+
+def test_hosts_with_clocks_ahead_deliver_nothing_early(rows):
+    """Fault 6: two of the four hosts 2 s ahead (FORQ_CLOCK_OFFSET_MS). They follow the database's
+    clock, so the earliest delayed message is delivered no sooner than its due time (it was 1.94 s
+    early when each host kept its own clock); the schedule sends its ticks as usual."""
+    row = rows["6"]
+    for face, p in row["protocols"].items():
+        assert p["acknowledged"] > 0, (face, row)
+        assert (p["lost"], p["after_ack"], p.get("tasks_lost", 0)) == (0, 0, 0), (face, row)
+    assert row["new_tracebacks"] == {}, row
+    assert row["delayed"] > 0, row
+    assert row["delay_min_s"] >= -0.1, row  # (the client's clock against the database's: one machine)
 
 
 def test_a_host_clock_ahead_is_rehearsed_with_forqs_clock_offset(monkeypatch):

@@ -310,3 +310,15 @@ sqs_requests_total = Counter(
 
 def sqs_request(action: str, status: int) -> None:
     sqs_requests_total.labels(action, str(status)).inc()
+
+
+clock_offset_seconds = Gauge(
+    "forq_clock_offset_seconds",
+    "The queue database's clock minus this host's, as the last clock sync measured it: what the queue "
+    "clock adds to the host's (FORQ_CLOCK = \"database\", PostgreSQL).",
+    multiprocess_mode="mostrecent",
+)
+
+
+def clock_offset(offset_ms: int) -> None:
+    clock_offset_seconds.set(offset_ms / 1000)

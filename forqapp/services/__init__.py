@@ -5,9 +5,10 @@ and the jobs all call these functions; none of them writes SQL. One module per c
 :mod:`.produce`, :mod:`.consume`, :mod:`.settle`, :mod:`.queues` (with the queue policy of
 :mod:`.policies` and the limits of :mod:`.limits`), :mod:`.staging` (the Spark connector's bulk
 operations), :mod:`.throttles`, :mod:`.maintenance` (the background jobs' work), :mod:`.leases`,
-:mod:`.schedules` and :mod:`.history`; the async side: :mod:`.db` (the database threads),
-:mod:`.groupcommit`, :mod:`.wakeups`, :mod:`.notify` and :mod:`.waiting`. This package re-exports
-the public names of each, so callers write ``services.send(...)``.
+:mod:`.schedules`, :mod:`.history` and :mod:`.clock` (the queue clock follows the database's); the
+async side: :mod:`.db` (the database threads), :mod:`.groupcommit`, :mod:`.wakeups`, :mod:`.notify`
+and :mod:`.waiting`. This package re-exports the public names of each, so callers write
+``services.send(...)``.
 """
 
 from .base import STAGE_TTL_MS, ReceivedMessage, SendResult, alias, now_ms

@@ -336,6 +336,9 @@ class Store(abc.ABC):
     #: Database threads of the async API when ``FORQ_DB_THREADS`` is unset (SQLite has one writer).
     default_db_threads: ClassVar[int]
     default_api_workers: ClassVar[int]  # forq_serve's API processes when FORQ_API_WORKERS is unset
+    #: Whether the database runs on a clock of its own that hosts sharing it can follow
+    #: (:meth:`clock_samples`): PostgreSQL's server. SQLite is in the process: the host's clock.
+    has_clock: ClassVar[bool] = False
 
     def __init__(self, alias: str, dbapi_connection: Any = None) -> None:
         self.alias = alias
@@ -695,6 +698,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def ping(self) -> None:
         """Raise if the database (and the ``messages`` table) cannot be read."""
+
+    def clock_samples(self, n: int) -> list[tuple[int, int, int]]:
+        """``n`` readings of the database server's clock, each ``(host before, server, host after)``
+        in Unix microseconds, the host's read with :func:`forqapp.utils.host_us` just before the
+        statement is sent and just after its answer (empty where :attr:`has_clock` is False). Reads
+        nothing else and writes nothing: safe on a connection just opened, never run inside a
+        transaction by its callers."""
+        return []
 
     # -- admin: dead-letter queues -----------------------------------------------------------
 

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal
 import psycopg
 from django.db import transaction
 
+from ..utils import host_us
 from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, FailureReason, MoveStatus, Status, base_of, is_dlq
 from .base import (
     BATCH,
@@ -726,6 +727,10 @@ NOTIFY = f"SELECT pg_notify('{CHANNEL}', %s)"
 
 PING = "SELECT 1 FROM messages LIMIT 1"
 
+# The server's clock now (clock_timestamp(): at the statement's run, not its transaction's start), in
+# Unix microseconds: what hosts sharing the database follow (forqapp.services.clock).
+CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+
 # --- admin: dead-letter queues ----------------------------------------------------------------
 
 # A dead letter sent back to the queue it came from gets that queue's retention (%(ttl)s: the DLQ's
@@ -1109,6 +1114,7 @@ class PostgreSQLStore(Store):
     wakeups: ClassVar[Literal["data_version", "listen"]] = "listen"
     default_db_threads: ClassVar[int] = 4
     default_api_workers: ClassVar[int] = 2
+    has_clock: ClassVar[bool] = True  # the server's: every host follows it (forqapp.services.clock)
 
     def _lost(self, raw: Any) -> bool:
         return bool(raw.closed or raw.broken)
@@ -1529,6 +1535,21 @@ class PostgreSQLStore(Store):
 
     def ping(self) -> None:
         self._fetchall(PING)
+
+    def clock_samples(self, n: int) -> list[tuple[int, int, int]]:
+        cur = psycopg.Cursor(self._conn())
+        samples = []
+        try:
+            for _ in range(n):
+                before = host_us()
+                cur.execute(CLOCK)
+                row = cur.fetchone()
+                after = host_us()
+                if row is not None:
+                    samples.append((before, int(row[0]), after))
+        finally:
+            cur.close()
+        return samples
 
     # -- admin: dead-letter queues -----------------------------------------------------------
 

@@ -30,6 +30,7 @@ from django.db import close_old_connections, connections
 from .. import errors, metrics, services, vocab
 from ..conf import forq_settings
 from ..server import process
+from ..services import clock
 from ..services import schedules as schedules_module
 from ..services.db import database_errors
 from ..tasks.discovery import uses_forq_backend
@@ -269,6 +270,7 @@ class JobsLease:
                 connections[self.using or services.alias()].close()
             self._retry_soon = True
             return self.held
+        clock.keep_in_step(self.using)  # the database's clock, measured again each minute (FORQ_CLOCK)
         if self.failure is not None:
             if self._failure_told:
                 logger.warning("forqapp jobs: the lease %s can be renewed again", self.name)

@@ -34,7 +34,7 @@ from .. import errors, metrics, services
 from ..conf import forq_settings
 from ..errors import Defer, FatalError, ForqError
 from ..server import process
-from ..services import waiting
+from ..services import clock, waiting
 from ..services.db import database_errors
 from .consumers import Consumer
 
@@ -148,6 +148,7 @@ class Worker:
                 reset_queries()
                 self._settle(self._drain_results())
                 self._heartbeat()
+                clock.keep_in_step(self.using)  # the database's clock, measured again each minute
                 now = time.monotonic()
                 if now - last_report >= self.report_every:
                     # Busy: a line each report_every. Idle: one line when it goes idle, then DEBUG only.
