@@ -612,6 +612,10 @@ def test_the_api_and_a_worker_recover_from_terminated_connections(tmp_path):
     worker keeps working (it died) and handles every message once."""
     import httpx
 
+    # A claim whose session is terminated after its commit, before its answer reached the worker,
+    # leaves its messages leased to nobody until the lease ends (at least once): a lease of 5 s
+    # brings them back within the test's wait, as the default 5 min would not.
+    forqapp.configure_queue("rehearsal", visibility_timeout=5)
     port = free_port()
     server = start_api_server(port, PGAPPNAME=TERMINATED_APP, FORQ_SERVE_JOBS="false")
     out = tmp_path / "handled.txt"
