@@ -403,10 +403,63 @@ SELECT EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
                AND {GROUP_HELD})"""
 GROUP_CLAIM = f"""UPDATE messages {CLAIM_SET} WHERE id = :id AND queue = :queue AND message_group = :group
                  AND status IN ({READY}, {PROCESSING}) AND process_after <= :now {CLAIM_RETURNING}, message_group"""
+# The usual turn in two statements (GROUP_CLAIM_NEXT, GROUP_TURN_TAKEN): the claim of the first
+# message the group whose turn comes first may give now (what GROUP_PICK, GROUP_HELD_DUE,
+# GROUP_HELD_COUNT and GROUP_FRESH_DUE find, then GROUP_CLAIM), then that group's next turn (what
+# _next_turn sets after a claim). When it claims nothing (the group is held back by its rate or its
+# slots, or has nothing left) or redrives, the turn is taken statement by statement (_claim_groups).
+def _group_claim_next(guard: str = "") -> str:
+    """GROUP_CLAIM_NEXT, with ``guard``: a condition the turn must meet (else nothing is claimed)."""
+    turn = f"""
+WITH turn AS MATERIALIZED (
+    SELECT name FROM (SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
+                      WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
+                      ORDER BY eligible_at, last_claimed_at, name LIMIT 1)
+    WHERE (:rate_us IS NULL OR rate_next_at_us <= :now * 1000){guard})"""
+    sql = f"""{turn}
+UPDATE messages {CLAIM_SET} WHERE id = (SELECT id FROM (
+    SELECT * FROM (SELECT id, priority, sequence FROM messages INDEXED BY idx_group_held
+                   WHERE {_OF_GROUP} AND {GROUP_HELD} AND process_after <= :now
+                   ORDER BY priority DESC, sequence LIMIT 1)
+    UNION ALL
+    SELECT * FROM (SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
+                   WHERE {GROUP_FRESH} AND process_after <= :now
+                     AND (:concurrency IS NULL OR {_HELD_COUNT} < :concurrency)
+                   ORDER BY priority DESC, sequence LIMIT 1))
+    ORDER BY priority DESC, sequence LIMIT 1) {CLAIM_RETURNING}, message_group"""
+    return sql.replace(":group", "(SELECT name FROM turn)")
+
+
+_OF_GROUP = "queue = :queue AND message_group = :group"
+_HELD_COUNT = f"(SELECT COUNT(*) FROM messages INDEXED BY idx_group_held WHERE {_OF_GROUP} AND {GROUP_HELD})"
+GROUP_CLAIM_NEXT = _group_claim_next()
+# The same, in a claim of a queue seen with groups, when no message without a group is due (what the
+# claim would take first; the groups' turn is taken first, in one statement, when there is none).
+NONE_UNGROUPED_DUE = f"""
+      AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_queue_claim WHERE {READY_DUE})
+      AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_queue_timed WHERE {TIMED_DUE})
+      AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_leases WHERE {LEASE_ENDED})"""
+GROUP_CLAIM_ALONE = _group_claim_next(NONE_UNGROUPED_DUE)
+# The group's rate's next slot once it has given a message (µs), and its next turn: the earliest of
+# its held messages' times and, while it holds fewer than its concurrency, of its fresh ones'.
+_RATE_TAKEN = "CASE WHEN :rate_us IS NULL THEN rate_next_at_us ELSE MAX(rate_next_at_us, :now * 1000) + :rate_us END"
+GROUP_TURN_TAKEN = f"""
+UPDATE forq_groups SET
+    eligible_at = MAX(:now, ({_RATE_TAKEN} + 999) / 1000, MIN(
+        COALESCE((SELECT MIN(process_after) FROM messages INDEXED BY idx_group_held
+                  WHERE {_OF_GROUP} AND {GROUP_HELD}), {NEVER}),
+        CASE WHEN :concurrency IS NOT NULL AND {_HELD_COUNT} >= :concurrency THEN {NEVER}
+             WHEN EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
+                          WHERE {GROUP_FRESH} AND process_after <= :now) THEN :now
+             ELSE COALESCE(({GROUP_FRESH_NEXT}), {NEVER}) END)),
+    last_claimed_at = MAX(last_claimed_at, :now),
+    rate_next_at_us = {_RATE_TAKEN}
+WHERE queue = :queue AND name = :group"""
 GROUP_SET_TURN = """
 UPDATE forq_groups SET eligible_at = :eligible_at, last_claimed_at = MAX(last_claimed_at, :claimed_at),
                        rate_next_at_us = :rate_next
 WHERE queue = :queue AND name = :group"""
+GROUP_RATE_NEXT = "SELECT rate_next_at_us FROM forq_groups WHERE queue = :queue AND name = :group"
 GROUP_DROP = "DELETE FROM forq_groups WHERE queue = :queue AND name = :group"
 GROUP_NEXT_TURN = """
 SELECT MIN(eligible_at) FROM forq_groups INDEXED BY idx_groups_turn WHERE queue = ? AND eligible_at IS NOT NULL"""
@@ -1149,9 +1202,22 @@ class SQLiteStore(Store):
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
                order: str, groups: tuple[int | None, int | None] = (None, None)) -> Claim:
         if queue in self._grouped:  # (a queue seen with groups: both parts in one transaction, one commit)
-            with self._transaction():
-                return self._claim_both(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups,
-                                        probe=False)
+            with self._transaction() as conn:
+                # No message without a group due (they would go first): a group's turn, in one statement.
+                params = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
+                          "dlq_ttl": dlq_ttl_ms, "concurrency": groups[0], "rate_us": groups[1]}
+                deliveries: list[Delivery] = []
+                redriven: list[Delivery] = []
+                if not self._group_turn(conn, GROUP_CLAIM_ALONE, params, deliveries, redriven):
+                    return self._claim_both(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order,
+                                            groups, probe=False)
+                if len(deliveries) < limit:
+                    more = self._claim_groups(queue, now, limit - len(deliveries), visibility_ms, max_attempts,
+                                              dlq_ttl_ms, *groups, probe=False)
+                    if more is not None:
+                        deliveries += more.deliveries
+                        redriven += more.redriven_messages
+                return Claim(deliveries, tuple(redriven))
         return self._claim_both(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
 
     def _claim_both(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
@@ -1187,10 +1253,14 @@ class SQLiteStore(Store):
         held_back = False
         params: dict[str, Any] = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
                                   "dlq_ttl": dlq_ttl_ms}
+        quick = {**params, "concurrency": concurrency, "rate_us": rate_us}
         with self._transaction() as conn:
             for looks in range(limit + MAX_GROUP_LOOKS):
                 if len(deliveries) >= limit:
                     break
+                if self._group_turn(conn, GROUP_CLAIM_NEXT, quick, deliveries, redriven):
+                    continue
+                # The group whose turn comes first gives nothing now: its turn, statement by statement.
                 row = conn.execute(GROUP_PICK, params).fetchone()
                 if row is None:
                     if not looks and not probe:
@@ -1236,6 +1306,25 @@ class SQLiteStore(Store):
         if not deliveries and not redriven:
             return Claim([], throttled="group" if held_back else None)
         return Claim(deliveries, tuple(redriven))
+
+    def _group_turn(self, conn: sqlite3.Connection, sql: str, params: dict[str, Any], deliveries: list[Delivery],
+                    redriven: list[Delivery]) -> bool:
+        """The usual turn of a group (``sql``: GROUP_CLAIM_NEXT or GROUP_CLAIM_ALONE, then
+        GROUP_TURN_TAKEN), adding to ``deliveries`` (or ``redriven``); False when it took nothing."""
+        got = conn.execute(sql, params).fetchall()
+        if not got:
+            return False
+        r = got[0]
+        turn = {**params, "group": r[14]}
+        if r[13] == PROCESSING:
+            deliveries.append(Delivery._make((*r[:13], r[14])))
+            conn.execute(GROUP_TURN_TAKEN, turn)
+            return True
+        # Its attempts used up: moved to its DLQ, which frees its slot; the group's turn as after a look.
+        redriven += [d._replace(group=r[14]) for d in self._redriven(conn, [r])]
+        rate_next = conn.execute(GROUP_RATE_NEXT, turn).fetchone()[0]
+        self._next_turn(conn, turn, params["concurrency"], rate_next, 0)
+        return True
 
     @staticmethod
     def _next_turn(conn: sqlite3.Connection, params: dict[str, Any], concurrency: int | None, rate_next: int,
