@@ -358,7 +358,8 @@ CLAIM_ONE = f"UPDATE messages {CLAIM_SET} WHERE id = ({PICK['fifo']}) {CLAIM_RET
 # next claim may come. A grouped claim (in one transaction: SQLite has one writer) takes the group
 # whose turn comes first (GROUP_PICK: one probe of ``idx_groups_turn``), then that group's first
 # message in claim order (priority, then sequence) among those it may take: the ones that hold a slot
-# of the group and are due again (an ended lease, a nack's backoff over: ``idx_group_held``), and,
+# of the group and are due again (an ended lease: ``idx_leases``; a nack's backoff over:
+# ``idx_group_held``), and,
 # while the group holds fewer than ``group_concurrency`` slots, its first ready message never
 # delivered (``idx_group_ready``). Then it sets the group's next turn: the earliest time any of its
 # messages may go (GROUP_NEXT_HELD, GROUP_FRESH_DUE, GROUP_FRESH_NEXT), no sooner than its
@@ -373,7 +374,35 @@ MAX_GROUP_LOOKS = 1_000
 # row there, so it reads the range of the one group (``message_group = :group``) rather than of every
 # group of the queue (``message_group > ''``), which it would otherwise prefer.
 GROUPED = "likelihood(message_group > '', 0.99)"
-GROUP_HELD = f"(status = 1 OR (attempts > 0 AND status = 0)) AND {GROUPED}"  # idx_group_held's condition
+# A group's slots are held by its leased messages (``idx_leases``, the group's range) and by those
+# delivered before and ready again, or waiting out a nack's backoff (``idx_group_held``, which holds
+# these alone on SQLite since migration 0025: a claim and an ack of a grouped message write one entry
+# fewer there). The retrying part states both definitions' conditions (0018's, which held the leased
+# rows too, and 0025's), so that either schema answers it.
+_HELD_0018 = "(status = 1 OR (attempts > 0 AND status = 0))"
+
+
+def _leased(queue: str = ":queue", group: str = ":group") -> str:
+    return f"messages INDEXED BY idx_leases WHERE queue = {queue} AND message_group = {group} AND status = {PROCESSING}"
+
+
+def _retrying(queue: str = ":queue", group: str = ":group") -> str:
+    return (f"messages INDEXED BY idx_group_held WHERE queue = {queue} AND message_group = {group} "
+            f"AND {_HELD_0018} AND attempts > 0 AND status = {READY} AND {GROUPED}")
+
+
+def _held_due(group: str = ":group") -> str:
+    """The group's held messages due again: the first of each part, in claim order (a compound)."""
+    return f"""SELECT * FROM (SELECT id, priority, sequence FROM {_leased(group=group)} AND process_after <= :now
+                   ORDER BY priority DESC, sequence LIMIT 1)
+    UNION ALL
+    SELECT * FROM (SELECT id, priority, sequence FROM {_retrying(group=group)} AND process_after <= :now
+                   ORDER BY priority DESC, sequence LIMIT 1)"""
+
+
+_HELD_COUNT = f"((SELECT COUNT(*) FROM {_leased()}) + (SELECT COUNT(*) FROM {_retrying()}))"
+_NEXT_HELD = (f"(SELECT MIN(t) FROM (SELECT MIN(process_after) AS t FROM {_leased()} "
+              f"UNION ALL SELECT MIN(process_after) FROM {_retrying()}))")
 GROUP_PICK = """
 SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
 WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
@@ -382,15 +411,9 @@ GROUP_PEEK_PICK = """
 SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
 WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
 ORDER BY eligible_at, last_claimed_at, name LIMIT :looks"""
-GROUP_HELD_DUE = f"""
-SELECT id, priority, sequence FROM messages INDEXED BY idx_group_held
-WHERE queue = :queue AND message_group = :group AND {GROUP_HELD} AND process_after <= :now
-ORDER BY priority DESC, sequence LIMIT 1"""
-GROUP_HELD_COUNT = f"""
-SELECT COUNT(*) FROM messages INDEXED BY idx_group_held WHERE queue = :queue AND message_group = :group AND {GROUP_HELD}"""
-GROUP_NEXT_HELD = f"""
-SELECT MIN(process_after) FROM messages INDEXED BY idx_group_held
-WHERE queue = :queue AND message_group = :group AND {GROUP_HELD}"""
+GROUP_HELD_DUE = f"SELECT id, priority, sequence FROM ({_held_due()}) ORDER BY priority DESC, sequence LIMIT 1"
+GROUP_HELD_COUNT = f"SELECT {_HELD_COUNT}"
+GROUP_NEXT_HELD = f"SELECT {_NEXT_HELD}"
 GROUP_FRESH = f"queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY} AND attempts = 0"
 GROUP_FRESH_DUE = f"""
 SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
@@ -399,8 +422,7 @@ GROUP_FRESH_NEXT = f"SELECT MIN(process_after) FROM messages INDEXED BY idx_grou
 GROUP_ANY = f"""
 SELECT EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
                WHERE queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY})
-    OR EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_held WHERE queue = :queue AND message_group = :group
-               AND {GROUP_HELD})"""
+    OR EXISTS (SELECT 1 FROM {_leased()})"""
 GROUP_CLAIM = f"""UPDATE messages {CLAIM_SET} WHERE id = :id AND queue = :queue AND message_group = :group
                  AND status IN ({READY}, {PROCESSING}) AND process_after <= :now {CLAIM_RETURNING}, message_group"""
 # The usual turn in two statements (GROUP_CLAIM_NEXT, GROUP_TURN_TAKEN): the claim of the first
@@ -418,9 +440,7 @@ WITH turn AS MATERIALIZED (
     WHERE (:rate_us IS NULL OR rate_next_at_us <= :now * 1000){guard})"""
     sql = f"""{turn}
 UPDATE messages {CLAIM_SET} WHERE id = (SELECT id FROM (
-    SELECT * FROM (SELECT id, priority, sequence FROM messages INDEXED BY idx_group_held
-                   WHERE {_OF_GROUP} AND {GROUP_HELD} AND process_after <= :now
-                   ORDER BY priority DESC, sequence LIMIT 1)
+    {_held_due()}
     UNION ALL
     SELECT * FROM (SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
                    WHERE {GROUP_FRESH} AND process_after <= :now
@@ -430,8 +450,6 @@ UPDATE messages {CLAIM_SET} WHERE id = (SELECT id FROM (
     return sql.replace(":group", "(SELECT name FROM turn)")
 
 
-_OF_GROUP = "queue = :queue AND message_group = :group"
-_HELD_COUNT = f"(SELECT COUNT(*) FROM messages INDEXED BY idx_group_held WHERE {_OF_GROUP} AND {GROUP_HELD})"
 GROUP_CLAIM_NEXT = _group_claim_next()
 # The same, in a claim of a queue seen with groups, when no message without a group is due (what the
 # claim would take first; the groups' turn is taken first, in one statement, when there is none).
@@ -446,8 +464,7 @@ _RATE_TAKEN = "CASE WHEN :rate_us IS NULL THEN rate_next_at_us ELSE MAX(rate_nex
 GROUP_TURN_TAKEN = f"""
 UPDATE forq_groups SET
     eligible_at = MAX(:now, ({_RATE_TAKEN} + 999) / 1000, MIN(
-        COALESCE((SELECT MIN(process_after) FROM messages INDEXED BY idx_group_held
-                  WHERE {_OF_GROUP} AND {GROUP_HELD}), {NEVER}),
+        COALESCE({_NEXT_HELD}, {NEVER}),
         CASE WHEN :concurrency IS NOT NULL AND {_HELD_COUNT} >= :concurrency THEN {NEVER}
              WHEN EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
                           WHERE {GROUP_FRESH} AND process_after <= :now) THEN :now
@@ -483,25 +500,20 @@ SELECT name, turn FROM (
 GROUP_STATE = f"""
 SELECT (SELECT COUNT(*) FROM messages INDEXED BY idx_group_ready
         WHERE queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY}),
-       (SELECT COUNT(*) FROM messages INDEXED BY idx_group_held
-        WHERE queue = :queue AND message_group = :group AND {GROUP_HELD} AND status = {PROCESSING}
-        AND process_after > :now),
+       (SELECT COUNT(*) FROM {_leased()} AND process_after > :now),
        (SELECT eligible_at FROM forq_groups WHERE queue = :queue AND name = :group)"""
 GROUPS_BUSIEST = f"""
 SELECT name,
        (SELECT COUNT(*) FROM messages INDEXED BY idx_group_ready
         WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY}) AS ready,
-       (SELECT COUNT(*) FROM messages INDEXED BY idx_group_held
-        WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD} AND status = {PROCESSING}
-        AND process_after > :now) AS in_flight,
+       (SELECT COUNT(*) FROM {_leased("g.queue", "g.name")} AND process_after > :now) AS in_flight,
        eligible_at
 FROM forq_groups AS g WHERE queue = :queue ORDER BY ready + in_flight DESC, name LIMIT :limit"""
 GROUP_COUNT = f"""
 SELECT COUNT(*) FROM forq_groups AS g WHERE queue = :queue AND (
     EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
             WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
-    OR EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_held
-               WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD}))"""
+    OR EXISTS (SELECT 1 FROM {_leased("g.queue", "g.name")}))"""
 READY_GROUPS_BY_QUEUE = f"""
 SELECT queue, COUNT(*) FROM forq_groups AS g WHERE EXISTS (
     SELECT 1 FROM messages INDEXED BY idx_group_ready
