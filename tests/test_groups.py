@@ -250,6 +250,27 @@ def test_an_ack_wakes_its_group_only_when_a_message_waits_for_the_slot(st):
     assert [d.id for d in take(st, "q", NOW + 11, 10, concurrency=1)] == [a1]
 
 
+def test_the_stale_job_drops_the_rows_of_groups_left_without_messages_in_batches(st):
+    """Rows of groups whose messages all went (acked, purged) go with the job, a batch of rows at a
+    time; a group with a ready or a leased message keeps its row, and is claimed as before."""
+    put(st, "q", [f"gone-{k:02}" for k in range(25)] + ["ready", "leased"])
+    put(st, "other", ["kept"])
+    got = take(st, "q", NOW + 10, 30, concurrency=1)
+    assert len(got) == 27
+    assert st.ack_many("q", [(d.id, d.receipt) for d in got if d.group != "leased"]) == 26
+    put(st, "q", ["ready"], received=NOW + 20)
+    with connection.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM forq_groups")
+        assert cur.fetchone()[0] == 28  # (an ack leaves the row of a group with nothing waiting)
+    assert st.drop_empty_groups(batch=10) == 25
+    assert st.drop_empty_groups(batch=10) == 0
+    with connection.cursor() as cur:
+        cur.execute("SELECT queue, name FROM forq_groups ORDER BY queue, name")
+        assert cur.fetchall() == [("other", "kept"), ("q", "leased"), ("q", "ready")]
+    assert [d.group for d in take(st, "q", NOW + 30, 10, concurrency=1)] == ["ready"]
+    assert [d.group for d in take(st, "other", NOW + 30, 10, concurrency=1)] == ["kept"]
+
+
 class Counting:
     """A DB-API connection that counts the statements run on it."""
 

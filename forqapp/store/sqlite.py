@@ -519,6 +519,15 @@ SELECT queue, COUNT(*) FROM forq_groups AS g WHERE EXISTS (
     SELECT 1 FROM messages INDEXED BY idx_group_ready
     WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
 GROUP BY queue"""
+# The maintenance job's sweep of the groups left without messages: a page of the rows in key order,
+# then, in one statement, the empty ones of that page (SQLite has one writer: nobody adds a message
+# in between). The page's ends bound the delete: (after, last].
+GROUPS_PAGE = "SELECT queue, name FROM forq_groups WHERE (queue, name) > (:queue, :name) ORDER BY queue, name LIMIT :batch"
+DROP_EMPTY_GROUPS = f"""
+DELETE FROM forq_groups WHERE (queue, name) > (:queue, :name) AND (queue, name) <= (:last_queue, :last_name)
+  AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready WHERE queue = forq_groups.queue
+                  AND message_group = forq_groups.name AND {GROUPED} AND status = {READY})
+  AND NOT EXISTS (SELECT 1 FROM {_leased("forq_groups.queue", "forq_groups.name")})"""
 GROUPS_AT_ONCE = "UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, :now), :now) WHERE queue = :queue"
 DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue = ?"
 
@@ -1608,6 +1617,21 @@ class SQLiteStore(Store):
 
     def delete_expired_dedup(self, now: int, batch: int = BATCH) -> int:
         return self._batched(DELETE_EXPIRED_DEDUP, {"now": now}, batch)
+
+    def drop_empty_groups(self, batch: int = BATCH) -> int:
+        conn = self._conn()
+        params = {"queue": "", "name": "", "batch": batch}
+        dropped = 0
+        while True:
+            page = conn.execute(GROUPS_PAGE, params).fetchall()
+            if not page:
+                return dropped
+            last_queue, last_name = page[-1]
+            dropped += conn.execute(DROP_EMPTY_GROUPS, {**params, "last_queue": last_queue,
+                                                        "last_name": last_name}).rowcount
+            if len(page) < batch:
+                return dropped
+            params.update(queue=last_queue, name=last_name)
 
     def optimize(self) -> None:
         self._conn().execute(OPTIMIZE)
