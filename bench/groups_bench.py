@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/groups_bench.py [--rounds 3] [--messages 5000] [--groups 10000]
         [--deep 1000000] [--deep-groups 100000] [--base-ref 973eda6] [--database-url postgres://…]
+        [--parts 123] [--compare REV]
 
 Every workload runs in a fresh subprocess on a fresh database (a SQLite file in a temporary
 directory; with ``--database-url``, a fresh PostgreSQL database on that server), in-process Python
@@ -10,7 +11,9 @@ claim+ack per second of wall time; each table prints its same-run reference and 
 
 1. **Groups against none.** ``--messages`` messages spread over ``--groups`` groups (sent
    interleaved: one per group in turn), against the same number of messages without a group; no
-   group limits (the fair turn alone), then ``group_concurrency=1``. Goal: ≥ 0.70.
+   group limits (the fair turn alone), then ``group_concurrency=1``. Goal: ≥ 0.70. With
+   ``--compare REV``, the same three workloads of the commit ``REV`` too (a temporary git worktree
+   sharing this checkout's ``.venv``), in the same rounds, in a table of their own: before and after.
 2. **The number of groups.** ``--deep`` messages over ``--deep-groups`` groups against 1,000 messages
    over as many groups in proportion (the same messages per group), then ``--messages`` claim+ack
    from each. Goal: within 10%.
@@ -108,6 +111,18 @@ def table(title: str, rows: dict[str, list[float]], reference: str) -> None:
         print(f"  {name:<48} {median:>9,.0f} /s   x{median / ref:.2f}   ({', '.join(f'{v:,.0f}' for v in values)})")
 
 
+def worktree(rev: str) -> Path:
+    """The commit ``rev`` checked out into a temporary git worktree sharing this checkout's ``.venv``."""
+    path = Path(tempfile.mkdtemp(prefix="groups-bench-"))
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT, check=True, capture_output=True)
+    (path / ".venv").symlink_to(ROOT / ".venv")
+    return path
+
+
+def drop_worktree(path: Path) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False, capture_output=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -118,6 +133,7 @@ def main() -> None:
     parser.add_argument("--base-ref", default=BASE_REF)
     parser.add_argument("--database-url", help="run on PostgreSQL (a fresh database per run on this server)")
     parser.add_argument("--parts", default="123")
+    parser.add_argument("--compare", metavar="REV", help="part 1 of the commit REV too, in the same rounds")
     args = parser.parse_args()
     db = Databases(args.database_url)
     n, per_group = args.messages, args.deep // args.deep_groups
@@ -125,16 +141,25 @@ def main() -> None:
           f"claim+ack of {n:,} messages a run")
 
     if "1" in args.parts:
-        rows: dict[str, list[float]] = {"no group (reference)": [], f"{args.groups:,} groups, no limit": [],
-                                        f"{args.groups:,} groups, group_concurrency=1": []}
-        for r in range(args.rounds):
-            runs = [("no group (reference)", ("plain", n, 0, n)),
-                    (f"{args.groups:,} groups, no limit", ("grouped", n, args.groups, n)),
-                    (f"{args.groups:,} groups, group_concurrency=1", ("limited", n, args.groups, n))]
-            for name, a in (runs if r % 2 == 0 else runs[::-1]):
-                rows[name].append(db.run(ROOT, *a))
-        table(f"1. claim+ack, {n:,} messages: over {args.groups:,} groups against none (goal: >= 0.70)",
-              rows, "no group (reference)")
+        checkouts = [("", ROOT)]
+        if args.compare:
+            checkouts.append((f"{args.compare}: ", worktree(args.compare)))
+        try:
+            names = ("no group (reference)", f"{args.groups:,} groups, no limit",
+                     f"{args.groups:,} groups, group_concurrency=1")
+            workloads = (("plain", n, 0, n), ("grouped", n, args.groups, n), ("limited", n, args.groups, n))
+            tables = {label: {name: [] for name in names} for label, _ in checkouts}
+            for r in range(args.rounds):
+                runs = [(label, checkout, name, a) for label, checkout in checkouts
+                        for name, a in zip(names, workloads, strict=True)]
+                for label, checkout, name, a in (runs if r % 2 == 0 else runs[::-1]):
+                    tables[label][name].append(db.run(checkout, *a))
+            for label, rows in tables.items():
+                table(f"1. {label}claim+ack, {n:,} messages: over {args.groups:,} groups against none "
+                      "(goal: >= 0.70)", rows, names[0])
+        finally:
+            for _label, checkout in checkouts[1:]:
+                drop_worktree(checkout)
 
     if "2" in args.parts:
         small_groups = max(1, 1_000 // per_group)
@@ -152,11 +177,8 @@ def main() -> None:
               rows, small)
 
     if "3" in args.parts:
-        base = Path(tempfile.mkdtemp(prefix="groups-bench-base-"))
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base_ref], cwd=ROOT, check=True,
-                       capture_output=True)
+        base = worktree(args.base_ref)
         try:
-            (base / ".venv").symlink_to(ROOT / ".venv")
             rows = {f"before groups ({args.base_ref}, reference)": [], "this checkout": []}
             for r in range(args.rounds):
                 runs = [(f"before groups ({args.base_ref}, reference)", base), ("this checkout", ROOT)]
@@ -165,9 +187,7 @@ def main() -> None:
             table(f"3. claim+ack of {n:,} messages without a group: before and after groups (goal: no slower)",
                   rows, f"before groups ({args.base_ref}, reference)")
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False,
-                           capture_output=True)
-
+            drop_worktree(base)
 
 if __name__ == "__main__":
     main()

@@ -236,6 +236,71 @@ def test_waiters_see_an_eligible_group(st):
     assert st.has_due(["q"], NOW + 3, 10) == {}
 
 
+def test_an_ack_wakes_its_group_only_when_a_message_waits_for_the_slot(st):
+    """The ack of ``a``'s first message brings ``a``'s turn forward (its next message waits for the
+    slot); the ack of ``b``'s only message leaves ``b``'s row as it was (nothing waits)."""
+    a0, a1 = put(st, "q", ["a", "a"])
+    (b0,) = put(st, "q", ["b"], received=NOW + 5)
+    got = {d.id: d for d in take(st, "q", NOW + 10, 10, concurrency=1)}
+    assert set(got) == {a0, b0}
+    assert st.group_state("q", "a", NOW + 10).next_eligible_at == NOW + 10 + VIS  # its slot's lease end
+    assert st.ack("q", a0, got[a0].receipt) and st.ack("q", b0, got[b0].receipt)
+    assert st.group_state("q", "a", NOW + 11).next_eligible_at <= NOW + 11
+    assert st.group_state("q", "b", NOW + 11) == store.GroupState("b", 0, 0, NOW + 10 + VIS)
+    assert [d.id for d in take(st, "q", NOW + 11, 10, concurrency=1)] == [a1]
+
+
+def test_the_stale_job_drops_the_rows_of_groups_left_without_messages_in_batches(st):
+    """Rows of groups whose messages all went (acked, purged) go with the job, a batch of rows at a
+    time; a group with a ready or a leased message keeps its row, and is claimed as before."""
+    put(st, "q", [f"gone-{k:02}" for k in range(25)] + ["ready", "leased"])
+    put(st, "other", ["kept"])
+    got = take(st, "q", NOW + 10, 30, concurrency=1)
+    assert len(got) == 27
+    assert st.ack_many("q", [(d.id, d.receipt) for d in got if d.group != "leased"]) == 26
+    put(st, "q", ["ready"], received=NOW + 20)
+    with connection.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM forq_groups")
+        assert cur.fetchone()[0] == 28  # (an ack leaves the row of a group with nothing waiting)
+    assert st.drop_empty_groups(batch=10) == 25
+    assert st.drop_empty_groups(batch=10) == 0
+    with connection.cursor() as cur:
+        cur.execute("SELECT queue, name FROM forq_groups ORDER BY queue, name")
+        assert cur.fetchall() == [("other", "kept"), ("q", "leased"), ("q", "ready")]
+    assert [d.group for d in take(st, "q", NOW + 30, 10, concurrency=1)] == ["ready"]
+    assert [d.group for d in take(st, "other", NOW + 30, 10, concurrency=1)] == ["kept"]
+
+
+class Counting:
+    """A DB-API connection that counts the statements run on it."""
+
+    def __init__(self, raw) -> None:
+        self.raw, self.statements = raw, 0
+
+    def execute(self, *args):
+        self.statements += 1
+        return self.raw.execute(*args)
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's statements (PostgreSQL's claim is one call)")
+@pytest.mark.parametrize("groups", [10, 10_000])
+def test_a_claim_of_a_queue_with_groups_is_two_statements_whatever_the_number_of_groups(st, groups):
+    """The claim of the first group's message (checking that no message without a group is due) and
+    its group's next turn: in strict order, fairly, whether the queue has 10 groups or 10,000."""
+    put(st, "q", [f"g{k:05}" for k in range(groups)] * 2)
+    connection.ensure_connection()
+    counting = Counting(connection.connection)
+    on = type(st).on(counting)
+    assert [d.group for d in take(on, "q", NOW + 10_000, concurrency=1)] == ["g00000"]  # (now a queue with groups)
+    for k in range(1, 6):
+        before = counting.statements
+        assert [d.group for d in take(on, "q", NOW + 10_000 + k, concurrency=1)] == [f"g{k:05}"]
+        assert counting.statements - before == 2
+
+
 # --- the Python API ----------------------------------------------------------------------------------
 
 

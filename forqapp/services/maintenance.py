@@ -127,12 +127,14 @@ def move_failed_to_dlq(*, dry_run: bool = False, using: str | None = None) -> in
 
 def recover_stale(*, dry_run: bool = False, using: str | None = None) -> int:
     """Deliveries whose lease has ended → ready (or failed when out of attempts). A safety net: a
-    receive takes such a delivery by itself."""
+    receive takes such a delivery by itself. Also drops the message groups' rows left without
+    messages (not counted: they are not messages), which a claim would drop only at their turn."""
     st = _store(using)
     if dry_run:
         return st.count_stale(base.now_ms())
     n = st.recover_stale(base.now_ms(), forq_settings.FORQ_MAX_ATTEMPTS)
     metrics.stale_recovered(n)
+    st.drop_empty_groups()
     if n:
         kick(st.alias)
     return n

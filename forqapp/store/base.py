@@ -801,6 +801,12 @@ class Store(abc.ABC):
         """What :meth:`recover_stale` would touch."""
 
     @abc.abstractmethod
+    def drop_empty_groups(self, batch: int = BATCH) -> int:
+        """Delete the rows of ``forq_groups`` whose group has no message left to claim (none ready,
+        none leased), looking at ``batch`` rows a short write transaction; returns how many. (A
+        claim drops such a row when the group's turn comes; this job need not wait for it.)"""
+
+    @abc.abstractmethod
     def delete_expired_dedup(self, now: int, batch: int = BATCH) -> int:
         """Forget deduplication records whose window ended."""
 

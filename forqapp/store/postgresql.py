@@ -893,6 +893,19 @@ COUNT_FAILED = f"SELECT COUNT(*) FROM messages WHERE status = {FAILED} AND is_dl
 
 COUNT_STALE = f"SELECT COUNT(*) FROM messages WHERE status = {PROCESSING} AND process_after < %s"
 
+# The maintenance job's sweep of the groups left without messages, a page of rows at a time: the
+# page's rows locked first (a send or a claim writing one of them finishes first), then, in a second
+# statement (a fresh snapshot: what they committed is seen), the empty ones deleted. A send whose
+# message comes meanwhile waits for the delete, then makes its group's row again (its trigger).
+GROUPS_PAGE = """SELECT queue, name FROM forq_groups WHERE (queue, name) > (%(queue)s, %(name)s)
+ORDER BY queue, name LIMIT %(batch)s FOR UPDATE"""
+DROP_EMPTY_GROUPS = """
+DELETE FROM forq_groups WHERE (queue, name) > (%(queue)s, %(name)s) AND (queue, name) <= (%(last_queue)s, %(last_name)s)
+  AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = forq_groups.queue AND message_group = forq_groups.name
+                  AND message_group > '' AND status = 0)
+  AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = forq_groups.queue AND message_group = forq_groups.name
+                  AND status = 1)"""
+
 DELETE_EXPIRED_DEDUP = """
 DELETE FROM forq_dedup WHERE (queue, dedup_id) IN (
     SELECT queue, dedup_id FROM forq_dedup WHERE expires_at <= %(now)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"""
@@ -1637,6 +1650,21 @@ class PostgreSQLStore(Store):
 
     def delete_expired_dedup(self, now: int, batch: int = BATCH) -> int:
         return self._batched(DELETE_EXPIRED_DEDUP, {"now": now}, batch)
+
+    def drop_empty_groups(self, batch: int = BATCH) -> int:
+        params: dict[str, Any] = {"queue": "", "name": "", "batch": batch}
+        dropped = 0
+        while True:
+            with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
+                page = self._fetchall(GROUPS_PAGE, params)
+                if not page:
+                    return dropped
+                last_queue, last_name = page[-1]
+                dropped += self._rowcount(DROP_EMPTY_GROUPS, {**params, "last_queue": last_queue,
+                                                              "last_name": last_name})
+            if len(page) < batch:
+                return dropped
+            params.update(queue=last_queue, name=last_name)
 
     def optimize(self) -> None:
         """SQLite's ``PRAGMA optimize`` (fresh planner statistics): ``ANALYZE messages``, a sample read

@@ -358,7 +358,8 @@ CLAIM_ONE = f"UPDATE messages {CLAIM_SET} WHERE id = ({PICK['fifo']}) {CLAIM_RET
 # next claim may come. A grouped claim (in one transaction: SQLite has one writer) takes the group
 # whose turn comes first (GROUP_PICK: one probe of ``idx_groups_turn``), then that group's first
 # message in claim order (priority, then sequence) among those it may take: the ones that hold a slot
-# of the group and are due again (an ended lease, a nack's backoff over: ``idx_group_held``), and,
+# of the group and are due again (an ended lease: ``idx_leases``; a nack's backoff over:
+# ``idx_group_held``), and,
 # while the group holds fewer than ``group_concurrency`` slots, its first ready message never
 # delivered (``idx_group_ready``). Then it sets the group's next turn: the earliest time any of its
 # messages may go (GROUP_NEXT_HELD, GROUP_FRESH_DUE, GROUP_FRESH_NEXT), no sooner than its
@@ -373,7 +374,35 @@ MAX_GROUP_LOOKS = 1_000
 # row there, so it reads the range of the one group (``message_group = :group``) rather than of every
 # group of the queue (``message_group > ''``), which it would otherwise prefer.
 GROUPED = "likelihood(message_group > '', 0.99)"
-GROUP_HELD = f"(status = 1 OR (attempts > 0 AND status = 0)) AND {GROUPED}"  # idx_group_held's condition
+# A group's slots are held by its leased messages (``idx_leases``, the group's range) and by those
+# delivered before and ready again, or waiting out a nack's backoff (``idx_group_held``, which holds
+# these alone on SQLite since migration 0025: a claim and an ack of a grouped message write one entry
+# fewer there). The retrying part states both definitions' conditions (0018's, which held the leased
+# rows too, and 0025's), so that either schema answers it.
+_HELD_0018 = "(status = 1 OR (attempts > 0 AND status = 0))"
+
+
+def _leased(queue: str = ":queue", group: str = ":group") -> str:
+    return f"messages INDEXED BY idx_leases WHERE queue = {queue} AND message_group = {group} AND status = {PROCESSING}"
+
+
+def _retrying(queue: str = ":queue", group: str = ":group") -> str:
+    return (f"messages INDEXED BY idx_group_held WHERE queue = {queue} AND message_group = {group} "
+            f"AND {_HELD_0018} AND attempts > 0 AND status = {READY} AND {GROUPED}")
+
+
+def _held_due(group: str = ":group") -> str:
+    """The group's held messages due again: the first of each part, in claim order (a compound)."""
+    return f"""SELECT * FROM (SELECT id, priority, sequence FROM {_leased(group=group)} AND process_after <= :now
+                   ORDER BY priority DESC, sequence LIMIT 1)
+    UNION ALL
+    SELECT * FROM (SELECT id, priority, sequence FROM {_retrying(group=group)} AND process_after <= :now
+                   ORDER BY priority DESC, sequence LIMIT 1)"""
+
+
+_HELD_COUNT = f"((SELECT COUNT(*) FROM {_leased()}) + (SELECT COUNT(*) FROM {_retrying()}))"
+_NEXT_HELD = (f"(SELECT MIN(t) FROM (SELECT MIN(process_after) AS t FROM {_leased()} "
+              f"UNION ALL SELECT MIN(process_after) FROM {_retrying()}))")
 GROUP_PICK = """
 SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
 WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
@@ -382,15 +411,9 @@ GROUP_PEEK_PICK = """
 SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
 WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
 ORDER BY eligible_at, last_claimed_at, name LIMIT :looks"""
-GROUP_HELD_DUE = f"""
-SELECT id, priority, sequence FROM messages INDEXED BY idx_group_held
-WHERE queue = :queue AND message_group = :group AND {GROUP_HELD} AND process_after <= :now
-ORDER BY priority DESC, sequence LIMIT 1"""
-GROUP_HELD_COUNT = f"""
-SELECT COUNT(*) FROM messages INDEXED BY idx_group_held WHERE queue = :queue AND message_group = :group AND {GROUP_HELD}"""
-GROUP_NEXT_HELD = f"""
-SELECT MIN(process_after) FROM messages INDEXED BY idx_group_held
-WHERE queue = :queue AND message_group = :group AND {GROUP_HELD}"""
+GROUP_HELD_DUE = f"SELECT id, priority, sequence FROM ({_held_due()}) ORDER BY priority DESC, sequence LIMIT 1"
+GROUP_HELD_COUNT = f"SELECT {_HELD_COUNT}"
+GROUP_NEXT_HELD = f"SELECT {_NEXT_HELD}"
 GROUP_FRESH = f"queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY} AND attempts = 0"
 GROUP_FRESH_DUE = f"""
 SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
@@ -399,14 +422,61 @@ GROUP_FRESH_NEXT = f"SELECT MIN(process_after) FROM messages INDEXED BY idx_grou
 GROUP_ANY = f"""
 SELECT EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
                WHERE queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY})
-    OR EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_held WHERE queue = :queue AND message_group = :group
-               AND {GROUP_HELD})"""
+    OR EXISTS (SELECT 1 FROM {_leased()})"""
 GROUP_CLAIM = f"""UPDATE messages {CLAIM_SET} WHERE id = :id AND queue = :queue AND message_group = :group
                  AND status IN ({READY}, {PROCESSING}) AND process_after <= :now {CLAIM_RETURNING}, message_group"""
+# The usual turn in two statements (GROUP_CLAIM_NEXT, GROUP_TURN_TAKEN): the claim of the first
+# message the group whose turn comes first may give now (what GROUP_PICK, GROUP_HELD_DUE,
+# GROUP_HELD_COUNT and GROUP_FRESH_DUE find, then GROUP_CLAIM), then that group's next turn (what
+# _next_turn sets after a claim). When it claims nothing (the group is held back by its rate or its
+# slots, or has nothing left) or redrives, the turn is taken statement by statement (_claim_groups).
+def _group_claim_next(guard: str = "") -> str:
+    """GROUP_CLAIM_NEXT, with ``guard``: a condition the turn must meet (else nothing is claimed)."""
+    turn = f"""
+WITH turn AS MATERIALIZED (
+    SELECT name FROM (SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
+                      WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
+                      ORDER BY eligible_at, last_claimed_at, name LIMIT 1)
+    WHERE (:rate_us IS NULL OR rate_next_at_us <= :now * 1000){guard})"""
+    sql = f"""{turn}
+UPDATE messages {CLAIM_SET} WHERE id = (SELECT id FROM (
+    {_held_due()}
+    UNION ALL
+    SELECT * FROM (SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
+                   WHERE {GROUP_FRESH} AND process_after <= :now
+                     AND (:concurrency IS NULL OR {_HELD_COUNT} < :concurrency)
+                   ORDER BY priority DESC, sequence LIMIT 1))
+    ORDER BY priority DESC, sequence LIMIT 1) {CLAIM_RETURNING}, message_group"""
+    return sql.replace(":group", "(SELECT name FROM turn)")
+
+
+GROUP_CLAIM_NEXT = _group_claim_next()
+# The same, in a claim of a queue seen with groups, when no message without a group is due (what the
+# claim would take first; the groups' turn is taken first, in one statement, when there is none).
+NONE_UNGROUPED_DUE = f"""
+      AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_queue_claim WHERE {READY_DUE})
+      AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_queue_timed WHERE {TIMED_DUE})
+      AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_leases WHERE {LEASE_ENDED})"""
+GROUP_CLAIM_ALONE = _group_claim_next(NONE_UNGROUPED_DUE)
+# The group's rate's next slot once it has given a message (µs), and its next turn: the earliest of
+# its held messages' times and, while it holds fewer than its concurrency, of its fresh ones'.
+_RATE_TAKEN = "CASE WHEN :rate_us IS NULL THEN rate_next_at_us ELSE MAX(rate_next_at_us, :now * 1000) + :rate_us END"
+GROUP_TURN_TAKEN = f"""
+UPDATE forq_groups SET
+    eligible_at = MAX(:now, ({_RATE_TAKEN} + 999) / 1000, MIN(
+        COALESCE({_NEXT_HELD}, {NEVER}),
+        CASE WHEN :concurrency IS NOT NULL AND {_HELD_COUNT} >= :concurrency THEN {NEVER}
+             WHEN EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
+                          WHERE {GROUP_FRESH} AND process_after <= :now) THEN :now
+             ELSE COALESCE(({GROUP_FRESH_NEXT}), {NEVER}) END)),
+    last_claimed_at = MAX(last_claimed_at, :now),
+    rate_next_at_us = {_RATE_TAKEN}
+WHERE queue = :queue AND name = :group"""
 GROUP_SET_TURN = """
 UPDATE forq_groups SET eligible_at = :eligible_at, last_claimed_at = MAX(last_claimed_at, :claimed_at),
                        rate_next_at_us = :rate_next
 WHERE queue = :queue AND name = :group"""
+GROUP_RATE_NEXT = "SELECT rate_next_at_us FROM forq_groups WHERE queue = :queue AND name = :group"
 GROUP_DROP = "DELETE FROM forq_groups WHERE queue = :queue AND name = :group"
 GROUP_NEXT_TURN = """
 SELECT MIN(eligible_at) FROM forq_groups INDEXED BY idx_groups_turn WHERE queue = ? AND eligible_at IS NOT NULL"""
@@ -430,30 +500,34 @@ SELECT name, turn FROM (
 GROUP_STATE = f"""
 SELECT (SELECT COUNT(*) FROM messages INDEXED BY idx_group_ready
         WHERE queue = :queue AND message_group = :group AND {GROUPED} AND status = {READY}),
-       (SELECT COUNT(*) FROM messages INDEXED BY idx_group_held
-        WHERE queue = :queue AND message_group = :group AND {GROUP_HELD} AND status = {PROCESSING}
-        AND process_after > :now),
+       (SELECT COUNT(*) FROM {_leased()} AND process_after > :now),
        (SELECT eligible_at FROM forq_groups WHERE queue = :queue AND name = :group)"""
 GROUPS_BUSIEST = f"""
 SELECT name,
        (SELECT COUNT(*) FROM messages INDEXED BY idx_group_ready
         WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY}) AS ready,
-       (SELECT COUNT(*) FROM messages INDEXED BY idx_group_held
-        WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD} AND status = {PROCESSING}
-        AND process_after > :now) AS in_flight,
+       (SELECT COUNT(*) FROM {_leased("g.queue", "g.name")} AND process_after > :now) AS in_flight,
        eligible_at
 FROM forq_groups AS g WHERE queue = :queue ORDER BY ready + in_flight DESC, name LIMIT :limit"""
 GROUP_COUNT = f"""
 SELECT COUNT(*) FROM forq_groups AS g WHERE queue = :queue AND (
     EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready
             WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
-    OR EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_held
-               WHERE queue = g.queue AND message_group = g.name AND {GROUP_HELD}))"""
+    OR EXISTS (SELECT 1 FROM {_leased("g.queue", "g.name")}))"""
 READY_GROUPS_BY_QUEUE = f"""
 SELECT queue, COUNT(*) FROM forq_groups AS g WHERE EXISTS (
     SELECT 1 FROM messages INDEXED BY idx_group_ready
     WHERE queue = g.queue AND message_group = g.name AND {GROUPED} AND status = {READY})
 GROUP BY queue"""
+# The maintenance job's sweep of the groups left without messages: a page of the rows in key order,
+# then, in one statement, the empty ones of that page (SQLite has one writer: nobody adds a message
+# in between). The page's ends bound the delete: (after, last].
+GROUPS_PAGE = "SELECT queue, name FROM forq_groups WHERE (queue, name) > (:queue, :name) ORDER BY queue, name LIMIT :batch"
+DROP_EMPTY_GROUPS = f"""
+DELETE FROM forq_groups WHERE (queue, name) > (:queue, :name) AND (queue, name) <= (:last_queue, :last_name)
+  AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_group_ready WHERE queue = forq_groups.queue
+                  AND message_group = forq_groups.name AND {GROUPED} AND status = {READY})
+  AND NOT EXISTS (SELECT 1 FROM {_leased("forq_groups.queue", "forq_groups.name")})"""
 GROUPS_AT_ONCE = "UPDATE forq_groups SET eligible_at = MIN(COALESCE(eligible_at, :now), :now) WHERE queue = :queue"
 DELETE_QUEUE_GROUPS = "DELETE FROM forq_groups WHERE queue = ?"
 
@@ -1149,9 +1223,22 @@ class SQLiteStore(Store):
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
                order: str, groups: tuple[int | None, int | None] = (None, None)) -> Claim:
         if queue in self._grouped:  # (a queue seen with groups: both parts in one transaction, one commit)
-            with self._transaction():
-                return self._claim_both(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups,
-                                        probe=False)
+            with self._transaction() as conn:
+                # No message without a group due (they would go first): a group's turn, in one statement.
+                params = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
+                          "dlq_ttl": dlq_ttl_ms, "concurrency": groups[0], "rate_us": groups[1]}
+                deliveries: list[Delivery] = []
+                redriven: list[Delivery] = []
+                if not self._group_turn(conn, GROUP_CLAIM_ALONE, params, deliveries, redriven):
+                    return self._claim_both(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order,
+                                            groups, probe=False)
+                if len(deliveries) < limit:
+                    more = self._claim_groups(queue, now, limit - len(deliveries), visibility_ms, max_attempts,
+                                              dlq_ttl_ms, *groups, probe=False)
+                    if more is not None:
+                        deliveries += more.deliveries
+                        redriven += more.redriven_messages
+                return Claim(deliveries, tuple(redriven))
         return self._claim_both(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
 
     def _claim_both(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
@@ -1187,10 +1274,14 @@ class SQLiteStore(Store):
         held_back = False
         params: dict[str, Any] = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
                                   "dlq_ttl": dlq_ttl_ms}
+        quick = {**params, "concurrency": concurrency, "rate_us": rate_us}
         with self._transaction() as conn:
             for looks in range(limit + MAX_GROUP_LOOKS):
                 if len(deliveries) >= limit:
                     break
+                if self._group_turn(conn, GROUP_CLAIM_NEXT, quick, deliveries, redriven):
+                    continue
+                # The group whose turn comes first gives nothing now: its turn, statement by statement.
                 row = conn.execute(GROUP_PICK, params).fetchone()
                 if row is None:
                     if not looks and not probe:
@@ -1236,6 +1327,25 @@ class SQLiteStore(Store):
         if not deliveries and not redriven:
             return Claim([], throttled="group" if held_back else None)
         return Claim(deliveries, tuple(redriven))
+
+    def _group_turn(self, conn: sqlite3.Connection, sql: str, params: dict[str, Any], deliveries: list[Delivery],
+                    redriven: list[Delivery]) -> bool:
+        """The usual turn of a group (``sql``: GROUP_CLAIM_NEXT or GROUP_CLAIM_ALONE, then
+        GROUP_TURN_TAKEN), adding to ``deliveries`` (or ``redriven``); False when it took nothing."""
+        got = conn.execute(sql, params).fetchall()
+        if not got:
+            return False
+        r = got[0]
+        turn = {**params, "group": r[14]}
+        if r[13] == PROCESSING:
+            deliveries.append(Delivery._make((*r[:13], r[14])))
+            conn.execute(GROUP_TURN_TAKEN, turn)
+            return True
+        # Its attempts used up: moved to its DLQ, which frees its slot; the group's turn as after a look.
+        redriven += [d._replace(group=r[14]) for d in self._redriven(conn, [r])]
+        rate_next = conn.execute(GROUP_RATE_NEXT, turn).fetchone()[0]
+        self._next_turn(conn, turn, params["concurrency"], rate_next, 0)
+        return True
 
     @staticmethod
     def _next_turn(conn: sqlite3.Connection, params: dict[str, Any], concurrency: int | None, rate_next: int,
@@ -1507,6 +1617,21 @@ class SQLiteStore(Store):
 
     def delete_expired_dedup(self, now: int, batch: int = BATCH) -> int:
         return self._batched(DELETE_EXPIRED_DEDUP, {"now": now}, batch)
+
+    def drop_empty_groups(self, batch: int = BATCH) -> int:
+        conn = self._conn()
+        params = {"queue": "", "name": "", "batch": batch}
+        dropped = 0
+        while True:
+            page = conn.execute(GROUPS_PAGE, params).fetchall()
+            if not page:
+                return dropped
+            last_queue, last_name = page[-1]
+            dropped += conn.execute(DROP_EMPTY_GROUPS, {**params, "last_queue": last_queue,
+                                                        "last_name": last_name}).rowcount
+            if len(page) < batch:
+                return dropped
+            params.update(queue=last_queue, name=last_name)
 
     def optimize(self) -> None:
         self._conn().execute(OPTIMIZE)
