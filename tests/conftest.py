@@ -234,6 +234,21 @@ class Clock:
 
 
 @pytest.fixture(autouse=True)
+def _content_type_ids_the_live_ui_cached(request):
+    """A test on the live UI (``live_ui``: one server for its module) starts on a database flushed as
+    ``manage.py flush`` flushes, sequences reset, so that Django recreates the content types with the
+    same ids each time. The server caches those ids (the admin's LogEntry names one) and outlives each
+    test's own flush, which keeps the sequences: a change saved in the admin then failed its foreign
+    key (a 500) whenever another module's test had run on that worker first."""
+    if "live_ui" not in request.fixturenames:
+        return
+    from django.core.management import call_command
+
+    request.getfixturevalue("transactional_db")
+    call_command("flush", verbosity=0, interactive=False)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_policies():
     """Policies are cached per process for a second; each test starts (and leaves) with none."""
     from forqapp import services

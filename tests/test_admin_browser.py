@@ -19,9 +19,7 @@ from tests.test_ui_browser import CHROMIUM, browser_page, live_ui, shot, staff_u
 
 pytestmark = [
     pytest.mark.browser,
-    # reset_sequences: the server outlives each test's flush and caches ContentType ids (the admin's
-    # LogEntry names one); recreated in the same order from the same sequence, they keep their ids.
-    pytest.mark.django_db(transaction=True, reset_sequences=True),
+    pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Chromium not installed at {CHROMIUM}"),
 ]
 
