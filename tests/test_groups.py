@@ -12,6 +12,7 @@ from forqapp import errors, ids, services, store, validation, vocab
 from forqapp.errors import ForqError
 from forqapp.models import DedupEntry, Message, Queue
 from forqapp.store import Delivery, NewMessage, Store
+from forqapp.utils import now_ms
 
 NOW = 1_800_000_000_000
 HOUR = 3_600_000
@@ -368,6 +369,33 @@ def test_the_installed_group_claim_function_is_the_stores():
         cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'forq_claim_group'")
         (body,), = cur.fetchall()
     assert body == GROUP_CLAIM_FUNCTION.split("$claim_group$")[1]
+
+
+
+@pytest.mark.django_db
+def test_an_ack_finds_its_groups_row_by_key_whatever_the_number_of_groups():
+    """On PostgreSQL the ack's trigger wakes the group through ``forq_groups``' primary key, not a read
+    of every group's row (migration 0026: ``messages.queue`` is ``COLLATE "C"``, ``forq_groups.queue``
+    the default, and the comparison took the message's collation, which the key cannot answer)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's trigger")
+    forqapp.send_many("many", [{"content": "x", "group": f"g{k}"} for k in range(3_000)]
+                      + [{"content": "second", "group": "g0"}])  # g0 has a message waiting: the ack wakes it
+    delivery = services.claim("many")
+    assert delivery is not None and delivery.group == "g0"
+
+    def seq_scans() -> int:  # of forq_groups, this transaction's so far
+        with connection.cursor() as cur:
+            cur.execute("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'forq_groups'")
+            return int(cur.fetchone()[0])
+
+    before = seq_scans()
+    services.ack(delivery)
+    assert seq_scans() == before
+    with connection.cursor() as cur:
+        cur.execute("SELECT eligible_at FROM forq_groups WHERE queue = 'many' AND name = 'g0'")
+        (eligible_at,), = cur.fetchall()
+    assert eligible_at is not None and eligible_at <= now_ms()  # woken: "second" may go at once
 
 
 # --- peek ------------------------------------------------------------------------------------------
