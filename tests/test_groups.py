@@ -302,6 +302,34 @@ def test_a_claim_of_a_queue_with_groups_is_two_statements_whatever_the_number_of
         assert counting.statements - before == 2
 
 
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's round trips")
+@pytest.mark.parametrize("groups", [10, 10_000])
+def test_a_claim_of_a_queue_with_groups_is_one_statement_on_postgresql(st, monkeypatch, groups):
+    """``forq_claim`` and ``forq_claim_group`` in one statement: the messages without a group first,
+    then the groups for what is left of the limit, whatever the number of groups."""
+    put(st, "q", [f"g{k:05}" for k in range(groups)] * 2 + [None])
+    statements: list[str] = []
+    execute = st._execute
+    monkeypatch.setattr(st, "_execute", lambda sql, params=None: statements.append(sql) or execute(sql, params))
+    assert [d.group for d in take(st, "q", NOW + 10_000, 3, concurrency=1)] == [None, "g00000", "g00001"]
+    for k in range(2, 6):
+        assert [d.group for d in take(st, "q", NOW + 10_000 + k, concurrency=1)] == [f"g{k:05}"]
+    assert len(statements) == 5
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's round trips")
+def test_a_claim_that_redrives_claims_the_groups_after_the_redrive_on_postgresql(st):
+    """A message without a group past its attempts goes to the dead-letter queue first (its own
+    rounds), then the claim takes from the groups what is left of the limit, as it did in two calls."""
+    (spent,) = put(st, "q", [None])
+    put(st, "q", ["g1", "g2"])
+    assert contents(take(st, "q", NOW + 1, max_attempts=1)) == ["None:0"]
+    claimed = st.claim("q", NOW + 1 + 2 * VIS, 2, visibility_ms=VIS, max_attempts=1, dlq_ttl_ms=HOUR)
+    assert [d.id for d in claimed.redriven_messages] == [spent]
+    assert [d.group for d in claimed.deliveries] == ["g1", "g2"]
+
+
 # --- the Python API ----------------------------------------------------------------------------------
 
 
