@@ -21,7 +21,9 @@ Statements are complete module constants (status codes and failure reasons forma
 import, from :mod:`forqapp.vocab`), sent with server-side parameter binding (``psycopg.Cursor``),
 whatever cursor class Django configured, so they can be prepared when the connection's
 ``prepare_threshold`` allows it. The claim is the exception: it runs inside ``forq_claim``, a PL/pgSQL
-function that holds it (migration 0015; see CLAIM_FUNCTION), so that it is planned once per connection.
+function that holds it (migration 0015; see CLAIM_FUNCTION), so that it is planned once per connection,
+and a queue's groups in ``forq_claim_group`` (migration 0018), both in one statement
+(CALL_CLAIM_THEN_GROUPS).
 """
 
 from __future__ import annotations
