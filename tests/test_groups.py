@@ -12,6 +12,7 @@ from forqapp import errors, ids, services, store, validation, vocab
 from forqapp.errors import ForqError
 from forqapp.models import DedupEntry, Message, Queue
 from forqapp.store import Delivery, NewMessage, Store
+from forqapp.utils import now_ms
 
 NOW = 1_800_000_000_000
 HOUR = 3_600_000
@@ -301,6 +302,34 @@ def test_a_claim_of_a_queue_with_groups_is_two_statements_whatever_the_number_of
         assert counting.statements - before == 2
 
 
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's round trips")
+@pytest.mark.parametrize("groups", [10, 10_000])
+def test_a_claim_of_a_queue_with_groups_is_one_statement_on_postgresql(st, monkeypatch, groups):
+    """``forq_claim`` and ``forq_claim_group`` in one statement: the messages without a group first,
+    then the groups for what is left of the limit, whatever the number of groups."""
+    put(st, "q", [f"g{k:05}" for k in range(groups)] * 2 + [None])
+    statements: list[str] = []
+    execute = st._execute
+    monkeypatch.setattr(st, "_execute", lambda sql, params=None: statements.append(sql) or execute(sql, params))
+    assert [d.group for d in take(st, "q", NOW + 10_000, 3, concurrency=1)] == [None, "g00000", "g00001"]
+    for k in range(2, 6):
+        assert [d.group for d in take(st, "q", NOW + 10_000 + k, concurrency=1)] == [f"g{k:05}"]
+    assert len(statements) == 5
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's round trips")
+def test_a_claim_that_redrives_claims_the_groups_after_the_redrive_on_postgresql(st):
+    """A message without a group past its attempts goes to the dead-letter queue first (its own
+    rounds), then the claim takes from the groups what is left of the limit, as it did in two calls."""
+    (spent,) = put(st, "q", [None])
+    put(st, "q", ["g1", "g2"])
+    assert contents(take(st, "q", NOW + 1, max_attempts=1)) == ["None:0"]
+    claimed = st.claim("q", NOW + 1 + 2 * VIS, 2, visibility_ms=VIS, max_attempts=1, dlq_ttl_ms=HOUR)
+    assert [d.id for d in claimed.redriven_messages] == [spent]
+    assert [d.group for d in claimed.deliveries] == ["g1", "g2"]
+
+
 # --- the Python API ----------------------------------------------------------------------------------
 
 
@@ -368,6 +397,33 @@ def test_the_installed_group_claim_function_is_the_stores():
         cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'forq_claim_group'")
         (body,), = cur.fetchall()
     assert body == GROUP_CLAIM_FUNCTION.split("$claim_group$")[1]
+
+
+
+@pytest.mark.django_db
+def test_an_ack_finds_its_groups_row_by_key_whatever_the_number_of_groups():
+    """On PostgreSQL the ack's trigger wakes the group through ``forq_groups``' primary key, not a read
+    of every group's row (migration 0026: ``messages.queue`` is ``COLLATE "C"``, ``forq_groups.queue``
+    the default, and the comparison took the message's collation, which the key cannot answer)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's trigger")
+    forqapp.send_many("many", [{"content": "x", "group": f"g{k}"} for k in range(3_000)]
+                      + [{"content": "second", "group": "g0"}])  # g0 has a message waiting: the ack wakes it
+    delivery = services.claim("many")
+    assert delivery is not None and delivery.group == "g0"
+
+    def seq_scans() -> int:  # of forq_groups, this transaction's so far
+        with connection.cursor() as cur:
+            cur.execute("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'forq_groups'")
+            return int(cur.fetchone()[0])
+
+    before = seq_scans()
+    services.ack(delivery)
+    assert seq_scans() == before
+    with connection.cursor() as cur:
+        cur.execute("SELECT eligible_at FROM forq_groups WHERE queue = 'many' AND name = 'g0'")
+        (eligible_at,), = cur.fetchall()
+    assert eligible_at is not None and eligible_at <= now_ms()  # woken: "second" may go at once
 
 
 # --- peek ------------------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ Statements are complete module constants (status codes and failure reasons forma
 import, from :mod:`forqapp.vocab`), sent with server-side parameter binding (``psycopg.Cursor``),
 whatever cursor class Django configured, so they can be prepared when the connection's
 ``prepare_threshold`` allows it. The claim is the exception: it runs inside ``forq_claim``, a PL/pgSQL
-function that holds it (migration 0015; see CLAIM_FUNCTION), so that it is planned once per connection.
+function that holds it (migration 0015; see CLAIM_FUNCTION), so that it is planned once per connection,
+and a queue's groups in ``forq_claim_group`` (migration 0018), both in one statement
+(CALL_CLAIM_THEN_GROUPS).
 """
 
 from __future__ import annotations
@@ -608,6 +610,24 @@ GROUP_CLAIM_FUNCTION = "\n".join(line.rstrip() for line in GROUP_CLAIM_FUNCTION.
 CALL_CLAIM_GROUP = """SELECT * FROM forq_claim_group(%(queue)s::text, %(now)s::bigint, %(limit)s::bigint,
     %(visibility)s::bigint, %(max)s::bigint, %(dlq_ttl)s::bigint, %(concurrency)s::bigint, %(rate_us)s::bigint,
     %(looks)s::bigint)"""
+# A claim in one round trip: ``forq_claim`` (the messages without a group), then, in the same
+# statement, ``forq_claim_group`` for what is left of the limit, where the claim would go on to the
+# groups after its first round: every message it took delivered (none redriven to a dead-letter
+# queue: then the redrive's rounds come first, as before) and fewer than the limit, in an order other
+# than LIFO (which goes on to the next priority first). The scalar subqueries over ``plain`` make
+# ``forq_claim`` run to its end before ``forq_claim_group`` starts, and the group function's
+# statements see its writes (a PL/pgSQL function takes a snapshot per statement). Where the groups'
+# part does not run (its condition is a one-time filter), the claim goes on as ``_claim`` did: the
+# redrive's rounds, then ``forq_claim_group`` alone. The last column says which part a row is of.
+GROUPS_AFTER_PLAIN = f"""%(order)s::text <> 'lifo' AND (SELECT COUNT(*) FROM plain) < %(limit)s::bigint
+  AND NOT EXISTS (SELECT 1 FROM plain WHERE r_status <> {PROCESSING})"""
+CALL_CLAIM_THEN_GROUPS = f"""WITH plain AS MATERIALIZED ({CALL_CLAIM})
+SELECT *, NULL::varchar, TRUE FROM plain
+UNION ALL
+SELECT *, FALSE FROM forq_claim_group(%(queue)s::text, %(now)s::bigint,
+    %(limit)s::bigint - (SELECT COUNT(*) FROM plain), %(visibility)s::bigint, %(max)s::bigint, %(dlq_ttl)s::bigint,
+    %(concurrency)s::bigint, %(rate_us)s::bigint, %(looks)s::bigint)
+WHERE {GROUPS_AFTER_PLAIN}"""
 
 # Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
 # claims of a limited queue count and take one after the other, on every host.
@@ -1272,12 +1292,21 @@ class PostgreSQLStore(Store):
 
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
                order: str, groups: tuple[int | None, int | None] = (None, None)) -> Claim:
-        claimed = self._claim_ungrouped(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
+        # One round trip where it can (CALL_CLAIM_THEN_GROUPS): the messages without a group first (as
+        # they were claimed before groups), then the groups.
+        params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
+                  "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG, "ended_among": max(ENDED_AMONG, limit),
+                  "order": order, "concurrency": groups[0], "rate_us": groups[1], "looks": MAX_GROUP_LOOKS}
+        rows = self._fetchall_claim(CALL_CLAIM_THEN_GROUPS, params)
+        first = [r[:14] for r in rows if r[15]]
+        claimed = self._claim_ungrouped(queue, now, limit, order, params, first)
         if len(claimed.deliveries) >= limit:
             return claimed
-        # The messages without a group first (as they were claimed before groups), then the groups.
-        grouped = self._claim_groups(queue, now, limit - len(claimed.deliveries), visibility_ms, max_attempts,
-                                     dlq_ttl_ms, *groups)
+        if order != "lifo" and len(first) < limit and all(r[13] == PROCESSING for r in first):
+            grouped = self._groups_claimed([r[:15] for r in rows if not r[15]])  # they ran in the same call
+        else:
+            grouped = self._claim_groups(queue, now, limit - len(claimed.deliveries), visibility_ms, max_attempts,
+                                         dlq_ttl_ms, *groups)
         if grouped is None:
             return claimed
         if not claimed.deliveries and not claimed.redriven_messages:
@@ -1289,9 +1318,13 @@ class PostgreSQLStore(Store):
                       dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None) -> Claim | None:
         """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time, in one call of
         ``forq_claim_group`` (GROUP_CLAIM_FUNCTION); None when it took nothing."""
-        rows = self._fetchall(CALL_CLAIM_GROUP, {
+        return self._groups_claimed(self._fetchall(CALL_CLAIM_GROUP, {
             "queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
-            "dlq_ttl": dlq_ttl_ms, "concurrency": concurrency, "rate_us": rate_us, "looks": MAX_GROUP_LOOKS})
+            "dlq_ttl": dlq_ttl_ms, "concurrency": concurrency, "rate_us": rate_us, "looks": MAX_GROUP_LOOKS}))
+
+    @staticmethod
+    def _groups_claimed(rows: list[tuple[Any, ...]]) -> Claim | None:
+        """``forq_claim_group``'s rows as a claim; None when it took nothing."""
         if not rows:
             return None
         if rows[0][0] is None:  # held back by the group limits
@@ -1326,16 +1359,16 @@ class PostgreSQLStore(Store):
             return {}
         return {q: int(t) for q, t in self._fetchall(NEXT_TURNS, (list(queues),))}
 
-    def _claim_ungrouped(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
-                         dlq_ttl_ms: int, order: str) -> Claim:
-        params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
-                  "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG, "ended_among": max(ENDED_AMONG, limit),
-                  "order": order}
-        sql = CALL_CLAIM  # CLAIM[order], in forq_claim
+    def _claim_ungrouped(self, queue: str, now: int, limit: int, order: str, params: dict[str, Any],
+                         rows: list[tuple[Any, ...]]) -> Claim:
+        """The messages without a group: ``rows``, the first round's (``forq_claim``'s, of
+        CALL_CLAIM_THEN_GROUPS), then the rounds after a redrive."""
         deliveries: list[Delivery] = []
         redriven: list[Delivery] = []
-        for _ in range(MAX_REDRIVE_ROUNDS):
-            rows = self._fetchall_claim(sql, params)
+        params = dict(params)
+        for round_ in range(MAX_REDRIVE_ROUNDS):
+            if round_:
+                rows = self._fetchall_claim(CLAIM_AGAIN[order], params)
             live = [r for r in rows if r[13] == PROCESSING]  # the others were redriven to the DLQ
             redriven += [Delivery._make((*r[:13], None))._replace(receipt=None, lease_expires_at=None)
                          for r in rows if r[13] != PROCESSING]
@@ -1346,7 +1379,6 @@ class PostgreSQLStore(Store):
                 break
             params["limit"] = limit - len(deliveries)
             params["delivered"] = [d.id for d in deliveries]
-            sql = CLAIM_AGAIN[order]
         if len(deliveries) > 1 and order not in ("random", "due"):  # RETURNING order is unspecified (due: sorted)
             newest_first = order == "lifo"
             deliveries.sort(key=lambda d: (-d.priority, -d.sequence if newest_first else d.sequence))
