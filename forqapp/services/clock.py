@@ -165,9 +165,7 @@ def on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs
     if connection.alias != alias() or not _due():
         return
     try:
-        if forq_settings.FORQ_CLOCK != "database" or not store.store_class(connection.vendor).has_clock:
-            return
-        if connection.in_atomic_block or not connection.get_autocommit():
+        if not follows_database(connection.alias) or connection.in_atomic_block or not connection.get_autocommit():
             return
         sync(on=store.store_class(connection.vendor).on(connection.connection))
     except Exception as exc:  # noqa: BLE001 - a failed measurement must never fail the connection
@@ -190,5 +188,4 @@ def _after_fork_in_child() -> None:
 
 
 setting_changed.connect(forget, dispatch_uid="forqapp.clock.forget")
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=_after_fork_in_child)
