@@ -299,6 +299,37 @@ def test_example_pipelines(spark, live_forq, tmp_path, capsys):
     assert "report-dlq: 25 messages" in capsys.readouterr().out
 
 
+def test_the_spark_page_pipeline_runs_as_it_is(spark, live_forq, tmp_path, monkeypatch):
+    """docs/how-to/spark.md's pipeline.py, as printed, with only its URL and its /data folder
+    pointed at this test's server and folder; then its two streaming queries' output is checked."""
+    import re
+
+    from tests.test_docs import python_blocks
+
+    text = (ROOT / "docs" / "how-to" / "spark.md").read_text()
+    block = next(b for b in python_blocks(text) if b.startswith("# pipeline.py"))
+    data = tmp_path / "data"
+    (data / "inbox").mkdir(parents=True)
+    (data / "inbox" / "a.txt").write_text("x\ny\nx\n")
+    code = block.replace("http://forq.internal:8080", live_forq.url).replace('"/data/', f'"{data}/')
+    assert "forq.internal" not in code and not re.search(r'"/data', code)
+    monkeypatch.setenv("FORQ_AUTH_SECRET", live_forq.api_key)
+    exec(compile(code, "pipeline.py", "exec"), {"__name__": "pipeline"})  # noqa: S102 - the docs block, run as printed
+    try:
+        deadline = time.monotonic() + 120
+        while sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = 'counts'")) != [
+                "x: 2", "y: 1"]:
+            assert time.monotonic() < deadline and all(q.exception() is None for q in spark.streams.active)
+            time.sleep(0.2)
+        while live_forq.sql("SELECT COUNT(*) FROM messages WHERE queue = 'emails' AND content IN ('x', 'y')") != [(3,)]:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+    assert live_forq.count("emails") == 5  # the two batch writes' "hello", and the file's 3 lines
+
+
 def test_example_pipelines_say_an_error_in_one_line(spark, live_forq, tmp_path, capsys, monkeypatch):
     from forqapp.spark.examples import _session, bulk_load, dlq_report
 
@@ -456,7 +487,7 @@ def test_file_drop_into_the_sink_exactly_once_through_a_task_failure_a_stop_and_
     from pyspark import TaskContext
     from pyspark.sql.functions import col, udf
 
-    from forqapp.spark.sink import sink_id
+    from forqapp.spark.options import sink_id
 
     @udf("string")
     def flaky(line):
@@ -528,6 +559,50 @@ def test_an_aborted_micro_batch_leaves_nothing_and_the_restart_publishes_it_once
         .trigger(availableNow=True).start()
     assert restarted.awaitTermination(120)
     assert sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = ?", (queue,))) == sorted(lines)
+
+
+def test_update_mode_through_foreach_batch_exactly_once_across_a_stop_and_a_replay(spark, live_forq, tmp_path):
+    """An aggregation in the "update" output mode (which Spark refuses for a Python data source's
+    writeStream.format) through foreachBatch(forqapp.spark.foreach_batch(...)): each micro-batch's
+    updated rows are enqueued once, through a stop, new files and a replayed batch."""
+    from pyspark.sql.functions import col, substring
+
+    from forqapp.spark import foreach_batch
+    from forqapp.spark.options import sink_id
+
+    queue, inbox, checkpoint = "updates", tmp_path / "inbox", tmp_path / "cp"
+    inbox.mkdir()
+
+    def start():
+        counts = _file_stream(spark, inbox, substring(col("value"), 1, 2)).groupBy("content").count() \
+            .selectExpr("concat(content, ':', CAST(count AS STRING)) AS content")
+        return counts.writeStream.outputMode("update") \
+            .foreachBatch(foreach_batch(**live_forq.options(queue, batchSize=20), checkpointLocation=str(checkpoint))) \
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+
+    def contents():
+        return sorted(r[0] for r in live_forq.sql("SELECT content FROM messages WHERE queue = ?", (queue,)))
+
+    _drop_files(inbox, ["u0", "u1"], rows=50)
+    query = start()
+    query.awaitTermination(120)
+    assert query.exception() is None and contents() == ["u0:50", "u1:50"]
+    _drop_files(inbox, ["u0b", "u2"], rows=50)  # u0's count changes: update mode emits it again
+    query = start()
+    query.awaitTermination(120)
+    assert contents() == ["u0:100", "u0:50", "u1:50", "u2:50"]
+
+    # A crash after the publish and before Spark's commit log entry: the restart runs the last
+    # batch again, with the same id. It publishes nothing.
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    (checkpoint / "commits" / str(last)).unlink()
+    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    query = start()
+    query.awaitTermination(120)
+    assert (checkpoint / "commits" / str(last)).exists()  # Spark ran it again
+    assert contents() == ["u0:100", "u0:50", "u1:50", "u2:50"] and live_forq.staged_rows(queue) == 0
+    assert live_forq.sql("SELECT sink, batch_id FROM forq_sink_batches WHERE queue = ?", (queue,)) == [
+        (sink_id(None, str(checkpoint)), last)]
 
 
 def test_the_sink_refuses_the_complete_output_mode_and_a_key_without_produce(spark, live_forq, tmp_path):

@@ -10,8 +10,8 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'fo
 pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'forqapp[spark]')")
 
 from forqapp.spark.client import ForqClientError  # noqa: E402
-from forqapp.spark.options import ForqOptionError  # noqa: E402
-from forqapp.spark.sink import ForqStreamWriter, sink_id  # noqa: E402
+from forqapp.spark.options import ForqOptionError, sink_id  # noqa: E402
+from forqapp.spark.sink import ForqStreamWriter  # noqa: E402
 from forqapp.spark.source import ForqDataSource  # noqa: E402
 
 from .test_keys_spark import make_key, scoped  # noqa: E402
@@ -137,3 +137,55 @@ def test_a_streaming_write_carries_the_group_column(live_forq):
     w.commit([w.write(iter([batch]))], 0)
     assert live_forq.sql("SELECT content, message_group FROM messages WHERE queue = 'sg' ORDER BY content") == [
         ("a", "t1"), ("b", ""), ("c", "t2")]
+
+
+def _batch_writer(live_forq, queue: str, **extra):
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField("content", StringType())])
+    return ForqDataSource(live_forq.options(queue, **extra)).writer(schema, overwrite=False)
+
+
+def test_a_batch_write_with_a_batch_id_publishes_that_micro_batch_once(live_forq):
+    """foreachBatch's write (forqapp.spark.foreach_batch): df.write with the query's checkpoint and
+    Spark's batch id publishes as the streaming sink does, once per batch id of that query."""
+    w = _batch_writer(live_forq, "fb1", checkpointLocation="/cp/fb1", batchId="0")
+    parts = [w.write(_batches([f"b0-{p}-{i}" for i in range(30)])) for p in range(2)]
+    assert live_forq.count("fb1") == 0  # staged until the job commits
+    w.commit(parts)
+    assert live_forq.count("fb1") == 60
+    again = _batch_writer(live_forq, "fb1", checkpointLocation="/cp/fb1", batchId="0")  # Spark runs batch 0 again
+    again.commit([again.write(_batches([f"b0-{p}-{i}" for i in range(30)])) for p in range(2)])
+    assert live_forq.count("fb1") == 60 and live_forq.staged_rows("fb1") == 0
+    empty = _batch_writer(live_forq, "fb1", checkpointLocation="/cp/fb1", batchId="1")
+    empty.commit([empty.write(_batches([]))])  # an empty batch records nothing: batch 1 may still come
+    nxt = _batch_writer(live_forq, "fb1", checkpointLocation="/cp/fb1", batchId="1")
+    nxt.commit([nxt.write(_batches(["b1"]))])
+    assert live_forq.count("fb1") == 61
+    assert live_forq.sql("SELECT sink, batch_id FROM forq_sink_batches WHERE queue = 'fb1'") == [
+        (sink_id(None, "/cp/fb1"), 1)]
+    plain = _batch_writer(live_forq, "fb1")  # without batchId: a batch job, published every time
+    plain.commit([plain.write(_batches(["job"]))])
+    assert live_forq.count("fb1") == 62
+
+
+def test_a_batch_id_needs_the_query_and_belongs_to_foreach_batch(live_forq):
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from forqapp.spark import foreach_batch
+
+    with pytest.raises(ForqOptionError, match="checkpointLocation"):
+        _batch_writer(live_forq, "fb2", batchId="0")
+    with pytest.raises(ForqOptionError, match="must be an integer"):
+        _batch_writer(live_forq, "fb2", checkpointLocation="/cp", batchId="x")
+    schema = StructType([StructField("content", StringType())])
+    with pytest.raises(ForqOptionError, match="foreachBatch"):
+        ForqDataSource(live_forq.options("fb2", checkpointLocation="/cp", batchId="0")).streamWriter(schema, False)
+    with pytest.raises(ForqOptionError, match="checkpointLocation"):
+        foreach_batch(**live_forq.options("fb2"))
+    with pytest.raises(ForqOptionError, match="sets the option 'batchId' itself"):
+        foreach_batch(**live_forq.options("fb2"), checkpointLocation="/cp", batchId=3)
+    with pytest.raises(ForqOptionError, match="unknown forq option 'queu'"):
+        foreach_batch(url=live_forq.url, apiKey="k", queu="fb2", checkpointLocation="/cp")
+    assert callable(foreach_batch(**live_forq.options("fb2"), delivery="atLeastOnce"))  # needs no query
+    assert live_forq.count("fb2") == 0

@@ -4,12 +4,27 @@ messages that say which option is wrong and why."""
 from __future__ import annotations
 
 import difflib
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 from .. import vocab  # Django-free, like this package
 from .client import ForqClient
+
+
+def sink_id(query_id: str | None, checkpoint_location: str | None = None, query_name: str | None = None) -> str | None:
+    """The name the server records a query's batches under (a token: ``[A-Za-z0-9._-]``, 100
+    characters at most): Spark's query id, else a hash of the checkpoint location, else of the
+    query's name; None with none of them."""
+    if query_id:
+        return "q-" + hashlib.sha256(query_id.encode()).hexdigest()[:40]
+    if checkpoint_location:
+        return "cp-" + hashlib.sha256(checkpoint_location.rstrip("/").encode()).hexdigest()[:40]
+    if query_name:
+        return "qn-" + hashlib.sha256(query_name.encode()).hexdigest()[:40]
+    return None
+
 
 _D = TypeVar("_D", int, None)  # _int's default: an int, or None (then the result may be None)
 
@@ -57,7 +72,7 @@ def _float(options: Mapping[str, str], name: str, default: float, lo: float, hi:
 #: Every option of the format (a misspelt one is an error, not silently ignored); ``path`` is
 #: Spark's own, set by ``load(path)`` / ``save(path)``, and means nothing here.
 KNOWN = ("url", "apiKey", "queue", "delivery", "batchSize", "numPartitions", "pageSize", "maxMessagesPerBatch",
-         "waitSeconds", "timeout")
+         "waitSeconds", "timeout", "batchId")
 #: Spark's own options, which it passes along: ``path`` (``load(path)`` / ``save(path)``, meaning
 #: nothing here), and a streaming query's ``checkpointLocation`` and ``queryName`` (they name the
 #: query for the streaming sink).
@@ -78,6 +93,7 @@ class ForqOptions:
     exactly_once: bool = True  # write: stage + publish on commit (False: produce batches directly)
     checkpoint_location: str | None = None  # streaming write: Spark's option, names the query
     query_name: str | None = None  # streaming write: Spark's, names the query without the above
+    batch_id: int | None = None  # batch write in foreachBatch: publish as this micro-batch of the query, once
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ForqOptions:
@@ -118,7 +134,12 @@ class ForqOptions:
             timeout=_float(options, "timeout", 300.0, 1.0, 3600.0),
             checkpoint_location=(_get(options, "checkpointLocation") or "").strip() or None,
             query_name=(_get(options, "queryName") or "").strip() or None,
+            batch_id=_int(options, "batchId", None, 0, 2**63 - 1),
         )
+
+    def sink(self, query_id: str | None = None) -> str | None:
+        """The name the server records this query's micro-batches under (see :func:`sink_id`)."""
+        return sink_id(query_id, self.checkpoint_location, self.query_name)
 
     def client(self):
         return ForqClient(self.url, self.api_key, timeout=self.timeout)

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -28,19 +27,6 @@ from .options import ForqOptionError
 from .write import ForqCommitMessage, Stager, _task_token
 
 logger = logging.getLogger("forqapp.spark")
-
-
-def sink_id(query_id: str | None, checkpoint_location: str | None = None, query_name: str | None = None) -> str | None:
-    """The name the server records a query's batches under (a token: ``[A-Za-z0-9._-]``, 100
-    characters at most): Spark's query id, else a hash of the checkpoint location, else of the
-    query's name; None with none of them."""
-    if query_id:
-        return "q-" + hashlib.sha256(query_id.encode()).hexdigest()[:40]
-    if checkpoint_location:
-        return "cp-" + hashlib.sha256(checkpoint_location.rstrip("/").encode()).hexdigest()[:40]
-    if query_name:
-        return "qn-" + hashlib.sha256(query_name.encode()).hexdigest()[:40]
-    return None
 
 
 def _local_property(name: str) -> str | None:
@@ -64,8 +50,7 @@ class ForqStreamWriter(Stager, DataSourceStreamArrowWriter):
 
     def _sink(self, messages) -> str:
         queries = {m.query for m in messages if isinstance(m, ForqCommitMessage)}
-        sink = sink_id(queries.pop() if len(queries) == 1 else None, self.options.checkpoint_location,
-                       self.options.query_name)
+        sink = self.options.sink(queries.pop() if len(queries) == 1 else None)
         if sink is None:
             raise ForqOptionError(
                 'format "forq" streaming writes with delivery=exactlyOnce need to know the query: set its '
@@ -76,17 +61,7 @@ class ForqStreamWriter(Stager, DataSourceStreamArrowWriter):
         """Spark committed micro-batch ``batchId``: publish its rows, once."""
         if not self.options.exactly_once:
             return  # delivery=atLeastOnce: every row was visible as soon as it was sent
-        if not any(isinstance(m, ForqCommitMessage) and m.count for m in messages):
-            self._discard(messages)  # tokens with no rows: nothing to publish, nothing to record
-            return
-        sink = self._sink(messages)
-        published = self._publish(messages, lambda client, staged: client.publish_batch(
-            staged, self.options.queue, sink, batchId))
-        if published is None:
-            logger.info("forq: batch %d of query %s was published before: nothing published again",
-                        batchId, sink)
-        else:
-            logger.info("forq: batch %d: published %d messages to %s", batchId, published, self.options.queue)
+        self._publish_micro_batch(messages, lambda: self._sink(messages), batchId)
 
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
         """The micro-batch failed: nothing of it was published; drop what its tasks staged."""

@@ -83,6 +83,9 @@ class ForqDataSource(DataSource):
         if overwrite:
             raise ForqOptionError('format "forq" streaming writes take the "append" and "update" output modes '
                                   '(a queue cannot be overwritten: "complete" mode would resend every row each batch)')
+        if self.forq.batch_id is not None:
+            raise ForqOptionError('forq option \'batchId\' is for df.write inside foreachBatch: a streaming '
+                                  "write (writeStream.format(\"forq\")) numbers its micro-batches itself")
         return ForqStreamWriter(self.forq, schema)
 
 

@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -269,6 +270,21 @@ class Stager:
                                           "nothing was published", exc.status, exc.code) from exc
                 raise
 
+    def _publish_micro_batch(self, messages, sink: Callable[[], str], batch_id: int) -> None:
+        """Publish micro-batch ``batch_id`` of the query ``sink()`` names, once: in the same
+        transaction the server records it, and a batch recorded before (or an earlier one) publishes
+        nothing and drops its rows. A batch without rows records nothing."""
+        if not any(isinstance(m, ForqCommitMessage) and m.count for m in messages):
+            self._discard(messages)  # tokens with no rows: nothing to publish, nothing to record
+            return
+        name = sink()
+        published = self._publish(messages, lambda client, staged: client.publish_batch(
+            staged, self.options.queue, name, batch_id))
+        if published is None:
+            logger.info("forq: batch %d of query %s was published before: nothing published again", batch_id, name)
+        else:
+            logger.info("forq: batch %d: published %d messages to %s", batch_id, published, self.options.queue)
+
     def _discard(self, messages) -> None:
         staged = self._staged(messages)
         if staged and self.options.exactly_once:
@@ -277,12 +293,25 @@ class Stager:
 
 
 class ForqWriter(Stager, DataSourceArrowWriter):
-    """``df.write.format("forq")``: a job's rows, published in one transaction when it commits."""
+    """``df.write.format("forq")``: a job's rows, published in one transaction when it commits.
+    With ``batchId`` (a streaming query's ``foreachBatch``: :func:`forqapp.spark.foreach_batch`),
+    published as that micro-batch of the query named by ``checkpointLocation`` (or ``queryName``),
+    once: as the streaming sink publishes, so a batch Spark runs again publishes nothing."""
+
+    def __init__(self, options: ForqOptions, schema: StructType):
+        super().__init__(options, schema)
+        if options.batch_id is not None and options.exactly_once and options.sink() is None:
+            raise ForqOptionError('format "forq" writes with a batchId need to know the query: set '
+                                  '.option("checkpointLocation", ...) to the streaming query\'s (or its queryName)')
 
     def commit(self, messages) -> None:
         """All tasks succeeded: publish every task's rows in one transaction."""
         if not self.options.exactly_once:
             return  # delivery=atLeastOnce: every batch was visible as soon as it was sent
+        batch_id, sink = self.options.batch_id, self.options.sink()
+        if batch_id is not None and sink is not None:
+            self._publish_micro_batch(messages, lambda: sink, batch_id)
+            return
         published = self._publish(messages, lambda client, staged: client.publish(staged))
         expected = sum(m.count for m in messages if isinstance(m, ForqCommitMessage))
         logger.info("forq: published %d messages to %s (%d staged)", published, self.options.queue, expected)
