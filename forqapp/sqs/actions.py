@@ -322,7 +322,7 @@ def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     item, answer = _message(body, name, queues.own(info.meta, is_dlq(name)),
                             queues.max_message_size(info.meta, is_dlq(name)), ctx.key.access_key_id)
     try:
-        (result,) = services.send_entries(name, [item])
+        (result,) = queues.send(name, [item])
     except ForqError as exc:
         raise queues.forq_error(exc) from None
     return {**answer, **_sent(name, result)}
@@ -362,7 +362,7 @@ def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     successful = []
     if valid:
         try:
-            results = services.send_entries(name, [item for _, item, _ in valid])
+            results = queues.send(name, [item for _, item, _ in valid])
         except ForqError as exc:
             error = queues.forq_error(exc)
             failed += [error.entry(entry_id) for entry_id, _, _ in valid]

@@ -509,6 +509,26 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, create
         save_meta(base, meta)
 
 
+def send(name: str, items: list[validation.SendEntry]) -> list[services.SendResult]:
+    """SendMessage's and SendMessageBatch's send of checked ``items`` to queue ``name``: on SQS a
+    dead-letter queue is a queue like any, and takes sends (``to_dlq``). A send to the DLQ of a
+    placeholder row (the DLQ created before its queue) leaves the row a placeholder: the send moves
+    its counter (a DLQ's messages are numbered with its queue's), and the mark follows, checked and
+    written in the send's transaction, the row locked (as :func:`apply`)."""
+    if not is_dlq(name):
+        return services.send_entries(name, items)
+    base = base_of(name)
+    with transaction.atomic(using=services.alias()):
+        row = _row(base, lock=True)
+        hidden = row is not None and is_placeholder(*row) and not _regular_messages(base)
+        results = services.send_entries(name, items, to_dlq=True)
+        if hidden:
+            row = _row(base)
+            assert row is not None
+            save_meta(base, {**row[0], HIDDEN: _mark(row[1], row[2])})
+    return results
+
+
 def drop_placeholder(base: str, meta: dict[str, Any]) -> bool:
     """Delete the row of ``base`` if it is still only SQS's placeholder for its DLQ (its mark
     unchanged, no messages): one conditional statement, so a concurrent write of another face
