@@ -404,7 +404,8 @@ def receive_plan(ctx: Context, body: dict[str, Any]) -> ReceivePlan:
 
 def take(queue: str, plan: ReceivePlan) -> list[services.ReceivedMessage]:
     """One claim of up to ``plan.max_messages`` of ``queue`` (on a database thread)."""
-    return services.claim_many(queue, plan.max_messages, visibility_timeout=plan.visibility)
+    return services.claim_many(queue, plan.max_messages, visibility_timeout=plan.visibility,
+                               group_batch=queues.is_fifo(queue))  # (as many of one group as it can, as SQS)
 
 
 Encoded = tuple[int, list[tuple[bytes, bytes]], bytes]
