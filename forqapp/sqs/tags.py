@@ -64,7 +64,7 @@ def check(tags: object, queue: str, *, required: bool = True) -> dict[str, str]:
 
 def _queue(ctx: Any, body: dict[str, Any], action: str) -> str:
     """The queue ``QueueUrl`` names, if it exists (read now) and the key may do ``action`` on it."""
-    name = queues.name_from_url(body.get("QueueUrl"))
+    name = queues.name_from_url(body.get("QueueUrl"), ctx.origin.region)
     ctx.need(name, action)
     queues.existing(name, fresh=True)
     return name
