@@ -540,3 +540,12 @@ def test_a_batch_redrives_a_used_up_follower(st):
                      group_concurrency=1, group_batch=True)
     assert claim.deliveries == [] and sorted(d.id for d in claim.redriven_messages) == sorted(a)
     assert set(Message.objects.filter(id__in=a).values_list("queue", flat=True)) == {"q-dlq"}
+
+
+def test_receive_many_takes_a_batch_of_one_group_when_asked(st):
+    forqapp.send_many("batched", [{"content": f"a{k}", "group": "a"} for k in range(3)])
+    forqapp.configure_queue("batched", group_concurrency=1)
+    assert [m.content for m in forqapp.receive_many("batched", 10)] == ["a0"]
+    forqapp.send_many("batched", [{"content": f"b{k}", "group": "b"} for k in range(3)])
+    # (a0 in flight holds its group: a1 and a2 wait)
+    assert [m.content for m in forqapp.receive_many("batched", 10, group_batch=True)] == ["b0", "b1", "b2"]

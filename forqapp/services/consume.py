@@ -78,16 +78,17 @@ def receive(queue: str, wait: float = 0, *, visibility_timeout: Any = None, rand
 
 
 def receive_many(queue: str, max_messages: int, *, wait: float = 0, visibility_timeout: Any = None,
-                 random: bool = False, using: str | None = None) -> list[ReceivedMessage]:
+                 random: bool = False, using: str | None = None, group_batch: bool = False) -> list[ReceivedMessage]:
     """Take up to ``max_messages`` due messages of ``queue`` in one statement, waiting up to
-    ``wait`` seconds for the first."""
+    ``wait`` seconds for the first. ``group_batch``: a message group's next messages after its
+    first, in order, all for this consumer (as an SQS FIFO receive; see :func:`claim_many`)."""
 
 
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise ForqError(errors.BODY_INVALID, "max_messages must be a positive integer")
     got = waiting.claim(
         lambda: claim_many(queue, max_messages, visibility_timeout=visibility_timeout, random=random,
-                           using=using) or None,
+                           using=using, group_batch=group_batch) or None,
         (queue,), wait, using=using)
     return got or []
 
