@@ -415,6 +415,10 @@ class ForqSettings:
     FORQ_SQS_ACCOUNT_ID: Setting[str] = Setting(
         "000000000000", "the account id of the SQS listener's queue URLs and ARNs (12 digits); every region "
         "names the same queues", check=sqs_account, env=str)
+    FORQ_SQS_SEPARATE_REGIONS: Setting[bool] = Setting(
+        False, "`True`: the region of a queue's URL or ARN (the one the request is signed for) separates "
+        "queues, the same name in two regions being two queues (forqapp's `<region>.<name>`); `False`: every "
+        "region names the same queues", check=boolean, env=parse_bool)
     FORQ_SQS_MAX_MESSAGE_BYTES: Setting[int] = Setting(
         1_048_576, "largest message the SQS listener takes (bytes: body and attributes, as SQS counts; SQS's "
         "own limit, 1 MiB, by default), whatever `FORQ_MAX_CONTENT_BYTES`", check=integer(1024), env=int)

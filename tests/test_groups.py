@@ -394,7 +394,8 @@ def test_the_installed_group_claim_function_is_the_stores():
     from forqapp.store.postgresql import GROUP_CLAIM_FUNCTION
 
     with connection.cursor() as cur:
-        cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'forq_claim_group'")
+        # (the current one: migration 0027's, with p_batch; 0023's stays beside it for older processes)
+        cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'forq_claim_group' AND pronargs = 10")
         (body,), = cur.fetchall()
     assert body == GROUP_CLAIM_FUNCTION.split("$claim_group$")[1]
 
@@ -482,3 +483,69 @@ def test_a_batch_into_one_group_writes_its_group_s_row_once_not_once_a_message(s
         before = writes()[1]
         assert st.ack_many("q", [(d.id, d.receipt) for d in got]) == 500
         assert writes()[1] - before <= 1  # the first ack brings the turn forward; the others leave it
+
+
+# --- a batch of one group (group_batch: SQS's FIFO receive) -------------------------------------------
+
+
+def test_a_batch_takes_a_group_s_next_messages_in_order_and_holds_the_group(st):
+    a = put(st, "q", ["a", "a", "a", "a"])
+    (b0,) = put(st, "q", ["b"], received=NOW + 10)
+    got = take(st, "q", NOW + 20, 3, concurrency=1, group_batch=True)
+    assert [d.id for d in got] == a[:3]  # as many of one group as asked, in order
+    assert all(d.group == "a" and d.receipt for d in got)
+    # a second receiver: nothing of "a" while any of them is in flight, "b" goes on
+    assert [d.id for d in take(st, "q", NOW + 30, 10, concurrency=1, group_batch=True)] == [b0]
+    assert take(st, "q", NOW + 40, 10, concurrency=1) == []
+    assert st.ack("q", a[0], got[0].receipt) and st.ack("q", a[2], got[2].receipt)
+    assert take(st, "q", NOW + 50, 10, concurrency=1, group_batch=True) == []  # a[1] still held
+    assert st.ack("q", a[1], got[1].receipt)
+    assert [d.id for d in take(st, "q", NOW + 60, 10, concurrency=1)] == [a[3]]
+    # without group_batch a claim keeps to one message a group
+    more = put(st, "q", ["c", "c"], received=NOW + 70)
+    assert [d.id for d in take(st, "q", NOW + 80, 10, concurrency=1)] == [more[0]]
+
+
+def test_a_batch_given_back_by_its_lease_end_is_taken_again_first_first(st):
+    a = put(st, "q", ["a", "a", "a"])
+    got = take(st, "q", NOW + 10, 10, concurrency=1, group_batch=True)
+    assert [d.id for d in got] == a
+    end = NOW + 10 + VIS
+    # all three due again: one receiver (one at a time) takes a[0] alone, the group waits for it
+    assert [d.id for d in take(st, "q", end, 1, concurrency=1, group_batch=True)] == [a[0]]
+    assert take(st, "q", end + 1, 10, concurrency=1) == []
+    assert take(st, "q", end + 2, 10, concurrency=1, group_batch=True) == []
+    # its lease ends too: a batch takes all three again, in order
+    again = take(st, "q", end + VIS, 10, concurrency=1, group_batch=True)
+    assert [(d.id, d.attempts) for d in again] == [(a[0], 3), (a[1], 2), (a[2], 2)]
+
+
+def test_a_nack_of_a_batch_s_first_message_keeps_the_group_in_order(st):
+    a = put(st, "q", ["a", "a", "a"])
+    got = take(st, "q", NOW + 10, 10, concurrency=1, group_batch=True)
+    assert st.nack("q", a[0], got[0].receipt, NOW + 20, 0, [1_000])
+    assert st.release("q", a[1], got[1].receipt, NOW + 20) and st.release("q", a[2], got[2].receipt, NOW + 20)
+    # a[1] and a[2] are due again, a[0] waits out its backoff: nobody takes a[1] before it
+    assert take(st, "q", NOW + 30, 10, concurrency=1) == []
+    assert take(st, "q", NOW + 30, 10, concurrency=1, group_batch=True) == []
+    again = take(st, "q", NOW + 1_020, 10, concurrency=1, group_batch=True)
+    assert [d.id for d in again] == a
+
+
+def test_a_batch_redrives_a_used_up_follower(st):
+    a = put(st, "q", ["a", "a"])
+    got = take(st, "q", NOW + 10, 10, concurrency=1, group_batch=True, max_attempts=1)
+    assert [d.id for d in got] == a
+    claim = st.claim("q", NOW + 10 + VIS, 10, visibility_ms=VIS, max_attempts=1, dlq_ttl_ms=HOUR,
+                     group_concurrency=1, group_batch=True)
+    assert claim.deliveries == [] and sorted(d.id for d in claim.redriven_messages) == sorted(a)
+    assert set(Message.objects.filter(id__in=a).values_list("queue", flat=True)) == {"q-dlq"}
+
+
+def test_receive_many_takes_a_batch_of_one_group_when_asked(st):
+    forqapp.send_many("batched", [{"content": f"a{k}", "group": "a"} for k in range(3)])
+    forqapp.configure_queue("batched", group_concurrency=1)
+    assert [m.content for m in forqapp.receive_many("batched", 10)] == ["a0"]
+    forqapp.send_many("batched", [{"content": f"b{k}", "group": "b"} for k in range(3)])
+    # (a0 in flight holds its group: a1 and a2 wait)
+    assert [m.content for m in forqapp.receive_many("batched", 10, group_batch=True)] == ["b0", "b1", "b2"]

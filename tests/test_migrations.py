@@ -461,6 +461,8 @@ def test_0014_keeps_the_leases_alone_in_idx_leases(tmp_path, django_db_blocker):
 
 CLAIM_FUNCTION = ("forqapp", "0015_postgresql_claim_function")
 GROUPS = ("forqapp", "0018_message_groups")
+#: What this code's claim needs: the group column (0018) and, on PostgreSQL, forq_claim_group's p_batch (0027).
+CLAIMS = ("forqapp", "0027_group_batch")
 
 
 def claim_function(conn: BaseDatabaseWrapper) -> tuple[str, list[str]] | None:
@@ -492,7 +494,7 @@ def test_0015_installs_the_claim_function_on_postgresql_and_takes_it_back(tmp_pa
         first, second = ids.new_ids(2)
         st.insert([NewMessage(first, "jobs", "first", NOW, NOW, NOW + 3_600_000),
                    NewMessage(second, "jobs", "second", NOW, NOW, NOW + 3_600_000, 5)])
-        migrate(conn, GROUPS)  # (this code's claim reads the group column: 0018)
+        migrate(conn, CLAIMS)  # (what this code's claim needs)
         got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         assert [(d.id, d.attempts) for d in got.deliveries] == [(second, 1), (first, 1)]  # by priority
         migrate(conn, LEASES)
@@ -530,7 +532,7 @@ def test_0016_orders_idx_leases_by_lease_end(tmp_path, django_db_blocker):
         assert messages(conn, COLUMNS_0005 + NEW_COLUMNS) == kept
         leases = index_definitions(conn)["idx_leases"].replace(" ", "")
         assert "(queue,process_after,priority,sequence,status)" in leases and "status=1" in leases.replace("(", "")
-        migrate(conn, GROUPS)  # (this code's claim reads the group column: 0018)
+        migrate(conn, CLAIMS)  # (what this code's claim needs)
         got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         assert [(d.id, d.attempts) for d in got.deliveries] == [(ended, 2)]
         assert st.queue_counts("jobs", NOW + 10).in_flight == 2
@@ -562,6 +564,7 @@ def test_0018_adds_message_groups_and_takes_them_back(tmp_path, django_db_blocke
         grouped = ids.new_id()
         st.insert([NewMessage(grouped, "jobs", "grouped", NOW, NOW, NOW + 3_600_000, group="g")])
         assert st.group_count("jobs") == 1
+        migrate(conn, CLAIMS)  # (what this code's claim needs)
         got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
         assert [(d.id, d.group) for d in got.deliveries] == [(old, None), (grouped, "g")]
         migrate(conn, due_order)

@@ -13,6 +13,7 @@ import botocore
 import pytest
 
 from forqapp import services
+from forqapp.errors import ForqError
 from forqapp.models import Message
 from forqapp.worker import jobs
 
@@ -210,16 +211,50 @@ def test_a_move_tasks_input_is_checked(sqs):
         assert error_of(call, **kwargs)[0] == expected, (call, kwargs)
 
 
-def test_a_send_to_a_dlq_is_refused_as_such_whatever_its_attributes(sqs):
-    """A ``<name>-dlq`` queue is filled by forqapp's redrive: SendMessage and SendMessageBatch to it
-    are refused for that reason, checked against the DLQ's own attributes (a FIFO DLQ with
-    ``ContentBasedDeduplication`` is not told it lacks a deduplication id)."""
-    refused = ("InvalidParameterValue", "forqapp fills a dead-letter queue itself (redrive): send to its queue instead")
+def test_a_dlq_takes_sends_as_any_queue_and_its_fifo_rules_hold(sqs):
+    """On SQS a dead-letter queue is a queue like any: SendMessage and SendMessageBatch to
+    ``<name>-dlq`` (and ``<name>-dlq.fifo``) are received from it; on a FIFO one, its own
+    deduplication (here ``ContentBasedDeduplication``, the DLQ's own attribute), groups in order and
+    sequence numbers (with its queue's); the DLQ created alone stays alone (its queue is not listed)."""
     fifo = sqs.create_queue(QueueName="sendto-dlq.fifo",
                             Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
-    assert error_of(sqs.send_message, QueueUrl=fifo, MessageBody="x", MessageGroupId="g") == refused
-    out = sqs.send_message_batch(QueueUrl=fifo, Entries=[{"Id": "a", "MessageBody": "x", "MessageGroupId": "g"}])
-    assert [(e["Id"], e["Code"], e["Message"]) for e in out["Failed"]] == [("a", *refused)]
+    first = sqs.send_message(QueueUrl=fifo, MessageBody="x", MessageGroupId="g")
+    again = sqs.send_message(QueueUrl=fifo, MessageBody="x", MessageGroupId="g")  # the body's SHA-256: a duplicate
+    assert again["MessageId"] == first["MessageId"] and again["SequenceNumber"] == first["SequenceNumber"]
+    out = sqs.send_message_batch(QueueUrl=fifo, Entries=[{"Id": "a", "MessageBody": "y", "MessageGroupId": "g"},
+                                                         {"Id": "b", "MessageBody": "z", "MessageGroupId": "h"}])
+    assert [e["Id"] for e in out["Successful"]] == ["a", "b"] and not out["Failed"]
+    assert int(first["SequenceNumber"]) < int(out["Successful"][0]["SequenceNumber"])
+    assert Message.objects.filter(queue="sendto.fifo-dlq", is_dlq=True).count() == 3
+    got = sqs.receive_message(QueueUrl=fifo, MaxNumberOfMessages=10, VisibilityTimeout=30,
+                              MessageSystemAttributeNames=["All"])["Messages"]
+    assert ("x", "g") in [(m["Body"], m["Attributes"]["MessageGroupId"]) for m in got]
+    received = {m["Body"]: m for m in got}
+    assert received["x"]["Attributes"]["SequenceNumber"] == first["SequenceNumber"]
+    assert received["x"]["Attributes"]["MessageDeduplicationId"] == \
+        "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"  # sha256("x")
+    for m in got:
+        sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
+    assert bodies(sqs, fifo) == sorted({"x", "y", "z"} - set(received))
     plain = sqs.create_queue(QueueName="sendto-dlq")["QueueUrl"]
-    assert error_of(sqs.send_message, QueueUrl=plain, MessageBody="x") == refused
-    assert not Message.objects.filter(queue__in=("sendto-dlq", "sendto.fifo-dlq")).exists()
+    sqs.send_message(QueueUrl=plain, MessageBody="p", DelaySeconds=0)
+    assert bodies(sqs, plain) == ["p"]
+    listed = [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix="sendto").get("QueueUrls", [])]
+    assert sorted(listed) == ["sendto-dlq", "sendto-dlq.fifo"]
+
+
+def test_what_was_sent_to_a_dlq_is_moved_by_a_move_task_and_expires_with_its_retention(sqs):
+    dlq = sqs.create_queue(QueueName="byhand-dlq", Attributes={"MessageRetentionPeriod": "120"})["QueueUrl"]
+    source = sqs.create_queue(QueueName="byhand", Attributes={"RedrivePolicy": redrive("byhand-dlq")})["QueueUrl"]
+    sqs.send_message(QueueUrl=dlq, MessageBody="by hand")
+    (row,) = Message.objects.filter(queue="byhand-dlq")
+    assert row.is_dlq and 119_000 <= row.expires_after - row.received_at <= 121_000
+    sqs.start_message_move_task(SourceArn=arn("byhand-dlq"))
+    assert wait_for_task(sqs, "byhand-dlq", "COMPLETED")["ApproximateNumberOfMessagesMoved"] == 1
+    assert bodies(sqs, source) == ["by hand"]
+
+
+def test_the_other_faces_still_refuse_a_send_to_a_dlq(sqs):
+    with pytest.raises(ForqError) as exc:
+        services.send_entries("other-dlq", ["x"])
+    assert exc.value.code == "bad_request.queue.produce_to_dlq"

@@ -12,6 +12,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 
 import botocore
 import pytest
@@ -281,28 +282,38 @@ def test_deduplication_scope_message_group(sqs):
 
 # --- message groups ------------------------------------------------------------------------------
 
-def test_a_fifo_queue_delivers_each_group_in_order_one_at_a_time(sqs):
+def test_a_fifo_receive_takes_as_many_of_one_group_as_it_can_in_order(sqs):
+    """As SQS: a receive returns a group's messages in order, as many as asked after its first, all
+    to this receiver; the group gives nothing more to anyone while one of them is in flight."""
     url = fifo_queue(sqs, "ordered.fifo")
     assert services.queue_info("ordered.fifo").policy["group_concurrency"] == 1
     for body, group in (("a1", "tenant-a"), ("a2", "tenant-a"), ("b1", "order#7"), ("a3", "tenant-a")):
         sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=body)
 
-    def receive():
-        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+    def receive(n: int = 10):
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=n,
                                   MessageSystemAttributeNames=["MessageGroupId"]).get("Messages", [])
         return {m["Body"]: m for m in got}
 
+    assert list(receive(2)) == ["a1", "a2"]  # one group's, in order
     got = receive()
-    assert sorted(got) == ["a1", "b1"]  # the head of each group; a2 waits for a1
+    assert list(got) == ["b1"]  # tenant-a's a3 waits for a1 and a2
     assert got["b1"]["Attributes"]["MessageGroupId"] == "order#7"  # (kept escaped: order=237)
     assert services.peek("ordered.fifo", got["b1"]["MessageId"]).group == "order=237"
-    assert receive() == {}  # both groups have a message in flight
-    sqs.delete_message(QueueUrl=url, ReceiptHandle=got["a1"]["ReceiptHandle"])
+    sqs.purge_queue(QueueUrl=url)
+    for body, group in (("a1", "tenant-a"), ("a2", "tenant-a"), ("b1", "order#7"), ("a3", "tenant-a")):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=body + "'")
     got = receive()
-    assert sorted(got) == ["a2"]
-    # A nack (visibility 0) gives the same message back, still before the next of its group.
+    assert list(got) == ["a1", "a2", "a3", "b1"]
+    assert receive() == {}  # every group has its messages in flight
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got["a1"]["ReceiptHandle"])
+    assert receive() == {}  # a2 and a3 still in flight
+    # Given back (visibility 0), a2 waits while a3 is in flight; both given back, both come again in order.
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got["a2"]["ReceiptHandle"], VisibilityTimeout=0)
-    assert sorted(receive()) == ["a2"]
+    assert receive() == {}
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got["a3"]["ReceiptHandle"], VisibilityTimeout=0)
+    assert list(receive(1)) == ["a2"]
+    assert receive() == {}  # a3 waits for a2, given to another receive
 
 
 def test_a_message_group_scoped_deduplication_id_is_received_as_it_was_sent(sqs):
@@ -443,10 +454,10 @@ def test_every_message_group_id_character_maps_to_a_forqapp_group_and_back():
         messages.to_group("#" * 43)  # 129 characters escaped
 
 
-def test_consumers_in_parallel_see_each_group_in_order_one_at_a_time(sqs, server):
+def test_consumers_in_parallel_see_each_group_in_order_one_receive_at_a_time(sqs, server):
     """4 boto3 consumers on one FIFO queue, 20 groups × 5 messages sent interleaved; one delivery in
-    five is given back once (visibility 0): per group, no two deliveries overlap, and what is
-    deleted follows the send order."""
+    five is given back once (visibility 0), with the rest of its group in that answer: per group, no
+    two receives hold it at once, and what is deleted follows the send order."""
     url = fifo_queue(sqs, "parallel.fifo")
     groups, per_group = 20, 5
     entries = [{"Id": f"g{g}-{i}", "MessageBody": f"{g}:{i}", "MessageGroupId": f"tenant-{g}",
@@ -468,22 +479,26 @@ def test_consumers_in_parallel_see_each_group_in_order_one_at_a_time(sqs, server
                     return
             got = own.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
                                       MessageSystemAttributeNames=["MessageGroupId"]).get("Messages", [])
-            with lock:  # every group of the answer held from now until its message is settled
-                for m in got:
-                    group = m["Attributes"]["MessageGroupId"]
+            left = Counter(m["Attributes"]["MessageGroupId"] for m in got)  # a group's messages come together
+            with lock:  # every group of the answer held from now until its last message is settled
+                for group in left:
                     if group in held:
-                        problems.append(f"{group}: {m['Body']} delivered while another of its group was held")
+                        problems.append(f"{group}: delivered while another of its messages was held")
                     held.add(group)
+            failed: set[str] = set()  # a group whose message this consumer gave back: the rest of it too
             for m in got:
                 group, body = m["Attributes"]["MessageGroupId"], m["Body"]
                 g, i = map(int, body.split(":"))
                 with lock:
-                    back = (g * per_group + i) % 5 == 0 and body not in given_back
-                    if back:
+                    back = group in failed or ((g * per_group + i) % 5 == 0 and body not in given_back)
+                    if back and group not in failed:
                         given_back.add(body)
-                    else:
+                        failed.add(group)
+                    elif not back:
                         done[group].append(i)
-                    held.discard(group)  # (before the settle: its group's next may come only after it)
+                    left[group] -= 1
+                    if not left[group]:
+                        held.discard(group)  # (before the settle: its group's next may come only after it)
                 if back:
                     own.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
                 else:

@@ -22,6 +22,7 @@ import forqapp
 from forqapp import services
 from forqapp.conf import ForqSettings, forq_settings
 from forqapp.models import Message, Queue
+from forqapp.services import queues as queue_services
 from forqapp.sqs import queues
 
 from .conftest import ROOT, SECRET, sqs_listener
@@ -133,6 +134,30 @@ def test_tag_limits_as_sqs(sqs):
     assert error_of(sqs.list_queue_tags, QueueUrl=url + "-nope")[0] == "AWS.SimpleQueueService.NonExistentQueue"
 
 
+def test_tag_characters_as_sqs(sqs):
+    """Keys and values of Unicode letters, digits, white space and ``_ . : / = + - @``; no key
+    starting ``aws:`` (any case); the queue's tags unchanged by a refused call."""
+    url = sqs.create_queue(QueueName="chars")["QueueUrl"]
+    kept = {"équipe / ünit": "Zürich = 東京 + 1", "a_b.c:d/e=f+g-h@i": "", "x": "tab\u3000space"}
+    sqs.tag_queue(QueueUrl=url, Tags=kept)
+    for tags, why in [
+        ({"aws:owner": "me"}, "Tag key aws:owner is invalid. Tag keys cannot start with the reserved prefix aws:"),
+        ({"AWS:owner": "me"}, "Tag key AWS:owner is invalid. Tag keys cannot start with the reserved prefix aws:"),
+        ({"cost#center": "1"}, "Tag key cost#center is invalid. Tag keys can only contain Unicode letters, digits, "
+                               "white space, and the characters _ . : / = + - @."),
+        ({"k": "a,b"}, "Tag value a,b is invalid. Tag values can only contain Unicode letters, digits, "
+                       "white space, and the characters _ . : / = + - @."),
+        ({"k": "tab\there"}, None), ({"k": "emoji \U0001F600"}, None), ({"k": "<b>"}, None),
+    ]:
+        code, message = error_of(sqs.tag_queue, QueueUrl=url, Tags=tags)
+        assert code == "InvalidParameterValue", tags
+        assert why is None or message == why, (tags, message)
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == kept
+    sqs.tag_queue(QueueUrl=url, Tags={"owner": "aws:me"})  # (a value may start so)
+    code, _ = error_of(sqs.create_queue, QueueName="chars-new", tags={"aws:x": "1"})
+    assert code == "InvalidParameterValue" and not Queue.objects.filter(name="chars-new").exists()
+
+
 def test_concurrent_tag_and_permission_changes_are_each_kept(sqs, server):
     url = sqs.create_queue(QueueName="busy")["QueueUrl"]
     errors: list[BaseException] = []
@@ -176,7 +201,8 @@ def test_tags_need_manage_and_listing_them_read(server, settings):
 def test_the_admin_queue_page_shows_the_tags(sqs):
     from django.contrib.admin.sites import site
 
-    url = sqs.create_queue(QueueName="shown", tags={"team": "<b>ops</b>"})["QueueUrl"]
+    url = sqs.create_queue(QueueName="shown")["QueueUrl"]
+    queue_services.set_sqs_tags("shown", {"queue": {"team": "<b>ops</b>"}})  # (SQS refuses "<": stored otherwise)
     sqs.create_queue(QueueName="shown-dlq", tags={"kind": "dead"})
     admin = site._registry[Queue]
     html = str(admin.sqs_queue_tags(Queue.objects.get(name="shown")))

@@ -17,7 +17,7 @@ T = TypeVar("T")
 
 def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using: str | None,
            redriven: list[ReceivedMessage] | None = None,
-           throttled: list[str] | None = None) -> list[ReceivedMessage]:
+           throttled: list[str] | None = None, group_batch: bool = False) -> list[ReceivedMessage]:
     st = _store(using)
     pol = policy(queue, using=st.alias)
     if pol.paused:
@@ -27,7 +27,8 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
     claimed = st.claim(queue, base.now_ms(), limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
                        dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering,
                        max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us,
-                       group_concurrency=pol.group_concurrency, group_rate_us=pol.group_rate_interval_us)
+                       group_concurrency=pol.group_concurrency, group_rate_us=pol.group_rate_interval_us,
+                       group_batch=group_batch)
     if claimed.throttled:
         metrics.throttled(queue, claimed.throttled)
         if throttled is not None:
@@ -50,14 +51,17 @@ def claim(queue: str, *, visibility_timeout: Any = None, random: bool = False,
 
 def claim_many(queue: str, limit: int, *, visibility_timeout: Any = None, random: bool = False,
                using: str | None = None, redriven: list[ReceivedMessage] | None = None,
-               throttled: list[str] | None = None) -> list[ReceivedMessage]:
+               throttled: list[str] | None = None, group_batch: bool = False) -> list[ReceivedMessage]:
     """Take up to ``limit`` due messages of ``queue`` now (no waiting). Used-up messages the claim
     moves to the DLQ instead are appended to ``redriven`` when given (as they are now: in the DLQ,
     attempts 0, no receipt; only this claim sees them): how forq_worker's task runners learn of a
     task whose worker died during its last attempt. A claim the queue's ``max_in_flight`` or
-    ``rate`` held back appends its reason (``"concurrency"``, ``"rate"``) to ``throttled``."""
+    ``rate`` held back appends its reason (``"concurrency"``, ``"rate"``) to ``throttled``.
+    ``group_batch`` (the SQS face's FIFO receive): after a group's first message, its next ones in
+    order, for this receiver alone, as SQS returns as many of one group as it can; the group gives
+    nothing to others until all of them are settled or given back (:meth:`forqapp.store.Store.claim`)."""
     queue = validation.queue_name(queue)
-    return _claim(queue, limit, visibility_timeout, random, using, redriven, throttled)
+    return _claim(queue, limit, visibility_timeout, random, using, redriven, throttled, group_batch)
 
 
 def receive(queue: str, wait: float = 0, *, visibility_timeout: Any = None, random: bool = False,
@@ -74,16 +78,17 @@ def receive(queue: str, wait: float = 0, *, visibility_timeout: Any = None, rand
 
 
 def receive_many(queue: str, max_messages: int, *, wait: float = 0, visibility_timeout: Any = None,
-                 random: bool = False, using: str | None = None) -> list[ReceivedMessage]:
+                 random: bool = False, using: str | None = None, group_batch: bool = False) -> list[ReceivedMessage]:
     """Take up to ``max_messages`` due messages of ``queue`` in one statement, waiting up to
-    ``wait`` seconds for the first."""
+    ``wait`` seconds for the first. ``group_batch``: a message group's next messages after its
+    first, in order, all for this consumer (as an SQS FIFO receive; see :func:`claim_many`)."""
 
 
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise ForqError(errors.BODY_INVALID, "max_messages must be a positive integer")
     got = waiting.claim(
         lambda: claim_many(queue, max_messages, visibility_timeout=visibility_timeout, random=random,
-                           using=using) or None,
+                           using=using, group_batch=group_batch) or None,
         (queue,), wait, using=using)
     return got or []
 

@@ -4,6 +4,7 @@ and wake-ups)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from itertools import chain, repeat
@@ -216,30 +217,39 @@ def send_many(queue: str, items: Iterable[Any], process_after: int | None = None
 
 
 def send_entries(queue: str, items: Iterable[Any], *, dedup_window: Any = None,
-                 using: str | None = None, past_due: bool = False) -> list[SendResult]:
+                 using: str | None = None, past_due: bool = False, to_dlq: bool = False) -> list[SendResult]:
     """Send ``items`` (contents, dicts of ``content`` and :data:`SEND_OPTIONS`, or a face's parsed
     :class:`~forqapp.validation.SendEntry`, trusted as parsed; a dict or an entry may carry its own
     ``dedup_window``) to ``queue`` in one transaction; one :class:`SendResult` each.
     Raises ``ForqError`` (and sends nothing) if any item is invalid, or ``queue.full`` when the
     queue's ``max_length`` would be passed. ``past_due``: a ``process_after`` in the past is kept
     as the message's due time (due at once; its place in a queue ordered by due time; its
-    retention counts from now) rather than refused (the Django Tasks backend's past ``run_after``)."""
-    return _send_entries(queue, items, dedup_window, using, ids_only=False, past_due=past_due)
+    retention counts from now) rather than refused (the Django Tasks backend's past ``run_after``).
+
+    ``to_dlq``: ``queue`` may be a dead-letter queue (``<name>-dlq``), which every other send refuses
+    (``bad_request.queue.produce_to_dlq``): the SQS face's, where a DLQ is a queue like any. The
+    messages are that DLQ's, as a redrive's are (numbered with ``<name>``'s, in its groups and
+    deduplication ids of their own, expiring after the queue's ``dlq_retention``; ``max_length``,
+    ``<name>``'s own, does not count them)."""
+    return _send_entries(queue, items, dedup_window, using, ids_only=False, past_due=past_due, to_dlq=to_dlq)
 
 
 def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: str | None, *,
-                  ids_only: bool, past_due: bool = False) -> list[Any]:
+                  ids_only: bool, past_due: bool = False, to_dlq: bool = False) -> list[Any]:
     """:func:`send_entries`; with ``ids_only``, the ids alone (:func:`send_many`: no result object
     a message on the usual path, which shows at 100,000 messages a second)."""
-    queue = validation.queue_name(queue, produce=True)
+    queue = validation.queue_name(queue, produce=not to_dlq)
     now = base.now_ms()
     items = list(items)
     if not items:
         return []
     st = _store(using)
     pol = policy(queue, using=st.alias)
+    dlq = to_dlq and vocab.is_dlq(queue)
+    if dlq:  # the DLQ's messages: its retention, outside <name>'s max_length
+        pol = replace(pol, retention_ms=pol.dlq_retention_ms, max_length=None)
     limit = _hot_setting("FORQ_MAX_CONTENT_BYTES")
-    batch = _usual_batch(items, limit)
+    batch = None if dlq else _usual_batch(items, limit)
     if batch is not None and pol.max_length is None:
         _refuse_nul(st, batch.contents)
         if not pol.exists:
@@ -264,7 +274,7 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
     if not pol.exists:  # (a queue with a max_length has its row)
         _ensure_queue(st, queue)
     if windows is None and pol.max_length is None:
-        sequences = st.insert(rows)  # atomic on its own, or part of the caller's transaction
+        sequences = st.insert(rows, is_dlq=dlq)  # atomic on its own, or part of the caller's transaction
         _after_produce(st.alias, queue, len(rows))
         if ids_only:
             return [r[0] for r in rows]
@@ -284,7 +294,7 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
         if fresh and pol.max_length is not None and \
                 st.queue_length(queue, pol.max_length) + len(fresh) > pol.max_length:
             _refuse_full(queue, pol.max_length, len(fresh))
-        sequences = st.insert([rows[i] for i in fresh]) if fresh else []
+        sequences = st.insert([rows[i] for i in fresh], is_dlq=dlq) if fresh else []
     for i, seq in zip(fresh, sequences, strict=True):
         results[i] = SendResult(rows[i][0], seq, received_at=now)
     metrics.deduplicated(queue, len(rows) - len(fresh))

@@ -45,7 +45,7 @@ def _queue(ctx: Context, body: dict[str, Any], action: str) -> tuple[str, queues
     """The queue ``QueueUrl`` names, if it exists and the key may do ``action`` on it. The queue
     actions (manage, read) look now; the message actions trust what this process read within
     :data:`forqapp.sqs.queues.CACHE_S`."""
-    name = queues.name_from_url(body.get("QueueUrl"))
+    name = queues.name_from_url(body.get("QueueUrl"), ctx.origin.region)
     ctx.need(name, action)
     return name, queues.existing(name, fresh=action in (keys.MANAGE, keys.READ))
 
@@ -106,7 +106,8 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     redrive); a queue made by another face keeps its policy. ``<name>-dlq`` may be created before
     ``<name>``: a placeholder row holds it until any face makes ``<name>`` (:data:`queues.HIDDEN`)."""
     given = body.get("Attributes")
-    name = queues.check_name(body.get("QueueName"), isinstance(given, dict) and given.get("FifoQueue") == "true")
+    name = queues.check_name(body.get("QueueName"), isinstance(given, dict) and given.get("FifoQueue") == "true",
+                             ctx.origin.region)
     ctx.need(name, keys.MANAGE)
     given_tags = tags.check(body.get("tags"), queues.to_sqs(name), required=False)
     info = queues.known(name, fresh=True)
@@ -137,7 +138,7 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def get_queue_url(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    name = queues.check_name(body.get("QueueName"))
+    name = queues.check_name(body.get("QueueName"), region=ctx.origin.region)
     owner = body.get("QueueOwnerAWSAccountId")
     ctx.need(name, keys.READ)
     if owner not in (None, queues.account()):
@@ -183,7 +184,7 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             names.add(name + DLQ_SUFFIX)
     for depth in services.queue_depths():
         names.add(depth.queue)
-    by_sqs_name = {queues.to_sqs(n): n for n in names}
+    by_sqs_name = {queues.to_sqs(n): n for n in names if queues.in_region(n, ctx.origin.region)}
     shown = sorted(n for n in by_sqs_name if n.startswith(prefix) and n > after and queues.URL_NAME.fullmatch(n)
                    and ctx.key.allows(by_sqs_name[n], keys.READ))
     out: dict[str, Any] = {}
@@ -322,7 +323,7 @@ def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     item, answer = _message(body, name, queues.own(info.meta, is_dlq(name)),
                             queues.max_message_size(info.meta, is_dlq(name)), ctx.key.access_key_id)
     try:
-        (result,) = services.send_entries(name, [item])
+        (result,) = queues.send(name, [item])
     except ForqError as exc:
         raise queues.forq_error(exc) from None
     return {**answer, **_sent(name, result)}
@@ -362,7 +363,7 @@ def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     successful = []
     if valid:
         try:
-            results = services.send_entries(name, [item for _, item, _ in valid])
+            results = queues.send(name, [item for _, item, _ in valid])
         except ForqError as exc:
             error = queues.forq_error(exc)
             failed += [error.entry(entry_id) for entry_id, _, _ in valid]
@@ -404,7 +405,8 @@ def receive_plan(ctx: Context, body: dict[str, Any]) -> ReceivePlan:
 
 def take(queue: str, plan: ReceivePlan) -> list[services.ReceivedMessage]:
     """One claim of up to ``plan.max_messages`` of ``queue`` (on a database thread)."""
-    return services.claim_many(queue, plan.max_messages, visibility_timeout=plan.visibility)
+    return services.claim_many(queue, plan.max_messages, visibility_timeout=plan.visibility,
+                               group_batch=queues.is_fifo(queue))  # (as many of one group as it can, as SQS)
 
 
 Encoded = tuple[int, list[tuple[bytes, bytes]], bytes]

@@ -45,7 +45,7 @@ def _queue_of_arn(body: dict[str, Any], name: str) -> str:
     if not queues.URL_NAME.fullmatch(sqs_name):
         raise SqsError("ResourceNotFoundException", "The resource that you specified for the SourceArn parameter "
                        "doesn't exist.", 404)
-    forq_name = queues.to_forq(sqs_name)
+    forq_name = queues.to_forq(sqs_name, str(arn).split(":")[3])  # (in the ARN's region)
     try:
         queues.existing(forq_name, fresh=True)
     except SqsError:
@@ -146,7 +146,7 @@ def _token(name: str) -> str:
 def list_dead_letter_source_queues(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
     """The queues whose RedrivePolicy names ``QueueUrl``'s queue (forqapp: whose dead letters go
     there), as ``queueUrls``, by name; pages of ``MaxResults`` (1 to 1000) with ``NextToken``."""
-    name = queues.name_from_url(body.get("QueueUrl"))
+    name = queues.name_from_url(body.get("QueueUrl"), ctx.origin.region)
     ctx.need(name, keys.READ)
     queues.existing(name, fresh=True)
     limit = _integer(body, "MaxResults", vocab.SQS_SOURCES_MAX)
@@ -165,7 +165,8 @@ def list_dead_letter_source_queues(ctx: Any, body: dict[str, Any]) -> dict[str, 
                # (a queue's own <name>-dlq is its target only while it has a redrive policy)
                if q != vocab.base_of(name) or services.queue_info(q).policy["max_attempts"] != "unlimited"]
     names = sorted(queues.to_sqs(q) for q in sources
-                   if ctx.key.allows(q, keys.READ) and queues.URL_NAME.fullmatch(queues.to_sqs(q)))
+                   if ctx.key.allows(q, keys.READ) and queues.URL_NAME.fullmatch(queues.to_sqs(q))
+                   and queues.in_region(q, ctx.origin.region))
     shown = [n for n in names if n > after]
     page = shown[:limit] if limit else shown[:int(vocab.SQS_SOURCES_MAX.hi)]
     out: dict[str, Any] = {"queueUrls": [ctx.origin.url(queues.to_forq(n)) for n in page]}

@@ -33,7 +33,7 @@ _ACCOUNT = re.compile(r"[0-9]{12}")
 
 
 def _queue(ctx: Any, body: dict[str, Any]) -> str:
-    name = queues.name_from_url(body.get("QueueUrl"))
+    name = queues.name_from_url(body.get("QueueUrl"), ctx.origin.region)
     ctx.need(name, keys.MANAGE)
     queues.existing(name, fresh=True)
     return name

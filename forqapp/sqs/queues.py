@@ -40,6 +40,7 @@ from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from . import redrive
 from .protocol import SqsError, invalid
 
+NAME_MAX = 80  # forqapp's queue names (vocab.QUEUE_NAME: a DLQ's has its -dlq more)
 ACCOUNT = "000000000000"  # forqapp has no accounts: one id in URLs and ARNs (FORQ_SQS_ACCOUNT_ID's default)
 NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")  # SQS's queue names (forqapp's too, without the dot)
 FIFO_SUFFIX = ".fifo"
@@ -82,30 +83,77 @@ def is_fifo(name: str) -> bool:
     return base_of(name).endswith(FIFO_SUFFIX)
 
 
-def to_forq(sqs_name: str) -> str:
-    """forqapp's name of the queue SQS calls ``sqs_name``: the same, except a FIFO queue's
-    dead-letter queue, ``<name>-dlq.fifo`` on SQS and ``<name>.fifo-dlq`` in forqapp."""
+_REGION = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+REGION_MAX = 32
+
+
+def region_prefix(region: str | None) -> str:
+    """What forqapp's names of ``region``'s queues start with: ``<region>.`` with
+    ``FORQ_SQS_SEPARATE_REGIONS`` (an SQS name has no dot but ``.fifo``'s, so the prefix reads back
+    one way only), else nothing (None: no region, the prefix of a name already mapped)."""
+    if region is None or not forq_settings.FORQ_SQS_SEPARATE_REGIONS:
+        return ""
+    if len(region) > REGION_MAX or not _REGION.fullmatch(region):
+        raise invalid(f"{region[:REGION_MAX + 1]!r} is no region name: forqapp keeps each region's queues apart "
+                      "(FORQ_SQS_SEPARATE_REGIONS), by the region the request is signed for")
+    return region + "."
+
+
+def prefix_of(name: str) -> str:
+    """The region prefix forqapp's queue ``name`` carries (see :func:`region_prefix`): what is
+    before its first dot, with it, when regions are kept apart and that is no ``.fifo``."""
+    if not forq_settings.FORQ_SQS_SEPARATE_REGIONS:
+        return ""
+    head, dot, _ = base_of(name).removesuffix(FIFO_SUFFIX).partition(".")
+    return head + dot if dot and _REGION.fullmatch(head) else ""
+
+
+def to_forq(sqs_name: str, region: str | None = None) -> str:
+    """forqapp's name of the queue SQS calls ``sqs_name`` in ``region``: the same (after
+    :func:`region_prefix`), except a FIFO queue's dead-letter queue, ``<name>-dlq.fifo`` on SQS
+    and ``<name>.fifo-dlq`` in forqapp."""
+    prefix = region_prefix(region)
     if sqs_name.endswith(_FIFO_DLQ):
-        return sqs_name[:-len(_FIFO_DLQ)] + FIFO_SUFFIX + DLQ_SUFFIX
-    return sqs_name
+        return prefix + sqs_name[:-len(_FIFO_DLQ)] + FIFO_SUFFIX + DLQ_SUFFIX
+    return prefix + sqs_name
 
 
 def to_sqs(name: str) -> str:
-    """SQS's name of forqapp's queue ``name`` (:func:`to_forq`'s inverse)."""
+    """SQS's name of forqapp's queue ``name`` (:func:`to_forq`'s inverse, its region prefix off)."""
+    name = name[len(prefix_of(name)):]
     if name.endswith(FIFO_SUFFIX + DLQ_SUFFIX):
         return name[:-len(FIFO_SUFFIX + DLQ_SUFFIX)] + _FIFO_DLQ
     return name
+
+
+def in_region(name: str, region: str) -> bool:
+    """Whether forqapp's queue ``name`` is one of ``region``'s SQS queues (every queue is, when
+    regions are not kept apart)."""
+    prefix = region_prefix(region)
+    return not prefix or (name.startswith(prefix) and prefix_of(name) == prefix)
 
 
 _FIFO_NAME_RULE = ("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, "
                    "must end with .fifo suffix and be 1 to 80 in length")
 
 
-def check_name(name: object, fifo: bool | None = None) -> str:
+def check_name(name: object, fifo: bool | None = None, region: str | None = None) -> str:
     """An SQS queue name (``[A-Za-z0-9_-]``, 1 to 80 characters, as forqapp's own names; a FIFO
-    queue's ends with ``.fifo``) → forqapp's name of the queue (:func:`to_forq`). ``fifo``: what
-    CreateQueue's ``FifoQueue`` says (None: not CreateQueue); the name and it agree, or
-    ``InvalidParameterValue``, as SQS."""
+    queue's ends with ``.fifo``) → forqapp's name of the queue in ``region`` (:func:`to_forq`;
+    with its region prefix, at most 80 characters). ``fifo``: what CreateQueue's ``FifoQueue`` says
+    (None: not CreateQueue); the name and it agree, or ``InvalidParameterValue``, as SQS."""
+    sqs_name = _check_name(name, fifo)
+    prefix = region_prefix(region)
+    if prefix and len(prefix) + len(base_of(sqs_name)) > NAME_MAX:
+        raise invalid(f"Can only include alphanumeric characters, hyphens, or underscores. 1 to "
+                      f"{NAME_MAX - len(prefix)} in length in region {region} (forqapp keeps each region's "
+                      f"queues apart: FORQ_SQS_SEPARATE_REGIONS; its name of the queue, {prefix}<name>, takes "
+                      f"{NAME_MAX} characters at most)")
+    return prefix + sqs_name
+
+
+def _check_name(name: object, fifo: bool | None = None) -> str:
+    """:func:`check_name` without the region."""
     if not isinstance(name, str):
         raise SqsError("MissingParameter", "The request must contain the parameter QueueName.")
     if not name:  # given, but empty (a JSON "", a query protocol's QueueName=)
@@ -129,7 +177,7 @@ def check_name(name: object, fifo: bool | None = None) -> str:
 
 def account() -> str:
     """The account id of every queue URL and ARN (``FORQ_SQS_ACCOUNT_ID``): forqapp has no
-    accounts, and every region names the same queues."""
+    accounts; every region names the same queues unless ``FORQ_SQS_SEPARATE_REGIONS``."""
     return str(forq_settings.FORQ_SQS_ACCOUNT_ID)
 
 
@@ -141,17 +189,22 @@ class Origin:
     host: str
     region: str
 
+    def __post_init__(self) -> None:
+        region_prefix(self.region)  # (with FORQ_SQS_SEPARATE_REGIONS, a region that can name queues, or refused)
+
     def url(self, name: str) -> str:
-        """The URL of forqapp's queue ``name`` (by its SQS name)."""
+        """The URL of forqapp's queue ``name`` (by its SQS name; with ``FORQ_SQS_SEPARATE_REGIONS``,
+        one of this region's queues)."""
         return f"{self.scheme}://{self.host}/{account()}/{to_sqs(name)}"
 
     def arn(self, name: str) -> str:
         return f"arn:aws:sqs:{self.region}:{account()}:{to_sqs(name)}"
 
 
-def name_from_url(url: object) -> str:
-    """forqapp's name of the queue a ``QueueUrl`` names: ``…/{account}/{name}`` (a trailing slash
-    is tolerated), or a bare name. Another account's URL names no queue here."""
+def name_from_url(url: object, region: str | None = None) -> str:
+    """forqapp's name of the queue a ``QueueUrl`` names in ``region`` (the one the request is signed
+    for: see :func:`region_prefix`): ``…/{account}/{name}`` (a trailing slash is tolerated), or a
+    bare name. Another account's URL names no queue here."""
     if not isinstance(url, str) or not url:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
     path = url.split("://", 1)[1].partition("/")[2] if "://" in url else url
@@ -164,7 +217,10 @@ def name_from_url(url: object) -> str:
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
     if not URL_NAME.fullmatch(name):
         raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-    return to_forq(name)
+    forq_name = to_forq(name, region)
+    if not vocab.QUEUE_NAME.fullmatch(forq_name):  # (over forqapp's 80 characters with its region)
+        raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    return forq_name
 
 
 # --- what is known of a queue ---------------------------------------------------------------------
@@ -336,7 +392,7 @@ def _redrive(queue: str, value: object) -> dict[str, Any] | None:
     if parts[5].endswith(FIFO_SUFFIX) != is_fifo(queue):
         raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: Dead-letter queue must be "
                       "same type of queue as the source..")
-    dlq = to_forq(parts[5])
+    dlq = to_forq(parts[5], parts[3])  # (in the ARN's region: see region_prefix)
     if dlq == queue or not URL_NAME.fullmatch(parts[5]):
         raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: "
                       + ("A queue cannot be its own dead-letter queue." if dlq == queue
@@ -507,6 +563,26 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, create
             assert row is not None
             meta[HIDDEN] = _mark(row[1], row[2])
         save_meta(base, meta)
+
+
+def send(name: str, items: list[validation.SendEntry]) -> list[services.SendResult]:
+    """SendMessage's and SendMessageBatch's send of checked ``items`` to queue ``name``: on SQS a
+    dead-letter queue is a queue like any, and takes sends (``to_dlq``). A send to the DLQ of a
+    placeholder row (the DLQ created before its queue) leaves the row a placeholder: the send moves
+    its counter (a DLQ's messages are numbered with its queue's), and the mark follows, checked and
+    written in the send's transaction, the row locked (as :func:`apply`)."""
+    if not is_dlq(name):
+        return services.send_entries(name, items)
+    base = base_of(name)
+    with transaction.atomic(using=services.alias()):
+        row = _row(base, lock=True)
+        hidden = row is not None and is_placeholder(*row) and not _regular_messages(base)
+        results = services.send_entries(name, items, to_dlq=True)
+        if hidden:
+            row = _row(base)
+            assert row is not None
+            save_meta(base, {**row[0], HIDDEN: _mark(row[1], row[2])})
+    return results
 
 
 def drop_placeholder(base: str, meta: dict[str, Any]) -> bool:

@@ -3,12 +3,15 @@
 Tags mean nothing to forqapp: they are kept, durably, in the queue row's ``sqs_tags``
 (``{"queue": {…}, "dlq": {…}}``: a dead-letter queue has tags of its own), shown on the admin's
 queue page, and deleted with the queue. SQS's limits apply: at most 50 tags a queue, keys of 1 to
-128 characters, values of 0 to 256. A change is read, checked and written in one transaction, the
+128 characters, values of 0 to 256, each of Unicode letters, digits and white space and
+``_ . : / = + - @`` (AWS's tag pattern, ``[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*``), no key starting with
+AWS's reserved ``aws:`` (in any case). A change is read, checked and written in one transaction, the
 row locked, so concurrent TagQueue calls from several processes each keep their tags.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from django.db import transaction
@@ -22,6 +25,15 @@ from .protocol import invalid, missing
 
 MAX_TAGS = 50
 KEY_MAX, VALUE_MAX = 128, 256
+RESERVED_PREFIX = "aws:"
+_PUNCTUATION = frozenset("_.:/=+-@")
+_CHARACTERS = "Unicode letters, digits, white space, and the characters _ . : / = + - @"
+
+
+def _allowed(text: str) -> bool:
+    """Whether every character of ``text`` is one AWS takes in a tag (``\\p{L}``, ``\\p{N}``,
+    ``\\p{Z}`` and ``_ . : / = + - @``)."""
+    return all(c in _PUNCTUATION or unicodedata.category(c)[0] in "LNZ" for c in text)
 
 
 def check(tags: object, queue: str, *, required: bool = True) -> dict[str, str]:
@@ -40,12 +52,19 @@ def check(tags: object, queue: str, *, required: bool = True) -> dict[str, str]:
             raise invalid(f"Tag keys must be between 1 and {KEY_MAX} characters in length.")
         if not isinstance(value, str) or len(value) > VALUE_MAX:
             raise invalid(f"Tag values must be between 0 and {VALUE_MAX} characters in length.")
+        if key[:len(RESERVED_PREFIX)].lower() == RESERVED_PREFIX:
+            raise invalid(f"Tag key {key} is invalid. Tag keys cannot start with the reserved prefix "
+                          f"{RESERVED_PREFIX}")
+        if not _allowed(key):
+            raise invalid(f"Tag key {key} is invalid. Tag keys can only contain {_CHARACTERS}.")
+        if not _allowed(value):
+            raise invalid(f"Tag value {value} is invalid. Tag values can only contain {_CHARACTERS}.")
     return dict(tags)
 
 
 def _queue(ctx: Any, body: dict[str, Any], action: str) -> str:
     """The queue ``QueueUrl`` names, if it exists (read now) and the key may do ``action`` on it."""
-    name = queues.name_from_url(body.get("QueueUrl"))
+    name = queues.name_from_url(body.get("QueueUrl"), ctx.origin.region)
     ctx.need(name, action)
     queues.existing(name, fresh=True)
     return name

@@ -436,7 +436,7 @@ class Store(abc.ABC):
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
               dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
               rate_interval_us: int | None = None, group_concurrency: int | None = None,
-              group_rate_us: int | None = None) -> Claim:
+              group_rate_us: int | None = None, group_batch: bool = False) -> Claim:
         """Take up to ``limit`` due messages of ``queue`` — ready ones due by ``now`` (those that came
         due later than they were written: among the first :data:`ENDED_AMONG` to come due) and
         deliveries whose lease has ended (among the first :data:`ENDED_AMONG` to end) — by priority (highest
@@ -464,6 +464,11 @@ class Store(abc.ABC):
         ended lease: then only that message may go again), and a group holds at most
         ``group_concurrency`` slots (1: strict order); ``group_rate_us`` spaces one group's claims.
         A claim held back by the group limits alone says ``"group"`` in :attr:`Claim.throttled`.
+        ``group_batch`` (SQS's FIFO receive; not with ``group_rate_us``): a group's turn also takes
+        its next due messages in claim order, up to ``limit``, for the same receiver, beyond its
+        slots; while as many of a group's held messages as it has slots are busy (leased, or
+        waiting out a backoff), its other held ones wait even when due again, so that a batch given
+        back is taken again first message first and the group stays in order across receivers.
         The order within a claim's deliveries is the claim's: ungrouped ones, then by group turn.
         Whatever the number of groups, each turn reads index ranges of one group, bounded by its
         slots, in the claim's one transaction."""

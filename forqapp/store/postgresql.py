@@ -422,6 +422,11 @@ GROUP_HELD_COUNT = f"""
 SELECT COUNT(*) FROM messages WHERE queue = %(queue)s AND message_group = %(group)s AND {GROUP_HELD}"""
 GROUP_NEXT_HELD = f"""
 SELECT MIN(process_after) FROM messages WHERE queue = %(queue)s AND message_group = %(group)s AND {GROUP_HELD}"""
+# A group's busy messages (held, not due) and when the first of them ends: see forqapp.store.sqlite's
+# _BUSY_COUNT (while they fill the group's slots, its held messages due again wait too).
+GROUP_BUSY = f"""
+SELECT COUNT(*), MIN(process_after) FROM messages
+WHERE queue = %(queue)s AND message_group = %(group)s AND {GROUP_HELD} AND process_after > %(now)s"""
 GROUP_FRESH = (f"queue = %(queue)s AND message_group = %(group)s AND message_group > '' AND status = {READY}"
                " AND attempts = 0")
 GROUP_FRESH_DUE = f"""
@@ -442,6 +447,15 @@ FROM picked WHERE m.id = picked.id
 RETURNING m.id, m.queue, m.content, m.attempts, m.processing_started_at, m.priority, m.attributes,
           m.dedup_id, m.sequence, m.received_at, m.first_received_at, m.process_after, m.state, m.status,
           m.message_group"""
+# A batch of one group (group_batch): its next due messages after the one just claimed, up to what
+# is left of the claim's limit (forqapp.store.sqlite's GROUP_FOLLOWERS).
+GROUP_FOLLOWERS = GROUP_CLAIM.replace(
+    "WHERE id = %(id)s AND queue = %(queue)s AND message_group = %(group)s\n"
+    f"                AND status IN ({READY}, {PROCESSING}) AND process_after <= %(now)s FOR UPDATE SKIP LOCKED)",
+    "WHERE queue = %(queue)s AND message_group = %(group)s AND message_group > ''\n"
+    f"                AND status IN ({READY}, {PROCESSING}) AND process_after <= %(now)s AND id <> %(id)s\n"
+    "                ORDER BY priority DESC, sequence LIMIT %(left)s FOR UPDATE SKIP LOCKED)")
+assert GROUP_FOLLOWERS != GROUP_CLAIM  # noqa: S101
 GROUP_SET_TURN = """
 UPDATE forq_groups SET eligible_at = %(eligible_at)s, last_claimed_at = GREATEST(last_claimed_at, %(claimed_at)s),
                        rate_next_at_us = %(rate_next)s
@@ -505,8 +519,27 @@ def _in_function(sql: str, **names: str) -> str:
 # The grouped claim in one round trip: ``forq_claim_group`` runs the statements above in a PL/pgSQL
 # loop (as ``_claim_groups`` runs them from Python, which it replaces where migration 0018 installed
 # it). A row with a NULL id says the group limits held a claim back. Frozen in migration 0018.
-_G = {"group": "v_group", "tried": "v_tried", "id": "v_best.id"}
-GROUP_CLAIM_FUNCTION = f"""CREATE OR REPLACE FUNCTION forq_claim_group(p_queue text, p_now bigint, p_limit bigint, p_visibility bigint, p_max bigint, p_dlq_ttl bigint, p_concurrency bigint, p_rate_us bigint, p_looks bigint)
+_G = {"group": "v_group", "tried": "v_tried", "id": "v_best.id", "left": "(p_limit - v_done)"}
+_ROW_OUT = f"""
+                v_got := true;
+                IF v_row.status = {PROCESSING} THEN
+                    v_done := v_done + 1;
+                    v_claimed_at := p_now;
+                    IF p_rate_us IS NOT NULL THEN
+                        v_rate_next := GREATEST(v_rate_next, p_now * 1000) + p_rate_us;
+                    END IF;
+                END IF;
+                r_id := v_row.id; r_queue := v_row.queue; r_content := v_row.content; r_attempts := v_row.attempts;
+                r_receipt := v_row.processing_started_at; r_priority := v_row.priority;
+                r_attributes := v_row.attributes; r_dedup_id := v_row.dedup_id; r_sequence := v_row.sequence;
+                r_received_at := v_row.received_at; r_first_received_at := v_row.first_received_at;
+                r_lease_expires_at := v_row.process_after; r_state := v_row.state; r_status := v_row.status;
+                r_group := v_row.message_group;
+                RETURN NEXT;"""
+# Since migration 0027 (p_batch, a new overload; 0018's and 0023's 9-argument function stays for the
+# processes not yet upgraded): a batch of one group, and the held messages due again waiting while
+# the group's busy ones fill its slots (the store's docstring of claim: group_batch).
+GROUP_CLAIM_FUNCTION = f"""CREATE OR REPLACE FUNCTION forq_claim_group(p_queue text, p_now bigint, p_limit bigint, p_visibility bigint, p_max bigint, p_dlq_ttl bigint, p_concurrency bigint, p_rate_us bigint, p_looks bigint, p_batch boolean)
 RETURNS TABLE (r_id varchar, r_queue varchar, r_content text, r_attempts integer, r_receipt bigint, r_priority integer, r_attributes text, r_dedup_id varchar, r_sequence bigint, r_received_at bigint, r_first_received_at bigint, r_lease_expires_at bigint, r_state text, r_status integer, r_group varchar)
 LANGUAGE plpgsql
 AS $claim_group$
@@ -525,6 +558,9 @@ DECLARE
     v_fresh_next bigint;
     v_held_back boolean := false;
     v_got boolean;
+    v_busy bigint;
+    v_busy_next bigint;
+    v_blocked boolean;
 BEGIN
     LOOP
         EXIT WHEN v_done >= p_limit OR v_looks >= p_limit + p_looks;
@@ -538,8 +574,16 @@ BEGIN
         END IF;
         {_in_function(GROUP_HELD_DUE, **_G).replace("SELECT id, priority, sequence FROM", "SELECT id, priority, sequence INTO v_best FROM")};
         v_held := 0;
+        v_blocked := false;
         IF p_concurrency IS NOT NULL THEN
             {_in_function(GROUP_HELD_COUNT, **_G).replace("SELECT COUNT(*) FROM", "SELECT COUNT(*) INTO v_held FROM")};
+            IF v_best.id IS NOT NULL AND v_held > p_concurrency THEN
+                {_in_function(GROUP_BUSY, **_G).replace("SELECT COUNT(*), MIN(process_after) FROM", "SELECT COUNT(*), MIN(process_after) INTO v_busy, v_busy_next FROM")};
+                IF v_busy >= p_concurrency THEN
+                    v_blocked := true;
+                    v_held_back := true;
+                END IF;
+            END IF;
         END IF;
         IF p_concurrency IS NULL OR v_held < p_concurrency THEN
             {_in_function(GROUP_FRESH_DUE, **_G).replace("SELECT id, priority, sequence", "SELECT id, priority, sequence INTO v_fresh")};
@@ -551,33 +595,28 @@ BEGIN
             v_held_back := true;
         END IF;
         v_claimed_at := 0;
-        IF v_best.id IS NOT NULL THEN
+        IF v_best.id IS NOT NULL AND NOT v_blocked THEN
             v_got := false;
-            FOR v_row IN {_in_function(GROUP_CLAIM, **_G)} LOOP
-                v_got := true;
-                IF v_row.status = {PROCESSING} THEN
-                    v_done := v_done + 1;
-                    v_claimed_at := p_now;
-                    IF p_rate_us IS NOT NULL THEN
-                        v_rate_next := GREATEST(v_rate_next, p_now * 1000) + p_rate_us;
-                    END IF;
-                END IF;
-                r_id := v_row.id; r_queue := v_row.queue; r_content := v_row.content; r_attempts := v_row.attempts;
-                r_receipt := v_row.processing_started_at; r_priority := v_row.priority;
-                r_attributes := v_row.attributes; r_dedup_id := v_row.dedup_id; r_sequence := v_row.sequence;
-                r_received_at := v_row.received_at; r_first_received_at := v_row.first_received_at;
-                r_lease_expires_at := v_row.process_after; r_state := v_row.state; r_status := v_row.status;
-                r_group := v_row.message_group;
-                RETURN NEXT;
+            FOR v_row IN {_in_function(GROUP_CLAIM, **_G)} LOOP{_ROW_OUT}
             END LOOP;
             IF NOT v_got THEN  -- locked by a settle in flight: this group waits for the next claim
                 v_tried := v_tried || v_group;
                 CONTINUE;
             END IF;
+            IF p_batch AND p_rate_us IS NULL AND v_claimed_at > 0 AND v_done < p_limit THEN
+                FOR v_row IN {_in_function(GROUP_FOLLOWERS, **_G)} LOOP{_ROW_OUT}
+                END LOOP;
+            END IF;
         END IF;
         {_in_function(GROUP_NEXT_HELD, **_G).replace("SELECT MIN(process_after) FROM", "SELECT MIN(process_after) INTO v_next FROM")};
         IF p_concurrency IS NOT NULL THEN
             {_in_function(GROUP_HELD_COUNT, **_G).replace("SELECT COUNT(*) FROM", "SELECT COUNT(*) INTO v_held FROM")};
+            IF v_held > p_concurrency THEN
+                {_in_function(GROUP_BUSY, **_G).replace("SELECT COUNT(*), MIN(process_after) FROM", "SELECT COUNT(*), MIN(process_after) INTO v_busy, v_busy_next FROM")};
+                IF v_busy >= p_concurrency THEN
+                    v_next := v_busy_next;
+                END IF;
+            END IF;
         END IF;
         IF p_concurrency IS NULL OR v_held < p_concurrency THEN
             {_in_function(GROUP_FRESH_DUE, **_G).replace("SELECT id, priority, sequence", "SELECT id, priority, sequence INTO v_fresh")};
@@ -607,9 +646,10 @@ BEGIN
 END
 $claim_group$"""
 GROUP_CLAIM_FUNCTION = "\n".join(line.rstrip() for line in GROUP_CLAIM_FUNCTION.splitlines())
+# (Its ``p_batch`` overload: migration 0027, which changes it as forqapp.store.sqlite's _claim_groups.)
 CALL_CLAIM_GROUP = """SELECT * FROM forq_claim_group(%(queue)s::text, %(now)s::bigint, %(limit)s::bigint,
     %(visibility)s::bigint, %(max)s::bigint, %(dlq_ttl)s::bigint, %(concurrency)s::bigint, %(rate_us)s::bigint,
-    %(looks)s::bigint)"""
+    %(looks)s::bigint, %(batch)s::boolean)"""
 # A claim in one round trip: ``forq_claim`` (the messages without a group), then, in the same
 # statement, ``forq_claim_group`` for what is left of the limit, where the claim would go on to the
 # groups after its first round: every message it took delivered (none redriven to a dead-letter
@@ -626,7 +666,7 @@ SELECT *, NULL::varchar, TRUE FROM plain
 UNION ALL
 SELECT *, FALSE FROM forq_claim_group(%(queue)s::text, %(now)s::bigint,
     %(limit)s::bigint - (SELECT COUNT(*) FROM plain), %(visibility)s::bigint, %(max)s::bigint, %(dlq_ttl)s::bigint,
-    %(concurrency)s::bigint, %(rate_us)s::bigint, %(looks)s::bigint)
+    %(concurrency)s::bigint, %(rate_us)s::bigint, %(looks)s::bigint, %(batch)s::boolean)
 WHERE {GROUPS_AFTER_PLAIN}"""
 
 # Flow control (queues with limits): the queue's row is locked for the claim's transaction, so the
@@ -1254,8 +1294,8 @@ class PostgreSQLStore(Store):
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
               dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
               rate_interval_us: int | None = None, group_concurrency: int | None = None,
-              group_rate_us: int | None = None) -> Claim:
-        groups = (group_concurrency, group_rate_us)
+              group_rate_us: int | None = None, group_batch: bool = False) -> Claim:
+        groups = (group_concurrency, group_rate_us, group_batch)
         if max_in_flight is None and rate_interval_us is None:
             return self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
         with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
@@ -1291,19 +1331,20 @@ class PostgreSQLStore(Store):
         self._fetchall(NOTIFY, (queue,))
 
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
-               order: str, groups: tuple[int | None, int | None] = (None, None)) -> Claim:
+               order: str, groups: tuple[int | None, int | None, bool] = (None, None, False)) -> Claim:
         # One round trip where it can (CALL_CLAIM_THEN_GROUPS): the messages without a group first (as
         # they were claimed before groups), then the groups.
         params = {"queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
                   "dlq_ttl": dlq_ttl_ms, "among": RANDOM_AMONG, "ended_among": max(ENDED_AMONG, limit),
-                  "order": order, "concurrency": groups[0], "rate_us": groups[1], "looks": MAX_GROUP_LOOKS}
+                  "order": order, "concurrency": groups[0], "rate_us": groups[1], "batch": groups[2],
+                  "looks": MAX_GROUP_LOOKS}
         rows = self._fetchall_claim(CALL_CLAIM_THEN_GROUPS, params)
         first = [r[:14] for r in rows if r[15]]
         claimed = self._claim_ungrouped(queue, now, limit, order, params, first)
         if len(claimed.deliveries) >= limit:
             return claimed
         if order != "lifo" and len(first) < limit and all(r[13] == PROCESSING for r in first):
-            grouped = self._groups_claimed([r[:15] for r in rows if not r[15]])  # they ran in the same call
+            grouped = self._groups_claimed([r[:15] for r in rows if not r[15]], groups[2])  # in the same call
         else:
             grouped = self._claim_groups(queue, now, limit - len(claimed.deliveries), visibility_ms, max_attempts,
                                          dlq_ttl_ms, *groups)
@@ -1315,20 +1356,27 @@ class PostgreSQLStore(Store):
                      claimed.redriven_messages + grouped.redriven_messages)
 
     def _claim_groups(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
-                      dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None) -> Claim | None:
+                      dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None,
+                      batch: bool = False) -> Claim | None:
         """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time, in one call of
-        ``forq_claim_group`` (GROUP_CLAIM_FUNCTION); None when it took nothing."""
+        ``forq_claim_group`` (GROUP_CLAIM_FUNCTION; ``batch``: migration 0027's); None when it took
+        nothing."""
         return self._groups_claimed(self._fetchall(CALL_CLAIM_GROUP, {
             "queue": queue, "now": now, "limit": limit, "visibility": visibility_ms, "max": max_attempts,
-            "dlq_ttl": dlq_ttl_ms, "concurrency": concurrency, "rate_us": rate_us, "looks": MAX_GROUP_LOOKS}))
+            "dlq_ttl": dlq_ttl_ms, "concurrency": concurrency, "rate_us": rate_us, "looks": MAX_GROUP_LOOKS,
+            "batch": batch}), batch)
 
     @staticmethod
-    def _groups_claimed(rows: list[tuple[Any, ...]]) -> Claim | None:
-        """``forq_claim_group``'s rows as a claim; None when it took nothing."""
+    def _groups_claimed(rows: list[tuple[Any, ...]], batch: bool = False) -> Claim | None:
+        """``forq_claim_group``'s rows as a claim; None when it took nothing. ``batch``: a group's
+        messages (its first, then the others its turn took, returned in no order) in claim order."""
         if not rows:
             return None
         if rows[0][0] is None:  # held back by the group limits
             return Claim([], throttled="group")
+        if batch:
+            first = {g: n for n, g in reversed(list(enumerate(r[14] for r in rows)))}
+            rows = sorted(rows, key=lambda r: (first[r[14]], -r[5], r[8]))
         deliveries = [Delivery._make((*r[:13], r[14])) for r in rows if r[13] == PROCESSING]
         redriven = tuple(Delivery._make((*r[:13], r[14]))._replace(receipt=None, lease_expires_at=None)
                          for r in rows if r[13] != PROCESSING and r[0] is not None)

@@ -403,6 +403,17 @@ def _held_due(group: str = ":group") -> str:
 _HELD_COUNT = f"((SELECT COUNT(*) FROM {_leased()}) + (SELECT COUNT(*) FROM {_retrying()}))"
 _NEXT_HELD = (f"(SELECT MIN(t) FROM (SELECT MIN(process_after) AS t FROM {_leased()} "
               f"UNION ALL SELECT MIN(process_after) FROM {_retrying()}))")
+# A group's busy messages: the held ones not due (leased, or waiting out a nack's backoff). While as
+# many as its ``group_concurrency`` are busy, its held messages due again wait too: a claim taking
+# several messages of one group (``group_batch``, SQS's FIFO receive) leaves more held than the group
+# has slots, and they come due again together; one receiver takes the first of them (and, in a
+# batch, the next), the others wait for it. (With at most ``group_concurrency`` held, as every claim
+# otherwise leaves a group, a held message due again always finds fewer busy: no change there.)
+_BUSY_COUNT = (f"((SELECT COUNT(*) FROM {_leased()} AND process_after > :now) + "
+               f"(SELECT COUNT(*) FROM {_retrying()} AND process_after > :now))")
+_NEXT_BUSY = (f"(SELECT MIN(t) FROM (SELECT MIN(process_after) AS t FROM {_leased()} AND process_after > :now "
+              f"UNION ALL SELECT MIN(process_after) FROM {_retrying()} AND process_after > :now))")
+GROUP_BUSY = f"SELECT {_BUSY_COUNT}, {_NEXT_BUSY}"
 GROUP_PICK = """
 SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
 WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
@@ -440,7 +451,7 @@ WITH turn AS MATERIALIZED (
     WHERE (:rate_us IS NULL OR rate_next_at_us <= :now * 1000){guard})"""
     sql = f"""{turn}
 UPDATE messages {CLAIM_SET} WHERE id = (SELECT id FROM (
-    {_held_due()}
+    SELECT * FROM ({_held_due()}) WHERE :concurrency IS NULL OR {_BUSY_COUNT} < :concurrency
     UNION ALL
     SELECT * FROM (SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
                    WHERE {GROUP_FRESH} AND process_after <= :now
@@ -451,6 +462,20 @@ UPDATE messages {CLAIM_SET} WHERE id = (SELECT id FROM (
 
 
 GROUP_CLAIM_NEXT = _group_claim_next()
+# A batch of one group (``group_batch``): after the claim of a group's first message, its next due
+# messages in claim order (held ones due again, then never delivered), up to :n, to the same
+# receiver, whatever the group's slots; not those this claim delivered (a 0 s lease is due at once).
+GROUP_FOLLOWERS = f"""
+UPDATE messages {CLAIM_SET} WHERE id IN (SELECT id FROM (
+    SELECT * FROM (SELECT id, priority, sequence FROM {_leased()} AND process_after <= :now{EXCEPT_DELIVERED}
+                   ORDER BY priority DESC, sequence LIMIT :n)
+    UNION ALL
+    SELECT * FROM (SELECT id, priority, sequence FROM {_retrying()} AND process_after <= :now
+                   ORDER BY priority DESC, sequence LIMIT :n)
+    UNION ALL
+    SELECT * FROM (SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
+                   WHERE {GROUP_FRESH} AND process_after <= :now ORDER BY priority DESC, sequence LIMIT :n))
+    ORDER BY priority DESC, sequence LIMIT :n) {CLAIM_RETURNING}, message_group"""
 # The same, in a claim of a queue seen with groups, when no message without a group is due (what the
 # claim would take first; the groups' turn is taken first, in one statement, when there is none).
 NONE_UNGROUPED_DUE = f"""
@@ -1140,8 +1165,8 @@ class SQLiteStore(Store):
     def claim(self, queue: str, now: int, limit: int = 1, *, visibility_ms: int, max_attempts: int,
               dlq_ttl_ms: int, order: str = "fifo", max_in_flight: int | None = None,
               rate_interval_us: int | None = None, group_concurrency: int | None = None,
-              group_rate_us: int | None = None) -> Claim:
-        groups = (group_concurrency, group_rate_us)
+              group_rate_us: int | None = None, group_batch: bool = False) -> Claim:
+        groups = (group_concurrency, group_rate_us, group_batch)
         if max_in_flight is None and rate_interval_us is None:
             return self._claim(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
         # A read first (no write lock): a queue at its limit says so without queueing for the lock.
@@ -1221,12 +1246,13 @@ class SQLiteStore(Store):
 
     @_reads_claim_indexes
     def _claim(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
-               order: str, groups: tuple[int | None, int | None] = (None, None)) -> Claim:
+               order: str, groups: tuple[int | None, int | None, bool] = (None, None, False)) -> Claim:
         if queue in self._grouped:  # (a queue seen with groups: both parts in one transaction, one commit)
             with self._transaction() as conn:
                 # No message without a group due (they would go first): a group's turn, in one statement.
                 params = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
-                          "dlq_ttl": dlq_ttl_ms, "concurrency": groups[0], "rate_us": groups[1]}
+                          "dlq_ttl": dlq_ttl_ms, "concurrency": groups[0], "rate_us": groups[1],
+                          "batch": groups[2], "limit": limit}
                 deliveries: list[Delivery] = []
                 redriven: list[Delivery] = []
                 if not self._group_turn(conn, GROUP_CLAIM_ALONE, params, deliveries, redriven):
@@ -1242,7 +1268,7 @@ class SQLiteStore(Store):
         return self._claim_both(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order, groups)
 
     def _claim_both(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int, dlq_ttl_ms: int,
-                    order: str, groups: tuple[int | None, int | None], probe: bool = True) -> Claim:
+                    order: str, groups: tuple[int | None, int | None, bool], probe: bool = True) -> Claim:
         if order == "due" and limit > 1:
             with self._transaction():  # the pick, then the claim of what it picked (DUE_ROWS)
                 claimed = self._claim_rows(queue, now, limit, visibility_ms, max_attempts, dlq_ttl_ms, order)
@@ -1263,10 +1289,11 @@ class SQLiteStore(Store):
                      claimed.redriven_messages + grouped.redriven_messages)
 
     def _claim_groups(self, queue: str, now: int, limit: int, visibility_ms: int, max_attempts: int,
-                      dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None,
+                      dlq_ttl_ms: int, concurrency: int | None, rate_us: int | None, batch: bool = False,
                       probe: bool = True) -> Claim | None:
         """Up to ``limit`` messages of ``queue``'s groups, a group's turn at a time (GROUP_PICK …);
-        None when no group is eligible now (``probe``: found by a read, before any write lock)."""
+        None when no group is eligible now (``probe``: found by a read, before any write lock).
+        ``batch``: each group's turn takes its next messages too (:meth:`_followers`)."""
         if probe and not self._conn().execute(GROUP_PICK, {"queue": queue, "now": now}).fetchall():
             return None
         deliveries: list[Delivery] = []
@@ -1274,11 +1301,12 @@ class SQLiteStore(Store):
         held_back = False
         params: dict[str, Any] = {"queue": queue, "now": now, "visibility": visibility_ms, "max": max_attempts,
                                   "dlq_ttl": dlq_ttl_ms}
-        quick = {**params, "concurrency": concurrency, "rate_us": rate_us}
+        quick = {**params, "concurrency": concurrency, "rate_us": rate_us, "batch": batch, "limit": limit}
         with self._transaction() as conn:
             for looks in range(limit + MAX_GROUP_LOOKS):
                 if len(deliveries) >= limit:
                     break
+                quick["limit"] = limit - len(deliveries)
                 if self._group_turn(conn, GROUP_CLAIM_NEXT, quick, deliveries, redriven):
                     continue
                 # The group whose turn comes first gives nothing now: its turn, statement by statement.
@@ -1297,6 +1325,9 @@ class SQLiteStore(Store):
                 held = 0
                 if concurrency is not None:
                     ((held,),) = conn.execute(GROUP_HELD_COUNT, params).fetchall()
+                    if candidates and held > concurrency and \
+                            conn.execute(GROUP_BUSY, params).fetchone()[0] >= concurrency:
+                        candidates = []  # (a batch's messages due again while others of it are busy)
                 fresh: list[Any] | None = None  # the group's first two ready messages never delivered, due
                 if concurrency is None or held < concurrency:
                     fresh = conn.execute(GROUP_FRESH_DUE, params).fetchall()
@@ -1318,6 +1349,9 @@ class SQLiteStore(Store):
                             claimed_at = now
                             if rate_us is not None:
                                 rate_next = max(rate_next, now * 1000) + rate_us
+                            if batch and rate_us is None and self._followers(
+                                    conn, params, limit - len(deliveries), deliveries, redriven):
+                                held = -1  # (counted again below)
                         else:
                             redriven += [d._replace(group=r[14]) for d in self._redriven(conn, [r])]
                             held = -1  # (a redrive frees a slot: counted again below)
@@ -1339,6 +1373,8 @@ class SQLiteStore(Store):
         turn = {**params, "group": r[14]}
         if r[13] == PROCESSING:
             deliveries.append(Delivery._make((*r[:13], r[14])))
+            if params.get("batch") and params["rate_us"] is None:
+                self._followers(conn, turn, params["limit"] - len(deliveries), deliveries, redriven)
             conn.execute(GROUP_TURN_TAKEN, turn)
             return True
         # Its attempts used up: moved to its DLQ, which frees its slot; the group's turn as after a look.
@@ -1346,6 +1382,23 @@ class SQLiteStore(Store):
         rate_next = conn.execute(GROUP_RATE_NEXT, turn).fetchone()[0]
         self._next_turn(conn, turn, params["concurrency"], rate_next, 0)
         return True
+
+    def _followers(self, conn: sqlite3.Connection, params: dict[str, Any], n: int, deliveries: list[Delivery],
+                   redriven: list[Delivery]) -> bool:
+        """A batch of one group (``group_batch``): the group ``params["group"]``'s next ``n`` due
+        messages (GROUP_FOLLOWERS) after the one just claimed, delivered too (or redriven), in claim
+        order; whether it took any."""
+        if n <= 0:
+            return False
+        delivered = json.dumps([d.id for d in deliveries])
+        rows = conn.execute(GROUP_FOLLOWERS, {**params, "n": n, "delivered": delivered}).fetchall()
+        rows.sort(key=lambda r: (-r[5], r[8]))
+        for r in rows:
+            if r[13] == PROCESSING:
+                deliveries.append(Delivery._make((*r[:13], r[14])))
+            else:
+                redriven += [d._replace(group=r[14]) for d in self._redriven(conn, [r])]
+        return bool(rows)
 
     @staticmethod
     def _next_turn(conn: sqlite3.Connection, params: dict[str, Any], concurrency: int | None, rate_next: int,
@@ -1358,6 +1411,10 @@ class SQLiteStore(Store):
         times = [conn.execute(GROUP_NEXT_HELD, params).fetchone()[0]]
         if concurrency is not None and held < 0:
             held = conn.execute(GROUP_HELD_COUNT, params).fetchone()[0]
+        if concurrency is not None and held > concurrency:  # (a batch's: see _BUSY_COUNT)
+            busy, next_busy = conn.execute(GROUP_BUSY, params).fetchone()
+            if busy >= concurrency:
+                times = [next_busy]
         if concurrency is None or held < concurrency:
             if fresh is None:
                 fresh = conn.execute(GROUP_FRESH_DUE, params).fetchall()
