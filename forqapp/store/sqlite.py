@@ -1072,9 +1072,12 @@ class SQLiteStore(Store):
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """Several statements that commit together: the caller's transaction when there is one,
         else ``BEGIN IMMEDIATE`` … ``COMMIT`` straight on the connection (a tenth of the cost of
-        Django's ``atomic()``; Django's wrapper stays in autocommit around it)."""
+        Django's ``atomic()``; Django's wrapper stays in autocommit around it). Django's SQLite
+        backend sets ``isolation_level`` to None exactly in autocommit (as :meth:`insert_one` reads
+        it): inside ``atomic()`` it is a transaction mode, though the transaction may not have begun
+        yet (asking the wrapper, ``in_atomic_block``, cost each grouped claim 1.6 µs)."""
         conn = self._conn()
-        if self._fixed is not None or self.connection.in_atomic_block or conn.in_transaction:
+        if self._fixed is not None or conn.isolation_level is not None or conn.in_transaction:
             yield conn
             return
         conn.execute("BEGIN IMMEDIATE")
