@@ -1,4 +1,5 @@
-"""PSS of a process tree: ``python bench/forqload/pss.py PID [--watch SECONDS]``.
+"""PSS of a process tree: ``python bench/forqload/pss.py PID [--watch SECONDS]``; or the CPU
+seconds it has used so far: ``python bench/forqload/pss.py PID --cpu-seconds``.
 
 Sums ``Pss`` of ``/proc/<pid>/smaps_rollup`` over ``PID`` and all its descendants (the server's
 supervisor, its granian processes and workers, the jobs child): what the server holds in memory,
@@ -47,6 +48,20 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of ``pids`` (each process's threads included), in seconds; a process that
+    ended in between no longer counts, so read a tree whose processes live through the window."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        except (OSError, IndexError, ValueError):
+            pass
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def total_mb(pid: int) -> tuple[float, int]:
     pids = tree(pid)
     return sum(pss_kib(p) for p in pids) / 1024, len(pids)
@@ -56,7 +71,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("pid", type=int)
     parser.add_argument("--watch", type=float, default=0)
+    parser.add_argument("--cpu-seconds", action="store_true", help="print the tree's CPU seconds so far instead")
     args = parser.parse_args()
+    if args.cpu_seconds:
+        print(f"{cpu_seconds(tree(args.pid)):.2f}")
+        return
     mb, n = total_mb(args.pid)
     end = time.monotonic() + args.watch
     while time.monotonic() < end:

@@ -4,7 +4,8 @@
 # one multiplexed connection). Prints throughput, errors, duplicate deliveries, latencies, and the
 # server's memory: PSS of its whole process tree idle and the most seen under load.
 #
-#   bench/forqload/run.sh [--ref REV] [--pairs N] [--idle N] [--duration 8s] [-c 10] [-p 10] [-size 100]
+#   bench/forqload/run.sh [--ref REV] [--pairs N] [--idle N] [--server-cpus LIST] [--client-cpus LIST]
+#                         [--duration 8s] [-c 10] [-p 10] [-size 100]
 #
 # Then, over HTTP/1.1, the idle long polls' cost (issue 15): the producers alone (-c 0), without and
 # with --idle N (default 200; 0 skips it) long polls held open on an empty queue, and the wake-up of
@@ -15,16 +16,22 @@
 # reference in the same run. Every server gets a fresh temporary SQLite file.
 # With DATABASE_URL=postgres://user@host:port/anything set, every server gets a fresh PostgreSQL
 # database forq_load_bench on that server (dropped and made anew) instead of an SQLite file.
+# --server-cpus / --client-cpus LIST: run the server / the load client under `taskset -c LIST` (e.g.
+# --server-cpus 0 --client-cpus 1, then --server-cpus 0,1 --client-cpus 1: does the server use a
+# second core when it has one?). Each load also prints the cores the server's tree kept busy
+# (its CPU seconds while the load ran, over the load's wall time).
 # Needs Go and golang.org/x/net: Debian's golang-go and golang-golang-x-net-dev (installed when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-ref="" pairs=1 idle=200
+ref="" pairs=1 idle=200 server_cpus="" client_cpus=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ref) ref=$2; shift 2 ;;
     --pairs) pairs=$2; shift 2 ;;
     --idle) idle=$2; shift 2 ;;
+    --server-cpus) server_cpus=$2; shift 2 ;;
+    --client-cpus) client_cpus=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -43,6 +50,9 @@ fi
 export DJANGO_SETTINGS_MODULE=project.settings FORQ_UI_ENABLED=${FORQ_UI_ENABLED:-false} \
        FORQ_AUTH_SECRET=forq-load-secret-at-least-32-characters
 py=$root/.venv/bin/python
+pin_server=() pin_client=()
+[ -n "$server_cpus" ] && pin_server=(taskset -c "$server_cpus")
+[ -n "$client_cpus" ] && pin_client=(taskset -c "$client_cpus")
 pg_admin=${DATABASE_URL:-}  # the database to connect to while making forq_load_bench
 
 # serve DIR LABEL: one server from the tree DIR, both protocols, memory idle and under load.
@@ -63,7 +73,7 @@ PY
   fi
   (cd "$dir" && FORQ_DB_PATH=$db $py manage.py migrate -v0)
   (cd "$dir" && exec env FORQ_DB_PATH=$db FORQ_API_ADDR="127.0.0.1:$port" FORQ_UI_ADDR="127.0.0.1:$((port + 1))" \
-     $py manage.py forq_serve > "$work/serve.log" 2>&1) &
+     "${pin_server[@]}" $py manage.py forq_serve > "$work/serve.log" 2>&1) &
   server=$!
   for _ in $(seq 1 150); do curl -fs -o /dev/null "http://127.0.0.1:$port/healthcheck" && break; sleep 0.2; done
   sleep 1
@@ -71,15 +81,19 @@ PY
   echo "  memory idle: $($py bench/forqload/pss.py "$server")"
   for proto in "" "-http2"; do
     $py bench/forqload/pss.py "$server" --watch 4 > "$work/pss" &
-    "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" $proto "$@"
+    local cpu0 t0 cpu1 t1
+    cpu0=$($py bench/forqload/pss.py "$server" --cpu-seconds) t0=$(date +%s.%N)
+    "${pin_client[@]}" "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" $proto "$@"
+    cpu1=$($py bench/forqload/pss.py "$server" --cpu-seconds) t1=$(date +%s.%N)
     wait $!
     echo "  memory under load (max of 4 s of samples): $(cat "$work/pss")"
+    echo "  the server's CPU while the load ran: $(awk "BEGIN { printf \"%.2f\", ($cpu1 - $cpu0) / ($t1 - $t0) }") cores busy"
   done
   if [ "$idle" -gt 0 ]; then
     local alone with
-    "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" -backlog 0 -wake "$@" -c 0 \
+    "${pin_client[@]}" "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" -backlog 0 -wake "$@" -c 0 \
       | tee "$work/alone" | grep -E "10p|wake"
-    "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" -backlog 0 -wake -idle "$idle" "$@" -c 0 \
+    "${pin_client[@]}" "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" -backlog 0 -wake -idle "$idle" "$@" -c 0 \
       | tee "$work/with" | grep -E "10p|wake|idle"
     alone=$(sed -n 's/.*produced \([0-9]*\)\/s.*/\1/p' "$work/alone")
     with=$(sed -n 's/.*produced \([0-9]*\)\/s.*/\1/p' "$work/with")
