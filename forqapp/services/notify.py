@@ -109,10 +109,12 @@ class Notifier:
         finally:
             self._remove(waiter)
 
-    async def wait_async(self, queue: str, timeout: float) -> bool:
-        """As :meth:`wait`, in the running event loop; whether it was woken (False: ``timeout``
-        passed). A timer resolves the waiter's future (cheaper than ``asyncio.wait_for``'s task)."""
-        loop = asyncio.get_running_loop()
+    async def wait_async(self, queue: str, timeout: float,
+                         loop: asyncio.AbstractEventLoop | None = None) -> bool:
+        """As :meth:`wait`, in the running event loop (``loop``, when the caller has it: asking for
+        it costs a system call); whether it was woken (False: ``timeout`` passed). A timer
+        resolves the waiter's future (cheaper than ``asyncio.wait_for``'s task)."""
+        loop = loop or asyncio.get_running_loop()
         waiter = _AsyncWaiter((queue,), loop)
         self._add(waiter)
         timer = loop.call_later(timeout, _resolve, waiter.future, False)

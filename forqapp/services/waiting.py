@@ -111,15 +111,17 @@ def wait(queues: Iterable[str], timeout: float, *, using: str | None = None,
         notifier_for(using or alias()).wait_any(tuple(queues), timeout, wake)
 
 
-async def wait_async(queue: str, timeout: float, *, using: str | None = None) -> bool:
-    """As :func:`wait`, for one queue, without blocking the event loop; arms the request's caller.
-    Whether it was woken (by a message that may be due, or the drain)."""
+async def wait_async(queue: str, timeout: float, *, using: str | None = None,
+                     loop: asyncio.AbstractEventLoop | None = None) -> bool:
+    """As :func:`wait`, for one queue, without blocking the event loop (``loop``: the running one,
+    when the caller has it); arms the request's caller. Whether it was woken (by a message that
+    may be due, or the drain)."""
     if timeout <= 0 or draining():
         return draining()
     caller = _caller.get()
     if caller is not None:
         caller.arm()
-    return await notifier_for(using or alias()).wait_async(queue, timeout)
+    return await notifier_for(using or alias()).wait_async(queue, timeout, loop)
 
 
 def claim(take: Callable[[], T], queues: Iterable[str], timeout: float, *, using: str | None = None,
@@ -166,14 +168,14 @@ async def claim_async(take: Callable[..., T], queue: str, timeout: float, *args:
     deadline = loop.time() + timeout
     notifier = notifier_for(alias())
     if nothing is not _CLAIM_FIRST and timeout > 0 and not draining() and notifier.quiet(queue):
-        if not await wait_async(queue, timeout):
+        if not await wait_async(queue, timeout, loop=loop):
             return cast(T, nothing)  # its time is up and nothing came
     while True:
         result = await _claim_for_caller(take, queue, *args)
         remaining = deadline - loop.time()
         if result or remaining <= 0 or draining():
             return result
-        if not await wait_async(queue, remaining) and notifier.quiet(queue):
+        if not await wait_async(queue, remaining, loop=loop) and notifier.quiet(queue):
             return result  # its time is up, and a claim now would find nothing
 
 
