@@ -451,3 +451,14 @@ def test_a_poll_that_waits_first_on_a_queue_sent_to_here_gets_it_at_once(setting
     forqapp.send("quiet-then-sent-here", "x")
     (message, took), = _polls("quiet-then-sent-here", 10)
     assert message is not None and message.content == "x" and took < 5
+
+
+def test_a_new_waiter_on_a_quiet_queue_costs_the_notifier_no_look(settings):
+    """No commit since the queue was found quiet: its next poll asks the database nothing at all."""
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    (first, _), = _polls("quiet-no-look", 0.2)
+    notifier = notifier_for("default")
+    checks = notifier.checks
+    (second, took), = _polls("quiet-no-look", 0.3)
+    assert first is None and second is None and took >= 0.25
+    assert notifier.checks == checks
