@@ -354,3 +354,131 @@ def test_has_due_of_many_queues_in_one_read_answers_as_one_queue_at_a_time():
     assert st.has_due([], now_ms(), 5) == {}
     turns = {q: st.next_group_turn(q) for q in queues}
     assert st.next_group_turns(queues) == {q: t for q, t in turns.items() if t is not None}
+
+
+# --- a poll on a quiet queue waits first: no claim (a write transaction) that would find nothing ---
+
+
+def _counting_claim(claims):
+    def take(queue):
+        claims.append(queue)
+        return services.claim(queue)
+
+    return take
+
+
+def test_a_poll_asking_again_on_a_quiet_queue_runs_no_claim(settings):
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    claims = []
+    take = _counting_claim(claims)
+
+    async def polls():
+        assert await waiting.claim_async(take, "quiet", 0.3, nothing=None) is None  # claims, then waits
+        assert notifier_for("default").quiet("quiet")  # its wait's look found nothing due
+        assert await waiting.claim_async(take, "quiet", 0.3, nothing=None) is None  # waits alone
+
+    asyncio.run(polls())
+    assert claims == ["quiet"]
+
+
+def _polls(queue, *timeouts):
+    """Long polls of ``queue`` one after the other, as a client asking again (each a claim_async of
+    the v1 consume): [(message or None, seconds it took), …]."""
+    async def polls():
+        out = []
+        for timeout in timeouts:
+            started = time.monotonic()
+            got = await waiting.claim_async(services.claim, queue, timeout, nothing=None)
+            out.append((got, time.monotonic() - started))
+        return out
+
+    return asyncio.run(polls())
+
+
+def test_a_poll_that_waits_first_gets_a_message_committed_without_a_kick(monkeypatch, settings):
+    """Another process's send (here: this process's, its kick switched off) to a quiet queue wakes
+    a poll that asked again without a claim: the commit is seen, and the queue looked at."""
+    from forqapp.services import produce
+
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    monkeypatch.setattr(produce, "kick", lambda *args, **kwargs: None)
+    assert _polls("quiet-then-sent", 0.2) == [(None, pytest.approx(0.2, abs=0.15))]
+    assert notifier_for("default").quiet("quiet-then-sent")
+
+    def send_later():
+        time.sleep(0.3)
+        forqapp.send("quiet-then-sent", "x")
+
+    sender = _in_thread(send_later)
+    sender.start()
+    (message, took), = _polls("quiet-then-sent", 10)
+    sender.join(5)
+    assert message is not None and message.content == "x"
+    assert took < 5  # woken by the commit, not the end of its wait (the fallback is 60 s)
+
+
+def test_a_poll_that_waits_first_gets_a_delayed_message_when_it_comes_due(settings):
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    forqapp.send("quiet-until-due", "later", delay=timedelta(seconds=1.2))
+    started = time.monotonic()
+    (first, _), = _polls("quiet-until-due", 0.2)
+    assert first is None and notifier_for("default").quiet("quiet-until-due")  # quiet until it is due
+    (message, _), = _polls("quiet-until-due", 10)
+    assert message is not None and message.content == "later"
+    assert 1.1 <= time.monotonic() - started < 5  # when it came due: not before, not at the fallback
+
+
+def test_a_poll_that_waits_first_gets_a_message_whose_lease_ended(settings):
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    forqapp.send("quiet-until-lease-ends", "x")
+    leased = forqapp.receive("quiet-until-lease-ends", visibility_timeout=timedelta(seconds=1.2))
+    assert leased is not None
+    started = time.monotonic()
+    (first, _), = _polls("quiet-until-lease-ends", 0.2)
+    assert first is None and notifier_for("default").quiet("quiet-until-lease-ends")
+    (again, _), = _polls("quiet-until-lease-ends", 10)
+    assert again is not None and again.id == leased.id and again.attempts == 2
+    assert time.monotonic() - started < 5
+
+
+def test_a_poll_that_waits_first_on_a_queue_sent_to_here_gets_it_at_once(settings):
+    """A send in this process while nobody waits: the next poll waits first (the notifier has not
+    seen the commit yet) and gets it at once — the notifier sees the commit as that poll starts
+    waiting, and looks at its queue."""
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    (first, _), = _polls("quiet-then-sent-here", 0.2)
+    assert first is None and notifier_for("default").quiet("quiet-then-sent-here")
+    forqapp.send("quiet-then-sent-here", "x")
+    (message, took), = _polls("quiet-then-sent-here", 10)
+    assert message is not None and message.content == "x" and took < 5
+
+
+def test_a_new_waiter_on_a_quiet_queue_costs_the_notifier_no_look(settings):
+    """No commit since the queue was found quiet: its next poll asks the database nothing at all."""
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    (first, _), = _polls("quiet-no-look", 0.2)
+    notifier = notifier_for("default")
+    checks = notifier.checks
+    (second, took), = _polls("quiet-no-look", 0.3)
+    assert first is None and second is None and took >= 0.25
+    assert notifier.checks == checks
+
+
+def test_a_poll_asking_again_after_a_commit_elsewhere_looks_rather_than_claims(settings):
+    """A commit (to another queue) since the queue was found quiet: the next poll still waits first,
+    and its process's notifier looks at the queue (a read) instead of the poll claiming."""
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    claims = []
+    take = _counting_claim(claims)
+
+    async def poll():
+        return await waiting.claim_async(take, "quiet-then-elsewhere", 0.3, nothing=None)
+
+    assert asyncio.run(poll()) is None
+    sender = _in_thread(forqapp.send, "another-queue", "x")
+    sender.start()
+    sender.join(5)
+    notifier = notifier_for("default")
+    assert notifier.was_quiet("quiet-then-elsewhere")
+    assert asyncio.run(poll()) is None
+    assert claims == ["quiet-then-elsewhere"]

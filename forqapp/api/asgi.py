@@ -129,7 +129,7 @@ class APIApplication:
         pay nothing for it."""
         watch = DisconnectWatch(receive)
         with waiting.serving(watch):  # the task starts in this context: its waits arm the watch
-            task = watch.task = asyncio.ensure_future(view)
+            task = watch.task = asyncio.get_running_loop().create_task(view)
         try:
             return await task
         except asyncio.CancelledError:

@@ -112,7 +112,7 @@ async def claim(request: HttpRequest, queue: str) -> HttpResponse:
         del throttled[:]
         return services.claim_many(name, n, throttled=throttled)
 
-    messages = await waiting.claim_async(take, queue, wait, limit)
+    messages = await waiting.claim_async(take, queue, wait, limit, nothing=[])
     answer: dict = {"messages": [
         {"id": m.id, "content": m.content, "attempts": m.attempts, "receipt": str(m.receipt),
          "priority": m.priority, "attributes": m.attributes or None, "dedup_id": m.dedup_id,

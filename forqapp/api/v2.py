@@ -333,7 +333,7 @@ async def receive(request: HttpRequest, queue: str) -> HttpResponse:
     options = ReceiveOptions.parse(body, longest_wait=forq_settings.FORQ_LONG_POLL_SECONDS)
     take = functools.partial(services.receive_many, max_messages=options.max_messages,
                              visibility_timeout=options.visibility_timeout, random=options.random)
-    messages = await waiting.claim_async(take, queue, float(options.wait))
+    messages = await waiting.claim_async(take, queue, float(options.wait), nothing=[])
     return JsonResponse({"messages": [message_json(m) for m in messages]})
 
 

@@ -60,7 +60,7 @@ async def take(queue: str) -> services.ReceivedMessage | None:
     """Consume: a long poll for the oldest due message, waiting up to ``FORQ_LONG_POLL_SECONDS``
     (None when none came, or when the server drains)."""
     validation.v1_queue_name(queue)
-    return await waiting.claim_async(services.claim, queue, hot("FORQ_LONG_POLL_SECONDS"))
+    return await waiting.claim_async(services.claim, queue, hot("FORQ_LONG_POLL_SECONDS"), nothing=None)
 
 
 def delivered(message: services.ReceivedMessage) -> dict[str, str]:

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, Protocol
 
 from ..conf import hot
 from ..services import waiting
+from . import process
 
 logger = logging.getLogger("forqapp.intake")
 
@@ -159,8 +160,9 @@ class DisconnectWatch:
         self.disconnected = False
 
     def arm(self) -> None:
-        if self.listener is None:
-            self.listener = asyncio.ensure_future(self._listen())
+        if self.listener is None:  # (the task's loop: asyncio.ensure_future asks os.getpid() each time)
+            loop = self.task.get_loop() if self.task is not None else asyncio.get_running_loop()
+            self.listener = loop.create_task(self._listen())
 
     async def _listen(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
@@ -207,6 +209,7 @@ async def lifespan(receive: Receive, send: Callable[[dict[str, Any]], Awaitable[
                 watcher.cancel()
                 return
             jobs = start_jobs() if start_jobs is not None else None
+            process.freeze_started()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             waiting.drain()

@@ -53,20 +53,23 @@ class _AsyncWaiter:
     def __init__(self, queues: tuple[str, ...], loop: asyncio.AbstractEventLoop):
         self.queues = queues
         self.loop = loop
-        self.future: asyncio.Future[None] = loop.create_future()
+        self.future: asyncio.Future[bool] = loop.create_future()  # True: woken; False: its time is up
 
     def wake(self) -> None:
-        self.loop.call_soon_threadsafe(_resolve, self.future)
+        self.loop.call_soon_threadsafe(_resolve, self.future, True)
 
 
-def _resolve(future: asyncio.Future) -> None:
+def _resolve(future: asyncio.Future[bool], woken: bool) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(woken)
 
 
 #: After a write is seen whose commit is not visible yet, the version is read again after each of
 #: these (seconds): a commit follows its last write within microseconds, or an fsync later.
 SETTLE_S = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256)
+
+#: The most quiet queues a notifier remembers (it forgets them all at once past this, and at each change).
+QUIET_MAX = 100_000
 
 
 class Notifier:
@@ -75,7 +78,16 @@ class Notifier:
         self._cond = threading.Condition()
         self._waiters: dict[str, deque[_Waiter | _AsyncWaiter]] = {}
         self._pending: set[str] = set()  # queues to check now (written here, or newly waited on)
+        self._unlooked: set[str] = set()  # queues of new waiters not looked at (they were quiet)
         self._full = False  # check every waited queue as soon as the pacing allows
+        # Queues a check found with nothing due, each with when something of it comes due by the
+        # clock (Unix ms; None: nothing does), as of data version ``_quiet_version``: until a
+        # commit or that time, a new waiter on one needs no check, and a consumer may wait first.
+        self._quiet: dict[str, int | None] = {}
+        self._quiet_version: int | None = None
+        # Queues the last look at each found with nothing due, whatever committed since (a hint
+        # for a consumer: wait first, and let this thread's look — a read — decide).
+        self._was_quiet: dict[str, None] = {}
         self._thread: threading.Thread | None = None
         self.checks = 0  # checks run (tests, benchmarks): full ones and targeted ones
         self.full_checks = 0
@@ -100,26 +112,48 @@ class Notifier:
         finally:
             self._remove(waiter)
 
-    async def wait_async(self, queue: str, timeout: float) -> None:
-        waiter = _AsyncWaiter((queue,), asyncio.get_running_loop())
+    async def wait_async(self, queue: str, timeout: float,
+                         loop: asyncio.AbstractEventLoop | None = None) -> bool:
+        """As :meth:`wait`, in the running event loop (``loop``, when the caller has it: asking for
+        it costs a system call); whether it was woken (False: ``timeout`` passed). A timer
+        resolves the waiter's future (cheaper than ``asyncio.wait_for``'s task)."""
+        loop = loop or asyncio.get_running_loop()
+        waiter = _AsyncWaiter((queue,), loop)
         self._add(waiter)
+        timer = loop.call_later(timeout, _resolve, waiter.future, False)
         try:
-            await asyncio.wait_for(waiter.future, timeout)
-        except TimeoutError:
-            pass
+            return await waiter.future
         finally:
+            timer.cancel()
             self._remove(waiter)
+
+    def was_quiet(self, queue: str) -> bool:
+        """Whether the last look at ``queue`` found nothing due (commits since may have changed
+        that): a hint for a consumer to wait first, letting this notifier look (a read) rather
+        than claim (a write transaction). Read without the lock."""
+        return queue in self._was_quiet
+
+    def quiet(self, queue: str) -> bool:
+        """Whether ``queue`` had nothing due when last looked at, and nothing this notifier has seen
+        since can have changed that: a hint for a consumer to wait before it claims (its wait's own
+        look at the queue is exact). Read without the lock."""
+        return _quiet_at(self._quiet, queue, base.now_ms())
 
     def kick(self, queues: Iterable[str] | None = None) -> None:
         """Something was written in this process to ``queues`` (None: to queues unknown): look now
         rather than at the next poll — at just the written queues somebody waits on; a write to
         queues nobody here waits on costs nothing (a waiter that comes later looks itself)."""
-        if not self._waiters:
+        if not self._waiters and not self._quiet and not self._was_quiet:
             return  # nobody waits (read without the lock: a waiter that comes now kicks itself)
         with self._cond:
             if queues is None:
                 self._full = True
+                self._quiet = {}
             else:
+                queues = tuple(queues)
+                for queue in queues:
+                    self._quiet.pop(queue, None)  # (what a look found there is old now)
+                    self._was_quiet.pop(queue, None)
                 waited = [q for q in queues if q in self._waiters]
                 if not waited:
                     return
@@ -143,14 +177,20 @@ class Notifier:
         with self._cond:
             for queue in waiter.queues:
                 self._waiters.setdefault(queue, deque()).append(waiter)
-            self._pending.update(waiter.queues)  # a new waiter may already have something due
+            # A new waiter may already have something due: the thread looks — unless each of its
+            # queues is quiet for good (nothing due, nothing to come by the clock) as of the last
+            # data version the thread read. Then only a commit can change that, and a commit
+            # wakes the thread, which then looks at the queues of such waiters at once.
+            look = any(self._quiet.get(queue, 0) is not None for queue in waiter.queues)
+            (self._pending if look else self._unlooked).update(waiter.queues)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name=f"forq-notifier-{self.alias}", daemon=True
                 )
                 self._thread.start()
             self._cond.notify()
-        self._ring()
+        if look:
+            self._ring()
 
     def _remove(self, waiter: _Waiter | _AsyncWaiter) -> None:
         with self._cond:
@@ -194,6 +234,7 @@ class Notifier:
                         self._cond.wait()
                         stale = True
                     pending, self._pending = self._pending, set()
+                    forget = self._full
                     if self._full:
                         stale, self._full = True, False
                 now = time.monotonic()
@@ -207,6 +248,12 @@ class Notifier:
                 fd = wakeups.wake_fd(using=self.alias)  # (after the version: PostgreSQL listens first)
                 if version != last_version:
                     stale, settle = True, None
+                with self._cond:  # (new waiters read it under the lock: see _add)
+                    if forget or version != self._quiet_version or len(self._quiet) > QUIET_MAX:
+                        self._quiet = {}  # (a new dict: readers without the lock keep the old one)
+                        self._quiet_version = version
+                        pending |= self._unlooked  # something may have come for them since
+                    self._unlooked = set()  # (else: still quiet as of this version)
                 pace = max(poll, 20 * took)  # the least time between full checks
                 if recheck_at is not None and base.now_ms() >= recheck_at:
                     stale = True
@@ -221,6 +268,7 @@ class Notifier:
                         self.full_checks += 1
                         self.checks += 1
                         recheck_at = due.recheck_at  # something comes due by the clock: look again then
+                        self._remember_quiet(due.quiet, due.counts)
                         if due.counts:
                             self._wake(due.counts)
                     last_version, stale = version, False
@@ -228,11 +276,22 @@ class Notifier:
                     took = time.thread_time() - cpu  # its CPU: waits on the database cost nobody
                     pending.clear()  # the full check looked at them
                 if pending:
+                    # A queue quiet as of the version read above needs no look (nothing came), only
+                    # a look again when something of it comes due by the clock.
+                    now_ms = base.now_ms()
+                    quiet = self._quiet
+                    for queue in [q for q in pending if _quiet_at(quiet, q, now_ms)]:
+                        pending.discard(queue)
+                        until = quiet.get(queue)
+                        if until is not None:
+                            recheck_at = until if recheck_at is None else min(recheck_at, until)
+                if pending:
                     with self._cond:
                         wanted = {q: len(self._waiters[q]) for q in pending if q in self._waiters}
                     if wanted:
                         due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
                         self.checks += 1
+                        self._remember_quiet(due.quiet, due.counts)
                         if due.recheck_at is not None:
                             recheck_at = due.recheck_at if recheck_at is None else min(recheck_at, due.recheck_at)
                         if due.counts:
@@ -268,6 +327,17 @@ class Notifier:
                 stale = True
                 time.sleep(0.5)
 
+    def _remember_quiet(self, quiet: dict[str, int | None], due: dict[str, int]) -> None:
+        """What a check just found quiet, as of the version read before it (an older look's view
+        of those queues, once written here, is replaced), and what it found due."""
+        with self._cond:
+            self._quiet.update(quiet)
+            if len(self._was_quiet) > QUIET_MAX:
+                self._was_quiet = {}
+            self._was_quiet.update(dict.fromkeys(quiet))
+            for queue in due:
+                self._was_quiet.pop(queue, None)
+
     def _ring(self) -> None:
         """Interrupt the watching thread's sleep (a kick, a new waiter)."""
         try:
@@ -297,6 +367,11 @@ class Notifier:
                     self._unlink(waiter)
                     waiter.wake()
                     n -= 1
+
+
+def _quiet_at(quiet: dict[str, int | None], queue: str, now_ms: int) -> bool:
+    until = quiet.get(queue, 0)  # (0: not known to be quiet)
+    return until is None or until > now_ms
 
 
 _notifiers: dict[str, Notifier] = {}

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from . import db, groupcommit
 from .base import alias
@@ -111,14 +111,17 @@ def wait(queues: Iterable[str], timeout: float, *, using: str | None = None,
         notifier_for(using or alias()).wait_any(tuple(queues), timeout, wake)
 
 
-async def wait_async(queue: str, timeout: float, *, using: str | None = None) -> None:
-    """As :func:`wait`, for one queue, without blocking the event loop; arms the request's caller."""
+async def wait_async(queue: str, timeout: float, *, using: str | None = None,
+                     loop: asyncio.AbstractEventLoop | None = None) -> bool:
+    """As :func:`wait`, for one queue, without blocking the event loop (``loop``: the running one,
+    when the caller has it); arms the request's caller. Whether it was woken (by a message that
+    may be due, or the drain)."""
     if timeout <= 0 or draining():
-        return
+        return draining()
     caller = _caller.get()
     if caller is not None:
         caller.arm()
-    await notifier_for(using or alias()).wait_async(queue, timeout)
+    return await notifier_for(using or alias()).wait_async(queue, timeout, loop)
 
 
 def claim(take: Callable[[], T], queues: Iterable[str], timeout: float, *, using: str | None = None,
@@ -144,18 +147,36 @@ def claim(take: Callable[[], T], queues: Iterable[str], timeout: float, *, using
             return result
 
 
-async def claim_async(take: Callable[..., T], queue: str, timeout: float, *args: Any) -> T:
+_CLAIM_FIRST: Any = object()
+
+
+async def claim_async(take: Callable[..., T], queue: str, timeout: float, *args: Any,
+                      nothing: Any = _CLAIM_FIRST) -> T:
     """``take(queue, *args)`` on a database thread, waiting up to ``timeout`` seconds for a wake-up
     and trying again, as :func:`claim`. If the caller is cancelled (it left) while a claim runs,
-    what the claim took is given back."""
+    what the claim took is given back.
+
+    ``nothing``: what ``take`` returns when it finds nothing (None, []), from a caller whose
+    request is already validated. Given it, a wait on a queue where this process's notifier found
+    nothing due when it last looked (:meth:`~forqapp.services.notify.Notifier.was_quiet`) starts
+    without a claim, which would be a write transaction that finds nothing (an idle long poll
+    asking again): the wait's own look at the queue (a read; none if no commit came since) wakes it
+    at once if something is due after all, and it then claims as usual. A
+    wait that ends with its time on a queue still quiet returns at once (``nothing``, or what the
+    claim before it found), without the last claim."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    notifier = notifier_for(alias())
+    if nothing is not _CLAIM_FIRST and timeout > 0 and not draining() and notifier.was_quiet(queue):
+        if not await wait_async(queue, timeout, loop=loop):
+            return cast(T, nothing)  # its time is up and nothing came
     while True:
         result = await _claim_for_caller(take, queue, *args)
         remaining = deadline - loop.time()
         if result or remaining <= 0 or draining():
             return result
-        await wait_async(queue, remaining)
+        if not await wait_async(queue, remaining, loop=loop) and notifier.quiet(queue):
+            return result  # its time is up, and a claim now would find nothing
 
 
 async def _claim_for_caller(take: Callable[..., T], *args: Any) -> T:

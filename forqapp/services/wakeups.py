@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ..conf import forq_settings
@@ -37,10 +37,14 @@ def wake_drain(*, using: str | None = None) -> bool:
 class Due:
     """What waiters may claim now: messages due per queue (up to a limit; queues with none left
     out), and the earliest time (Unix ms) something of a waited queue with none due comes due by
-    the clock (a delayed message, a lease's end, a rate slot, a message group's turn), if any."""
+    the clock (a delayed message, a lease's end, a rate slot, a message group's turn), if any;
+    ``quiet``: the open queues without limits that had nothing due, each with the time something
+    of it comes due by the clock (None: nothing does) — until then, only a commit can give it a
+    message to claim."""
 
     counts: dict[str, int]
     recheck_at: int | None = None
+    quiet: dict[str, int | None] = field(default_factory=dict)
 
 
 def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
@@ -70,10 +74,13 @@ def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
         else:
             del counts[queue]
     # a delayed message, a lease's end, a group's turn (its rate, a backoff): look again then
-    for turn in st.next_turns([q for q in open_queues if q not in counts]).values():
+    idle = [q for q in open_queues if q not in counts]
+    turns = st.next_turns(idle)
+    for turn in turns.values():
         if turn > now:
             recheck_at = turn if recheck_at is None else min(recheck_at, turn)
-    return Due(counts, recheck_at)
+    quiet = {q: turns.get(q) for q in idle if not policies[q].limited}
+    return Due(counts, recheck_at, quiet)
 
 
 def due_counts(queues: Sequence[str], limit: int, *, using: str | None = None) -> dict[str, int]:

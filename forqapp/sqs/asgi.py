@@ -225,7 +225,7 @@ class SQSApplication:
             watch = DisconnectWatch(receive)
             with waiting.serving(watch):
                 task = watch.task = asyncio.ensure_future(
-                    waiting.claim_async(actions.take, plan.queue, float(plan.wait), plan))
+                    waiting.claim_async(actions.take, plan.queue, float(plan.wait), plan, nothing=[]))
             try:
                 got = await task
             except asyncio.CancelledError:
