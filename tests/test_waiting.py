@@ -462,23 +462,3 @@ def test_a_new_waiter_on_a_quiet_queue_costs_the_notifier_no_look(settings):
     (second, took), = _polls("quiet-no-look", 0.3)
     assert first is None and second is None and took >= 0.25
     assert notifier.checks == checks
-
-
-def test_a_poll_asking_again_after_a_commit_elsewhere_looks_rather_than_claims(settings):
-    """A commit (to another queue) since the queue was found quiet: the next poll still waits first,
-    and its process's notifier looks at the queue (a read) instead of the poll claiming."""
-    settings.FORQ_WAKE_FALLBACK_MS = 60_000
-    claims = []
-    take = _counting_claim(claims)
-
-    async def poll():
-        return await waiting.claim_async(take, "quiet-then-elsewhere", 0.3, nothing=None)
-
-    assert asyncio.run(poll()) is None
-    sender = _in_thread(forqapp.send, "another-queue", "x")
-    sender.start()
-    sender.join(5)
-    notifier = notifier_for("default")
-    assert notifier.was_quiet("quiet-then-elsewhere")
-    assert asyncio.run(poll()) is None
-    assert claims == ["quiet-then-elsewhere"]

@@ -85,9 +85,6 @@ class Notifier:
         # commit or that time, a new waiter on one needs no check, and a consumer may wait first.
         self._quiet: dict[str, int | None] = {}
         self._quiet_version: int | None = None
-        # Queues the last look at each found with nothing due, whatever committed since (a hint
-        # for a consumer: wait first, and let this thread's look — a read — decide).
-        self._was_quiet: dict[str, None] = {}
         self._thread: threading.Thread | None = None
         self.checks = 0  # checks run (tests, benchmarks): full ones and targeted ones
         self.full_checks = 0
@@ -127,12 +124,6 @@ class Notifier:
             timer.cancel()
             self._remove(waiter)
 
-    def was_quiet(self, queue: str) -> bool:
-        """Whether the last look at ``queue`` found nothing due (commits since may have changed
-        that): a hint for a consumer to wait first, letting this notifier look (a read) rather
-        than claim (a write transaction). Read without the lock."""
-        return queue in self._was_quiet
-
     def quiet(self, queue: str) -> bool:
         """Whether ``queue`` had nothing due when last looked at, and nothing this notifier has seen
         since can have changed that: a hint for a consumer to wait before it claims (its wait's own
@@ -143,7 +134,7 @@ class Notifier:
         """Something was written in this process to ``queues`` (None: to queues unknown): look now
         rather than at the next poll — at just the written queues somebody waits on; a write to
         queues nobody here waits on costs nothing (a waiter that comes later looks itself)."""
-        if not self._waiters and not self._quiet and not self._was_quiet:
+        if not self._waiters and not self._quiet:
             return  # nobody waits (read without the lock: a waiter that comes now kicks itself)
         with self._cond:
             if queues is None:
@@ -153,7 +144,6 @@ class Notifier:
                 queues = tuple(queues)
                 for queue in queues:
                     self._quiet.pop(queue, None)  # (what a look found there is old now)
-                    self._was_quiet.pop(queue, None)
                 waited = [q for q in queues if q in self._waiters]
                 if not waited:
                     return
@@ -268,7 +258,7 @@ class Notifier:
                         self.full_checks += 1
                         self.checks += 1
                         recheck_at = due.recheck_at  # something comes due by the clock: look again then
-                        self._remember_quiet(due.quiet, due.counts)
+                        self._remember_quiet(due.quiet)
                         if due.counts:
                             self._wake(due.counts)
                     last_version, stale = version, False
@@ -291,7 +281,7 @@ class Notifier:
                     if wanted:
                         due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
                         self.checks += 1
-                        self._remember_quiet(due.quiet, due.counts)
+                        self._remember_quiet(due.quiet)
                         if due.recheck_at is not None:
                             recheck_at = due.recheck_at if recheck_at is None else min(recheck_at, due.recheck_at)
                         if due.counts:
@@ -327,16 +317,12 @@ class Notifier:
                 stale = True
                 time.sleep(0.5)
 
-    def _remember_quiet(self, quiet: dict[str, int | None], due: dict[str, int]) -> None:
+    def _remember_quiet(self, quiet: dict[str, int | None]) -> None:
         """What a check just found quiet, as of the version read before it (an older look's view
-        of those queues, once written here, is replaced), and what it found due."""
-        with self._cond:
-            self._quiet.update(quiet)
-            if len(self._was_quiet) > QUIET_MAX:
-                self._was_quiet = {}
-            self._was_quiet.update(dict.fromkeys(quiet))
-            for queue in due:
-                self._was_quiet.pop(queue, None)
+        of those queues, once written here, is replaced)."""
+        if quiet:
+            with self._cond:
+                self._quiet.update(quiet)
 
     def _ring(self) -> None:
         """Interrupt the watching thread's sleep (a kick, a new waiter)."""

@@ -157,17 +157,17 @@ async def claim_async(take: Callable[..., T], queue: str, timeout: float, *args:
     what the claim took is given back.
 
     ``nothing``: what ``take`` returns when it finds nothing (None, []), from a caller whose
-    request is already validated. Given it, a wait on a queue where this process's notifier found
-    nothing due when it last looked (:meth:`~forqapp.services.notify.Notifier.was_quiet`) starts
-    without a claim, which would be a write transaction that finds nothing (an idle long poll
-    asking again): the wait's own look at the queue (a read; none if no commit came since) wakes it
-    at once if something is due after all, and it then claims as usual. A
+    request is already validated. Given it, a wait on a queue this process's notifier knows to be
+    quiet (:meth:`~forqapp.services.notify.Notifier.quiet`: nothing due when it last looked, no
+    commit seen since) starts without a claim, which would be a write transaction that finds
+    nothing (an idle long poll asking again): the wait's own look at the queue (a read, or none if
+    still quiet) wakes it at once if something is due after all, and it then claims as usual. A
     wait that ends with its time on a queue still quiet returns at once (``nothing``, or what the
     claim before it found), without the last claim."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     notifier = notifier_for(alias())
-    if nothing is not _CLAIM_FIRST and timeout > 0 and not draining() and notifier.was_quiet(queue):
+    if nothing is not _CLAIM_FIRST and timeout > 0 and not draining() and notifier.quiet(queue):
         if not await wait_async(queue, timeout, loop=loop):
             return cast(T, nothing)  # its time is up and nothing came
     while True:
