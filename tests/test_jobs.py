@@ -246,3 +246,20 @@ def test_a_jobs_log_line_says_what_it_did_not_just_its_name_and_a_number(caplog)
         'forqapp job "queue-depth" recorded the depth of 1 queue(s)': "DEBUG",  # every 30 s: DEBUG
     }
     assert set(jobs.DONE) == set(jobs.JOBS)  # every job says what its count is
+
+
+def test_the_jobs_keep_a_working_sqlite_connection_from_run_to_run():
+    """A one-second job on SQLite reuses its connection (Django's ``close_old_connections`` would
+    open the file again each run: ``CONN_MAX_AGE`` 0); one past its age elsewhere is still closed."""
+    from django.db import connection
+
+    scheduler = jobs.Scheduler(lease=False)
+    scheduler._run_one(jobs.JOBS["schedules"])
+    first = connection.connection
+    assert first is not None
+    connection.close_at = 0  # aged out, as CONN_MAX_AGE=0 makes every connection at once
+    scheduler._run_one(jobs.JOBS["moves"])
+    if connection.vendor == "sqlite":
+        assert connection.connection is first
+    else:
+        assert connection.connection is not first  # aged out: closed, and opened again by the job

@@ -381,6 +381,29 @@ def test_a_poll_asking_again_on_a_quiet_queue_runs_no_claim(settings):
     assert claims == ["quiet"]
 
 
+def test_a_blocking_wait_that_ends_on_a_quiet_queue_makes_no_last_claim(settings):
+    """The blocking wait (``receive(wait=…)``, the worker, Celery's consumer): a claim, the wait,
+    and, its time up with the queue still quiet, no claim again (it would find nothing)."""
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    claims = []
+    take = _counting_claim(claims)
+    assert waiting.claim(lambda: take("quiet-sync"), ["quiet-sync"], 0.3) is None
+    assert claims == ["quiet-sync"]
+    assert notifier_for("default").quiet("quiet-sync")
+
+
+def test_a_blocking_wait_claims_again_when_its_queue_is_not_quiet(monkeypatch, settings):
+    """Not known quiet when its time is up (the notifier's view is gone, as after a commit
+    elsewhere): the last claim runs, and takes what came."""
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    claims = []
+    take = _counting_claim(claims)
+    notifier = notifier_for("default")
+    monkeypatch.setattr(notifier, "quiet", lambda queue: False)
+    assert waiting.claim(lambda: take("not-quiet-sync"), ["not-quiet-sync"], 0.2) is None
+    assert claims == ["not-quiet-sync", "not-quiet-sync"]
+
+
 def _polls(queue, *timeouts):
     """Long polls of ``queue`` one after the other, as a client asking again (each a claim_async of
     the v1 consume): [(message or None, seconds it took), …]."""

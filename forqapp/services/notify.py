@@ -136,12 +136,16 @@ class Notifier:
         queues nobody here waits on costs nothing (a waiter that comes later looks itself)."""
         if not self._waiters and not self._quiet:
             return  # nobody waits (read without the lock: a waiter that comes now kicks itself)
+        if queues is not None:
+            queues = tuple(queues)
+            waiters, quiet = self._waiters, self._quiet
+            if not any(q in waiters or q in quiet for q in queues):
+                return  # (the same read, per queue: a write to a queue nobody here knows costs no lock)
         with self._cond:
             if queues is None:
                 self._full = True
                 self._quiet = {}
             else:
-                queues = tuple(queues)
                 for queue in queues:
                     self._quiet.pop(queue, None)  # (what a look found there is old now)
                 waited = [q for q in queues if q in self._waiters]

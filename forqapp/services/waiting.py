@@ -130,9 +130,12 @@ def claim(take: Callable[[], T], queues: Iterable[str], timeout: float, *, using
     ``timeout`` seconds for a wake-up on ``queues`` and trying again, until it returns something,
     the time is up or the process drains; ``stop()`` true ends it without a claim. ``wake``: an
     event the caller sets with what makes ``stop()`` true, so that a wait ends at once (cleared
-    here before each wait, then ``stop()`` looked at: a stop in between is never missed)."""
+    here before each wait, then ``stop()`` looked at: a stop in between is never missed). A wait
+    that ends with its time while each of ``queues`` is still quiet (as :func:`claim_async`'s)
+    returns what the claim before it found, without a last claim that would find nothing."""
     queues = tuple(queues)
     deadline = time.monotonic() + timeout
+    notifier = notifier_for(using or alias())
     while True:
         result = take()
         remaining = deadline - time.monotonic()
@@ -145,6 +148,8 @@ def claim(take: Callable[[], T], queues: Iterable[str], timeout: float, *, using
         wait(queues, remaining, using=using, wake=wake)
         if stop is not None and stop():
             return result
+        if time.monotonic() >= deadline and all(notifier.quiet(q) for q in queues):
+            return result  # its time is up, and a claim now would find nothing
 
 
 _CLAIM_FIRST: Any = object()
