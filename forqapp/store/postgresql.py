@@ -537,9 +537,10 @@ _ROW_OUT = f"""
                 r_lease_expires_at := v_row.process_after; r_state := v_row.state; r_status := v_row.status;
                 r_group := v_row.message_group;
                 RETURN NEXT;"""
-# Since migration 0027 (p_batch, a new overload; 0018's and 0023's 9-argument function stays for the
-# processes not yet upgraded): a batch of one group, and the held messages due again waiting while
-# the group's busy ones fill its slots (the store's docstring of claim: group_batch).
+# Since migration 0027 (p_batch, a new overload; 0018's and 0023's 9-argument function, kept beside
+# it for the processes not yet upgraded, is gone since 0028): a batch of one group, and the held
+# messages due again waiting while the group's busy ones fill its slots (the store's docstring of
+# claim: group_batch).
 GROUP_CLAIM_FUNCTION = f"""CREATE OR REPLACE FUNCTION forq_claim_group(p_queue text, p_now bigint, p_limit bigint, p_visibility bigint, p_max bigint, p_dlq_ttl bigint, p_concurrency bigint, p_rate_us bigint, p_looks bigint, p_batch boolean)
 RETURNS TABLE (r_id varchar, r_queue varchar, r_content text, r_attempts integer, r_receipt bigint, r_priority integer, r_attributes text, r_dedup_id varchar, r_sequence bigint, r_received_at bigint, r_first_received_at bigint, r_lease_expires_at bigint, r_state text, r_status integer, r_group varchar)
 LANGUAGE plpgsql
