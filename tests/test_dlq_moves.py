@@ -175,11 +175,38 @@ def test_a_move_with_a_destination_and_the_old_dlqs_messages_that_know_no_source
     assert Message.objects.get(queue="elsewhere").content == "own"
 
 
+def test_a_move_to_a_dlq_with_to_dlq_makes_its_messages_that_dlqs_dead_letters():
+    """``to_dlq=True`` (SQS's StartMessageMoveTask passes it): a destination ``<name>-dlq`` takes
+    the messages as its own, as ``send_entries(to_dlq=True)`` stores them: ``is_dlq``, expiring
+    after ``<name>``'s ``dlq_retention`` (not its ``retention``), no source to go back to."""
+    forqapp.configure_queue("orders")
+    forqapp.configure_queue("archive", retention=3600, dlq_retention=120)
+    dead_letter("orders", "a")
+    dead_letter("orders", "b")
+    task = forqapp.start_move("orders-dlq", destination="archive-dlq", to_dlq=True)
+    assert (task.destination, task.to_move) == ("archive-dlq", 2)
+    assert run_all() == 2
+    assert forqapp.move_info(task.handle).status == "COMPLETED"
+    rows = list(Message.objects.filter(queue="archive-dlq").order_by("content"))
+    assert [(m.content, m.is_dlq, m.dead_letter_source, m.attempts) for m in rows] == [
+        ("a", True, None, 0), ("b", True, None, 0)]
+    for m in rows:
+        assert m.expires_after - m.process_after == 120_000  # (process_after: the move's now)
+    assert not Message.objects.filter(queue__in=["orders-dlq", "archive"]).exists()
+    assert forqapp.queue_info("archive").counts["dlq"] == 2
+    # In the DLQ, the dead letters are consumable there and move on as any DLQ's: back to <name>.
+    back = forqapp.start_move("archive-dlq")
+    assert run_all() == 2 and forqapp.move_info(back.handle).status == "COMPLETED"
+    assert sorted(m.content for m in Message.objects.filter(queue="archive", is_dlq=False)) == ["a", "b"]
+
+
 def test_a_moves_input_is_checked():
     forqapp.configure_queue("q")
     refused(errors.NOT_FOUND_QUEUE, forqapp.start_move, "nothing-dlq")
     refused(errors.NOT_FOUND_QUEUE, forqapp.start_move, "q-dlq", destination="nothing")
-    refused(errors.PRODUCE_TO_DLQ, forqapp.start_move, "q", destination="q-dlq")
+    exc = refused(errors.PRODUCE_TO_DLQ, forqapp.start_move, "q", destination="q-dlq")
+    assert "to_dlq=True" in str(exc)
+    refused(errors.BODY_INVALID, forqapp.start_move, "q-dlq", destination="q-dlq", to_dlq=True)
     refused(errors.BODY_INVALID, forqapp.start_move, "q", destination="q")
     for rate in (0, 501, 1.5, "10", True):
         refused(errors.BODY_INVALID, forqapp.start_move, "q-dlq", rate=rate)

@@ -394,10 +394,10 @@ def test_the_installed_group_claim_function_is_the_stores():
     from forqapp.store.postgresql import GROUP_CLAIM_FUNCTION
 
     with connection.cursor() as cur:
-        # (the current one: migration 0027's, with p_batch; 0023's stays beside it for older processes)
-        cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'forq_claim_group' AND pronargs = 10")
-        (body,), = cur.fetchall()
-    assert body == GROUP_CLAIM_FUNCTION.split("$claim_group$")[1]
+        # (one overload: migration 0027's, with p_batch; 0028 dropped 0023's 9-argument one)
+        cur.execute("SELECT pronargs, prosrc FROM pg_proc WHERE proname = 'forq_claim_group'")
+        (arguments, body), = cur.fetchall()
+    assert arguments == 10 and body == GROUP_CLAIM_FUNCTION.split("$claim_group$")[1]
 
 
 

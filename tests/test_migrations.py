@@ -10,6 +10,7 @@ PostgreSQL database on the test server — so the test database is never touched
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 import sqlite3
 import uuid
@@ -572,3 +573,42 @@ def test_0018_adds_message_groups_and_takes_them_back(tmp_path, django_db_blocke
         if conn.vendor == "sqlite":
             assert sqlite_schema(conn) == before_schema
         assert len(messages(conn)) == 2
+
+
+ONE_OVERLOAD = ("forqapp", "0028_drop_nine_argument_claim_group")
+
+
+def group_claim_functions(conn: BaseDatabaseWrapper) -> dict[int, str]:
+    """``forq_claim_group``'s overloads as PostgreSQL holds them: its body by number of arguments."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pronargs, prosrc FROM pg_proc WHERE proname = 'forq_claim_group'")
+        return {int(n): body for n, body in cur.fetchall()}
+
+
+def test_0028_drops_the_nine_argument_group_claim_and_takes_it_back(tmp_path, django_db_blocker):
+    """0028 (PostgreSQL): ``forq_claim_group``'s 9-argument overload, kept by 0027 for older
+    processes, is gone; the 10-argument one (what this code calls) stays, and a grouped claim takes
+    its message; back to 0027, 0023's function is there again as it was. On SQLite nothing changes."""
+    nine = importlib.import_module("forqapp.migrations.0023_dead_letter_queues").GROUP_CLAIM_FUNCTION
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, CLAIMS)
+        before_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
+        if conn.vendor == "postgresql":
+            before = group_claim_functions(conn)
+            assert sorted(before) == [9, 10] and before[9] == nine.split("$claim_group$")[1]
+        migrate(conn, ONE_OVERLOAD)
+        if conn.vendor == "postgresql":
+            assert group_claim_functions(conn) == {10: before[10]}
+        else:
+            assert sqlite_schema(conn) == before_schema
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+        grouped = ids.new_id()
+        st.insert([NewMessage(grouped, "jobs", "grouped", NOW, NOW, NOW + 3_600_000, group="g")])
+        got = st.claim("jobs", NOW + 10, 10, visibility_ms=1_000, max_attempts=0, dlq_ttl_ms=3_600_000)
+        assert [(d.id, d.group) for d in got.deliveries] == [(grouped, "g")]
+        migrate(conn, CLAIMS)
+        if conn.vendor == "postgresql":
+            assert group_claim_functions(conn) == before
+        else:
+            assert sqlite_schema(conn) == before_schema

@@ -254,6 +254,31 @@ def test_what_was_sent_to_a_dlq_is_moved_by_a_move_task_and_expires_with_its_ret
     assert bodies(sqs, source) == ["by hand"]
 
 
+def test_a_move_task_may_move_into_a_dlq_whose_messages_are_then_its_dead_letters(sqs):
+    """As on AWS, a move task's destination may be any queue but its source, a dead-letter queue
+    included: what arrives there is stored as a SendMessage to it stores it (the DLQ's messages,
+    expiring after its retention), receivable from it; the DLQ created alone stays alone."""
+    sqs.create_queue(QueueName="into-dead")
+    src = sqs.create_queue(QueueName="into-src", Attributes={"RedrivePolicy": redrive("into-dead")})["QueueUrl"]
+    archive = sqs.create_queue(QueueName="into-archive-dlq", Attributes={"MessageRetentionPeriod": "120"})["QueueUrl"]
+    dead_letter(sqs, src, "a")
+    dead_letter(sqs, src, "b")
+    code, message = error_of(sqs.start_message_move_task, SourceArn=arn("into-dead"), DestinationArn=arn("into-dead"))
+    assert code == "InvalidParameterValue" and "another queue than the source" in message
+    sqs.start_message_move_task(SourceArn=arn("into-dead"), DestinationArn=arn("into-archive-dlq"))
+    task = wait_for_task(sqs, "into-dead", "COMPLETED")
+    assert task["Status"] == "COMPLETED" and task["DestinationArn"] == arn("into-archive-dlq"), task
+    assert task["ApproximateNumberOfMessagesMoved"] == 2
+    rows = Message.objects.filter(queue="into-archive-dlq")
+    assert sorted((m.content, m.is_dlq, m.dead_letter_source) for m in rows) == [("a", True, None), ("b", True, None)]
+    assert all(m.expires_after - m.process_after == 120_000 for m in rows)
+    listed = [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix="into-").get("QueueUrls", [])]
+    assert sorted(listed) == ["into-archive-dlq", "into-dead", "into-src"]
+    attributes = sqs.get_queue_attributes(QueueUrl=archive, AttributeNames=["ApproximateNumberOfMessages"])
+    assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "2"
+    assert bodies(sqs, archive) == ["a", "b"] and "Messages" not in sqs.receive_message(QueueUrl=src)
+
+
 def test_the_other_faces_still_refuse_a_send_to_a_dlq(sqs):
     with pytest.raises(ForqError) as exc:
         services.send_entries("other-dlq", ["x"])

@@ -72,18 +72,28 @@ def _rate(rate: object) -> int | None:
 
 
 def start_move(source: str, destination: str | None = None, rate: int | None = None, *,
-               using: str | None = None) -> MoveInfo:
+               to_dlq: bool = False, using: str | None = None) -> MoveInfo:
     """Start moving every message of queue ``source`` (not those in processing) to
     ``destination``, or (None) each back to the queue it was dead-lettered from, ``rate``
     messages a second at most (1 to 500; None: as fast as batches go). The ``moves`` job does the
     moving; this returns the task (``handle``) at once. Refused (``move.running``, 409) while
-    ``source`` has a running task; ``not_found.queue`` when a queue does not exist; a destination
-    that is a DLQ (``<name>-dlq``) or the source itself is refused."""
+    ``source`` has a running task; ``not_found.queue`` when a queue does not exist; the source
+    itself as the destination is refused (``bad_request.body.invalid``).
+
+    ``to_dlq``: ``destination`` may be a dead-letter queue (``<name>-dlq``), as in
+    :func:`~forqapp.services.produce.send_entries` (SQS's StartMessageMoveTask, where a DLQ is a
+    queue like any, passes it); without it such a destination is refused
+    (``bad_request.queue.produce_to_dlq``): forqapp fills its DLQs itself. The messages moved there
+    are that DLQ's, as a send to it stores them: dead letters (``is_dlq``) expiring after
+    ``<name>``'s ``dlq_retention``."""
     source = validation.queue_name(source)
     if destination is not None:
-        destination = validation.queue_name(destination, produce=True)
+        destination = validation.queue_name(destination)
         if destination == source:
             raise ForqError(errors.BODY_INVALID, "a move's destination must be another queue than its source")
+        if vocab.is_dlq(destination) and not to_dlq:
+            raise ForqError(errors.PRODUCE_TO_DLQ, f"cannot move messages to dead-letter queue {destination!r} "
+                            "(forqapp fills it; start_move(..., to_dlq=True) allows it)")
     per_second = _rate(rate)
     st = _store(using)
     for queue in (source, destination):
@@ -143,7 +153,7 @@ def run_moves(*, dry_run: bool = False, budget_s: float = 1.0, batch: int = BATC
     deadline = time.monotonic() + budget_s
     total = 0
     while time.monotonic() < deadline:
-        step = st.move_step(base.now_ms(), batch, forq_settings.queue_ttl_ms)
+        step = st.move_step(base.now_ms(), batch, forq_settings.queue_ttl_ms, forq_settings.dlq_ttl_ms)
         if step is None:
             break
         total += step.moved

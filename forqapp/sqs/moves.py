@@ -65,21 +65,21 @@ def _move_error(exc: ForqError) -> SqsError:
 
 def start_message_move_task(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
     """A move task of a dead-letter queue (``SourceArn``: a queue that is some queue's dead-letter
-    queue, as SQS requires), to ``DestinationArn`` or each message back to its source queue, at
-    ``MaxNumberOfMessagesPerSecond`` (1 to 500) at most."""
+    queue, as SQS requires), to ``DestinationArn`` (any queue but the source, a dead-letter queue
+    included: its messages are then that DLQ's, as SendMessage to it stores them) or each message
+    back to its source queue, at ``MaxNumberOfMessagesPerSecond`` (1 to 500) at most."""
     source = _queue_of_arn(body, "SourceArn")
     ctx.need(source, keys.MANAGE)
     destination = _queue_of_arn(body, "DestinationArn") if body.get("DestinationArn") is not None else None
     if destination is not None:
         ctx.need(destination, keys.PRODUCE)
-        if vocab.is_dlq(destination) or destination == source:
-            raise invalid("The destination must be another queue than the source, and not a dead-letter queue "
-                          "that forqapp fills itself.")
+        if destination == source:
+            raise invalid("The destination must be another queue than the source.")
     rate = _integer(body, "MaxNumberOfMessagesPerSecond", vocab.MOVE_RATE)
     if not services.dead_letter_sources(source):
         raise invalid("Source queue must be configured as a Dead Letter Queue.")
     try:
-        task = services.start_move(source, destination, rate)
+        task = services.start_move(source, destination, rate, to_dlq=True)  # (a DLQ is a queue like any)
     except ForqError as exc:
         raise _move_error(exc) from exc
     return {"TaskHandle": _handle(task.handle, source, ctx)}

@@ -28,7 +28,7 @@ from django.core.checks import CheckMessage
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, MoveStatus, is_dlq
+from ..vocab import DLQ_SUFFIX, SNAPSHOT_COLUMNS, MoveStatus, base_of, is_dlq
 
 # --- rows -------------------------------------------------------------------------------------
 
@@ -294,6 +294,20 @@ def move_outcome(task: MoveTaskRow, asked: int, moved: int, now: int,
             return MoveStatus.FAILED.value, NO_SOURCE_QUEUE, now
         return MoveStatus.COMPLETED.value, None, now
     return MoveStatus.RUNNING.value, None, now + (-(-moved * 1000 // task.rate) if task.rate else 0)
+
+
+def move_params(task: MoveTaskRow, now: int, n: int, queue_ttl_ms: int, dlq_ttl_ms: int) -> dict[str, Any]:
+    """The parameters of each store's batch of ``task`` (``n`` messages at most). ``into_dlq``: its
+    destination is a dead-letter queue (``<name>-dlq``), whose messages are DLQ messages (``is_dlq``)
+    expiring after ``<name>``'s ``dlq_retention`` (``retention_of``: ``<name>``; ``ttl``: the global
+    DLQ retention), as a send to it (SQS's) stores them; else each expires after its new queue's
+    ``retention`` (``ttl``: the global one). A move without a destination never goes to a DLQ: a
+    dead letter's source, and ``<name>`` of a ``<name>-dlq`` source, are regular queues."""
+    into_dlq = task.destination is not None and is_dlq(task.destination)
+    return {"source": task.source, "destination": task.destination, "now": now, "n": n,
+            "source_base": base_of(task.source) if is_dlq(task.source) else None, "into_dlq": into_dlq,
+            "retention_of": base_of(task.destination) if task.destination is not None and into_dlq else None,
+            "ttl": dlq_ttl_ms if into_dlq else queue_ttl_ms}
 
 
 class LeaseHolder(NamedTuple):
@@ -752,15 +766,19 @@ class Store(abc.ABC):
         it is not running."""
 
     @abc.abstractmethod
-    def move_step(self, now: int, batch: int, queue_ttl_ms: int) -> MoveStep | None:
+    def move_step(self, now: int, batch: int, queue_ttl_ms: int, dlq_ttl_ms: int) -> MoveStep | None:
         """One batch of a due running task (the earliest due), in one transaction that holds the
         task's row: up to ``batch`` messages of its source (its rate's worth, if less; never one
         in processing) moved to its destination, or each back to its ``dead_letter_source`` (a
         ``<name>-dlq`` message without one: to ``<name>``), ready, attempts 0, keeping its sequence;
         then the task's count, its next batch's time (``rate`` apart), and COMPLETED when the source
         has no more (FAILED: :data:`NO_SOURCE_QUEUE`). A moved message expires after its new queue's
-        retention (``queue_ttl_ms``: the global one). None when no task is due. Several processes
-        (hosts) may call it at once: each takes another task, or waits for the row."""
+        retention (``queue_ttl_ms``: the global one); moved to a destination that is a DLQ
+        (``<name>-dlq``), it is a DLQ message (``is_dlq``) and expires after ``<name>``'s
+        ``dlq_retention`` (``dlq_ttl_ms``: the global one), as a send to the DLQ
+        (``send_entries(to_dlq=True)``) stores it (:func:`move_params`). A moved message forgets
+        its ``dead_letter_source``. None when no task is due. Several processes (hosts) may call it
+        at once: each takes another task, or waits for the row."""
 
     @abc.abstractmethod
     def delete_dlq(self, dlq: str, message_id: str | None) -> int:

@@ -65,6 +65,7 @@ from .base import (
     Store,
     ThrottleState,
     move_outcome,
+    move_params,
     state_counts_of,
 )
 
@@ -536,9 +537,10 @@ _ROW_OUT = f"""
                 r_lease_expires_at := v_row.process_after; r_state := v_row.state; r_status := v_row.status;
                 r_group := v_row.message_group;
                 RETURN NEXT;"""
-# Since migration 0027 (p_batch, a new overload; 0018's and 0023's 9-argument function stays for the
-# processes not yet upgraded): a batch of one group, and the held messages due again waiting while
-# the group's busy ones fill its slots (the store's docstring of claim: group_batch).
+# Since migration 0027 (p_batch, a new overload; 0018's and 0023's 9-argument function, kept beside
+# it for the processes not yet upgraded, is gone since 0028): a batch of one group, and the held
+# messages due again waiting while the group's busy ones fill its slots (the store's docstring of
+# claim: group_batch).
 GROUP_CLAIM_FUNCTION = f"""CREATE OR REPLACE FUNCTION forq_claim_group(p_queue text, p_now bigint, p_limit bigint, p_visibility bigint, p_max bigint, p_dlq_ttl bigint, p_concurrency bigint, p_rate_us bigint, p_looks bigint, p_batch boolean)
 RETURNS TABLE (r_id varchar, r_queue varchar, r_content text, r_attempts integer, r_receipt bigint, r_priority integer, r_attributes text, r_dedup_id varchar, r_sequence bigint, r_received_at bigint, r_first_received_at bigint, r_lease_expires_at bigint, r_state text, r_status integer, r_group varchar)
 LANGUAGE plpgsql
@@ -852,13 +854,15 @@ RETURNING {MOVE_TASK_COLUMNS}"""
 MOVE_DUE = MOVE_SELECT + f""" WHERE status = '{MoveStatus.RUNNING}' AND next_at <= %s ORDER BY next_at LIMIT 1
 FOR UPDATE SKIP LOCKED"""
 MOVE_DEST = "COALESCE(%(destination)s::text, messages.dead_letter_source, %(source_base)s::text)"
+# The destination's retention (a DLQ destination's: its queue's dlq_retention; store.move_params).
+MOVE_RETENTION = f"""(SELECT CASE WHEN %(into_dlq)s::boolean THEN q.dlq_retention_ms ELSE q.retention_ms END
+                      FROM forq_queues AS q WHERE q.name = COALESCE(%(retention_of)s::text, {MOVE_DEST}))"""
 MOVE_BATCH = f"""
 WITH moved AS (
     UPDATE messages
-    SET queue = {MOVE_DEST}, is_dlq = FALSE, status = {READY}, attempts = 0, process_after = %(now)s,
+    SET queue = {MOVE_DEST}, is_dlq = %(into_dlq)s::boolean, status = {READY}, attempts = 0, process_after = %(now)s,
         processing_started_at = NULL, failure_reason = NULL, updated_at = GREATEST(%(now)s, updated_at),
-        expires_after = %(now)s + COALESCE((SELECT q.retention_ms FROM forq_queues AS q WHERE q.name = {MOVE_DEST}),
-                                           %(ttl)s),
+        expires_after = %(now)s + COALESCE({MOVE_RETENTION}, %(ttl)s),
         dead_letter_source = NULL
     WHERE id IN (SELECT id FROM messages WHERE {MOVABLE} ORDER BY priority DESC, sequence LIMIT %(n)s
                  FOR UPDATE SKIP LOCKED)
@@ -1679,15 +1683,14 @@ class PostgreSQLStore(Store):
         rows = self._fetchall(MOVE_CANCEL, {"handle": handle, "now": now})
         return MoveTaskRow._make(rows[0]) if rows else None
 
-    def move_step(self, now: int, batch: int, queue_ttl_ms: int) -> MoveStep | None:
+    def move_step(self, now: int, batch: int, queue_ttl_ms: int, dlq_ttl_ms: int) -> MoveStep | None:
         with transaction.atomic(using=self.alias) if self._fixed is None else nullcontext():
             rows = self._fetchall(MOVE_DUE, (now,))
             if not rows:
                 return None
             task = MoveTaskRow._make(rows[0])
             n = max(0, min(batch, task.rate or batch, task.to_move - task.moved))
-            params = {"source": task.source, "destination": task.destination, "now": now, "n": n,
-                      "source_base": base_of(task.source) if is_dlq(task.source) else None, "ttl": queue_ttl_ms}
+            params = move_params(task, now, n, queue_ttl_ms, dlq_ttl_ms)
             moved = [r[0] for r in self._fetchall(MOVE_BATCH, params)] if n else []
             status, reason, next_at = move_outcome(task, n, len(moved), now,
                                                    lambda: self._fetchall(MOVE_STRANDED, (task.source,)))

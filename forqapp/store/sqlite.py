@@ -54,6 +54,7 @@ from .base import (
     Store,
     ThrottleState,
     move_outcome,
+    move_params,
     state_counts_of,
 )
 
@@ -690,13 +691,16 @@ WHERE handle = :handle AND status = '{MoveStatus.RUNNING}'
 RETURNING {MOVE_TASK_COLUMNS}"""
 MOVE_DUE = MOVE_SELECT + f" WHERE status = '{MoveStatus.RUNNING}' AND next_at <= ? ORDER BY next_at LIMIT 1"
 # A batch: the source's first messages (claim order), each to the destination or back where it came
-# from, ready, attempts 0, their sequence kept; the destination's retention from now.
+# from, ready, attempts 0, their sequence kept; the destination's retention from now (a DLQ
+# destination's: its queue's dlq_retention, and its messages are DLQ messages: store.move_params).
 MOVE_DEST = "COALESCE(:destination, messages.dead_letter_source, :source_base)"
+MOVE_RETENTION = f"""(SELECT CASE WHEN :into_dlq THEN dlq_retention_ms ELSE retention_ms END FROM forq_queues
+                      WHERE name = COALESCE(:retention_of, {MOVE_DEST}))"""
 MOVE_BATCH = f"""
 UPDATE messages
-SET queue = {MOVE_DEST}, is_dlq = 0, status = {READY}, attempts = 0, process_after = :now,
+SET queue = {MOVE_DEST}, is_dlq = :into_dlq, status = {READY}, attempts = 0, process_after = :now,
     processing_started_at = NULL, failure_reason = NULL, updated_at = MAX(:now, updated_at),
-    expires_after = :now + COALESCE((SELECT retention_ms FROM forq_queues WHERE name = {MOVE_DEST}), :ttl),
+    expires_after = :now + COALESCE({MOVE_RETENTION}, :ttl),
     dead_letter_source = NULL
 WHERE id IN (SELECT id FROM messages WHERE {MOVABLE} ORDER BY priority DESC, sequence LIMIT :n)
 RETURNING queue"""
@@ -1628,15 +1632,14 @@ class SQLiteStore(Store):
         row = self._conn().execute(MOVE_CANCEL, {"handle": handle, "now": now}).fetchone()
         return MoveTaskRow._make(row) if row else None
 
-    def move_step(self, now: int, batch: int, queue_ttl_ms: int) -> MoveStep | None:
+    def move_step(self, now: int, batch: int, queue_ttl_ms: int, dlq_ttl_ms: int) -> MoveStep | None:
         with self._transaction() as conn:  # BEGIN IMMEDIATE: one writer holds the task and its batch
             row = conn.execute(MOVE_DUE, (now,)).fetchone()
             if row is None:
                 return None
             task = MoveTaskRow._make(row)
             n = max(0, min(batch, task.rate or batch, task.to_move - task.moved))
-            params = {"source": task.source, "destination": task.destination, "now": now, "n": n,
-                      "source_base": base_of(task.source) if is_dlq(task.source) else None, "ttl": queue_ttl_ms}
+            params = move_params(task, now, n, queue_ttl_ms, dlq_ttl_ms)
             moved = [r[0] for r in conn.execute(MOVE_BATCH, params).fetchall()] if n else []
             status, reason, next_at = move_outcome(task, n, len(moved), now,
                                                     lambda: conn.execute(MOVE_STRANDED, (task.source,)).fetchone())
