@@ -60,17 +60,24 @@ def _now_ms() -> int:
 
 
 def root_key() -> Key | None:
+    entry = _root_entry()
+    return None if entry is None else entry[0]
+
+
+def _root_entry() -> tuple[Key, bytes] | None:
+    """The root key and its secret's bytes (encoded once, not for each request)."""
     secret = forq_settings.FORQ_AUTH_SECRET
     if not secret:
         return None
-    key = _root.get(secret)
-    if key is None:
+    entry = _root.get(secret)
+    if entry is None:
         _root.clear()
-        key = _root[secret] = Key(ROOT_ACCESS_KEY_ID, secret, root=True, name="FORQ_AUTH_SECRET")
-    return key
+        key = Key(ROOT_ACCESS_KEY_ID, secret, root=True, name="FORQ_AUTH_SECRET")
+        entry = _root[secret] = (key, secret.encode("utf-8"))
+    return entry
 
 
-_root: dict[str, Key] = {}
+_root: dict[str, tuple[Key, bytes]] = {}
 
 
 def _entry(access_key_id: str) -> Key:
@@ -109,9 +116,9 @@ def check_token(token: str | None, *, query: bool = True) -> Key | None:
     if not token:
         return None
     given = token.encode("utf-8", "surrogatepass")
-    root = root_key()
-    if root is not None and hmac.compare_digest(given, root.secret.encode("utf-8")):
-        return root
+    root = _root_entry()
+    if root is not None and hmac.compare_digest(given, root[1]):
+        return root[0]
     access_key_id, sep, secret = token.partition(SEPARATOR)
     if not sep:
         return None

@@ -24,11 +24,10 @@ connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar, cast
 
@@ -90,14 +89,20 @@ class Caller(Protocol):
 _caller: ContextVar[Caller | None] = ContextVar("forq_waiting_caller", default=None)
 
 
-@contextlib.contextmanager
-def serving(caller: Caller) -> Iterator[None]:
-    """Run a request's view inside this block (or start its task in it): its waits arm ``caller``."""
-    token = _caller.set(caller)
-    try:
-        yield
-    finally:
-        _caller.reset(token)
+class serving:
+    """Run a request's view inside this block (or start its task in it): its waits arm ``caller``.
+    (A class, not a generator: it is entered by every long poll.)"""
+
+    __slots__ = ("caller", "token")
+
+    def __init__(self, caller: Caller) -> None:
+        self.caller = caller
+
+    def __enter__(self) -> None:
+        self.token = _caller.set(self.caller)
+
+    def __exit__(self, *exc: object) -> None:
+        _caller.reset(self.token)
 
 
 # --- waiting ----------------------------------------------------------------------------------
