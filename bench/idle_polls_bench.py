@@ -14,7 +14,8 @@ One client process, stdlib ``http.client`` and threads, one HTTP/1.1 connection 
 * with the polls open: the wake-up of a poll waiting on an empty queue by a produce to that queue
   (produce sent → message received; p50/p99 of 30);
 * the server's CPU seconds (utime + stime of its whole process tree, from /proc) over
-  ``--idle-cpu-seconds`` with the polls open and nothing produced.
+  ``--idle-cpu-seconds`` with the polls open and nothing produced; and, before any poll is open,
+  its floor: the same over ``--floor-seconds`` with nothing open (scaled to ``--idle-cpu-seconds``).
 
 ``--base-ref REF`` also serves git revision REF (a temporary ``git worktree`` sharing this checkout's
 ``.venv``), first, then this checkout: the previous design in the same run; ``--rounds N``
@@ -223,6 +224,11 @@ def measure(checkout: Path, label: str, args: argparse.Namespace) -> dict:
         try:
             produce_rate(server, 1.0)  # warm up
             row: dict = {"label": label, "before": produce_rate(server, args.seconds)}
+            if args.floor_seconds:  # the server alone: nothing open, nothing produced
+                time.sleep(1)
+                cpu0 = server.cpu_seconds()
+                time.sleep(args.floor_seconds)
+                row["floor_cpu"] = (server.cpu_seconds() - cpu0) * args.idle_cpu_seconds / args.floor_seconds
             for n in args.polls:
                 polls.open(n - len(polls.threads))
                 row[n] = produce_rate(server, args.seconds)
@@ -248,6 +254,9 @@ def report(row: dict, polls: list[int], idle_s: float) -> None:
     print(f"  produce -> waiting poll wake-up: p50 {row['wake_p50']:.1f} ms, max {row['wake_p99']:.1f} ms")
     print(f"  server CPU over {idle_s:.0f} s with {row['polls_open']:,} idle polls, no produces: "
           f"{row['idle_cpu']:.2f} s")
+    if "floor_cpu" in row:
+        print(f"  server CPU over {idle_s:.0f} s with nothing open (its floor, measured before the polls): "
+              f"{row['floor_cpu']:.2f} s")
     sys.stdout.flush()
 
 
@@ -257,6 +266,8 @@ def main() -> None:
     parser.add_argument("--polls", default="200,2000")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--idle-cpu-seconds", type=float, default=30.0)
+    parser.add_argument("--floor-seconds", type=float, default=15.0,
+                        help="also the server's CPU with nothing open, over this long (scaled to the idle window); 0: not")
     parser.add_argument("--rounds", type=int, default=1, help="alternate the checkouts this many times")
     args = parser.parse_args()
     args.polls = [int(n) for n in args.polls.split(",")]
