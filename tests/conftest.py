@@ -152,7 +152,7 @@ def pytest_sessionfinish(session, exitstatus):
     names = list(getattr(settings, "TEST_SQLITE_FILES", ()))
     test_name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
     if names and test_name:
-        names += [test_name + suffix for suffix in ("", "-wal", "-shm")]
+        names += [test_name + suffix for suffix in ("", "-wal", "-shm", "-writer.lock")]
     for name in names:
         Path(name).unlink(missing_ok=True)
 

@@ -24,8 +24,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": os.environ["FORQ_DB_PATH"] + ".test"}  # noqa: F405
     # This run's SQLite files, removed when the session ends (tests/conftest.py): Django deletes the
     # test database but not its -wal (tens of MB) and -shm, which threads holding a connection until
-    # the process exits (the notifier's) keep. A FORQ_DB_PATH given by the caller itself is kept.
+    # the process exits (the notifier's) keep, nor the API's -writer.lock. A FORQ_DB_PATH given by the
+    # caller itself is kept.
     TEST_SQLITE_FILES = [
         os.environ["FORQ_DB_PATH"] + suffix
-        for suffix in ((".test", ".test-wal", ".test-shm") + (("", "-wal", "-shm") if _own_file else ()))
+        for suffix in ((".test", ".test-wal", ".test-shm", ".test-writer.lock")
+                       + (("", "-wal", "-shm", "-writer.lock") if _own_file else ()))
     ]

@@ -108,3 +108,35 @@ def test_a_waiting_consumer_is_woken_by_a_grouped_send_after_its_commit():
     message, waited = asyncio.run(main())
     assert message is not None and message.content == "x"
     assert waited < 4  # woken, not at the end of its 5 s wait
+
+
+def test_a_group_holds_the_stores_writer_lock_which_another_process_waits_for():
+    """Several API processes on one SQLite file take turns at a ``flock`` beside it (rather than
+    sleeping in SQLite's busy handler); PostgreSQL's own lock queues them already: no lock file."""
+    import contextlib
+    import subprocess
+    import sys
+
+    from django.db import connection
+
+    from forqapp.services.base import _store
+
+    store = _store("default")
+    if connection.vendor != "sqlite":
+        assert isinstance(store.writer_lock(), contextlib.nullcontext)
+        return
+    path = str(connection.settings_dict["NAME"]) + "-writer.lock"
+    probe = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+             "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n"
+             "    sys.exit(3)\n")
+    held_inside = []
+
+    def during_the_group():
+        held_inside.append(subprocess.run([sys.executable, "-c", probe, path]).returncode)
+        return services.send("locked", "x")
+
+    outcomes = groupcommit.run_group([(during_the_group, (), {}), (services.send, ("locked", "y"), {})])
+    assert [ok for ok, _ in outcomes] == [True, True]
+    assert held_inside == [3]  # another process could not take it while the group ran
+    assert subprocess.run([sys.executable, "-c", probe, path]).returncode == 0  # given up after
+    assert _contents("locked") == ["x", "y"]

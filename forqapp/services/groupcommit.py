@@ -39,6 +39,7 @@ from django.db import connections, transaction
 from ..conf import hot
 from ..errors import ForqError
 from . import db
+from .base import _store
 
 T = TypeVar("T")
 
@@ -56,10 +57,16 @@ def _alone(call: Call) -> Outcome:
 
 def run_group(calls: list[Call]) -> list[Outcome]:
     """On a database thread: ``calls`` in one transaction, each call's outcome in order (see the
-    module's docstring). Never raises."""
+    module's docstring), under the store's writer lock (several API processes on one SQLite file
+    take turns at once). Never raises."""
+    alias = hot("FORQ_DATABASE")
+    with _store(alias).writer_lock():
+        return _run_group(calls, alias)
+
+
+def _run_group(calls: list[Call], alias: str) -> list[Outcome]:
     if len(calls) == 1:
         return [_alone(calls[0])]
-    alias = hot("FORQ_DATABASE")
     outcomes: list[Outcome] = []
     try:
         with transaction.atomic(using=alias):

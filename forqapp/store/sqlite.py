@@ -13,9 +13,12 @@ once, at import, from :mod:`forqapp.vocab`.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -1027,6 +1030,24 @@ def _holds_nul(rows: Sequence[Sequence[Any]], index: int) -> bool:
     return any("\x00" in r[index] for r in rows)
 
 
+# The lock files this process opened, by (process id, path): a forked child opens its own (a lock
+# is its open file's, which a child shares with its parent).
+_lock_fds: dict[tuple[int, str], int] = {}
+
+
+@contextlib.contextmanager
+def _flocked(path: str) -> Iterator[None]:
+    key = (os.getpid(), path)
+    fd = _lock_fds.get(key)
+    if fd is None:
+        fd = _lock_fds.setdefault(key, os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 class SQLiteStore(Store):
     """The queue in one SQLite file (WAL): one writer at a time, any number of readers."""
 
@@ -1573,6 +1594,15 @@ class SQLiteStore(Store):
     def data_version(self) -> int:
         """Changes when another connection commits to the database file (cheap: no I/O)."""
         return int(self._conn().execute(DATA_VERSION).fetchone()[0])
+
+    def writer_lock(self) -> contextlib.AbstractContextManager[None]:
+        """An exclusive ``flock`` of ``<file>-writer.lock``, beside the database: the API processes
+        of one server (``FORQ_API_WORKERS`` > 1) take turns at once instead of sleeping in
+        SQLite's busy handler. In memory: nothing."""
+        connection = cast(DatabaseWrapper, self.connection)
+        if self._fixed is not None or connection.is_in_memory_db():
+            return contextlib.nullcontext()
+        return _flocked(str(connection.settings_dict["NAME"]) + "-writer.lock")
 
     def change_fd(self) -> int | None:
         """An inotify descriptor, readable when a process writes the database's ``-wal`` (every
