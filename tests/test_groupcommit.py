@@ -140,3 +140,17 @@ def test_a_group_holds_the_stores_writer_lock_which_another_process_waits_for():
     assert held_inside == [3]  # another process could not take it while the group ran
     assert subprocess.run([sys.executable, "-c", probe, path]).returncode == 0  # given up after
     assert _contents("locked") == ["x", "y"]
+
+
+def test_a_writer_lock_file_that_cannot_be_opened_leaves_the_writes_to_sqlites_own_lock(tmp_path, caplog):
+    """A full disk or a directory it may not write: the group still runs, and says so once."""
+    from forqapp.store.sqlite import _flocked
+
+    blocked = tmp_path / "db.sqlite3-writer.lock"
+    blocked.mkdir()  # (os.open cannot open a directory for writing)
+    ran = []
+    for _ in range(2):
+        with _flocked(str(blocked)):
+            ran.append(True)
+    assert ran == [True, True]
+    assert caplog.text.count("cannot open") == 1

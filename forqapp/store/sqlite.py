@@ -1033,6 +1033,7 @@ def _holds_nul(rows: Sequence[Sequence[Any]], index: int) -> bool:
 # The lock files this process opened, by (process id, path): a forked child opens its own (a lock
 # is its open file's, which a child shares with its parent).
 _lock_fds: dict[tuple[int, str], int] = {}
+_lock_failed: set[tuple[int, str]] = set()
 
 
 @contextlib.contextmanager
@@ -1040,7 +1041,14 @@ def _flocked(path: str) -> Iterator[None]:
     key = (os.getpid(), path)
     fd = _lock_fds.get(key)
     if fd is None:
-        fd = _lock_fds.setdefault(key, os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        try:
+            fd = _lock_fds.setdefault(key, os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        except OSError as exc:  # (a full disk, a directory it may not write): SQLite's lock alone
+            if key not in _lock_failed:
+                _lock_failed.add(key)
+                logger.warning("forqapp: cannot open %s (%s); writers wait in SQLite's busy handler", path, exc)
+            yield
+            return
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         yield
