@@ -88,7 +88,7 @@ cat <<MSG
            (one scheduler per database; FORQ_SERVE_JOBS=false leaves them to forq_jobs or cron)
   Ports    FORQ_API_ADDR and FORQ_UI_ADDR, e.g. FORQ_API_ADDR=localhost:9080 FORQ_UI_ADDR=localhost:9081 make run
 
-  Try it from another terminal once the server says "forqapp API listening" (below), pasting the
+  Try it from another terminal once the server has printed its API "listening on" line below, pasting the
   lines as they are: send, receive, then ack with the id and receipt the receive answered.
     KEY='$FORQ_AUTH_SECRET'; Q=$api/api/v1/queues/demo/messages
     curl -i -X POST -H "X-API-Key: \$KEY" -d '{"content":"hello"}' \$Q

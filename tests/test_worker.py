@@ -93,6 +93,7 @@ def test_sigterm_finishes_in_flight_messages_then_exits(worker):
     assert [e[0] for e in w.events() if e[2] == slow] == ["start", "done"]
     assert row(slow) is None
     assert (row(later).status, row(later).attempts) == (0, 0)
+    assert "forq_worker: stopped, handled ack 1" in w.output(proc)  # (not --burst's "done")
 
 
 def test_second_signal_exits_at_once_and_nothing_is_lost(worker):

@@ -118,9 +118,11 @@ class Command(BaseCommand):
                 scheduler.join(5.0)
             process.mark_dead()
         if options["verbosity"] >= 1:
-            self.stdout.write(
-                "forq_worker: done, " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing to do")
-            )
+            handled = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            if options["burst"]:
+                self.stdout.write("forq_worker: done, " + (handled or "nothing to do"))
+            else:  # stopped (a signal): what it handled while it ran
+                self.stdout.write("forq_worker: stopped, " + (f"handled {handled}" if handled else "nothing handled"))
 
     def _supervise(self, queues: list[str], options: dict) -> None:
         """Run ``--processes`` children (this command with its options, one process each), pass
