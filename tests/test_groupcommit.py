@@ -154,3 +154,26 @@ def test_a_writer_lock_file_that_cannot_be_opened_leaves_the_writes_to_sqlites_o
             ran.append(True)
     assert ran == [True, True]
     assert caplog.text.count("cannot open") == 1
+
+
+def test_a_forked_child_does_not_share_its_parents_writer_lock(tmp_path):
+    """A flock belongs to the open file, which a forked child would share: the child opens its own,
+    and waits for the parent's lock (here: until its alarm ends it)."""
+    import os
+    import signal
+
+    from forqapp.store.sqlite import _flocked
+
+    path = str(tmp_path / "db.sqlite3-writer.lock")
+    with _flocked(path):
+        pid = os.fork()
+        if pid == 0:  # the child: blocks on the parent's lock, and the alarm ends it
+            try:
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(1)
+                with _flocked(path):
+                    os._exit(7)  # got the lock while the parent held it
+            finally:
+                os._exit(8)  # (never the test session's clean-up in the child)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM

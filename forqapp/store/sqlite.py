@@ -13,7 +13,6 @@ once, at import, from :mod:`forqapp.vocab`.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import functools
 import json
@@ -21,7 +20,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast
@@ -1030,22 +1029,29 @@ def _holds_nul(rows: Sequence[Sequence[Any]], index: int) -> bool:
     return any("\x00" in r[index] for r in rows)
 
 
-# The lock files this process opened, by (process id, path): a forked child opens its own (a lock
-# is its open file's, which a child shares with its parent).
-_lock_fds: dict[tuple[int, str], int] = {}
-_lock_failed: set[tuple[int, str]] = set()
+# The lock files this process opened, by path. A forked child forgets them and opens its own: a
+# flock belongs to the open file, which a child shares with its parent.
+_lock_fds: dict[str, int] = {}
+_lock_failed: set[str] = set()
 
 
-@contextlib.contextmanager
+def _forget_lock_files() -> None:
+    _lock_fds.clear()
+    _lock_failed.clear()
+
+
+os.register_at_fork(after_in_child=_forget_lock_files)
+
+
+@contextmanager
 def _flocked(path: str) -> Iterator[None]:
-    key = (os.getpid(), path)
-    fd = _lock_fds.get(key)
+    fd = _lock_fds.get(path)
     if fd is None:
         try:
-            fd = _lock_fds.setdefault(key, os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            fd = _lock_fds.setdefault(path, os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         except OSError as exc:  # (a full disk, a directory it may not write): SQLite's lock alone
-            if key not in _lock_failed:
-                _lock_failed.add(key)
+            if path not in _lock_failed:
+                _lock_failed.add(path)
                 logger.warning("forqapp: cannot open %s (%s); writers wait in SQLite's busy handler", path, exc)
             yield
             return
@@ -1603,13 +1609,13 @@ class SQLiteStore(Store):
         """Changes when another connection commits to the database file (cheap: no I/O)."""
         return int(self._conn().execute(DATA_VERSION).fetchone()[0])
 
-    def writer_lock(self) -> contextlib.AbstractContextManager[None]:
+    def writer_lock(self) -> AbstractContextManager[None]:
         """An exclusive ``flock`` of ``<file>-writer.lock``, beside the database: the API processes
         of one server (``FORQ_API_WORKERS`` > 1) take turns at once instead of sleeping in
         SQLite's busy handler. In memory: nothing."""
         connection = cast(DatabaseWrapper, self.connection)
         if self._fixed is not None or connection.is_in_memory_db():
-            return contextlib.nullcontext()
+            return nullcontext()
         return _flocked(str(connection.settings_dict["NAME"]) + "-writer.lock")
 
     def change_fd(self) -> int | None:
