@@ -130,6 +130,79 @@ def test_the_fast_path_answers_exactly_as_the_general_path(apps, case):
     assert answers[0] == answers[1]
 
 
+class _RSGIHeaders:
+    def __init__(self, pairs: list[tuple[bytes, bytes]]):
+        self.pairs = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in pairs]
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self.pairs)
+
+    def get(self, key: str, default=None):
+        return next((value for name, value in self.pairs if name == key), default)
+
+
+class _RSGIScope:
+    proto, http_version, scheme, query_string = "http", "1.1", "http", ""
+    client, server = "127.0.0.1:40000", "testserver:80"
+
+    def __init__(self, method: str, path: str, headers: list[tuple[bytes, bytes]]):
+        self.method, self.path, self.headers = method, path, _RSGIHeaders(headers)
+
+
+class _RSGIProtocol:
+    """Granian's RSGI protocol as the API uses it: the body whole or in chunks (ending with an
+    empty one), a client that stays, the answer given once."""
+
+    def __init__(self, body: bytes):
+        self.body = body
+        self.answers: list[tuple[int, list[tuple[bytes, bytes]], bytes]] = []
+
+    async def __call__(self) -> bytes:
+        return self.body
+
+    def __aiter__(self):
+        async def chunks():
+            if self.body:
+                yield self.body
+            yield b""
+        return chunks()
+
+    async def client_disconnect(self) -> None:
+        await asyncio.sleep(3600)
+
+    def response_bytes(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.answers.append((status, [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers], body))
+
+
+def _run_rsgi(app, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes = b""):
+    protocol = _RSGIProtocol(body)
+    with override_settings(FORQ_LONG_POLL_SECONDS=0):
+        asyncio.run(app.__rsgi__(_RSGIScope(method, path, headers), protocol))
+    (answer,) = protocol.answers
+    return answer
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_over_rsgi_both_paths_answer_as_over_asgi(apps, case, declared):
+    """Served over RSGI (forq_serve's way), the fast path and the general path (through the
+    adapters) answer what the ASGI app answers (granian sets Content-Length itself)."""
+    fast, general = apps
+    answers = []
+    for app, rsgi in ((fast, False), (fast, True), (general, True)):
+        method, path, headers, body, raw_path = CASES[case]()
+        if not rsgi:
+            status, sent, content = _run(app, _scope(method, path, headers, raw_path), body)
+            answers.append((status, [h for h in sent if h[0] != b"content-length"], content))
+            continue
+        if declared and method == "POST":
+            headers = [*headers, (b"content-length", str(len(body)).encode())]
+        if app is fast:
+            assert (fast._fast.take_rsgi(_RSGIScope(method, path, headers)) is None) == (case in GENERAL_ONLY)
+        answers.append(_run_rsgi(app, method, path, headers, body))
+    assert answers[0] == answers[1] == answers[2]
+
+
 def test_consume_answers_as_the_general_path_and_the_message_is_delivered_once(apps):
     fast, general = apps
     answers = []

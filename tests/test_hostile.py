@@ -139,6 +139,43 @@ def test_a_client_gone_mid_body_stores_nothing_and_the_server_goes_on(live_api):
     assert [m.content for m in Message.objects.filter(queue="gone")] == ["after"]
 
 
+def _chunked_head(path: str) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: forq\r\nX-API-Key: {SECRET}\r\n"
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+
+
+def _chunks(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/queues/chunks/messages", "/api/v2/queues/chunks/messages"])
+def test_a_chunked_body_is_read_whole(live_api, path):
+    """Without a Content-Length (the fast path's v1 produce and the general path's v2 send)."""
+    request = _chunked_head(path) + _chunks(b'{"con', b'tent": "in', b' pieces"}') + b"0\r\n\r\n"
+    status, _, _ = _send_raw(live_api, request, timeout=10)
+    assert status in (201, 204)
+    assert [m.content for m in Message.objects.filter(queue="chunks")] == ["in pieces"]
+
+
+def test_a_chunked_body_over_the_cap_is_413(live_api):
+    piece = b" " * 65536
+    request = _chunked_head("/api/v1/queues/big/messages") + _chunks(b'{"content": "x"', *[piece] * 40)
+    status, _, body = _send_raw(live_api, request + b"0\r\n\r\n", timeout=20)
+    assert (status, json.loads(body)["code"]) == (413, "bad_request.body.content.exceeds_limit")
+    assert not Message.objects.filter(queue="big").exists()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/queues/cut/messages", "/api/v2/queues/cut/messages"])
+def test_a_chunked_body_whose_client_goes_before_its_end_stores_nothing(live_api, path):
+    """The chunks received make a whole JSON body, but the last chunk never came: not a request."""
+    host, port = live_api.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(_chunked_head(path) + _chunks(b'{"content": "half"}'))
+    body = json.dumps({"content": "after"}).encode()
+    assert _send_raw(live_api, _post_head("cut", SECRET, "192.0.2.206", len(body)) + body, timeout=10)[0] == 204
+    assert [m.content for m in Message.objects.filter(queue="cut")] == ["after"]
+
+
 # --- the ASGI app in this process: what it receives, and when it gives up ---------------------
 
 

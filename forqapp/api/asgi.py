@@ -1,4 +1,6 @@
-"""The ASGI application of the API listener (``forq_serve``: ``forqapp.api.asgi:api_application``).
+"""The application of the API listener (``forq_serve``: ``forqapp.api.asgi:api_application``), an
+ASGI application that is also an RSGI one: ``forq_serve`` serves it over granian's RSGI, the hot
+calls natively and the rest through :mod:`forqapp.server.rsgi`'s adapters to the same ASGI code.
 
 It serves :mod:`forqapp.api.urls` and nothing else, calling the views directly: Django's own
 ``ASGIHandler`` spends ~1 ms of thread hand-offs per request (request signals and middleware run
@@ -43,15 +45,18 @@ from django.urls import Resolver404, get_resolver
 
 from .. import errors
 from ..conf import hot
-from ..server import embedded, intake, process
+from ..server import embedded, intake, process, rsgi
 from ..server.intake import DisconnectWatch
 from ..services import waiting
 from ..worker.jobs import ServerJobs
-from . import plumbing
+from . import fastpath, plumbing
 from .fastpath import FastPath
 from .plumbing import BODY_CODES, BodyRefused
 
 logger = logging.getLogger("forqapp.api")
+
+# Set in the ASGI scope of a request served through RSGI (its path percent-decoded, no raw path).
+_DECODED_PATH = "forqapp.decoded_path"
 
 
 class APIApplication:
@@ -60,7 +65,8 @@ class APIApplication:
     def __init__(self):
         django.setup(set_prefix=False)
         self._resolver = get_resolver(self.urlconf)
-        self._fast: FastPath | None = FastPath(self._read_body, self._unless_disconnected)
+        self._fast: FastPath | None = FastPath(self._unless_disconnected)
+        self._rsgi_lifespan: rsgi.Lifespan | None = None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -70,18 +76,49 @@ class APIApplication:
             return
         fast = self._fast
         if fast is not None and (taken := fast.take(scope)) is not None:  # Forq's hot calls
-            answer = await fast.answer(taken, scope, receive)
+            answer = await fast.answer(taken, lambda: self._read_body(scope, receive), receive,
+                                       scope["method"], scope["path"])
             if answer is not None:
                 status, headers, content = answer
-                headers.append((b"content-length", str(len(content)).encode()))
-                await send({"type": "http.response.start", "status": status, "headers": headers})
+                sent = fastpath.encoded(headers)
+                sent.append((b"content-length", str(len(content)).encode()))
+                await send({"type": "http.response.start", "status": status, "headers": sent})
                 await send({"type": "http.response.body", "body": content})
             return
+        await self._general(scope, receive, send)
+
+    async def __rsgi__(self, scope, protocol):
+        """The same, served through granian's RSGI (``forq_serve``'s way: :mod:`forqapp.server.rsgi`)."""
+        if scope.proto != "http":
+            return
+        fast = self._fast
+        if fast is not None and (taken := fast.take_rsgi(scope)) is not None:
+            answer = await fast.answer(taken, lambda: self._read_rsgi_body(scope, protocol),
+                                       rsgi.DisconnectReceive(protocol), scope.method, scope.path)
+            if answer is not None:
+                protocol.response_bytes(*answer)
+            return
+        asgi_scope = rsgi.asgi_scope(scope)
+        asgi_scope[_DECODED_PATH] = True
+        await self._general(asgi_scope, rsgi.BodyReceive(protocol), rsgi.ResponseSend(protocol))
+
+    def __rsgi_init__(self, loop) -> None:
+        self._rsgi_lifespan = rsgi.Lifespan(self._lifespan)
+        self._rsgi_lifespan.startup(loop)
+
+    def __rsgi_del__(self, loop) -> None:
+        if self._rsgi_lifespan is not None:
+            self._rsgi_lifespan.shutdown(loop)
+
+    async def _general(self, scope, receive, send) -> None:
+        """Any request the fast path did not take: Django's request, the resolver, the view."""
         try:
             match = self._resolver.resolve(_route_path(scope))
         except Resolver404:
             await self._respond(send, plumbing.not_found(None))
             return
+        if match.func is plumbing.unknown_path and scope.get(_DECODED_PATH):
+            match = self._escaped_slash(scope["path"]) or match
         body_file = io.BytesIO()  # filled below, once the headers passed
         try:
             request = ASGIRequest(scope, body_file)
@@ -113,6 +150,34 @@ class APIApplication:
         else:
             response = await view
         await self._respond(send, response)
+
+    def _escaped_slash(self, path: str):
+        """For a path served through RSGI (percent-decoded) that routes nowhere: the route of the
+        path as it was if the client escaped a slash in a queue's name (Forq's SDKs escape names:
+        "a/b" arrives as ``a%2Fb``, which the views refuse as an invalid name), or None."""
+        for escaped in rsgi.escaped_slash_paths(path):
+            try:
+                match = self._resolver.resolve(escaped)
+            except Resolver404:
+                continue
+            if match.func is not plumbing.unknown_path:
+                return match
+        return None
+
+    async def _read_rsgi_body(self, scope, protocol) -> bytes:
+        """:meth:`_read_body` of an RSGI request: read whole when its length is given
+        (:func:`forqapp.server.intake.read_declared`), else in chunks."""
+        limit = hot("FORQ_MAX_BODY_BYTES")
+        declared = scope.headers.get("content-length")
+        try:
+            if declared is None or not declared.isdigit():
+                return await intake.read_body(rsgi.asgi_scope(scope), rsgi.BodyReceive(protocol), limit)
+            if len(declared) > 18 or int(declared) > limit:
+                raise intake.BodyRefused(intake.TOO_LARGE)
+            return await intake.read_declared(scope.method, scope.path, protocol, int(declared),
+                                              lambda: intake.client_address(rsgi.asgi_scope(scope)))
+        except intake.BodyRefused as exc:
+            raise BodyRefused(BODY_CODES[exc.reason], exc.status) from None
 
     async def _read_body(self, scope, receive) -> bytes:
         """The whole body, under ``forq_serve``'s bounds (:func:`forqapp.intake.read_body`: the
@@ -174,5 +239,6 @@ def _route_path(scope) -> str:
 
 
 def api_application():
-    """Factory for ASGI servers: ``granian --interface asgi --factory forqapp.api.asgi:api_application``."""
+    """Factory for ASGI and RSGI servers: ``granian --interface rsgi --factory
+    forqapp.api.asgi:api_application`` (``forq_serve``'s way), or ``--interface asgi``."""
     return APIApplication()

@@ -1,5 +1,6 @@
-"""Forq's hot calls — produce, consume (the long poll) and ack — answered straight from the ASGI
-scope, without Django's request, resolver and response objects.
+"""Forq's hot calls — produce, consume (the long poll) and ack — answered straight from the request's
+scope (RSGI's, as ``forq_serve`` serves the API, or ASGI's), without Django's request, resolver and
+response objects.
 
 Under Forq's load these three are nearly every request, and the API process's event loop is its
 bottleneck: building an ``ASGIRequest``, resolving the URL, the endpoint wrapper and an
@@ -18,7 +19,6 @@ headers included (``tests/test_fastpath.py`` compares both ways on every case it
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
@@ -37,48 +37,56 @@ _ROUTE = re.compile(r"/api/v1/queues/([^/]+)/messages(?:/([^/]+)/ack)?")
 _KEY_HEADER = b"x-api-key"
 _RECEIPT_HEADER = b"x-forq-receipt"
 
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, body
+Headers = list[tuple[str, str]]
+Answer = tuple[int, Headers, bytes]  # status, headers, body
+Taken = tuple[str, str, str | None, str | None]  # call, queue, message id, receipt
 
 
-def _headers(*extra: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+def _headers(*extra: tuple[str, str]) -> Headers:
     """``extra``, then the headers :func:`forqapp.api.plumbing.secure` adds."""
-    return [*extra, *_encoded(plumbing.security_headers())]
+    return [*extra, *plumbing.security_headers()]
 
 
-@functools.cache
-def _encoded(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes, bytes], ...]:
-    return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers)
+def _route(path: str, method: str) -> tuple[str, str, str, str | None] | None:
+    """(call, the key's action it needs, queue, message id) of a hot call's path and method."""
+    if not path.startswith("/api/v1/queues/"):
+        return None
+    match = _ROUTE.fullmatch(path)
+    if match is None:
+        return None
+    queue, message_id = match.groups()
+    if message_id is not None and method == "POST":
+        return "ack", "consume", queue, message_id
+    if message_id is None and method == "POST":
+        return "produce", "produce", queue, None
+    if message_id is None and method == "GET":
+        return "consume", "consume", queue, None
+    return None
+
+
+def _granted(token: str, queue: str, action: str) -> bool:
+    """Whether ``token`` is a key known without a query that allows ``action`` on ``queue``."""
+    try:
+        key = key_cache.for_token_cached(token)
+    except Exception:  # noqa: BLE001 - whatever it is, the general path answers it
+        return False
+    return key is not None and key is not key_cache.MISS and key.allows(queue, action)
 
 
 class FastPath:
     """Routes and answers the hot calls for :class:`forqapp.api.asgi.APIApplication`."""
 
-    def __init__(self, read_body: Callable[..., Awaitable[bytes]],
-                 unless_disconnected: Callable[..., Awaitable[Any]]):
-        self._read_body = read_body
+    def __init__(self, unless_disconnected: Callable[..., Awaitable[Any]]):
         self._unless_disconnected = unless_disconnected
 
-    def take(self, scope: dict[str, Any]) -> tuple[str, str, str | None, bytes | None] | None:
-        """(call, queue, message id, receipt header) when this request is one the fast path
+    def take(self, scope: dict[str, Any]) -> Taken | None:
+        """(call, queue, message id, receipt header) when this ASGI request is one the fast path
         answers, else None (the general path will)."""
-        path = scope["path"]
-        if not path.startswith("/api/v1/queues/"):
-            return None
         raw = scope.get("raw_path")
         if raw is not None and b"%" in raw:
             return None
-        match = _ROUTE.fullmatch(path)
-        if match is None:
-            return None
-        queue, message_id = match.groups()
-        method = scope["method"]
-        if message_id is not None and method == "POST":
-            call, action = "ack", "consume"
-        elif message_id is None and method == "POST":
-            call, action = "produce", "produce"
-        elif message_id is None and method == "GET":
-            call, action = "consume", "consume"
-        else:
+        route = _route(scope["path"], scope["method"])
+        if route is None:
             return None
         token = receipt = None
         for name, value in scope["headers"]:
@@ -92,21 +100,42 @@ class FastPath:
                 receipt = value
         if token is None:
             return None
-        try:
-            key = key_cache.for_token_cached(token.decode("latin-1"))
-        except Exception:  # noqa: BLE001 - whatever it is, the general path answers it
+        call, action, queue, message_id = route
+        if not _granted(token.decode("latin-1"), queue, action):
             return None
-        if key is None or key is key_cache.MISS or not key.allows(queue, action):
+        return call, queue, message_id, None if receipt is None else receipt.decode("latin-1")
+
+    def take_rsgi(self, scope: Any) -> Taken | None:
+        """The same for an RSGI request (its path comes percent-decoded: what the views would
+        see of it, but for an escaped slash, which fails the route here as a slash does)."""
+        route = _route(scope.path, scope.method)
+        if route is None:
+            return None
+        token = receipt = None
+        for name, value in scope.headers.items():
+            if name == "x-api-key":
+                if token is not None:
+                    return None
+                token = value
+            elif name == "x-forq-receipt":
+                if receipt is not None:
+                    return None
+                receipt = value
+        if token is None:
+            return None
+        call, action, queue, message_id = route
+        if not _granted(token, queue, action):
             return None
         return call, queue, message_id, receipt
 
-    async def answer(self, taken: tuple[str, str, str | None, bytes | None], scope: dict[str, Any],
-                     receive: Callable[[], Awaitable[dict[str, Any]]]) -> Answer | None:
-        """The answer to a request :meth:`take` took (None: the client went away)."""
+    async def answer(self, taken: Taken, read_body: Callable[[], Awaitable[bytes]],
+                     receive: Callable[[], Awaitable[dict[str, Any]]], method: str, path: str) -> Answer | None:
+        """The answer to a request :meth:`take` took (None: the client went away): ``read_body()``
+        gives its body (under the server's bounds), ``receive`` its disconnect."""
         call, queue, message_id, receipt = taken
         try:
             if call == "produce":
-                return await self._produce(queue, scope, receive)
+                return await self._produce(queue, read_body)
             if call == "consume":
                 return await self._unless_disconnected(self._consume(queue), receive)
             return await self._ack(queue, message_id or "", receipt)
@@ -115,15 +144,14 @@ class FastPath:
         except Exception as exc:
             reason = errors.unavailable(exc)
             if reason is not None:
-                errors.say_unavailable(logger, f"{scope['method']} {scope['path']}", reason)
+                errors.say_unavailable(logger, f"{method} {path}", reason)
                 return _error(errors.UNHEALTHY, 503, {"Retry-After": errors.UNAVAILABLE_RETRY_AFTER})
-            logger.exception("%s %s failed", scope["method"], scope["path"])
+            logger.exception("%s %s failed", method, path)
             return _error(errors.INTERNAL)
 
-    async def _produce(self, queue: str, scope: dict[str, Any],
-                       receive: Callable[[], Awaitable[dict[str, Any]]]) -> Answer | None:
+    async def _produce(self, queue: str, read_body: Callable[[], Awaitable[bytes]]) -> Answer:
         try:
-            body = await self._read_body(scope, receive)
+            body = await read_body()
         except BodyRefused as exc:
             return _error(exc.code, exc.status)
         await views.send_body(queue, body)
@@ -134,15 +162,19 @@ class FastPath:
         if message is None:
             return 204, _headers(), b""
         body = json.dumps(views.delivered(message))  # as JsonResponse writes it
-        receipt = str(message.receipt).encode()
-        return 200, _headers((b"Content-Type", b"application/json"), (b"X-Forq-Receipt", receipt)), body.encode()
+        receipt = str(message.receipt)
+        return 200, _headers(("Content-Type", "application/json"), ("X-Forq-Receipt", receipt)), body.encode()
 
-    async def _ack(self, queue: str, message_id: str, receipt: bytes | None) -> Answer:
-        await views.ack_receipt(queue, message_id, None if receipt is None else receipt.decode("latin-1"))
+    async def _ack(self, queue: str, message_id: str, receipt: str | None) -> Answer:
+        await views.ack_receipt(queue, message_id, receipt)
         return 204, _headers(), b""
+
+
+def encoded(headers: Headers) -> list[tuple[bytes, bytes]]:
+    """``headers`` as ASGI gives them."""
+    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
 
 
 def _error(code: str, status: int | None = None, headers: dict[str, str] | None = None) -> Answer:
     response = plumbing.secure(plumbing.error_response(code, status, headers))
-    return (response.status_code, [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()],
-            response.content)
+    return response.status_code, list(response.items()), response.content

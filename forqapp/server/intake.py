@@ -75,6 +75,54 @@ def client_address(scope: dict[str, Any]) -> str:
     return str(client[0]) if client else "unknown"
 
 
+class _Timing:
+    """The time bounds of one body (``FORQ_BODY_*``), and its count among its address's slow bodies
+    once it is still arriving after the grace."""
+
+    def __init__(self, address: Callable[[], str]):
+        self.loop = asyncio.get_running_loop()
+        self.start = self.loop.time()
+        self.last = self.start + float(hot("FORQ_BODY_TIMEOUT_S"))
+        self.grace = self.start + float(hot("FORQ_BODY_GRACE_S"))
+        self.rate = float(hot("FORQ_BODY_MIN_RATE_BYTES_S") or 0)
+        self.address = address
+        self.slow: str | None = None  # the address this body counts against, once past the grace
+        self.crowded = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.deadline: asyncio.Timeout | None = None
+
+    def watch_grace(self) -> None:
+        """Count this body among its address's slow ones if it is still arriving after the grace."""
+        if self.timer is None and self.grace < self.last:
+            self.timer = self.loop.call_at(self.grace, self._past_grace)
+
+    def _past_grace(self) -> None:
+        slow = self.slow = self.address()
+        count = _slow[slow] = _slow.get(slow, 0) + 1
+        if count > int(hot("FORQ_BODY_SLOW_PER_ADDRESS")) and self.deadline is not None:
+            self.crowded = True
+            self.deadline.reschedule(self.loop.time())  # cut off now
+
+    def refused(self, scope_method: str, scope_path: str, size: int) -> BodyRefused:
+        """What a body cut off by its deadline is refused as (and the log line that says so)."""
+        if self.crowded:
+            logger.info("%s %s: one more slow body from %s, cut off", scope_method, scope_path, self.slow)
+            return BodyRefused(TOO_MANY)
+        logger.info("%s %s: body too slow (%d bytes in %.1f s), cut off", scope_method, scope_path, size,
+                    self.loop.time() - self.start)
+        return BodyRefused(TOO_SLOW)
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.slow is not None:
+            left = _slow[self.slow] - 1
+            if left:
+                _slow[self.slow] = left
+            else:
+                del _slow[self.slow]
+
+
 async def read_body(scope: dict[str, Any], receive: Receive, limit: int | None,
                     into: BinaryIO | None = None) -> bytes:
     """The whole body, at most ``limit`` bytes (None: no cap), returned, or written to ``into``
@@ -89,28 +137,14 @@ async def read_body(scope: dict[str, Any], receive: Receive, limit: int | None,
     the time it buys at that rate; a client that holds, sends nothing."""
     if limit is not None:
         refuse_declared(scope, limit)
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    last = start + float(hot("FORQ_BODY_TIMEOUT_S"))
-    grace, rate = float(hot("FORQ_BODY_GRACE_S")), float(hot("FORQ_BODY_MIN_RATE_BYTES_S") or 0)
+    timing = _Timing(lambda: client_address(scope))
     chunks: list[bytes] = []
     size = 0
-    slow: str | None = None  # the address this body counts against, once past the grace
-    crowded = False
-    timer: asyncio.TimerHandle | None = None
-
-    def past_grace() -> None:  # the grace is over and the body still arrives: one more slow body
-        nonlocal slow, crowded
-        slow = client_address(scope)
-        count = _slow[slow] = _slow.get(slow, 0) + 1
-        if count > int(hot("FORQ_BODY_SLOW_PER_ADDRESS")):
-            crowded = True
-            deadline.reschedule(loop.time())  # cut off now
-
     try:
-        async with asyncio.timeout_at(min(last, start + grace) if rate else last) as deadline:
-            if not rate and start + grace < last:
-                timer = loop.call_at(start + grace, past_grace)
+        async with asyncio.timeout_at(min(timing.last, timing.grace) if timing.rate else timing.last) as deadline:
+            timing.deadline = deadline
+            if not timing.rate:
+                timing.watch_grace()
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
@@ -125,26 +159,39 @@ async def read_body(scope: dict[str, Any], receive: Receive, limit: int | None,
                     into.write(chunk)
                 if not message.get("more_body", False):
                     return b"".join(chunks)
-                if rate:
-                    deadline.reschedule(min(last, start + grace + size / rate))
-                    if timer is None and start + grace < last:  # a body in pieces: watch for the grace
-                        timer = loop.call_at(start + grace, past_grace)
+                if timing.rate:
+                    deadline.reschedule(min(timing.last, timing.grace + size / timing.rate))
+                    timing.watch_grace()  # a body in pieces: watch for the grace
     except TimeoutError:
-        if crowded:
-            logger.info("%s %s: one more slow body from %s, cut off", scope["method"], scope["path"], slow)
-            raise BodyRefused(TOO_MANY) from None
-        logger.info("%s %s: body too slow (%d bytes in %.1f s), cut off", scope["method"],
-                    scope["path"], size, loop.time() - start)
-        raise BodyRefused(TOO_SLOW) from None
+        raise timing.refused(scope["method"], scope["path"], size) from None
     finally:
-        if timer is not None:
-            timer.cancel()
-        if slow is not None:
-            left = _slow[slow] - 1
-            if left:
-                _slow[slow] = left
-            else:
-                del _slow[slow]
+        timing.close()
+
+
+async def read_declared(method: str, path: str, whole: Callable[[], Awaitable[bytes]], declared: int,
+                        address: Callable[[], str]) -> bytes:
+    """A body of a known length (``declared``: its ``Content-Length``, already found within the
+    cap), received whole by ``whole()`` (RSGI's ``protocol()``: the server reads exactly that many
+    bytes, and raises if the body breaks off), under :func:`read_body`'s time bounds: refused
+    (408) when not complete within ``FORQ_BODY_TIMEOUT_S`` or, after ``FORQ_BODY_GRACE_S``, later
+    than ``FORQ_BODY_MIN_RATE_BYTES_S`` allows for its length; (429) when it is still arriving
+    after the grace while its address (``address()``) has ``FORQ_BODY_SLOW_PER_ADDRESS`` such
+    bodies; (400) when it breaks off."""
+    if not declared:
+        return b""
+    timing = _Timing(address)
+    end = min(timing.last, timing.grace + declared / timing.rate) if timing.rate else timing.last
+    try:
+        async with asyncio.timeout_at(end) as deadline:
+            timing.deadline = deadline
+            timing.watch_grace()
+            return await whole()
+    except TimeoutError:
+        raise timing.refused(method, path, declared) from None
+    except RuntimeError:  # granian's RSGIProtocolClosed: the client went away, or its framing broke
+        raise BodyRefused(INCOMPLETE) from None
+    finally:
+        timing.close()
 
 
 # Django logs these refusals of a client's request at ERROR with a traceback (its handler answers

@@ -3,9 +3,9 @@ supervised by a Django-free process (:class:`Server`); and what the UI listener 
 once for the supervisor and the UI processes: where the static files come from, and the URLs that
 work.
 
-Both listeners run on granian (Rust HTTP server, ASGI): the API through forqapp's own ASGI
-application (long polls are coroutines, so hundreds of idle consumers cost no threads), the UI
-through Django's ASGI handler. Each is a granian process tree of its own — except the UI when
+Both listeners run on granian (Rust HTTP server): the API through forqapp's own application over
+granian's RSGI (:mod:`forqapp.server.rsgi`; long polls are coroutines, so hundreds of idle consumers
+cost no threads), the UI through Django's ASGI handler. Each is a granian process tree of its own — except the UI when
 the API and the UI have one worker each (SQLite's defaults): the API worker serves it too
 (:mod:`forqapp.server.embedded`; one copy of Django, ~60 MB less). Once the checks have
 passed, ``forq_serve`` replaces itself (``os.execve``, same pid) with :mod:`forqapp.server.supervise`,
@@ -114,10 +114,13 @@ def listeners(*, ui: bool = True) -> dict[str, tuple[str, tuple[str, int]]]:
 
 
 def granian_command(target: str, host: str, port: int, workers: int, *, static: bool = False,
-                    lifespan: bool = True) -> list[str]:
+                    lifespan: bool = True, rsgi: bool = False) -> list[str]:
+    """The command of a listener's granian process tree: ``target``'s application factory over ASGI
+    (with ``lifespan`` or without), or over RSGI (``rsgi``: the API's; no websockets)."""
+    interface = ["--interface", "rsgi", "--no-ws"] if rsgi else ["--interface", "asgi" if lifespan else "asginl"]
     command = [
         sys.executable, "-m", "forqapp.server.granian_main",  # granian, one race mended (see there)
-        "--interface", "asgi" if lifespan else "asginl",
+        *interface,
         "--factory",
         "--host", host,
         "--port", str(port),
@@ -220,7 +223,8 @@ class Server:
         api_env = {process.SERVE_JOBS_ENV: str(self.verbosity)} if self.jobs else {}
         children.append({
             "name": "API",
-            "argv": granian_command("forqapp.api.asgi:api_application", host, port, self.api_workers),
+            "argv": granian_command("forqapp.api.asgi:api_application", host, port, self.api_workers,
+                                    rsgi=True),
             "env": api_env,
         })
         served_by = {name: name for name in self.listeners}
