@@ -445,23 +445,32 @@ GROUP_CLAIM = f"""UPDATE messages {CLAIM_SET} WHERE id = :id AND queue = :queue 
 # _next_turn sets after a claim). When it claims nothing (the group is held back by its rate or its
 # slots, or has nothing left) or redrives, the turn is taken statement by statement (_claim_groups).
 def _group_claim_next(guard: str = "") -> str:
-    """GROUP_CLAIM_NEXT, with ``guard``: a condition the turn must meet (else nothing is claimed)."""
-    turn = f"""
-WITH turn AS MATERIALIZED (
-    SELECT name FROM (SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
-                      WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
-                      ORDER BY eligible_at, last_claimed_at, name LIMIT 1)
-    WHERE (:rate_us IS NULL OR rate_next_at_us <= :now * 1000){guard})"""
-    sql = f"""{turn}
-UPDATE messages {CLAIM_SET} WHERE id = (SELECT id FROM (
-    SELECT * FROM ({_held_due()}) WHERE :concurrency IS NULL OR {_BUSY_COUNT} < :concurrency
-    UNION ALL
-    SELECT * FROM (SELECT id, priority, sequence FROM messages INDEXED BY idx_group_ready
+    """GROUP_CLAIM_NEXT, with ``guard``: a condition the turn must meet (else nothing is claimed).
+
+    The group's first message: while none of its held messages is due again (the usual case, two
+    probes tell), its first fresh one, in index order; else the first of all its candidates, in claim
+    order. SQLite sorts a compound's rows in a temporary b-tree, which costs more than the claim's
+    probes: the usual case needs none. The turn is the statement's own row (``turn``), which the
+    message's subqueries name, not a materialized table (another temporary b-tree)."""
+    fresh = f"""SELECT id FROM messages INDEXED BY idx_group_ready
                    WHERE {GROUP_FRESH} AND process_after <= :now
                      AND (:concurrency IS NULL OR {_HELD_COUNT} < :concurrency)
-                   ORDER BY priority DESC, sequence LIMIT 1))
-    ORDER BY priority DESC, sequence LIMIT 1) {CLAIM_RETURNING}, message_group"""
-    return sql.replace(":group", "(SELECT name FROM turn)")
+                   ORDER BY priority DESC, sequence LIMIT 1"""
+    held_due = (f"EXISTS (SELECT 1 FROM {_leased()} AND process_after <= :now) "
+                f"OR EXISTS (SELECT 1 FROM {_retrying()} AND process_after <= :now)")
+    sql = f"""
+UPDATE messages {CLAIM_SET} WHERE id = (
+    SELECT CASE WHEN {held_due} THEN (SELECT id FROM (
+        SELECT * FROM ({_held_due()}) WHERE :concurrency IS NULL OR {_BUSY_COUNT} < :concurrency
+        UNION ALL
+        SELECT * FROM ({fresh.replace("SELECT id FROM", "SELECT id, priority, sequence FROM", 1)}))
+        ORDER BY priority DESC, sequence LIMIT 1)
+        ELSE ({fresh}) END
+    FROM (SELECT name, rate_next_at_us FROM forq_groups INDEXED BY idx_groups_turn
+          WHERE queue = :queue AND eligible_at IS NOT NULL AND eligible_at <= :now
+          ORDER BY eligible_at, last_claimed_at, name LIMIT 1) AS turn
+    WHERE (:rate_us IS NULL OR rate_next_at_us <= :now * 1000){guard}) {CLAIM_RETURNING}, message_group"""
+    return sql.replace(":group", "turn.name")
 
 
 GROUP_CLAIM_NEXT = _group_claim_next()
