@@ -612,3 +612,55 @@ def test_0028_drops_the_nine_argument_group_claim_and_takes_it_back(tmp_path, dj
             assert group_claim_functions(conn) == before
         else:
             assert sqlite_schema(conn) == before_schema
+
+
+SETTLE_ELIGIBLE = ("forqapp", "0029_sqlite_group_settle_already_eligible")
+
+
+def group_turn(conn: BaseDatabaseWrapper, queue: str, group: str) -> tuple[int | None, int]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT eligible_at, last_claimed_at FROM forq_groups WHERE queue = %s AND name = %s",
+                    [queue, group])
+        return cur.fetchone()
+
+
+def test_0029_leaves_the_turn_of_a_group_eligible_since_its_claim_and_takes_it_back(tmp_path, django_db_blocker):
+    """0029 (SQLite): the ack of a message of a group that is eligible since its last claim (a free slot,
+    a message due) leaves the group's turn as the claim set it; a group whose turn comes later (its
+    one slot held until the lease's end) is woken to the ack as before. Back to 0028, the ack moves
+    the first group's turn too, to the settled message's ``updated_at - 1``. PostgreSQL: nothing."""
+    with scratch_database(tmp_path, django_db_blocker) as conn:
+        migrate(conn, ONE_OVERLOAD)
+        before_schema = sqlite_schema(conn) if conn.vendor == "sqlite" else None
+        migrate(conn, SETTLE_ELIGIBLE)
+        conn.ensure_connection()
+        st = store.store_class(conn.vendor).on(conn.connection)
+
+        def claim_and_ack(queue: str, now: int, concurrency: int | None) -> tuple[tuple, tuple]:
+            """Two messages of the group "g" of ``queue``: the first claimed, then acked; the group's
+            turn (eligible_at, last_claimed_at) after each."""
+            st.insert([NewMessage(ids.new_id(), queue, "x", now, now, now + 3_600_000, group="g")
+                       for _ in range(2)])
+            (got,) = st.claim(queue, now + 10, 1, visibility_ms=60_000, max_attempts=0, dlq_ttl_ms=3_600_000,
+                              group_concurrency=concurrency).deliveries
+            claimed = group_turn(conn, queue, "g")
+            assert st.ack(queue, got.id, got.receipt)
+            return claimed, group_turn(conn, queue, "g")
+
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) != before_schema
+        claimed, acked = claim_and_ack("free", NOW, None)
+        assert claimed == (NOW + 10, NOW + 10)  # eligible at its claim: the next message is due
+        if conn.vendor == "sqlite":
+            assert acked == claimed  # left alone
+        claimed, acked = claim_and_ack("held", NOW + 100, 1)
+        assert claimed == (NOW + 110 + 60_000, NOW + 110)  # its one slot held until the lease's end
+        assert acked == (NOW + 110 - 1, NOW + 110)  # woken by the ack
+        migrate(conn, ONE_OVERLOAD)
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) == before_schema
+        claimed, acked = claim_and_ack("free-again", NOW + 200, None)
+        assert acked == (NOW + 210 - 1, NOW + 210)  # 0024's trigger: moved 1 ms earlier
+        migrate(conn)
+        if conn.vendor == "sqlite":
+            assert sqlite_schema(conn) != before_schema
