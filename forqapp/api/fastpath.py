@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .. import errors
@@ -73,6 +73,35 @@ def _granted(token: str, queue: str, action: str) -> bool:
     return key is not None and key is not key_cache.MISS and key.allows(queue, action)
 
 
+def _taken(route: tuple[str, str, str, str | None] | None, headers: Iterable[tuple[Any, Any]],
+           key_name: bytes | str, receipt_name: bytes | str) -> Taken | None:
+    """What the fast path takes of a request on a hot route: exactly one key, known and allowing
+    the call, and at most one receipt (the names and values as the interface gives them: ASGI's
+    bytes, RSGI's text)."""
+    if route is None:
+        return None
+    token = receipt = None
+    for name, value in headers:
+        if name == key_name:
+            if token is not None:
+                return None  # twice: the general path joins them, as Django does
+            token = value
+        elif name == receipt_name:
+            if receipt is not None:
+                return None
+            receipt = value
+    if token is None:
+        return None
+    call, action, queue, message_id = route
+    if not _granted(_text(token), queue, action):
+        return None
+    return call, queue, message_id, None if receipt is None else _text(receipt)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
 class FastPath:
     """Routes and answers the hot calls for :class:`forqapp.api.asgi.APIApplication`."""
 
@@ -85,48 +114,12 @@ class FastPath:
         raw = scope.get("raw_path")
         if raw is not None and b"%" in raw:
             return None
-        route = _route(scope["path"], scope["method"])
-        if route is None:
-            return None
-        token = receipt = None
-        for name, value in scope["headers"]:
-            if name == _KEY_HEADER:
-                if token is not None:
-                    return None  # twice: the general path joins them, as Django does
-                token = value
-            elif name == _RECEIPT_HEADER:
-                if receipt is not None:
-                    return None
-                receipt = value
-        if token is None:
-            return None
-        call, action, queue, message_id = route
-        if not _granted(token.decode("latin-1"), queue, action):
-            return None
-        return call, queue, message_id, None if receipt is None else receipt.decode("latin-1")
+        return _taken(_route(scope["path"], scope["method"]), scope["headers"], _KEY_HEADER, _RECEIPT_HEADER)
 
     def take_rsgi(self, scope: Any) -> Taken | None:
         """The same for an RSGI request (its path comes percent-decoded: what the views would
         see of it, but for an escaped slash, which fails the route here as a slash does)."""
-        route = _route(scope.path, scope.method)
-        if route is None:
-            return None
-        token = receipt = None
-        for name, value in scope.headers.items():
-            if name == "x-api-key":
-                if token is not None:
-                    return None
-                token = value
-            elif name == "x-forq-receipt":
-                if receipt is not None:
-                    return None
-                receipt = value
-        if token is None:
-            return None
-        call, action, queue, message_id = route
-        if not _granted(token, queue, action):
-            return None
-        return call, queue, message_id, receipt
+        return _taken(_route(scope.path, scope.method), scope.headers.items(), "x-api-key", "x-forq-receipt")
 
     async def answer(self, taken: Taken, read_body: Callable[[], Awaitable[bytes]],
                      receive: Callable[[], Awaitable[dict[str, Any]]], method: str, path: str) -> Answer | None:
