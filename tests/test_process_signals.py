@@ -35,3 +35,30 @@ def test_a_signal_while_the_main_thread_holds_a_stops_lock_still_stops():
     run = subprocess.run([sys.executable, "-c", HOLDS_THE_LOCK], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert run.stdout.strip() == "stopped", run.stdout + run.stderr
+
+
+# The kernel gives a process's signal to any of its threads that does not block it. Here only the
+# signals thread may take it; the main thread waits on an event, as an idle worker does. A handler
+# that ran in Python would run only once that wait ended (the main thread's own); the wakeup fd
+# tells the signals thread at once.
+MAIN_THREAD_IN_A_LONG_WAIT = """
+import os, signal, threading, time
+from forqapp.server import process
+
+stopped = threading.Event()
+process.on_stop(stopped.set)
+process.install_signal_handlers("demo")  # starts the signals thread, SIGTERM not blocked in it
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the main thread's alone, from here
+started = time.monotonic()
+os.kill(os.getpid(), signal.SIGTERM)
+woke = stopped.wait(30)
+print(f"stopped after {time.monotonic() - started:.1f} s" if woke else "not stopped", flush=True)
+"""
+
+
+def test_a_signal_given_to_another_thread_ends_the_main_threads_wait_at_once():
+    run = subprocess.run([sys.executable, "-c", MAIN_THREAD_IN_A_LONG_WAIT], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    out = run.stdout.strip()
+    assert out.startswith("stopped after"), out + run.stderr
+    assert float(out.split()[2]) < 5, out

@@ -137,11 +137,22 @@ def install_signal_handlers(name: str, *, doing: str = "stopping", last_words: s
     the main thread between two of its bytecodes, maybe while that thread holds a lock the callback
     needs. A worker's stop sets a ``threading.Event``, which takes the lock of the event's condition:
     a signal that came while the worker's main thread was inside that event's ``clear()`` or
-    ``wait()`` deadlocked it with itself, and the worker never stopped."""
+    ``wait()`` deadlocked it with itself, and the worker never stopped.
+
+    The signal reaches that thread through Python's wakeup fd (:func:`signal.set_wakeup_fd`), which
+    the C-level handler writes in whatever thread the kernel gave the signal to. A handler written in
+    Python runs only in the main thread, once that thread runs Python again: a worker idle in a long
+    wait on an event, with the signal given to another of its threads, ran it only when the wait
+    ended (up to its 30 s), and stopped no sooner."""
     if _installed:
         return
     read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # as the wakeup fd must be
     _installed.update(name=name, doing=doing, last_words=last_words, pipe=write_end)
+    try:
+        _installed["previous_wakeup"] = signal.set_wakeup_fd(write_end)
+    except ValueError:  # not the main thread: the Python handler writes to the pipe itself
+        pass
     threading.Thread(target=_stop_when_signalled, args=(read_end,), name="forq-signals", daemon=True).start()
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
@@ -149,33 +160,38 @@ def install_signal_handlers(name: str, *, doing: str = "stopping", last_words: s
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    """Count the signal; the first goes to :func:`_stop_when_signalled` (a write to a pipe takes no
-    lock), a second exits now."""
-    global _received
-    _received += 1
-    if _received > 1:
-        if _installed.get("last_words"):
-            sys.stderr.write(_installed["last_words"] + "\n")
-            sys.stderr.flush()
-        os._exit(1)
-    os.write(_installed["pipe"], bytes([signum]))
+    """The Python handler (it keeps the default action away); without the wakeup fd, it tells
+    :func:`_stop_when_signalled` itself (a write to a pipe takes no lock)."""
+    if "previous_wakeup" not in _installed:
+        os.write(_installed["pipe"], bytes([signum]))
 
 
 def _stop_when_signalled(read_end: int) -> None:
-    """The thread that waits for the first signal, then logs it and calls the stops."""
+    """The thread that waits for the signals: the first is logged and calls the stops, a second
+    exits now (code 1, writing the last words)."""
+    global _received
+    stopping = (signal.SIGTERM, signal.SIGINT)
     with os.fdopen(read_end, "rb", buffering=0) as pipe:
-        got = pipe.read(1)
-    if not got:
-        return  # reset_signal_handlers() closed the pipe
-    # A stop asked for is routine: INFO (shown at the default verbosity), not a warning.
-    logger.info("%s: %s received, %s", _installed["name"], signal.Signals(got[0]).name, _installed["doing"])
-    for stop in _stops:
-        stop()
+        while got := pipe.read(1):
+            if got[0] not in stopping:
+                continue  # another signal Python handles in this process
+            _received += 1
+            if _received > 1:
+                if _installed.get("last_words"):
+                    sys.stderr.write(_installed["last_words"] + "\n")
+                    sys.stderr.flush()
+                os._exit(1)
+            # A stop asked for is routine: INFO (shown at the default verbosity), not a warning.
+            logger.info("%s: %s received, %s", _installed["name"], signal.Signals(got[0]).name, _installed["doing"])
+            for stop in _stops:
+                stop()
 
 
 def reset_signal_handlers() -> None:
     """Forget the stops and restore the default handlers (for tests that run several in a process)."""
     global _received
+    if "previous_wakeup" in _installed:
+        signal.set_wakeup_fd(_installed["previous_wakeup"])
     if "pipe" in _installed:
         os.close(_installed["pipe"])
     _stops.clear()
