@@ -15,7 +15,11 @@ One client process, stdlib ``http.client`` and threads, one HTTP/1.1 connection 
   (produce sent → message received; p50/p99 of 30);
 * the server's CPU seconds (utime + stime of its whole process tree, from /proc) over
   ``--idle-cpu-seconds`` with the polls open and nothing produced; and, before any poll is open,
-  its floor: the same over ``--floor-seconds`` with nothing open (scaled to ``--idle-cpu-seconds``).
+  its floor: the same over ``--floor-seconds`` with nothing open (scaled to ``--idle-cpu-seconds``);
+* granian's own floor, each round (``--granian-floor``, on by default): the same polls and CPU
+  window against ``bench/idle_floor_app.py``, a bare RSGI application under the same granian
+  (one worker, uvloop) that holds each request until its client leaves or the wait ends, then
+  answers 204: what the same polls cost with no queue behind them.
 
 ``--base-ref REF`` also serves git revision REF (a temporary ``git worktree`` sharing this checkout's
 ``.venv``), first, then this checkout: the previous design in the same run; ``--rounds N``
@@ -56,7 +60,7 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, checkout: Path, tmp: str):
+    def __init__(self, checkout: Path, tmp: str, floor: bool = False):
         self.port = free_port()
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", "FORQ_UI_ENABLED": "false",
                "FORQ_AUTH_SECRET": SECRET, "FORQ_DB_PATH": str(Path(tmp) / "idle.sqlite3"),
@@ -64,9 +68,15 @@ class Server:
                "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(dir=tmp)}
         env.pop("DATABASE_URL", None)
         py = str(ROOT / ".venv" / "bin" / "python")
-        subprocess.run([py, "manage.py", "migrate", "-v0"], cwd=checkout, env=env, check=True)
         self.log = open(Path(tmp) / "serve.log", "w")
-        self.proc = subprocess.Popen([py, "manage.py", "forq_serve"], cwd=checkout, env=env,
+        if floor:  # granian alone, as forq_serve runs it for the API, with bench/idle_floor_app.py
+            command = [py, "-m", "granian", "--interface", "rsgi", "--no-ws", "--loop", "uvloop",
+                       "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
+                       "bench.idle_floor_app:app"]
+        else:
+            subprocess.run([py, "manage.py", "migrate", "-v0"], cwd=checkout, env=env, check=True)
+            command = [py, "manage.py", "forq_serve"]
+        self.proc = subprocess.Popen(command, cwd=checkout, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -78,7 +88,7 @@ class Server:
                     return
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError("forq_serve did not start")
+        raise RuntimeError("the server did not start")
 
     def conn(self, timeout: float = 60) -> http.client.HTTPConnection:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -246,6 +256,23 @@ def measure(checkout: Path, label: str, args: argparse.Namespace) -> dict:
     return row
 
 
+def measure_floor(args: argparse.Namespace) -> float:
+    """granian's own floor: the CPU of the same idle polls against bench/idle_floor_app.py."""
+    threading.stack_size(256 * 1024)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(ROOT, tmp, floor=True)
+        polls = Polls(server)
+        try:
+            polls.open(max(args.polls))
+            time.sleep(1)
+            cpu0 = server.cpu_seconds()
+            time.sleep(args.idle_cpu_seconds)
+            return server.cpu_seconds() - cpu0
+        finally:
+            polls.stopping = True
+            server.stop()
+
+
 def report(row: dict, polls: list[int], idle_s: float) -> None:
     print(f"== {row['label']}")
     print(f"  producers alone (same-run reference): {row['before']:,.0f} produced/s")
@@ -269,6 +296,8 @@ def main() -> None:
     parser.add_argument("--floor-seconds", type=float, default=15.0,
                         help="also the server's CPU with nothing open, over this long (scaled to the idle window); 0: not")
     parser.add_argument("--rounds", type=int, default=1, help="alternate the checkouts this many times")
+    parser.add_argument("--granian-floor", action=argparse.BooleanOptionalAction, default=True,
+                        help="each round, the same polls' CPU against a bare RSGI application (bench/idle_floor_app.py)")
     args = parser.parse_args()
     args.polls = [int(n) for n in args.polls.split(",")]
     runs = [("this checkout", ROOT)]
@@ -283,6 +312,11 @@ def main() -> None:
         for _ in range(args.rounds):
             for label, checkout in runs:
                 report(measure(checkout, label, args), args.polls, args.idle_cpu_seconds)
+            if args.granian_floor:
+                print(f"== granian's own floor (bench/idle_floor_app.py: holds each poll, answers 204)\n"
+                      f"  its CPU over {args.idle_cpu_seconds:.0f} s with {max(args.polls):,} idle polls: "
+                      f"{measure_floor(args):.2f} s")
+                sys.stdout.flush()
     finally:
         if base is not None:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False,
