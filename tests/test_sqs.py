@@ -504,6 +504,21 @@ def test_bad_messages_are_refused(sqs):
     assert not Message.objects.filter(queue="badmsg").exists()
 
 
+def test_a_long_poll_whose_client_left_does_not_swallow_a_message(sqs, server):
+    """A ReceiveMessage waiting when its client goes: the wait ends there, and a message sent
+    afterwards is not claimed for nobody (it would stay invisible for its visibility timeout)."""
+    url = sqs.create_queue(QueueName="left-early")["QueueUrl"]
+    impatient = client(server, read_timeout=0.5)
+    with pytest.raises(botocore.exceptions.ReadTimeoutError):
+        impatient.receive_message(QueueUrl=url, WaitTimeSeconds=5)
+    time.sleep(0.3)  # the server has seen the disconnect
+    sqs.send_message(QueueUrl=url, MessageBody="for the next one")
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]
+    assert [m["Body"] for m in got] == ["for the next one"]
+    row = Message.objects.get(queue="left-early")
+    assert row.attempts == 1
+
+
 def test_maximum_message_size_is_what_the_server_stores(sqs):
     # SQS allows 1 MiB, and so does the SQS listener (FORQ_SQS_MAX_MESSAGE_BYTES), whatever the
     # other faces' FORQ_MAX_CONTENT_BYTES (262,144 by default).

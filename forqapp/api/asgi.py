@@ -33,7 +33,6 @@ listener from lifespan startup to shutdown (:mod:`forqapp.server.embedded`).
 
 from __future__ import annotations
 
-import asyncio
 import io
 import logging
 import os
@@ -46,8 +45,6 @@ from django.urls import Resolver404, get_resolver
 from .. import errors
 from ..conf import hot
 from ..server import embedded, intake, process, rsgi
-from ..server.intake import DisconnectWatch
-from ..services import waiting
 from ..worker.jobs import ServerJobs
 from . import fastpath, plumbing
 from .fastpath import FastPath
@@ -187,22 +184,12 @@ class APIApplication:
         except intake.BodyRefused as exc:
             raise BodyRefused(BODY_CODES[exc.reason], exc.status) from None
 
-    async def _unless_disconnected(self, view, receive):
-        """Run a view that may wait; if its client disconnects while it waits, cancel it and
-        return None. The disconnect listener starts only when the view is about to wait (the
-        waiting module arms the request's :class:`DisconnectWatch`), so requests answered at once
-        pay nothing for it."""
-        watch = DisconnectWatch(receive)
-        with waiting.serving(watch):  # the task starts in this context: its waits arm the watch
-            task = watch.task = asyncio.get_running_loop().create_task(view)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            if watch.disconnected:
-                return None
-            raise
-        finally:
-            watch.close()
+    @staticmethod
+    async def _unless_disconnected(view, receive):
+        """Run a view that may wait (:func:`forqapp.server.intake.unless_disconnected`); None if
+        its client disconnected while it waited."""
+        response = await intake.unless_disconnected(view, receive)
+        return None if response is intake.GONE else response
 
     @staticmethod
     async def _respond(send, response) -> None:

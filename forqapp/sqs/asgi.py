@@ -20,7 +20,6 @@ page.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import logging
@@ -33,7 +32,6 @@ from ..errors import ForqError
 from ..keys import ROOT_ACCESS_KEY_ID
 from ..keys import cache as key_cache
 from ..server import intake
-from ..server.intake import DisconnectWatch
 from ..services import waiting
 from . import protocol, query, sigv4
 from .protocol import SqsError
@@ -222,18 +220,10 @@ class SQSApplication:
         if plan.retry is not None:  # a ReceiveRequestAttemptId retried: what that receive took
             got = plan.retry
         elif plan.wait:
-            watch = DisconnectWatch(receive)
-            with waiting.serving(watch):
-                task = watch.task = asyncio.ensure_future(
-                    waiting.claim_async(actions.take, plan.queue, float(plan.wait), plan, nothing=[]))
-            try:
-                got = await task
-            except asyncio.CancelledError:
-                if watch.disconnected:
-                    raise _Gone() from None
-                raise
-            finally:
-                watch.close()
+            got = await intake.unless_disconnected(
+                waiting.claim_async(actions.take, plan.queue, float(plan.wait), plan, nothing=[]), receive)
+            if got is intake.GONE:
+                raise _Gone()
         else:
             got = await services.run_async(actions.take, plan.queue, plan)
         # On a database thread: if the answer cannot be made, what was claimed is given back.
