@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _as_at_a_terminal() -> None:
+    """SIGINT at its default in the child, as a shell started from a terminal has it: a shell that
+    starts with SIGINT ignored cannot trap it (POSIX), and the process running the tests may have it
+    ignored (a pytest-xdist worker of a full run did once; the Ctrl-C test then saw no Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def run_phases(body: str, **env: str) -> subprocess.CompletedProcess[str]:
     script = f"set -uo pipefail\n. scripts/phases.sh\n{body}\nphases_summary\n"
     return subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30,
-                          env={"PATH": "/usr/bin:/bin", **env})
+                          env={"PATH": "/usr/bin:/bin", **env}, preexec_fn=_as_at_a_terminal)
 
 
 def summary(out: str) -> list[tuple[str, str]]:
