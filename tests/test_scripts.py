@@ -3,10 +3,12 @@ before it, and one summary at the end says which passed, failed or were skipped.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,9 +80,25 @@ def test_make_test_runs_its_phases_through_the_summary():
 
 
 def test_ctrl_c_stops_the_run_and_still_says_what_ran():
-    result = run_phases('phase "ok" true\nphase "stopped by Ctrl-C" kill -INT $$\nphase "later" true')
-    assert result.returncode == 1
-    assert summary(result.stdout) == [("passed", "ok"), ("interrupted", "stopped by Ctrl-C"), ("not run", "later")]
+    """Ctrl-C as a terminal sends it: SIGINT to the run's whole process group while a phase runs."""
+    script = ('set -uo pipefail\n. scripts/phases.sh\nphase "ok" true\nphase "stopped by Ctrl-C" sleep 60\n'
+              'phase "later" true\nphases_summary\n')
+    run = subprocess.Popen(["bash", "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env={"PATH": "/usr/bin:/bin"}, preexec_fn=_as_at_a_terminal,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not subprocess.run(["pgrep", "-g", str(run.pid), "-x", "sleep"], capture_output=True).stdout:
+            assert time.monotonic() < deadline and run.poll() is None, "the phase's command never started"
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGINT)
+        out, _ = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert run.returncode == 1
+    assert summary(out) == [("passed", "ok"), ("interrupted", "stopped by Ctrl-C"), ("not run", "later")]
 
 
 def test_the_summary_repeats_pytests_closing_line_under_its_phase():
