@@ -1,5 +1,6 @@
-"""The least an idle long poll can cost under granian: an RSGI application that holds each request
-until its client leaves or 30 s pass, then answers 204 (``/healthcheck`` at once) (``bench/idle_polls_bench.py``'s floor).
+"""The least an idle long poll can cost under granian (``bench/idle_polls_bench.py``'s floor): an RSGI
+application that holds each request until its client leaves or 30 s pass, then answers 204; it
+answers ``/healthcheck`` at once.
 
     granian --interface rsgi --no-ws --loop uvloop bench.idle_floor_app:app
 """

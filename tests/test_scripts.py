@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def _as_at_a_terminal() -> None:
     """SIGINT at its default in the child, as a shell started from a terminal has it: a shell that
     starts with SIGINT ignored cannot trap it (POSIX), and the process running the tests may have it
-    ignored (a pytest-xdist worker of a full run did once; the Ctrl-C test then saw no Ctrl-C)."""
+    ignored (a pytest-xdist worker of a full run did once; the Ctrl-C test then saw no Ctrl-C).
+    Only the Ctrl-C test needs it (``preexec_fn`` runs between fork and exec)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
@@ -25,7 +26,7 @@ def _as_at_a_terminal() -> None:
 def run_phases(body: str, **env: str) -> subprocess.CompletedProcess[str]:
     script = f"set -uo pipefail\n. scripts/phases.sh\n{body}\nphases_summary\n"
     return subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30,
-                          env={"PATH": "/usr/bin:/bin", **env}, preexec_fn=_as_at_a_terminal)
+                          env={"PATH": "/usr/bin:/bin", **env})
 
 
 def summary(out: str) -> list[tuple[str, str]]:
