@@ -62,3 +62,41 @@ def test_a_signal_given_to_another_thread_ends_the_main_threads_wait_at_once():
     out = run.stdout.strip()
     assert out.startswith("stopped after"), out + run.stderr
     assert float(out.split()[2]) < 5, out
+
+
+# forq_serve's supervisor between a start and a stop: it sleeps until a child exits or a signal
+# comes (SIGCHLD and the stop signals reach it through the wakeup descriptor), not on a timer.
+SUPERVISOR_PAUSES = """
+import os, signal, sys, time
+from forqapp.server import process
+
+supervisor = process.Supervisor()
+supervisor.install_signal_handlers()
+supervisor.start("long", [sys.executable, "-c", "import time; time.sleep(30)"])
+started = time.monotonic()
+supervisor.pause(0.6)  # nothing happens: the whole timeout
+print(f"idle {time.monotonic() - started:.2f}", flush=True)
+supervisor.start("short", [sys.executable, "-c", "import time; time.sleep(0.3)"])
+started = time.monotonic()
+while not supervisor.any_exited():
+    supervisor.pause(20)
+print(f"exited {time.monotonic() - started:.2f}", flush=True)
+started = time.monotonic()
+signal.setitimer(signal.ITIMER_REAL, 0.3)
+signal.signal(signal.SIGALRM, lambda *a: None)
+supervisor.pause(20)  # (a signal with a Python handler ends it too)
+print(f"signalled {time.monotonic() - started:.2f}", flush=True)
+os.kill(os.getpid(), signal.SIGTERM)  # the supervisor's stop: SIGTERM to its children
+print("long", supervisor.wait(10)["long"], flush=True)
+"""
+
+
+def test_the_supervisor_sleeps_until_a_child_exits_or_a_signal_comes():
+    run = subprocess.run([sys.executable, "-c", SUPERVISOR_PAUSES], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    lines = dict(line.split(" ", 1) for line in run.stdout.split("\n") if line)
+    assert set(lines) == {"idle", "exited", "signalled", "long"}, run.stdout + run.stderr
+    assert float(lines["idle"]) >= 0.55  # not woken by nothing
+    assert float(lines["exited"]) < 10  # woken by the child's exit (SIGCHLD), not its 20 s
+    assert float(lines["signalled"]) < 10
+    assert lines["long"] == "-15"  # stopped by the SIGTERM passed on

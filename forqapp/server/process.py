@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -239,6 +240,7 @@ class Supervisor:
         self.own_groups: set[str] = set()  # children started in a process group of their own
         self.signals = 0
         self._on_first: list[Callable[[], None]] = []
+        self._bell: int | None = None  # read end of the signals' wakeup descriptor (see pause)
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, *,
               own_group: bool = False, ignore_sigint: bool = False, die_with_parent: bool = False) -> subprocess.Popen:
@@ -272,6 +274,8 @@ class Supervisor:
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        if self._bell is None:
+            self._bell = _signal_bell()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stop(kill=self.signals > 0)
@@ -301,6 +305,19 @@ class Supervisor:
     def any_exited(self) -> bool:
         return any(proc.poll() is not None for proc in self.children.values())
 
+    def pause(self, timeout: float) -> None:
+        """Sleep until a signal comes (a child exiting, a stop) or ``timeout`` seconds pass: an idle
+        supervisor wakes for nothing (it polled its children five times a second, 1 ms of CPU a
+        second). :meth:`install_signal_handlers` sets up what it waits on: call that first, before the
+        children start (a signal before it would not end the pause; the next check sees it)."""
+        if self._bell is None:  # (no wakeup descriptor here: a short nap)
+            time.sleep(min(timeout, 0.2))
+            return
+        select.select([self._bell], [], [], timeout)
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._bell, 512):
+                pass
+
     def wait(self, grace: float | None = None) -> dict[str, int]:
         """Wait for every child; their exit codes, by name. With ``grace``, a child still running
         that many seconds later is killed (its group too). Then what is left of the children's own
@@ -319,6 +336,32 @@ class Supervisor:
                 self._kill_group(proc)
             mark_dead(proc.pid)
         return codes
+
+
+def _signal_bell() -> int | None:
+    """A pipe's read end that every signal with a Python handler writes to (``signal.set_wakeup_fd``),
+    SIGCHLD included (given a handler that does nothing): what :meth:`Supervisor.pause` waits on. None
+    where a wakeup descriptor is taken already (someone else's) or cannot be set."""
+    if not hasattr(signal, "SIGCHLD"):
+        return None
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    try:
+        previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        if previous != -1:
+            signal.set_wakeup_fd(previous)  # (someone else's: leave it theirs)
+            raise ValueError("a wakeup descriptor is set already")
+        signal.signal(signal.SIGCHLD, _child_exited)
+    except ValueError:  # not the main thread, or one set already
+        os.close(read)
+        os.close(write)
+        return None
+    return read
+
+
+def _child_exited(signum: int, frame: Any) -> None:
+    """SIGCHLD's handler: nothing to do here; its byte on the wakeup descriptor ends a pause."""
 
 
 def _terminate_with(parent: int) -> Callable[[], None] | None:

@@ -78,7 +78,7 @@ def run(spec: dict[str, Any], *, stdout: TextIO | None = None, stderr: TextIO | 
                              die_with_parent=True)
         _announce(supervisor, spec["listeners"], stdout)
         while not supervisor.any_exited() and not (supervisor.signals and not supervisor.children):
-            time.sleep(0.2)
+            supervisor.pause(5.0)
         if not supervisor.signals:
             for name, proc in supervisor.children.items():
                 if proc.returncode is not None:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar, cast
 
+from ..store import inotify
 from . import db, groupcommit
 from .base import alias
 from .notify import notifier_for, notifiers
@@ -71,8 +72,27 @@ async def watch_drain_file(path: str | None = None) -> None:
     path = path or os.environ.get(DRAIN_FILE_ENV)
     if not path:
         return
-    while not os.path.exists(path):
-        await asyncio.sleep(DRAIN_FILE_POLL_S)
+    fd = inotify.arrivals(os.path.dirname(path) or ".")
+    if fd is None:  # (no inotify here: look every DRAIN_FILE_POLL_S)
+        while not os.path.exists(path):
+            await asyncio.sleep(DRAIN_FILE_POLL_S)
+        drain()
+        return
+    # Woken by the file's arrival in its directory, not by a timer: an idle server's event loop
+    # sleeps (looking five times a second cost it ~1 ms of CPU a second).
+    loop = asyncio.get_running_loop()
+    arrived = asyncio.Event()
+    loop.add_reader(fd, arrived.set)
+    try:
+        while True:
+            arrived.clear()
+            inotify.read_all(fd)  # (then look: a file that comes after the look wakes it again)
+            if os.path.exists(path):
+                break
+            await arrived.wait()
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
     drain()
 
 

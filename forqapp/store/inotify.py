@@ -1,6 +1,8 @@
 """Linux inotify for the SQLite store: a file descriptor that becomes readable when a process
 writes the database's write-ahead log (every commit does), so a waiting process sleeps until another
-one commits instead of polling ``PRAGMA data_version``.
+one commits instead of polling ``PRAGMA data_version``; and one that becomes readable when a file
+arrives in a folder (:func:`arrivals`: ``forq_serve``'s drain file), so a server's event loop sleeps
+until told to drain.
 
 Three libc calls through :mod:`ctypes`; the PyPI wrappers (``inotify_simple``, ``inotify``) would be
 a dependency for the same three calls and a struct parse. Where inotify is missing (another OS, a
@@ -21,6 +23,9 @@ import threading
 logger = logging.getLogger("forqapp.notify")
 
 IN_MODIFY = 0x00000002
+IN_ATTRIB = 0x00000004
+IN_MOVED_TO = 0x00000080
+IN_CREATE = 0x00000100
 IN_MOVE_SELF = 0x00000800
 IN_DELETE_SELF = 0x00000400
 IN_Q_OVERFLOW = 0x00004000
@@ -94,16 +99,48 @@ def watch(path: str) -> Watch | None:
 
 
 def _open(wal: str) -> Watch | None:
-    global _libc
-    if not sys.platform.startswith("linux"):
-        return None
     try:
-        if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if fd < 0:
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        fd = _instance()
     except (OSError, AttributeError) as exc:
         logger.info("no inotify (%s): waiting consumers poll every FORQ_WAKE_POLL_MS", exc)
         return None
-    return Watch(fd, wal)
+    return None if fd is None else Watch(fd, wal)
+
+
+def _instance() -> int | None:
+    """A new non-blocking inotify descriptor (None: not Linux)."""
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return None
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return int(fd)
+
+
+def arrivals(directory: str) -> int | None:
+    """A non-blocking descriptor that becomes readable when a file is created, moved in or touched
+    in ``directory`` (its caller reads it empty with :func:`read_all` after each wake-up, and closes
+    it), or None where inotify cannot watch it: then the caller polls."""
+    try:
+        fd = _instance()
+    except (OSError, AttributeError):
+        return None
+    if fd is None:
+        return None
+    assert _libc is not None
+    if _libc.inotify_add_watch(fd, os.fsencode(directory), IN_CREATE | IN_ATTRIB | IN_MOVED_TO) < 0:
+        os.close(fd)  # (no such directory, the per-user watch limit reached)
+        return None
+    return fd
+
+
+def read_all(fd: int) -> None:
+    """Read ``fd``'s pending events, unparsed (:func:`arrivals`'s caller looks at the file itself)."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, OSError):
+        pass
