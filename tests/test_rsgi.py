@@ -135,3 +135,53 @@ def test_a_failed_startup_raises():
             rsgi.Lifespan(_handler(log, fail=True)).startup(loop)
     finally:
         loop.close()
+
+
+class DisconnectProtocol:
+    """Granian's disconnect: each ``client_disconnect()`` an asyncio future, done when the client leaves."""
+
+    def __init__(self):
+        self.futures = []
+
+    def client_disconnect(self):
+        future = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        return future
+
+    def leave(self):
+        for future in self.futures:
+            if not future.done():
+                future.set_result(None)
+
+
+@pytest.mark.parametrize("left", [True, False])
+def test_a_waiting_rsgi_request_watches_its_disconnect_with_a_callback_not_a_task(left):
+    """The watch that cancels a waiting request when its client leaves: under RSGI it is a callback
+    on granian's disconnect future (no task of its own); the request ends GONE when the client left,
+    and otherwise its answer comes and the watch stops (the future is cancelled: granian stops
+    watching)."""
+    from forqapp.server import intake
+    from forqapp.services import waiting
+
+    protocol = DisconnectProtocol()
+    tasks = []
+
+    async def view():
+        waiting._caller.get().arm()  # (what a wait does as it starts)
+        tasks.append(len(asyncio.all_tasks()))
+        if left:
+            asyncio.get_running_loop().call_soon(protocol.leave)
+            await asyncio.sleep(10)
+        return "answer"
+
+    async def main():
+        return await intake.unless_disconnected(view(), rsgi.DisconnectReceive(protocol))
+
+    result = asyncio.run(main())
+    assert tasks == [1]  # the request's own, nothing more
+    assert len(protocol.futures) == 1
+    if left:
+        assert result is intake.GONE
+    else:
+        assert result == "answer"
+        assert protocol.futures[0].cancelled()

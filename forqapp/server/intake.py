@@ -203,17 +203,33 @@ class DisconnectWatch:
     def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         self.task: asyncio.Task | None = None
         self.receive = receive
-        self.listener: asyncio.Task | None = None
+        self.listener: asyncio.Future[Any] | None = None
         self.disconnected = False
 
     def arm(self) -> None:
-        if self.listener is None:  # (the task's loop: asyncio.ensure_future asks os.getpid() each time)
-            loop = self.task.get_loop() if self.task is not None else asyncio.get_running_loop()
-            self.listener = loop.create_task(self._listen())
+        if self.listener is not None:
+            return
+        # RSGI's disconnect is a future: a callback on it is all it takes (a listener task cost the
+        # event loop about as much as the rest of an idle long poll's asking again).
+        future = getattr(self.receive, "disconnect_future", lambda: None)()
+        if future is not None:
+            self.listener = future
+            future.add_done_callback(self._gone)
+            return
+        # (the task's loop: asyncio.ensure_future asks os.getpid() each time)
+        loop = self.task.get_loop() if self.task is not None else asyncio.get_running_loop()
+        self.listener = loop.create_task(self._listen())
 
     async def _listen(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
             pass
+        self._left()
+
+    def _gone(self, future: asyncio.Future[Any]) -> None:
+        if not future.cancelled():
+            self._left()
+
+    def _left(self) -> None:
         self.disconnected = True
         if self.task is not None:
             self.task.cancel()

@@ -95,6 +95,11 @@ class BodyReceive:
             return self._ended(complete=True)
         return self._ended(complete=False)
 
+    def disconnect_future(self) -> asyncio.Future[Any] | None:
+        """Once the body is read, the client's disconnect as granian gives it (see
+        :meth:`DisconnectReceive.disconnect_future`); before, None."""
+        return self.protocol.client_disconnect() if self.read else None
+
     def _ended(self, complete: bool) -> Message:
         self.read = True
         if complete:
@@ -111,6 +116,11 @@ class DisconnectReceive:
     async def __call__(self) -> Message:
         await self.protocol.client_disconnect()
         return {"type": "http.disconnect"}
+
+    def disconnect_future(self) -> asyncio.Future[Any] | None:
+        """The client's disconnect as granian gives it: an asyncio future, done when the client
+        leaves (cancel it to stop watching)."""
+        return self.protocol.client_disconnect()
 
 
 class ResponseSend:
