@@ -148,7 +148,10 @@ def stop_server(api: LiveAPI) -> None:
 def pytest_sessionfinish(session, exitstatus):
     """Remove this run's SQLite files (tests/settings.py lists them; none on PostgreSQL), and the test
     database's under the name pytest-django gave it: with ``-n`` (pytest-xdist), each worker's has its
-    worker's suffix (``….test_gw0``)."""
+    worker's suffix (``….test_gw0``). A worker also hands the controller what
+    :func:`_sigint_left_as_found` saw."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["sigint_changed"] = "\n".join(_SIGINT_CHANGED)
     names = list(getattr(settings, "TEST_SQLITE_FILES", ()))
     test_name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
     if names and test_name:
@@ -246,6 +249,47 @@ def _content_type_ids_the_live_ui_cached(request):
 
     request.getfixturevalue("transactional_db")
     call_command("flush", verbosity=0, interactive=False)
+
+
+# Tests after which this process's SIGINT was ignored or blocked, and how (put back each time).
+_SIGINT_CHANGED: list[str] = []
+
+
+def _sigint_state() -> tuple[bool, bool]:
+    """(ignored, blocked in this thread) of SIGINT here."""
+    return (signal.getsignal(signal.SIGINT) is signal.SIG_IGN,
+            signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+
+
+@pytest.fixture(autouse=True)
+def _sigint_left_as_found(request):
+    """A child process inherits SIGINT ignored or blocked from the process that starts it, and a
+    shell started so cannot trap Ctrl-C (a test of the phases' Ctrl-C saw none, once, in a pytest-xdist
+    worker). A test that leaves it so gets it put back, and is named at the end of the run."""
+    before = _sigint_state()
+    yield
+    after = _sigint_state()
+    if after == before:
+        return
+    _SIGINT_CHANGED.append(f"{request.node.nodeid}: (ignored, blocked) {before} -> {after}")
+    if after[0] and not before[0]:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if after[1] and not before[1]:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's: a worker finished (see pytest_sessionfinish)
+def pytest_testnodedown(node, error):
+    changed = getattr(node, "workeroutput", {}).get("sigint_changed")
+    if changed:
+        _SIGINT_CHANGED.extend(changed.split("\n"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _SIGINT_CHANGED:
+        terminalreporter.section("tests that left SIGINT ignored or blocked (put back after each)")
+        for line in _SIGINT_CHANGED:
+            terminalreporter.line(line)
 
 
 @pytest.fixture(autouse=True)
