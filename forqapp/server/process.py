@@ -307,8 +307,8 @@ class Supervisor:
 
     def pause(self, timeout: float) -> None:
         """Sleep until a signal comes (a child exiting, a stop) or ``timeout`` seconds pass: an idle
-        supervisor wakes for nothing (it polled its children five times a second, 1 ms of CPU a
-        second). :meth:`install_signal_handlers` sets up what it waits on: call that first, before the
+        supervisor wakes for nothing (a poll of its children five times a second costs ~1 ms of CPU
+        a second). :meth:`install_signal_handlers` sets up what it waits on: call that first, before the
         children start (a signal before it would not end the pause; the next check sees it)."""
         if self._bell is None:  # (no wakeup descriptor here: a short nap)
             time.sleep(min(timeout, 0.2))
