@@ -219,6 +219,7 @@ def test_a_write_seen_before_its_commit_is_looked_at_again(monkeypatch, settings
     monkeypatch.setattr(wakeups, "wake_fd", lambda using=None: read_end)
     monkeypatch.setattr(wakeups, "wake_drain", drain)
     monkeypatch.setattr(wakeups, "wake_version", lambda using=None: state["version"])
+    monkeypatch.setattr(wakeups, "wake_changes", lambda using=None: None)  # (SQLite's: no queue named)
     monkeypatch.setattr(wakeups, "due", lambda queues, limit, using=None: wakeups.Due(
         {"committed": 1} if state["version"] else {}))
     notifier = Notifier("default")
@@ -457,6 +458,33 @@ def test_a_poll_that_waits_first_gets_a_message_committed_without_a_kick(monkeyp
     sender.join(5)
     assert message is not None and message.content == "x"
     assert took < 5  # woken by the commit, not the end of its wait (the fallback is 60 s)
+
+
+def test_a_commit_elsewhere_leaves_other_queues_found_quiet_where_it_names_its_queue(monkeypatch, settings):
+    """PostgreSQL's notifications name their queue: another process's commit to one queue leaves
+    what a look found on the others standing (a poll asking again on one still waits first), and
+    the look it brings is at that queue alone. SQLite's data version says only that something was
+    committed: every look is forgotten, and every waited queue looked at again."""
+    from forqapp.services import produce
+
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    monkeypatch.setattr(produce, "kick", lambda *args, **kwargs: None)  # (as another process's commit)
+    _found_quiet("left-quiet")
+    notifier = notifier_for("default")
+    full_checks = notifier.full_checks
+
+    def send_later():
+        time.sleep(0.3)
+        forqapp.send("sent-to", "x")
+
+    sender = _in_thread(send_later)
+    sender.start()
+    (message, took), = _polls("sent-to", 10)
+    sender.join(5)
+    assert message is not None and message.content == "x" and took < 5  # woken by the commit
+    names_its_queue = connections["default"].vendor == "postgresql"
+    assert notifier.quiet("left-quiet") is names_its_queue
+    assert (notifier.full_checks == full_checks) is names_its_queue
 
 
 def test_a_poll_that_waits_first_gets_a_delayed_message_when_it_comes_due(settings):

@@ -207,17 +207,21 @@ class Notifier:
         """Targeted checks (the queues of this process's writes, a new waiter's queues) at once;
         full checks (every waited queue: another process's commit seen through the data version,
         the fallback timer, a delayed message's, a lease's, a rate slot's or a group's time) at most
-        once per pacing interval — the poll interval, or twenty times the CPU the last full check
+        once per pacing interval — the poll interval, or twenty times the CPU the last paced check
         took when that is longer, so that many waited queues under a stream of commits cost the
         process at most about 5 % of a core (waiting for the database's answer costs nobody: a
-        slow round trip does not slow the pace). Between them it sleeps on the store's change
+        slow round trip does not slow the pace). Where the store names the queues of another
+        process's commits (PostgreSQL), those commits bring paced checks of the waited queues
+        they named instead of full ones. Between them it sleeps on the store's change
         descriptor (another process's commit), its bell (this process's writes and waiters) and
         the next time something comes due: idle waiters cost no CPU."""
         last_version: int | None = None
-        last_full = 0.0  # when the last full check ran (monotonic)
-        took = 0.0  # the last full check's duration (this thread's CPU seconds)
+        last_full = 0.0  # when the last full check ran (monotonic): the fallback counts from it
+        last_paced = 0.0  # when the last paced check ran (a full one, or one of the changed queues)
+        took = 0.0  # the last paced check's duration (this thread's CPU seconds)
         recheck_at: int | None = None
         stale = True  # a change seen that no full check has looked at yet
+        changed: set[str] = set()  # waited queues that changes named (PostgreSQL), not looked at yet
         settle: float | None = None  # a write seen, its commit not yet: look again after this long
         settings_at = -1.0  # when the intervals were last read from the settings
         poll = fallback = 0.0
@@ -239,21 +243,33 @@ class Notifier:
                 if wakeups.wake_drain(using=self.alias):
                     settle = SETTLE_S[0]
                 version = wakeups.wake_version(using=self.alias)
+                named = wakeups.wake_changes(using=self.alias)  # (None: any queue may have changed)
                 fd = wakeups.wake_fd(using=self.alias)  # (after the version: PostgreSQL listens first)
                 if version != last_version:
-                    stale, settle = True, None
+                    settle = None
+                    if named is None:
+                        stale = True
+                    else:
+                        last_version = version  # (the named queues alone are looked at)
                 with self._cond:  # (new waiters read it under the lock: see _add)
-                    if forget or version != self._quiet_version or len(self._quiet) > QUIET_MAX:
+                    if forget or len(self._quiet) > QUIET_MAX or (
+                            named is None and version != self._quiet_version):
                         self._quiet = {}  # (a new dict: readers without the lock keep the old one)
                         self._quiet_version = version
                         pending |= self._unlooked  # something may have come for them since
+                    elif named:
+                        for queue in named:
+                            self._quiet.pop(queue, None)  # (what a look found there is old now)
+                        self._quiet_version = version
+                        pending |= self._unlooked & named
+                        changed.update(q for q in named if q in self._waiters)
                     self._unlooked = set()  # (else: still quiet as of this version)
-                pace = max(poll, 20 * took)  # the least time between full checks
+                pace = max(poll, 20 * took)  # the least time between paced checks
                 if recheck_at is not None and base.now_ms() >= recheck_at:
                     stale = True
                 if now - last_full >= fallback:
                     stale = True
-                if stale and now - last_full >= pace:
+                if stale and now - last_paced >= pace:
                     cpu = time.thread_time()
                     with self._cond:
                         wanted = {q: len(w) for q, w in self._waiters.items()}
@@ -266,9 +282,27 @@ class Notifier:
                         if due.counts:
                             self._wake(due.counts)
                     last_version, stale = version, False
-                    last_full = time.monotonic()
+                    last_full = last_paced = time.monotonic()
                     took = time.thread_time() - cpu  # its CPU: waits on the database cost nobody
                     pending.clear()  # the full check looked at them
+                    changed.clear()
+                elif changed and now - last_paced >= pace:
+                    # Commits elsewhere that named their queues: a look at those alone, paced as a full one.
+                    cpu = time.thread_time()
+                    with self._cond:
+                        wanted = {q: len(self._waiters[q]) for q in changed if q in self._waiters}
+                    changed.clear()
+                    if wanted:
+                        due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
+                        self.checks += 1
+                        self._remember_quiet(due.quiet)
+                        if due.recheck_at is not None:
+                            recheck_at = due.recheck_at if recheck_at is None else min(recheck_at, due.recheck_at)
+                        if due.counts:
+                            self._wake(due.counts)
+                    last_paced = time.monotonic()
+                    took = time.thread_time() - cpu
+                    pending.difference_update(wanted)
                 if pending:
                     # A queue quiet as of the version read above needs no look (nothing came), only
                     # a look again when something of it comes due by the clock.
@@ -293,8 +327,8 @@ class Notifier:
                 with self._cond:
                     if self._pending or self._full or not self._waiters:
                         continue
-                if stale:  # a full check is owed: sleep until the pacing allows it
-                    self._sleep(pace - (time.monotonic() - last_full), None)
+                if stale or changed:  # a paced check is owed: sleep until the pacing allows it
+                    self._sleep(pace - (time.monotonic() - last_paced), None)
                     continue
                 timeout = fallback - (time.monotonic() - last_full)
                 if recheck_at is not None:

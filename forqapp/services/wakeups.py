@@ -23,6 +23,12 @@ def wake_version(*, using: str | None = None) -> int:
     return _store(using).data_version()
 
 
+def wake_changes(*, using: str | None = None) -> set[str] | None:
+    """The queues the changes :func:`wake_version` counted since the last call were to (None: not
+    known, so any queue may have changed)."""
+    return _store(using).changed_queues()
+
+
 def wake_fd(*, using: str | None = None) -> int | None:
     """A file descriptor readable when :func:`wake_version` may have changed (None: poll it)."""
     return _store(using).change_fd()

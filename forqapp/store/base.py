@@ -704,6 +704,12 @@ class Store(abc.ABC):
         """A number that changes when another connection commits something that may make a
         message ready (see :attr:`wakeups`). Cheap: no disk I/O, no round trip."""
 
+    def changed_queues(self) -> set[str] | None:
+        """The queues that the changes :meth:`data_version` counted since the last call were to,
+        where the database says (PostgreSQL's notifications name their queue); None where it does
+        not, or where some may have been missed: then any queue may have changed."""
+        return None
+
     def writer_lock(self) -> contextlib.AbstractContextManager[None]:
         """Held around a group of writes (the API's group commit): where the database's own lock
         makes a waiting writer sleep and try again (SQLite's busy handler: 1, 2, 5, 10 … ms), a

@@ -1179,6 +1179,9 @@ LEASE_RELEASE = "DELETE FROM forq_leases WHERE name = %s AND holder = %s"
 # Per listening connection: how many notifications it has received. Keyed weakly, so a connection
 # that Django closed and replaced is forgotten, and its successor LISTENs again.
 _received: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+# ... and the queues they named since changed_queues last asked (absent: not known, the connection
+# being new: what was notified before it listened is lost).
+_named: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 Params = Sequence[Any] | dict[str, Any] | None
 
@@ -1621,10 +1624,21 @@ class PostgreSQLStore(Store):
         if count is None:
             self._execute(LISTEN).close()
             _received[conn] = count = 0
-        for _ in conn.notifies(timeout=0):
+        named = _named.get(conn)
+        for notification in conn.notifies(timeout=0):
             count += 1
+            if named is not None:
+                named.add(notification.payload)
         _received[conn] = count
         return count
+
+    def changed_queues(self) -> set[str] | None:
+        """The queues the notifications :meth:`data_version` counted since the last call named;
+        None the first time on a listening connection (what came before it listened is lost)."""
+        conn = self._conn()
+        named = _named.get(conn)
+        _named[conn] = set()
+        return named
 
     def change_fd(self) -> int | None:
         """The listening connection's socket (:meth:`data_version` made it listen)."""
