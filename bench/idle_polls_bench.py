@@ -1,7 +1,7 @@
 """What idle long polls cost the producers, measured as an outside client does (issue 38, target 1).
 
     .venv/bin/python bench/idle_polls_bench.py [--base-ref REF] [--rounds N] [--polls 200,2000]
-        [--seconds 5] [--idle-cpu-seconds 30]
+        [--seconds 5] [--idle-cpu-seconds 30] [--database-url postgres://postgres@127.0.0.1:5432/postgres]
 
 One client process, stdlib ``http.client`` and threads, one HTTP/1.1 connection per thread, against a
 ``forq_serve`` started on a fresh SQLite file (migrated first) with the Forq v1 API:
@@ -20,6 +20,9 @@ One client process, stdlib ``http.client`` and threads, one HTTP/1.1 connection 
   window against ``bench/idle_floor_app.py``, a bare RSGI application under the same granian
   (one worker, uvloop) that holds each request until its client leaves or the wait ends, then
   answers 204: what the same polls cost with no queue behind them.
+
+``--database-url URL`` serves on PostgreSQL instead: each server gets a fresh database
+``forq_idle_bench`` on the server of URL (dropped first, then migrated); granian's floor is the same.
 
 ``--base-ref REF`` also serves git revision REF (a temporary ``git worktree`` sharing this checkout's
 ``.venv``), first, then this checkout: the previous design in the same run; ``--rounds N``
@@ -45,6 +48,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "forq-idle-bench-secret-at-least-32-characters"
@@ -59,14 +63,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def fresh_database(admin_url: str, name: str = "forq_idle_bench") -> str:
+    """An empty PostgreSQL database ``name`` on the server of ``admin_url`` (dropped first): its URL."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    parts = urlsplit(admin_url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
 class Server:
-    def __init__(self, checkout: Path, tmp: str, floor: bool = False):
+    def __init__(self, checkout: Path, tmp: str, floor: bool = False, database_url: str | None = None):
         self.port = free_port()
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", "FORQ_UI_ENABLED": "false",
                "FORQ_AUTH_SECRET": SECRET, "FORQ_DB_PATH": str(Path(tmp) / "idle.sqlite3"),
                "FORQ_API_ADDR": f"127.0.0.1:{self.port}", "FORQ_UI_ADDR": f"127.0.0.1:{free_port()}",
                "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(dir=tmp)}
         env.pop("DATABASE_URL", None)
+        if database_url and not floor:
+            env["DATABASE_URL"] = fresh_database(database_url)
         py = str(ROOT / ".venv" / "bin" / "python")
         self.log = open(Path(tmp) / "serve.log", "w")
         if floor:  # granian alone, as forq_serve runs it for the API, with bench/idle_floor_app.py
@@ -229,7 +246,7 @@ def wake_latency(server: Server, rounds: int = 30) -> list[float]:
 def measure(checkout: Path, label: str, args: argparse.Namespace) -> dict:
     threading.stack_size(256 * 1024)
     with tempfile.TemporaryDirectory() as tmp:
-        server = Server(checkout, tmp)
+        server = Server(checkout, tmp, database_url=args.database_url)
         polls = Polls(server)
         try:
             produce_rate(server, 1.0)  # warm up
@@ -295,11 +312,15 @@ def main() -> None:
     parser.add_argument("--idle-cpu-seconds", type=float, default=30.0)
     parser.add_argument("--floor-seconds", type=float, default=15.0,
                         help="also the server's CPU with nothing open, over this long (scaled to the idle window); 0: not")
+    parser.add_argument("--database-url", default=None,
+                        help="serve on PostgreSQL: a fresh database forq_idle_bench on this server (an admin URL)")
     parser.add_argument("--rounds", type=int, default=1, help="alternate the checkouts this many times")
     parser.add_argument("--granian-floor", action=argparse.BooleanOptionalAction, default=True,
                         help="each round, the same polls' CPU against a bare RSGI application (bench/idle_floor_app.py)")
     args = parser.parse_args()
     args.polls = [int(n) for n in args.polls.split(",")]
+    if args.database_url:
+        print(f"== on PostgreSQL ({urlsplit(args.database_url).netloc})")
     runs = [("this checkout", ROOT)]
     base = None
     if args.base_ref:
