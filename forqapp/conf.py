@@ -400,8 +400,9 @@ class ForqSettings:
     # (inotify on SQLite's files, LISTEN on PostgreSQL); where that is unavailable it polls (SQLite's
     # PRAGMA data_version). Full looks at every waited queue are at least the poll interval apart.
     FORQ_WAKE_POLL_MS: Setting[float] = Setting(
-        5, "the least time between looks at every waited queue; the poll interval where no change "
-        "descriptor exists (ms)", check=number(0, above=True), env=float)
+        5, "the least time between looks at every waited queue, and between reads of PostgreSQL's "
+        "notifications while they stream; the poll interval where no change descriptor exists (ms)",
+        check=number(0, above=True), env=float)
     FORQ_WAKE_FALLBACK_MS: Setting[float] = Setting(
         5000, "a process with waiters looks at every waited queue at least this often (ms)",
         check=number(0, above=True), env=float)

@@ -487,6 +487,33 @@ def test_a_commit_elsewhere_leaves_other_queues_found_quiet_where_it_names_its_q
     assert (notifier.full_checks == full_checks) is names_its_queue
 
 
+def test_a_stream_of_notifications_wakes_the_notifier_once_per_poll_interval(monkeypatch, settings):
+    """PostgreSQL: commits elsewhere to a queue nobody here waits on are read a poll interval's
+    worth at a time, not a wake-up of the notifier each (SQLite's commits bring paced full checks)."""
+    from forqapp.services import produce
+
+    if connections["default"].vendor != "postgresql":
+        pytest.skip("SQLite's changes do not name their queue")
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    settings.FORQ_WAKE_POLL_MS = 50
+    monkeypatch.setattr(produce, "kick", lambda *args, **kwargs: None)  # (as another process's commits)
+    notifier = notifier_for("default")
+
+    async def stream():
+        poll = asyncio.ensure_future(waiting.claim_async(services.claim, "waits-meanwhile", 10, nothing=None))
+        await asyncio.sleep(0.3)  # it waits, its queue looked at
+        sleeps, started = notifier.sleeps, time.monotonic()
+        sender = _in_thread(lambda: [forqapp.send("streamed", "x") for _ in range(200)])
+        sender.start()
+        await asyncio.to_thread(sender.join, 30)
+        took, woke = time.monotonic() - started, notifier.sleeps - sleeps
+        poll.cancel()
+        return took, woke
+
+    took, woke = asyncio.run(stream())
+    assert woke <= took / 0.05 + 5, (woke, took)  # (one each: 200)
+
+
 def test_a_poll_that_waits_first_gets_a_delayed_message_when_it_comes_due(settings):
     settings.FORQ_WAKE_FALLBACK_MS = 60_000
     forqapp.send("quiet-until-due", "later", delay=timedelta(seconds=1.2))

@@ -245,6 +245,7 @@ class Notifier:
                 version = wakeups.wake_version(using=self.alias)
                 named = wakeups.wake_changes(using=self.alias)  # (None: any queue may have changed)
                 fd = wakeups.wake_fd(using=self.alias)  # (after the version: PostgreSQL listens first)
+                noted = named is not None and version != last_version  # notifications came
                 if version != last_version:
                     settle = None
                     if named is None:
@@ -333,7 +334,9 @@ class Notifier:
                 timeout = fallback - (time.monotonic() - last_full)
                 if recheck_at is not None:
                     timeout = min(timeout, (recheck_at - base.now_ms()) / 1000)
-                if fd is None:
+                if fd is None or noted:
+                    # (noted: let the next notifications gather for a poll interval rather than
+                    # waking for each: a stream of commits elsewhere costs a read per interval)
                     self._sleep(min(timeout, poll), None)
                     continue
                 if wakeups.wake_drain(using=self.alias):
