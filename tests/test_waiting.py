@@ -439,6 +439,19 @@ def test_a_blocking_wait_claims_again_when_its_queue_is_not_quiet(monkeypatch, s
     assert claims == ["not-quiet-sync", "not-quiet-sync"]
 
 
+def _poll_while_sent_later(queue):
+    """A poll of ``queue`` (10 s) while another thread sends it "x" 0.3 s later: (message, seconds)."""
+    def send_later():
+        time.sleep(0.3)
+        forqapp.send(queue, "x")
+
+    sender = _in_thread(send_later)
+    sender.start()
+    (message, took), = _polls(queue, 10)
+    sender.join(5)
+    return message, took
+
+
 def test_a_poll_that_waits_first_gets_a_message_committed_without_a_kick(monkeypatch, settings):
     """Another process's send (here: this process's, its kick switched off) to a quiet queue wakes
     a poll that asked again without a claim: the commit is seen, and the queue looked at."""
@@ -447,15 +460,7 @@ def test_a_poll_that_waits_first_gets_a_message_committed_without_a_kick(monkeyp
     settings.FORQ_WAKE_FALLBACK_MS = 60_000
     monkeypatch.setattr(produce, "kick", lambda *args, **kwargs: None)
     assert _found_quiet("quiet-then-sent") == pytest.approx(0.2, abs=0.15)
-
-    def send_later():
-        time.sleep(0.3)
-        forqapp.send("quiet-then-sent", "x")
-
-    sender = _in_thread(send_later)
-    sender.start()
-    (message, took), = _polls("quiet-then-sent", 10)
-    sender.join(5)
+    message, took = _poll_while_sent_later("quiet-then-sent")
     assert message is not None and message.content == "x"
     assert took < 5  # woken by the commit, not the end of its wait (the fallback is 60 s)
 
@@ -472,15 +477,7 @@ def test_a_commit_elsewhere_leaves_other_queues_found_quiet_where_it_names_its_q
     _found_quiet("left-quiet")
     notifier = notifier_for("default")
     full_checks = notifier.full_checks
-
-    def send_later():
-        time.sleep(0.3)
-        forqapp.send("sent-to", "x")
-
-    sender = _in_thread(send_later)
-    sender.start()
-    (message, took), = _polls("sent-to", 10)
-    sender.join(5)
+    message, took = _poll_while_sent_later("sent-to")
     assert message is not None and message.content == "x" and took < 5  # woken by the commit
     names_its_queue = connections["default"].vendor == "postgresql"
     assert notifier.quiet("left-quiet") is names_its_queue

@@ -290,20 +290,11 @@ class Notifier:
                 elif changed and now - last_paced >= pace:
                     # Commits elsewhere that named their queues: a look at those alone, paced as a full one.
                     cpu = time.thread_time()
-                    with self._cond:
-                        wanted = {q: len(self._waiters[q]) for q in changed if q in self._waiters}
+                    looked, recheck_at = self._look_at(changed, recheck_at)
                     changed.clear()
-                    if wanted:
-                        due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
-                        self.checks += 1
-                        self._remember_quiet(due.quiet)
-                        if due.recheck_at is not None:
-                            recheck_at = due.recheck_at if recheck_at is None else min(recheck_at, due.recheck_at)
-                        if due.counts:
-                            self._wake(due.counts)
                     last_paced = time.monotonic()
                     took = time.thread_time() - cpu
-                    pending.difference_update(wanted)
+                    pending.difference_update(looked)
                 if pending:
                     # A queue quiet as of the version read above needs no look (nothing came), only
                     # a look again when something of it comes due by the clock.
@@ -315,16 +306,7 @@ class Notifier:
                         if until is not None:
                             recheck_at = until if recheck_at is None else min(recheck_at, until)
                 if pending:
-                    with self._cond:
-                        wanted = {q: len(self._waiters[q]) for q in pending if q in self._waiters}
-                    if wanted:
-                        due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
-                        self.checks += 1
-                        self._remember_quiet(due.quiet)
-                        if due.recheck_at is not None:
-                            recheck_at = due.recheck_at if recheck_at is None else min(recheck_at, due.recheck_at)
-                        if due.counts:
-                            self._wake(due.counts)
+                    _, recheck_at = self._look_at(pending, recheck_at)
                 with self._cond:
                     if self._pending or self._full or not self._waiters:
                         continue
@@ -357,6 +339,21 @@ class Notifier:
                     connections[self.alias].close()
                 stale = True
                 time.sleep(0.5)
+
+    def _look_at(self, queues: set[str], recheck_at: int | None) -> tuple[set[str], int | None]:
+        """A targeted check, one read for the waited ones of ``queues``: those it looked at, and
+        ``recheck_at`` or, when sooner, when something of theirs comes due by the clock."""
+        with self._cond:
+            wanted = {q: len(self._waiters[q]) for q in queues if q in self._waiters}
+        if wanted:
+            due = wakeups.due(list(wanted), max(wanted.values()), using=self.alias)
+            self.checks += 1
+            self._remember_quiet(due.quiet)
+            if due.recheck_at is not None:
+                recheck_at = due.recheck_at if recheck_at is None else min(recheck_at, due.recheck_at)
+            if due.counts:
+                self._wake(due.counts)
+        return set(wanted), recheck_at
 
     def _remember_quiet(self, quiet: dict[str, int | None]) -> None:
         """What a check just found quiet, as of the version read before it (an older look's view
