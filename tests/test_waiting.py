@@ -165,6 +165,29 @@ def test_the_notifier_says_a_database_that_cannot_serve_in_one_line(monkeypatch,
     assert len(lines) <= 2  # at most one a second
 
 
+def test_a_failed_look_forgets_what_every_look_found_quiet(monkeypatch, settings):
+    """After a failure (its connection closed, a server restarting) the notifier has not seen what
+    was committed meanwhile: no queue is taken to be quiet on the looks from before it."""
+    from django.db import OperationalError
+
+    settings.FORQ_WAKE_FALLBACK_MS = 60_000
+    notifier = Notifier("default")  # this test's own, with its own thread
+    notifier.wait("found-quiet-before", 0.3)
+    assert notifier.quiet("found-quiet-before")
+    due, failed = wakeups.due, []
+
+    def fails_once(*args, **kwargs):
+        if not failed:
+            failed.append(True)
+            raise OperationalError("server closed the connection unexpectedly")
+        return due(*args, **kwargs)
+
+    monkeypatch.setattr(wakeups, "due", fails_once)
+    notifier.wait("looked-at-after", 1.2)  # its look fails, and runs again 0.5 s later
+    assert failed and notifier.quiet("looked-at-after")
+    assert not notifier.quiet("found-quiet-before")
+
+
 def test_an_idle_waiter_costs_no_polling(settings):
     """The notifier sleeps on the store's change descriptor (SQLite: inotify on the write-ahead log;
     PostgreSQL: the LISTEN socket), not on a 5 ms poll of the data version: a waiter on an empty

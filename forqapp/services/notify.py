@@ -337,7 +337,8 @@ class Notifier:
                 errors.log_failure(logger, "forqapp notifier (checking for due messages)", e, "retrying")
                 with contextlib.suppress(Exception):
                     connections[self.alias].close()
-                stale = True
+                with self._cond:
+                    self._full = True  # what was committed meanwhile went unseen: forget every look
                 time.sleep(0.5)
 
     def _look_at(self, queues: set[str], recheck_at: int | None) -> tuple[set[str], int | None]:
