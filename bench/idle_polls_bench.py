@@ -16,6 +16,9 @@ One client process, stdlib ``http.client`` and threads, one HTTP/1.1 connection 
 * the server's CPU seconds (utime + stime of its whole process tree, from /proc) over
   ``--idle-cpu-seconds`` with the polls open and nothing produced; and, before any poll is open,
   its floor: the same over ``--floor-seconds`` with nothing open (scaled to ``--idle-cpu-seconds``);
+* the polls closed, the producers' rate once more: the reference again, on a database that has
+  grown meanwhile (PostgreSQL's rate falls as it grows); the rates with polls open are given as a
+  share of the two references' mean;
 * granian's own floor, each round (``--granian-floor``, on by default): the same polls and CPU
   window against ``bench/idle_floor_app.py``, a bare RSGI application under the same granian
   (one worker, uvloop) that holds each request until its client leaves or the wait ends, then
@@ -36,6 +39,7 @@ on ONE queue, so a produce's wake-up check looked at one queue; the outside clie
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -178,6 +182,17 @@ class Polls:
         self.sent = 0
         self.lock = threading.Lock()
         self.got = 0
+        self.conns: dict[str, http.client.HTTPConnection] = {}
+
+    def close(self) -> None:
+        """End every poll: each connection shut, each thread gone."""
+        self.stopping = True
+        for c in list(self.conns.values()):
+            with contextlib.suppress(OSError):
+                if c.sock is not None:
+                    c.sock.shutdown(socket.SHUT_RDWR)
+        for t in self.threads:
+            t.join(10)
 
     def open(self, n: int) -> None:
         first = len(self.threads)
@@ -190,7 +205,7 @@ class Polls:
         time.sleep(1.0)  # and the server has read them
 
     def _poll(self, queue: str) -> None:
-        c = self.server.conn(timeout=120)
+        c = self.conns[queue] = self.server.conn(timeout=120)
         while not self.stopping:
             try:
                 c.request("GET", f"/api/v1/queues/{queue}/messages", headers=HEADERS)
@@ -204,7 +219,7 @@ class Polls:
                 if self.stopping:
                     return
                 c.close()
-                c = self.server.conn(timeout=120)
+                c = self.conns[queue] = self.server.conn(timeout=120)
 
 
 def wake_latency(server: Server, rounds: int = 30) -> list[float]:
@@ -267,6 +282,9 @@ def measure(checkout: Path, label: str, args: argparse.Namespace) -> dict:
             time.sleep(args.idle_cpu_seconds)
             row["idle_cpu"] = server.cpu_seconds() - cpu0
             row["polls_open"] = len(polls.threads)
+            polls.close()
+            time.sleep(1)
+            row["after"] = produce_rate(server, args.seconds)  # (the reference again: the database grew)
         finally:
             polls.stopping = True
             server.stop()
@@ -292,9 +310,12 @@ def measure_floor(args: argparse.Namespace) -> float:
 
 def report(row: dict, polls: list[int], idle_s: float) -> None:
     print(f"== {row['label']}")
-    print(f"  producers alone (same-run reference): {row['before']:,.0f} produced/s")
+    reference = (row["before"] + row["after"]) / 2
+    print(f"  producers alone (same-run reference): {row['before']:,.0f} produced/s before the polls, "
+          f"{row['after']:,.0f} after them")
     for n in polls:
-        print(f"  with {n:,} idle long polls open: {row[n]:,.0f} produced/s = {100 * row[n] / row['before']:.0f} %")
+        print(f"  with {n:,} idle long polls open: {row[n]:,.0f} produced/s = {100 * row[n] / reference:.0f} % "
+              f"(of the two references' mean)")
     print(f"  produce -> waiting poll wake-up: p50 {row['wake_p50']:.1f} ms, max {row['wake_p99']:.1f} ms")
     print(f"  server CPU over {idle_s:.0f} s with {row['polls_open']:,} idle polls, no produces: "
           f"{row['idle_cpu']:.2f} s")
