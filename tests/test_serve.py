@@ -292,8 +292,14 @@ def nothing_left(server: Served):
 
 
 def wait_ready(server: Served) -> None:
-    """Both listeners announced and their workers answering (a port accepts before then)."""
+    """Both listeners announced and their workers answering (a port accepts before then), and every
+    API worker started: each says its jobs lease once its lifespan has started. (The healthcheck is
+    answered by whichever worker is ready: on PostgreSQL the second may still be starting, and a
+    worker still starting misses a stop.)"""
     wait_for(lambda: "admin UI on" in server.output(), "the UI")
+    workers = services.default_api_workers()  # (forq_serve's, FORQ_API_WORKERS unset)
+    wait_for(lambda: len(re.findall(r"^forq_jobs: (running the jobs|standing by)", server.output(), re.M)) >= workers,
+             "every API worker's start")
 
     def answers(url: str) -> bool:
         try:
