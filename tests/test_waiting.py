@@ -409,16 +409,17 @@ def _found_quiet(queue, timeout=0.2, take=services.claim):
     """Polls of ``queue`` of ``timeout`` seconds, each finding nothing, until the notifier
     remembers a look that found the queue quiet: how long the first took.
 
-    On PostgreSQL a notification of an earlier commit (an earlier test's, another queue's) may
-    reach the notifier only after its look at the queue, as a change it then forgets every look
-    for. The next poll's look, with nothing more on the way, is remembered."""
-    tooks = []
+    On PostgreSQL a notification that names the queue (its own send, made before the poll) may
+    reach the notifier only after its look, which it then forgets; and a notifier whose listening
+    connection is new forgets every look at its first read. The next poll's look, with nothing more
+    on the way, is remembered."""
+    first = None
     for _ in range(4):
         (got, took), = _polls(queue, timeout, take=take)
         assert got is None
-        tooks.append(took)
+        first = took if first is None else first
         if notifier_for("default").quiet(queue):
-            return tooks[0]
+            return first
     pytest.fail(f"{queue!r} was never found quiet")
 
 
@@ -440,7 +441,7 @@ def test_a_blocking_wait_that_ends_on_a_quiet_queue_makes_no_last_claim(settings
     claims = []
     take = _counting_claim(claims)
     # (1 s: the notifier's look at the new waiter's queue, which finds it quiet, has that long.
-    # Again if a late notification of an earlier commit made it forget that look: see _found_quiet.)
+    # Again if the notifier forgot that look, as _found_quiet says when.)
     for _ in range(4):
         claims.clear()
         assert waiting.claim(lambda: take("quiet-sync"), ["quiet-sync"], 1.0) is None
