@@ -48,6 +48,14 @@ elif os.environ.get('FORQ_ADMIN_PASSWORD_GIVEN') and not user.check_password(pas
     user.save(update_fields=['password'])
     print('==> set the password of staff user admin (FORQ_ADMIN_PASSWORD)')
 "
+# A password given in the environment is now the user's: var/local.env keeps it, so the next plain
+# `make run` prints the password that works.
+if [ -n "${given_FORQ_ADMIN_PASSWORD:-}" ]; then
+  (umask 077
+   { grep -v '^FORQ_ADMIN_PASSWORD=' var/local.env || true
+     printf 'FORQ_ADMIN_PASSWORD=%q\n' "$FORQ_ADMIN_PASSWORD"; } > var/local.env.new
+   mv var/local.env.new var/local.env)
+fi
 # A URL to reach a listener from this machine: "localhost", an empty host (":8080") or 0.0.0.0 → 127.0.0.1.
 url() {
   local host=${1%:*} port=${1##*:}
@@ -71,9 +79,9 @@ else:
 # exported (which wins). Any DATABASE_URL given to make run is carried as it is (quoted for the shell).
 where="FORQ_DB_PATH=$(printf %q "$FORQ_DB_PATH")"
 [ -n "${DATABASE_URL:-}" ] && where="DATABASE_URL=$(printf %q "$DATABASE_URL")"
-keys_cmd="(set -a; . var/local.env; $where $PY manage.py forq_keys create orders-producer --grant orders:produce)"
+keys_cmd="(set -a; . var/local.env; $where $PY manage.py forq_keys create demo-producer --grant orders:produce)"
 if [ -n "${given_FORQ_KEYS_SECRET:-}" ]; then
-  keys_cmd="(s=\$FORQ_KEYS_SECRET; set -a; . var/local.env; FORQ_KEYS_SECRET=\$s $where $PY manage.py forq_keys create orders-producer --grant orders:produce)
+  keys_cmd="(s=\$FORQ_KEYS_SECRET; set -a; . var/local.env; FORQ_KEYS_SECRET=\$s $where $PY manage.py forq_keys create demo-producer --grant orders:produce)
     # in a shell with the FORQ_KEYS_SECRET you exported for the server"
 fi
 demo_cmd="(set -a; . var/local.env; $where $PY manage.py forq_demo)"

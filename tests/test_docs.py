@@ -234,6 +234,35 @@ def test_the_django_tasks_how_to_runs_as_it_is(settings, tmp_path, monkeypatch):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_django_tasks_how_tos_own_backend_class_runs_as_it_is(settings, tmp_path, monkeypatch, capsys):
+    """docs/how-to/django-tasks.md's "Your own backend class": its module, in the tutorial's project
+    package (``mysite``), named by its TASKS line; a task enqueued through it prints its id."""
+    blocks = re.findall(r"^```python\n(.*?)^```", (DOCS / "how-to" / "django-tasks.md").read_text(),
+                        flags=re.S | re.M)
+    (block,) = [b for b in blocks if b.startswith("# mysite/tasks_backend.py")]
+    module, setting = block.split("# and in settings.py:\n")
+    (tmp_path / "mysite").mkdir()
+    (tmp_path / "mysite" / "__init__.py").write_text("")
+    (tmp_path / "mysite" / "tasks_backend.py").write_text(module)
+    (tmp_path / "mysite" / "jobs.py").write_text(
+        "try:\n    from django.tasks import task\nexcept ImportError:\n    from django_tasks import task\n\n\n"
+        "@task\ndef hello(name):\n    return name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    namespace: dict = {}
+    exec(compile(setting, "django-tasks.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+    settings.TASKS = namespace["TASKS"]
+    try:
+        from mysite.jobs import hello  # type: ignore[import-not-found]
+
+        result = hello.enqueue("ada")
+        assert capsys.readouterr().out == f"enqueued {result.id}\n"
+        assert hello.get_result(result.id).status == "READY"
+    finally:
+        for name in ("mysite.jobs", "mysite.tasks_backend", "mysite"):
+            sys.modules.pop(name, None)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_worker_how_to_consumers_run_as_they_are(settings, tmp_path, monkeypatch, capsys):
     """docs/how-to/worker.md: its ``@forqapp.consumer`` (in myapp/consumers.py) and its
     ``FORQ_CONSUMERS`` with the myapp/jobs.py it names, run by a worker; and its command line's options."""

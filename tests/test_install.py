@@ -307,10 +307,10 @@ def indented_block(banner: str, heading: str) -> str:
 class MakeRun:
     """``scripts/run.sh`` in a copy of the checkout, on free ports, as a user starts it."""
 
-    def __init__(self, tmp: Path, **env: str):
-        self.root = checkout(tmp)
+    def __init__(self, tmp: Path, root: Path | None = None, **env: str):
+        self.root = root or checkout(tmp)  # (root: a checkout an earlier run used, var/ and all)
         self.api = f"127.0.0.1:{free_port()}"
-        self.log = tmp / "run.log"
+        self.log = tmp / f"run-{time.monotonic_ns()}.log"
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
                 ["scripts/run.sh"], cwd=self.root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -376,6 +376,38 @@ def test_make_runs_banner_pasted_as_it_is(tmp_path):
         check_banner(run)
     finally:
         run.stop()
+
+
+def admin_password(banner: str) -> str:
+    return re.search(r"\(user admin, password (.*); Django admin at /admin/\)", banner)[1]
+
+
+def can_log_in(run: MakeRun, password: str) -> bool:
+    env = clean_env(FORQ_DB_PATH=str(run.root / "var" / "forq.sqlite3"), DJANGO_SETTINGS_MODULE="project.settings")
+    code = ("import os, django; django.setup(); from django.contrib.auth import authenticate; "
+            "print(authenticate(username='admin', password=os.environ['TRY']) is not None)")
+    out = subprocess.run([".venv/bin/python", "-c", code], cwd=run.root, env={**env, "TRY": password},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip() == "True"
+
+
+@pytest.mark.sqlite_only
+def test_a_password_given_to_make_run_is_the_one_the_next_plain_run_prints(tmp_path):
+    """``FORQ_ADMIN_PASSWORD=… make run`` set the admin's password, and the next plain ``make run``
+    printed var/local.env's old one, which no longer logged in."""
+    first = MakeRun(tmp_path)
+    first.stop()
+    generated = admin_password(first.output())
+    given = "my pass 'word\"$x"  # (spaces, quotes and a dollar: var/local.env is sourced by shells)
+    second = MakeRun(tmp_path, root=first.root, FORQ_ADMIN_PASSWORD=given)
+    second.stop()
+    assert "==> set the password of staff user admin" in second.output()
+    assert admin_password(second.output()) == given
+    third = MakeRun(tmp_path, root=first.root)
+    third.stop()
+    assert admin_password(third.output()) == given != generated
+    assert can_log_in(third, given) and not can_log_in(third, generated)
 
 
 @pytest.mark.skipif(not os.environ.get("DATABASE_URL", "").startswith("postgres"),
