@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import subprocess
 import sys
@@ -755,6 +756,47 @@ def test_a_final_failure_sends_task_finished_with_failed():
     finally:
         task_finished.disconnect(receiver)
     assert seen == [(TaskResultStatus.FAILED, 3)]
+
+
+def _raising(name: str, seen: list):
+    def receiver(sender, task_result, **kwargs):
+        seen.append((name, task_result.id, task_result.status))
+        raise RuntimeError(f"{name} receiver broke")
+    return receiver
+
+
+def _counting(name: str, seen: list):
+    def receiver(sender, task_result, **kwargs):
+        seen.append((name, task_result.id, task_result.status))
+    return receiver
+
+
+@pytest.mark.parametrize("signal", ["started", "finished"])
+def test_a_receiver_that_raises_changes_nothing_of_the_tasks(signal, caplog):
+    """A task_started or task_finished receiver that raises (a bug, a metrics backend away): each task
+    still runs once and is recorded as it ended, the receivers after it still hear of every task,
+    the worker goes on with the next, and the log says which receiver failed for which task."""
+    seen: list = []
+    broken = {"started": task_started, "finished": task_finished}[signal]
+    broken.connect(_raising(signal, seen), weak=False, dispatch_uid="broken")
+    task_finished.connect(_counting("finished-after", seen), weak=False, dispatch_uid="after")
+    try:
+        results = [tasks.add.enqueue(i, 1) for i in range(3)] + [tasks.unencodable.enqueue()]  # (fails for good)
+        with caplog.at_level(logging.WARNING):
+            drain()
+    finally:
+        broken.disconnect(dispatch_uid="broken")
+        task_finished.disconnect(dispatch_uid="after")
+    for i, result in enumerate(results[:3]):
+        done = tasks.add.get_result(result.id)
+        assert (done.status, done.return_value, done.attempts) == (TaskResultStatus.SUCCESSFUL, i + 1, 1)
+    assert tasks.unencodable.get_result(results[3].id).status == TaskResultStatus.FAILED
+    assert sorted(i for n, i, _ in seen if n == "finished-after") == sorted(r.id for r in results)
+    assert sorted(i for n, i, _ in seen if n == signal) == sorted(r.id for r in results)
+    tracebacks = [r for r in caplog.records if r.name == "django.dispatch" and r.exc_info]
+    assert [str(r.exc_info[1]) for r in tracebacks] == [f"{signal} receiver broke"] * len(results)
+    said = [r.getMessage() for r in caplog.records if f"a task_{signal} receiver" in r.getMessage()]
+    assert sorted(next(r.id for r in results if r.id in line) for line in said) == sorted(r.id for r in results)
 
 
 @pytest.fixture

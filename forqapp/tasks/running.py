@@ -130,6 +130,17 @@ class Outcome:
     result: Any = None  # the TaskResult task_started was sent with; task_finished gets it updated
 
 
+def _signal(signal: Any, name: str, sender: type, result: Any) -> None:
+    """Send ``signal`` to every receiver, each in turn whatever the others do (``send_robust``:
+    Django's dispatcher logs a receiver's error with its traceback). A receiver that raises (a bug, a
+    metrics backend away) changes nothing of the task: it runs, and is recorded as it ended."""
+    for receiver, response in signal.send_robust(sender, task_result=result):
+        if isinstance(response, Exception):
+            logger.warning("forq_worker: a %s receiver (%s) raised for task %s (%s): %r; the task goes on as if "
+                           "it had not", name, getattr(receiver, "__qualname__", receiver), result.id,
+                           result.task.module_path, response)
+
+
 def _error_of(exc: BaseException) -> dict[str, str]:
     cls = type(exc)
     return {"exception_class_path": f"{cls.__module__}.{cls.__qualname__}",
@@ -181,7 +192,7 @@ class TaskRunner:
         result = build(task, message.id, TaskResultStatus.RUNNING, data, self.backend.alias, errors=[],
                        worker_ids=[UNKNOWN_WORKER] * (message.attempts - 1) + [worker_id()],
                        started_at=message.first_received_at or started, last_attempted_at=started)
-        task_started.send(type(self.backend), task_result=result)
+        _signal(task_started, "task_started", type(self.backend), result)
         try:
             if task.takes_context:
                 args = [TaskContext(task_result=result), *args]
@@ -240,10 +251,7 @@ class TaskRunner:
                 continue
             logger.warning("forq_worker: task %s (%s) ran out of attempts (its worker died); moved to %s-dlq",
                            message_id, result.task.module_path, self.queue)
-            try:
-                task_finished.send(type(self.backend), task_result=result)
-            except Exception:  # noqa: BLE001 - a receiver's error must not stop the worker's claims
-                logger.exception("forq_worker: a task_finished receiver raised for task %s", message_id)
+            _signal(task_finished, "task_finished", type(self.backend), result)
 
     def settle(self, items: list[tuple[services.ReceivedMessage, str, BaseException | None]], *,
                using: str) -> dict[str, int]:
@@ -280,12 +288,12 @@ class TaskRunner:
             counts[kind] = counts.get(kind, 0) + 1
         for result, exc in finished:
             if exc is None:
-                task_finished.send(type(self.backend), task_result=result)
+                _signal(task_finished, "task_finished", type(self.backend), result)
                 continue
             try:  # sent while the task's exception is being handled, as Django's backends do (logging)
                 raise exc
             except BaseException:  # noqa: BLE001
-                task_finished.send(type(self.backend), task_result=result)
+                _signal(task_finished, "task_finished", type(self.backend), result)
         return counts
 
     def _record(self, message: services.ReceivedMessage, outcome: Outcome, status: str,
