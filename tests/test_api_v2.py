@@ -884,3 +884,29 @@ def test_no_request_gets_a_500(app, template, data):
     if status >= 400:
         assert headers["content-type"] == "application/json", (status, body)
         assert json.loads(body)["code"] in errors.STATUS
+
+
+@pytest.mark.parametrize("value", ["false", "0.0", "1e-400", "1e400", "Infinity", "-Infinity", "NaN", '""', "[]"])
+def test_a_policy_or_schedule_number_that_only_looks_like_one_is_refused(client, value):
+    """``max_attempts`` of ``false``, ``0.0`` or ``1e-400`` (equal to 0) or an infinite number was
+    taken as "unlimited" (dead-lettering off), and a falsy schedule ``priority`` as 0. Only an
+    integer, ``"unlimited"`` or null is a ``max_attempts``; ``NaN``, ``Infinity`` and ``1e400``
+    are no JSON (400 ``bad_request.body.invalid`` from the parse); v1's produce refuses them too."""
+    client.defaults["HTTP_X_API_KEY"] = APP_SECRET
+    for path, body, methods in [
+            ("/api/v2/queues/loose", '{"max_attempts": %s}' % value, (client.put, client.patch)),
+            ("/api/v2/schedules/loose", '{"queue": "loose", "content": "c", "every": 60, "priority": %s}' % value,
+             (client.put,))]:
+        for method in methods:
+            answer = method(path, body, content_type="application/json")
+            assert (answer.status_code, answer.json()["code"]) == (400, errors.BODY_INVALID), (path, answer.json())
+    assert client.get("/api/v2/queues/loose").status_code == 404
+    assert client.get("/api/v2/schedules/loose").status_code == 404
+    produced = client.post("/api/v1/queues/loose/messages", '{"content": "x", "extra": %s}' % value,
+                           content_type="application/json")
+    if value in ("Infinity", "-Infinity", "NaN", "1e400"):
+        assert (produced.status_code, produced.json()) == (400, {"code": errors.BODY_INVALID})
+    else:  # (an unknown field is ignored)
+        assert produced.status_code == 204
+    assert client.put("/api/v2/queues/loose", '{"max_attempts": 0}', content_type="application/json").json()[
+        "overrides"] == {"max_attempts": "unlimited"}

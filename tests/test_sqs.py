@@ -1171,6 +1171,13 @@ def test_hostile_bodies_are_sqs_errors(sqs, server):
         ("ListQueues", b"[" * 300_000, "SerializationException"),  # deeper than the parser goes
         ("ListQueues", b'{"a":' * 100_000, "SerializationException"),
         ("ListQueues", json.dumps({"MaxResults": "5"}).encode(), "InvalidParameterValue"),
+        # A prefix of another type is refused, not read as none (every queue listed).
+        *(("ListQueues", json.dumps({"QueueNamePrefix": v}).encode(), "InvalidParameterValue")
+          for v in ([], {}, 0, False)),
+        # NaN, Infinity and a number past a double's range are no JSON a client sends.
+        ("ListQueues", b'{"MaxResults": NaN}', "SerializationException"),
+        ("ListQueues", b'{"MaxResults": Infinity}', "SerializationException"),
+        ("ListQueues", b'{"MaxResults": 1e400}', "SerializationException"),
         ("CreateQueue", json.dumps({"QueueName": ["x"]}).encode(), "MissingParameter"),
         ("CreateQueue", json.dumps({"QueueName": "h2", "Attributes": {"VisibilityTimeout": 5}}).encode(),
          "InvalidAttributeValue"),

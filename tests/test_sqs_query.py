@@ -339,6 +339,16 @@ def test_errors_are_error_responses_with_query_codes(server):
     # Parameters that are no form: a name twice, bytes that are not UTF-8.
     assert error(call(server, "ListQueues", [("QueueNamePrefix", "a"), ("QueueNamePrefix", "b")]))[1] == \
         "MalformedQueryString"
+    # A member numbered otherwise than 1, 2, … is refused, not dropped (the attribute was lost).
+    for number in ("0", "-1", "abc", "01", "١"):
+        kind, code, message = error(call(server, "SendMessage", {
+            "QueueUrl": url, "MessageBody": "x", f"MessageAttribute.{number}.Name": "a",
+            f"MessageAttribute.{number}.Value.DataType": "String", f"MessageAttribute.{number}.Value.StringValue": "v"}))
+        assert (code, message) == ("InvalidParameterValue", f"MessageAttribute.{number} is not a member of a list: "
+                                   "members are numbered 1, 2, 3, …"), number
+    assert error(call(server, "SendMessageBatch", {"QueueUrl": url, "SendMessageBatchRequestEntry.0.Id": "a",
+                                                   "SendMessageBatchRequestEntry.0.MessageBody": "x"}))[1] == \
+        "InvalidParameterValue"
     assert error(call(server, None, body=b"Action=ListQueues&QueueNamePrefix=%FF"))[1] == "MalformedQueryString"
     assert error(call(server, None, body=b"Action=ListQueues&QueueNamePrefix=\xff"))[1] == "MalformedQueryString"
     many = b"Action=ListQueues&" + b"&".join(b"p%d=1" % n for n in range(10_001))
@@ -427,6 +437,9 @@ def test_presigned_urls(server):
                  403)[1] == "IncompleteSignature"
     assert error(httpx.get(good.replace("X-Amz-Expires=60", "X-Amz-Expires=0")), 403)[1] == \
         "AuthorizationQueryParametersError"
+    # A signature parameter given twice (the first one good): which would be checked? Refused.
+    assert error(httpx.get(good + "&X-Amz-Signature=" + "0" * 64))[1] == "MalformedQueryString"
+    assert error(httpx.get(good + "&X-Amz-Date=20200101T000000Z"))[1] == "MalformedQueryString"
     # On the JSON protocol too: a POST with X-Amz-Target (signed) to a presigned URL, no body.
     request = AWSRequest("POST", server + "/", data=b"", headers={
         "X-Amz-Target": "AmazonSQS.ListQueues", "Content-Type": "application/x-amz-json-1.0"})

@@ -9,7 +9,6 @@ which forqapp's ASGI app (:mod:`forqapp.api.asgi`) asks before it receives the b
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import errors, metrics, services
+from .. import errors, metrics, services, validation
 from ..conf import forq_settings, hot
 from ..errors import ForqError
 from ..keys import ACTIONS
@@ -243,7 +242,7 @@ def body_of(request: HttpRequest) -> bytes:
 def json_object(raw: bytes) -> dict[str, Any]:
     """``raw`` parsed, which must be a JSON object (400 ``bad_request.body.invalid`` if not)."""
     try:
-        body = json.loads(raw)
+        body = validation.json_loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested ~1,000 deep
         raise ForqError(errors.BODY_INVALID, "body is not JSON") from None
     if not isinstance(body, dict):

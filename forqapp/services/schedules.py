@@ -113,7 +113,7 @@ def schedule(name: str, *, queue: str | None = None, content: str | None = None,
         queue, content = _task_message(task, args, kwargs)
         priority = task.priority if priority is None else priority
     name, fields = validate(name, {"queue": queue, "content": content, "cron": cron, "every": every,
-                                   "catch_up": catch_up, "priority": priority or 0, "attributes": attributes,
+                                   "catch_up": catch_up, "priority": priority, "attributes": attributes,
                                    "paused": paused})
     cron, every_ms = fields[2], fields[3]
     st = _store(using)

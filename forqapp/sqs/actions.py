@@ -165,7 +165,8 @@ def _after(token: object) -> str:
 
 def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     """The queues by their SQS names (a FIFO queue's DLQ ``<name>-dlq.fifo``), in that order."""
-    prefix = body.get("QueueNamePrefix") or ""
+    prefix = body.get("QueueNamePrefix")
+    prefix = "" if prefix is None else prefix
     if not isinstance(prefix, str):
         raise invalid("QueueNamePrefix must be a string")
     limit = _integer(body, "MaxResults", LIST_QUEUES_MAX)

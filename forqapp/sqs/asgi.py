@@ -21,12 +21,11 @@ page.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 
 import django
 
-from .. import errors, metrics, services
+from .. import errors, metrics, services, validation
 from ..conf import forq_settings
 from ..errors import ForqError
 from ..keys import ROOT_ACCESS_KEY_ID
@@ -119,7 +118,7 @@ class SQSApplication:
         if handler is None and action != self.actions.RECEIVE:  # an SQS action forqapp does not do
             raise protocol.SqsError("UnsupportedOperation", f"{action} is not supported by forqapp's SQS endpoint")
         try:
-            payload = json.loads(body or b"{}")
+            payload = validation.json_loads(body or b"{}")
         except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
             payload = None
         if not isinstance(payload, dict):

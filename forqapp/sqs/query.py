@@ -103,11 +103,13 @@ def form(data: bytes | str) -> dict[str, str]:
     except ValueError:
         raise _malformed(f"more than {MAX_FIELDS} parameters") from None
     out: dict[str, str] = {}
+    seen: set[str] = set()
     for name, value in pairs:
-        if name in AUTH_PARAMETERS:
-            continue
-        if name in out:
+        if name in out or name in seen:
             raise _malformed(f"the parameter {name[:100]} is given more than once")
+        if name in AUTH_PARAMETERS:
+            seen.add(name)
+            continue
         out[name] = value
     return out
 
@@ -149,12 +151,21 @@ def _parse_structure(shape: dict[str, Any], node: dict[str | None, Any], path: s
     return out
 
 
-def _numbered(node: dict[str | None, Any] | None) -> list[tuple[str, dict[str | None, Any]]]:
-    """The children ``1``, ``2``… of ``node`` (with their numbers), in the order of their numbers."""
+def _numbered(node: dict[str | None, Any] | None, path: str) -> list[tuple[str, dict[str | None, Any]]]:
+    """The children ``1``, ``2``… of ``node`` (with their numbers), in the order of their numbers
+    (``path``: the parameters' names before the number). Any other child (``.0.``, ``.01.``,
+    ``.x.``) is refused, not dropped: a member a client numbered so would otherwise be lost."""
     if not node:
         return []
-    numbers = sorted(int(k) for k in node if k is not None and k.isdigit() and k[0] != "0")
-    return [(str(n), node[str(n)]) for n in numbers]
+    numbers = []
+    for k in node:
+        if k is None:
+            continue
+        if not (k.isascii() and k.isdigit() and k[0] != "0"):
+            raise SqsError("InvalidParameterValue", f"{path}{k} is not a member of a list: members are numbered "
+                           "1, 2, 3, …")
+        numbers.append(int(k))
+    return [(str(n), node[str(n)]) for n in sorted(numbers)]
 
 
 def _parse(shape: dict[str, Any], parent: dict[str | None, Any], name: str, path: str) -> Any:
@@ -167,10 +178,10 @@ def _parse(shape: dict[str, Any], parent: dict[str | None, Any], name: str, path
         if shape.get("flattened"):
             # As botocore: the member's name replaces the flattened list's (Entries → …Entry.1).
             items_path = f"{path}{item_name or name}."
-            items = _numbered(parent.get(item_name or name))
+            items = _numbered(parent.get(item_name or name), items_path)
         else:
             items_path = f"{path}{name}.{item_name or 'member'}."
-            items = _numbered((node or {}).get(item_name or "member"))
+            items = _numbered((node or {}).get(item_name or "member"), items_path)
         if not items:
             return [] if node is not None and None in node else None  # (botocore sends an empty list as "Name=")
         member = _resolve(shape["member"])
@@ -182,7 +193,7 @@ def _parse(shape: dict[str, Any], parent: dict[str | None, Any], name: str, path
     if kind == "map":
         flattened = shape.get("flattened")
         entries_path = f"{path}{name}." if flattened else f"{path}{name}.entry."
-        entries = _numbered(node if flattened else node.get("entry"))
+        entries = _numbered(node if flattened else node.get("entry"), entries_path)
         key_name = shape["key"].get("locationName", "key")
         value_name = shape["value"].get("locationName", "value")
         value_shape = _resolve(shape["value"])

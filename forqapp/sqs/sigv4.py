@@ -49,12 +49,16 @@ def _denied(shape: str, message: str) -> SqsError:
 
 
 def query_parameters(query: str) -> dict[str, str]:
-    """The query string's SigV4 parameters (``X-Amz-…``), decoded; the first of each name."""
+    """The query string's SigV4 parameters (``X-Amz-…``), decoded. One given twice is refused
+    (``MalformedQueryString``), as any parameter given twice is: which one would be signed?"""
     out: dict[str, str] = {}
     for pair in query.split("&"):
         name, _, value = pair.partition("=")
         name = unquote(name)
-        if name.startswith("X-Amz-") and name not in out:
+        if name.startswith("X-Amz-"):
+            if name in out:
+                raise SqsError("MalformedQueryString", "The request's parameters are not a valid form: the "
+                               f"parameter {name[:100]} is given more than once")
             out[name] = unquote(value.replace("+", " "))
     return out
 

@@ -18,6 +18,30 @@ from .. import errors, vocab
 from ..errors import ForqError
 from ..vocab import QUEUE_NAME, V1_QUEUE_NAME, Bounds, is_dlq
 
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+_JSON = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
+
+
+def json_loads(raw: bytes | str) -> Any:
+    """A request body's JSON as RFC 8259 has it (ValueError else): ``json.loads`` but for
+    ``NaN``, ``Infinity`` and ``-Infinity``, which no JSON has, and a number past a double's range
+    (``1e400``), which it reads as infinity: a field that would take one as "unlimited" or as
+    "no number" never sees it."""
+    text = raw.decode(json.detect_encoding(raw), "surrogatepass") if isinstance(raw, (bytes, bytearray)) else raw
+    return _JSON.decode(text)
+
+
 # Names already found valid, each with whether it names a DLQ: every send, claim and ack checks its
 # queue's name, and a dict lookup is a fifth of the pattern's cost. Bounded: emptied when full.
 _valid_names: dict[str, bool] = {}
@@ -340,8 +364,10 @@ def backoff(value: object) -> str:
 
 
 def max_attempts(value: object) -> int:
-    """At least 1, or unlimited (``"unlimited"``, ``math.inf`` or 0): stored as 0."""
-    if value == "unlimited" or value == 0 or (isinstance(value, float) and math.isinf(value) and value > 0):
+    """At least 1, or unlimited (``"unlimited"``, ``math.inf`` or 0): stored as 0 (not ``False``,
+    ``0.0`` or another number that only equals 0)."""
+    if value == "unlimited" or (is_integer(value) and value == 0) or (
+            isinstance(value, float) and math.isinf(value) and value > 0):
         return 0
     if not is_integer(value) or value not in vocab.MAX_ATTEMPTS:
         hi = int(vocab.MAX_ATTEMPTS.hi)
