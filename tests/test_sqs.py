@@ -625,7 +625,7 @@ def test_malformed_receipt_handles(sqs):
     for handle in ("garbage", "", tampered, foreign):
         with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid) as exc:
             sqs.delete_message(QueueUrl=url, ReceiptHandle=handle or "x")
-        assert code_of(exc) == ("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 400)
+        assert code_of(exc) == ("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404)
 
 
 def test_redrive_after_max_receive_count_keeps_id_body_and_attributes(sqs):

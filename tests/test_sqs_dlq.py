@@ -141,6 +141,13 @@ def test_list_dead_letter_source_queues_with_pages(sqs):
     own = sqs.create_queue(QueueName="solo", Attributes={"RedrivePolicy": redrive("solo-dlq")})["QueueUrl"]
     assert sqs.list_dead_letter_source_queues(QueueUrl=own + "-dlq")["queueUrls"] == [own]
     assert sqs.list_dead_letter_source_queues(QueueUrl=own)["queueUrls"] == []
+    # A DLQ created before its queue: the queue it is named for is no source until it exists and
+    # sends there (it was listed, though ListQueues and GetQueueUrl did not know it).
+    lone = sqs.create_queue(QueueName="lone-dlq")["QueueUrl"]
+    assert sqs.list_dead_letter_source_queues(QueueUrl=lone)["queueUrls"] == []
+    source = sqs.create_queue(QueueName="lone-src", Attributes={"RedrivePolicy": redrive("lone-dlq")})["QueueUrl"]
+    assert sqs.list_dead_letter_source_queues(QueueUrl=lone)["queueUrls"] == [source]
+    assert sqs.list_dead_letter_source_queues(QueueUrl=lone, MaxResults=1)["queueUrls"] == [source]
 
 
 def test_delete_queue_keeps_the_dead_letters_in_its_dlq(sqs):

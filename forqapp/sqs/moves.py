@@ -162,8 +162,10 @@ def list_dead_letter_source_queues(ctx: Any, body: dict[str, Any]) -> dict[str, 
         if not after or _token(after) != token:
             raise invalid("Invalid NextToken value.")
     sources = [q for q in services.dead_letter_sources(name)
-               # (a queue's own <name>-dlq is its target only while it has a redrive policy)
-               if q != vocab.base_of(name) or services.queue_info(q).policy["max_attempts"] != "unlimited"]
+               # (a queue's own <name>-dlq is its target only while it has a redrive policy, and
+               # only once it is a queue: not SQS's placeholder for a DLQ created before it)
+               if q != vocab.base_of(name) or (queues.known(q, fresh=True).exists
+                                               and services.queue_info(q).policy["max_attempts"] != "unlimited")]
     names = sorted(queues.to_sqs(q) for q in sources
                    if ctx.key.allows(q, keys.READ) and queues.URL_NAME.fullmatch(queues.to_sqs(q))
                    and queues.in_region(q, ctx.origin.region))

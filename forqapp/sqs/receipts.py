@@ -40,7 +40,7 @@ def parse(handle: object, queue: str) -> Handle:
     if handle is None:
         raise missing("ReceiptHandle")
     bad = SqsError("ReceiptHandleIsInvalid", f"The input receipt handle \"{str(handle)[:200]}\" is not a valid "
-                   "receipt handle.")
+                   "receipt handle.", 404)  # (SQS's status for it: its API reference and the SDKs' models)
     if not isinstance(handle, str) or not 0 < len(handle) <= 1024:
         raise bad
     try:
