@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make test`: installs what the tests need (requirements-dev.txt, Java, Chromium), checks the code
+# `make test`: installs what the tests need (requirements-dev.txt, Java, Chromium, the AWS SDKs for
+# JavaScript), checks the code
 # (ruff, mypy, the docs site builds, no model change without its migration), then runs the whole
 # suite on SQLite, the tasks tests under Django 6, the SQS tests with a query-protocol boto3, and the
 # suite on PostgreSQL. Every phase runs, whatever failed before it; one summary at the end says which
@@ -48,6 +49,7 @@ postgres() {
 
 phase "install requirements-dev.txt" scripts/bootstrap.sh requirements-dev.txt
 phase "system packages (Java, Chromium)" system_deps
+phase "JavaScript SDKs (npm ci in tests/js)" scripts/ensure-js-deps.sh
 phase "ruff" .venv/bin/ruff check .
 phase "mypy" .venv/bin/mypy forqapp
 phase "docs (mkdocs build --strict)" docs
