@@ -893,16 +893,16 @@ def test_a_policy_or_schedule_number_that_only_looks_like_one_is_refused(client,
     integer, ``"unlimited"`` or null is a ``max_attempts``; ``NaN``, ``Infinity`` and ``1e400``
     are no JSON (400 ``bad_request.body.invalid`` from the parse); v1's produce refuses them too."""
     client.defaults["HTTP_X_API_KEY"] = APP_SECRET
-    for path, body, methods in [
-            ("/api/v2/queues/loose", '{"max_attempts": %s}' % value, (client.put, client.patch)),
-            ("/api/v2/schedules/loose", '{"queue": "loose", "content": "c", "every": 60, "priority": %s}' % value,
+    for path, body, writes in [
+            ("/api/v2/queues/loose", f'{{"max_attempts": {value}}}', (client.put, client.patch)),
+            ("/api/v2/schedules/loose", f'{{"queue": "loose", "content": "c", "every": 60, "priority": {value}}}',
              (client.put,))]:
-        for method in methods:
+        for method in writes:
             answer = method(path, body, content_type="application/json")
             assert (answer.status_code, answer.json()["code"]) == (400, errors.BODY_INVALID), (path, answer.json())
     assert client.get("/api/v2/queues/loose").status_code == 404
     assert client.get("/api/v2/schedules/loose").status_code == 404
-    produced = client.post("/api/v1/queues/loose/messages", '{"content": "x", "extra": %s}' % value,
+    produced = client.post("/api/v1/queues/loose/messages", f'{{"content": "x", "extra": {value}}}',
                            content_type="application/json")
     if value in ("Infinity", "-Infinity", "NaN", "1e400"):
         assert (produced.status_code, produced.json()) == (400, {"code": errors.BODY_INVALID})
