@@ -360,7 +360,7 @@ def test_a_deferred_task_waits_and_does_not_expire_before_it_runs():
     assert drain() == {}  # not due
     waiting = tasks.add.get_result(result.id)
     assert waiting.status == TaskResultStatus.READY
-    assert result.task.run_after == due and waiting.task.run_after == due.replace(microsecond=due.microsecond // 1000 * 1000)
+    assert result.task.run_after == due and waiting.task.run_after == due  # (to the microsecond)
     assert tasks.add.get_result(tasks.add.enqueue(1, 1).id).task.run_after is None
     assert jobs.expired() == 0
     with pytest.raises(InvalidTaskError, match="run_after"):
@@ -1014,3 +1014,34 @@ def test_forq_worker_on_a_task_queues_name_points_to_its_forqapp_queue():
         call_command("forq_worker", "default", "--burst")
     assert "no consumer registered for default (the task queue's forqapp queue is tasks-default)" in str(error.value)
     assert "this worker knows" in str(error.value) and "tasks-other" in str(error.value)
+
+
+# --- datetimes as the framework has them ------------------------------------------------------------
+
+
+def test_get_result_equals_what_enqueue_returned_with_a_run_after_to_the_microsecond():
+    """Django's contract (its own test_get_result): ``get_result(id) == enqueue(...)``. A
+    ``run_after`` came back cut to the millisecond, so the two differed."""
+    when = datetime.now(UTC).replace(microsecond=123_457) + timedelta(hours=1)
+    result = tasks.add.using(run_after=when).enqueue(1, 2)
+    got = backend().get_result(result.id)
+    assert got == result and got.task.run_after == when
+    assert Message.objects.get(id=result.id).process_after == int(when.timestamp() * 1000)  # due in ms
+
+
+def test_without_use_tz_a_result_has_naive_local_datetimes_as_django_gives(settings):
+    """``USE_TZ = False``: Django's own backends give ``timezone.now()``, naive local time; the
+    results' datetimes were aware (UTC), and a naive ``run_after`` came back aware (unequal)."""
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "America/New_York"  # (Django sets the process's local time to it)
+    when = datetime.now().replace(microsecond=5) + timedelta(hours=2)
+    later = tasks.add.using(run_after=when).enqueue(2, 2)
+    assert backend().get_result(later.id) == later and backend().get_result(later.id).task.run_after == when
+    result = tasks.add.enqueue(1, 1)
+    assert result.enqueued_at.tzinfo is None and abs(result.enqueued_at - datetime.now()) < timedelta(minutes=1)
+    drain()
+    done = backend().get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    for name in ("enqueued_at", "started_at", "last_attempted_at", "finished_at"):
+        value = getattr(done, name)
+        assert value.tzinfo is None and abs(value - datetime.now()) < timedelta(minutes=1), name

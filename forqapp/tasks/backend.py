@@ -20,14 +20,13 @@ apps load.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from functools import cached_property
 from inspect import iscoroutinefunction
 from typing import Any
 
 from django.core import checks
 
-from .. import errors, services, utils, validation, vocab
+from .. import errors, services, validation, vocab
 from ..errors import ForqError
 from .compat import (
     DEFAULT_TASK_QUEUE_NAME,
@@ -39,7 +38,7 @@ from .compat import (
     task_enqueued,
 )
 from .grouping import task_group
-from .messages import TaskArgumentsError, encode, round_trip
+from .messages import TaskArgumentsError, encode, round_trip, task_time_ms, unix_us
 from .retrying import RetryPolicyError, backend_retries, own_retries
 
 DEFAULT_RESULT_RETENTION_S = 7 * 86_400
@@ -149,8 +148,9 @@ class ForqBackend(BaseTaskBackend):
         group = task_group(task, args, kwargs)  # from the call's own arguments (@group_by)
         text, args, kwargs = round_trip(args, kwargs)
         now = services.now_ms()
-        run_after = None if task.run_after is None else _ms(task.run_after)
-        content = encode(task.module_path, text, task.queue_name, self.alias, now, run_after)
+        run_after_us = None if task.run_after is None else unix_us(task.run_after)
+        run_after = None if run_after_us is None else run_after_us // 1000
+        content = encode(task.module_path, text, task.queue_name, self.alias, now, run_after_us)
         item: dict[str, Any] = {"content": content, "priority": task.priority}
         if run_after is not None:
             # a run_after already past runs at once, its time kept for the due order (past_due); one
@@ -169,7 +169,7 @@ class ForqBackend(BaseTaskBackend):
                 raise InvalidTaskError(f"run_after: {exc}") from None
             raise
         result: TaskResult = TaskResult(  # enqueued_at: the message's received_at, as get_result shows it
-            task=task, id=sent.id, status=TaskResultStatus.READY, enqueued_at=utils.ms_to_datetime(sent.received_at),
+            task=task, id=sent.id, status=TaskResultStatus.READY, enqueued_at=task_time_ms(sent.received_at),
             started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
             backend=self.alias, errors=[], worker_ids=[],
         )
@@ -193,6 +193,3 @@ def order_by_due(queue: str) -> None:
     if "ordering" not in services.policy(queue).overrides:
         services.configure_queue(queue, ordering="due")
 
-
-def _ms(when: datetime) -> int:
-    return int(when.timestamp() * 1000)

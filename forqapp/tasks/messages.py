@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from django.conf import settings
 
 from .compat import InvalidTaskError
 
@@ -48,14 +51,40 @@ def round_trip(args: Iterable[Any], kwargs: dict[str, Any]) -> tuple[str, list[A
     return text, back["args"], back["kwargs"]
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def unix_us(when: datetime) -> int:
+    """``when`` in Unix microseconds, exactly (a naive one is in local time, ``TIME_ZONE``, as
+    Django reads naive datetimes when ``USE_TZ`` is off)."""
+    return (when.astimezone(UTC) - _EPOCH) // _MICROSECOND
+
+
+def task_time(us: int | None) -> datetime | None:
+    """Unix microseconds as the Tasks framework's datetimes are: aware (UTC) when ``USE_TZ`` is on,
+    naive local time (``TIME_ZONE``) when it is off, as ``django.utils.timezone.now()``."""
+    if us is None:
+        return None
+    when = _EPOCH + us * _MICROSECOND
+    return when if settings.USE_TZ else when.astimezone().replace(tzinfo=None)
+
+
+def task_time_ms(ms: int | None) -> datetime | None:
+    """:func:`task_time` of Unix milliseconds (forqapp's columns)."""
+    return None if ms is None else task_time(ms * 1000)
+
+
 def encode(task_path: str, args_kwargs: str, queue_name: str, backend: str, enqueued_at: int,
-           run_after: int | None = None) -> str:
+           run_after_us: int | None = None) -> str:
     """The message content of a task (the ``{"args", "kwargs"}`` JSON spliced in, not re-encoded);
-    ``run_after`` (Unix ms) as the task asked it, for the results to show."""
+    ``run_after_us`` (Unix µs) as the task asked it, for the results to show it exactly
+    (``run_after``: the same in ms, as contents made before it was kept in µs)."""
     fields: dict[str, Any] = {"task": task_path, "queue_name": queue_name, "backend": backend,
                               "enqueued_at": enqueued_at}
-    if run_after is not None:
-        fields["run_after"] = run_after
+    if run_after_us is not None:
+        fields["run_after"] = run_after_us // 1000
+        fields["run_after_us"] = run_after_us
     head = to_json(fields, "a task")
     return head[:-1] + ',"call":' + args_kwargs + "}"
 

@@ -24,7 +24,7 @@ from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 from django.utils.module_loading import import_string
 
-from .. import services, utils
+from .. import services
 from ..vocab import Status
 from .compat import (
     Task,
@@ -35,7 +35,7 @@ from .compat import (
     set_field,
     task_backends,
 )
-from .messages import decode
+from .messages import decode, task_time, task_time_ms
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -69,9 +69,9 @@ def _task_packages() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=1024)
-def load_task(path: str, queue_name: str, priority: int, backend: str, run_after: int | None = None) -> Task:
+def load_task(path: str, queue_name: str, priority: int, backend: str, run_after_us: int | None = None) -> Task:
     """The ``@task`` at ``path`` as it was enqueued (its queue, priority and ``run_after``, Unix
-    ms). Raises ImportError (also for a path that names no task).
+    µs). Raises ImportError (also for a path that names no task).
 
     Its module is imported only if it is already, or belongs to an installed app or the project's
     package: a message's path is input (anyone who may send to a task queue writes it), and
@@ -85,9 +85,9 @@ def load_task(path: str, queue_name: str, priority: int, backend: str, run_after
     task = import_string(path)
     if not isinstance(task, Task):
         raise ImportError(f"{path} is not a task (decorate it with @task)")
-    if (task.queue_name, task.priority, task.backend) != (queue_name, priority, backend) or run_after is not None:
+    if (task.queue_name, task.priority, task.backend) != (queue_name, priority, backend) or run_after_us is not None:
         task = task.using(queue_name=queue_name, priority=priority, backend=backend,
-                          run_after=utils.ms_to_datetime(run_after) if run_after is not None else task.run_after)
+                          run_after=task_time(run_after_us) if run_after_us is not None else task.run_after)
     return task
 
 
@@ -213,9 +213,13 @@ def get_result(backend: ForqBackend, result_id: str, *, using: str | None = None
 
 
 def run_after_of(data: dict[str, Any]) -> int | None:
-    """A task content's ``run_after`` (Unix ms), if it has a valid one."""
-    value = data.get("run_after")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    """A task content's ``run_after`` (Unix µs), if it has a valid one (``run_after_us``; ``run_after``,
+    in ms, in a content made before)."""
+    for key, scale in (("run_after_us", 1), ("run_after", 1000)):
+        value = data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value * scale
+    return None
 
 
 def build(task: Task, result_id: str, status: Any, data: dict[str, Any], backend: str, *,
@@ -224,9 +228,9 @@ def build(task: Task, result_id: str, status: Any, data: dict[str, Any], backend
           return_value: Any = None) -> TaskResult:
     call = data["call"]
     result: TaskResult = TaskResult(
-        task=task, id=result_id, status=status, enqueued_at=utils.ms_to_datetime(data.get("enqueued_at")),
-        started_at=utils.ms_to_datetime(started_at), finished_at=utils.ms_to_datetime(finished_at),
-        last_attempted_at=utils.ms_to_datetime(last_attempted_at), args=call.get("args", []),
+        task=task, id=result_id, status=status, enqueued_at=task_time_ms(data.get("enqueued_at")),
+        started_at=task_time_ms(started_at), finished_at=task_time_ms(finished_at),
+        last_attempted_at=task_time_ms(last_attempted_at), args=call.get("args", []),
         kwargs=call.get("kwargs", {}), backend=backend,
         errors=[TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
                 for e in errors],

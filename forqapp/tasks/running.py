@@ -44,7 +44,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from .. import errors, services, utils
+from .. import errors, services
 from ..errors import ForqError
 from ..services.db import database_errors
 from .backend import ForqBackend
@@ -58,7 +58,7 @@ from .compat import (
     task_finished,
     task_started,
 )
-from .messages import decode, dumps
+from .messages import decode, dumps, task_time_ms
 from .results import UNKNOWN_WORKER, Record, build, get_result, load_task, previous, run_after_of, write
 from .retrying import RetryPolicy, RetryPolicyError, backend_retries, task_retries
 
@@ -334,7 +334,7 @@ class TaskRunner:
                 continue
             # The object task_started had, brought to its end (as Django's ImmediateBackend does).
             set_field(result, "status", TaskResultStatus.SUCCESSFUL)
-            set_field(result, "finished_at", utils.ms_to_datetime(record.finished_at))
+            set_field(result, "finished_at", task_time_ms(record.finished_at))
             set_field(result, "_return_value", json.loads(record.return_value or "null"))
             set_field(result, "worker_ids", record.worker_ids)
             if record.errors:

@@ -14,10 +14,10 @@ from typing import Any
 
 from django.dispatch import receiver
 
-from .. import services, utils
+from .. import services
 from ..services import schedules
 from .compat import TaskResult, TaskResultStatus, task_enqueued
-from .messages import decode
+from .messages import decode, task_time_ms
 from .results import load_task
 
 TASK_CONTENT_START = '{"task":'  # every task message starts so (backend.encode)
@@ -42,7 +42,7 @@ def ticks_sent(content: str, ids: Iterable[str], priority: int = 0) -> None:
         task = load_task(data["task"], data.get("queue_name", "default"), priority, backend_alias)
     except (ValueError, ImportError, KeyError):
         return  # not a task this process knows: nothing to signal
-    now = utils.ms_to_datetime(services.now_ms())
+    now = task_time_ms(services.now_ms())
     call = data["call"]
     for message_id in ids:
         result: TaskResult = TaskResult(
