@@ -145,7 +145,7 @@ if find_spec("django.tasks") is not None:
 
 @register()
 def check_task_backends(app_configs=None, **kwargs):
-    """TASKS: each forqapp.tasks.ForqBackend's check() (forqapp.E060–E063) where no one else runs it
+    """TASKS: each forqapp.tasks.ForqBackend's check() (forqapp.E060–E064, W065) where no one else runs it
     (Django 5.2 without the django_tasks app; see forqapp/tasks/discovery.py)."""
     return backend_problems()
 

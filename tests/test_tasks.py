@@ -11,6 +11,7 @@ import logging
 import math
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -1045,3 +1046,57 @@ def test_without_use_tz_a_result_has_naive_local_datetimes_as_django_gives(setti
     for name in ("enqueued_at", "started_at", "last_attempted_at", "finished_at"):
         value = getattr(done, name)
         assert value.tzinfo is None and abs(value - datetime.now()) < timedelta(minutes=1), name
+
+
+# --- QUEUES empty: any queue name ---------------------------------------------------------------------
+
+
+def test_with_queues_empty_the_worker_runs_the_task_queues_it_finds_by_their_prefix(settings, monkeypatch, caplog):
+    """Django: an empty ``QUEUES`` makes any queue name valid. The worker ran 'default' alone, so a
+    task enqueued to another queue stayed READY for ever. It now runs the queues with the backend's
+    prefix there are at its start, and finds those made while it runs."""
+    import threading
+
+    from forqapp.tasks.discovery import queue_finder
+    from forqapp.worker import runner
+
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": [],
+                                  "OPTIONS": {"queue_prefix": "tq-"}}}
+    first = tasks.add.using(queue_name="queue-2").enqueue(1, 2)
+    assert Worker(with_consumers({}), burst=True, start_jitter=0).run() == {"ack": 1}
+    assert tasks.add.get_result(first.id).status == TaskResultStatus.SUCCESSFUL
+    assert sorted(with_consumers({})) == ["tq-default", "tq-queue-2"]
+    # A worker that runs already finds a queue made after its start.
+    monkeypatch.setattr(runner, "FIND_QUEUES_S", 0.05)
+    worker = Worker(with_consumers({}), start_jitter=0, find_queues=queue_finder())
+    thread = threading.Thread(target=worker.run, daemon=True)
+    with caplog.at_level(logging.INFO, logger="forqapp.worker"):
+        thread.start()
+        try:
+            later = tasks.add.using(queue_name="made-later").enqueue(2, 3)
+            deadline = time.monotonic() + 10
+            while tasks.add.get_result(later.id).status != TaskResultStatus.SUCCESSFUL:
+                assert time.monotonic() < deadline, tasks.add.get_result(later.id).status
+                time.sleep(0.05)
+        finally:
+            worker.stop()
+            thread.join(10)
+    assert "tq-made-later" in worker.queues
+    assert any("new task queue(s) tq-made-later" in r.getMessage() for r in caplog.records)
+
+
+def test_with_queues_empty_and_no_prefix_the_check_and_the_enqueue_say_what_runs(settings, caplog):
+    """Without a prefix a task queue cannot be told from any other: the worker runs 'default'
+    alone; the check warns (W065), and the first enqueue to another queue says so in the log."""
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": []}}
+    assert [p.id for p in task_backends["default"].check()] == ["forqapp.W065"]
+    with caplog.at_level(logging.WARNING, logger="forqapp.tasks"):
+        tasks.add.using(queue_name="queue-2").enqueue(1, 2)
+        tasks.add.using(queue_name="queue-2").enqueue(1, 2)
+        tasks.add.enqueue(1, 2)
+    said = [r.getMessage() for r in caplog.records if "forqapp.W065" in r.getMessage()]
+    assert len(said) == 1 and "'queue-2'" in said[0]
+    assert sorted(with_consumers({})) == ["default"]
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": [],
+                                  "OPTIONS": {"queue_prefix": "t-"}}}
+    assert task_backends["default"].check() == []

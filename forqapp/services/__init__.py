@@ -44,6 +44,7 @@ from .queues import (
     list_queues,
     purge,
     queue_info,
+    queue_names,
     requeue,
 )
 from .settle import (
@@ -85,7 +86,7 @@ __all__ = [
     "due_counts", "extend", "fail", "forget_policies", "group_info", "health", "healthy", "in_flight_counts", "lease_holder",
     "list_queues", "login_blocked_until", "login_failed", "move_expired_to_dlq", "move_failed_to_dlq",
     "nack", "nack_delivery", "nack_many", "now_ms", "optimize_database", "peek", "policy", "publish_sink_batch", "publish_staged",
-    "purge", "queue_depths", "queue_info", "ready_group_counts", "receive", "receive_many", "recover_stale", "release",
+    "purge", "queue_depths", "queue_info", "queue_names", "ready_group_counts", "receive", "receive_many", "recover_stale", "release",
     "release_lease", "release_many", "requeue", "run_async", "send", "send_entries", "send_many",
     "settle_many", "snapshot_bounds", "snapshot_page", "stage", "startup_problems", "wake_poll_interval",
     "wake_version", "start_move", "list_moves", "move_info", "cancel_move", "run_moves", "jobs_running", "dead_letter_sources",

@@ -19,6 +19,7 @@ apps load.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from functools import cached_property
 from inspect import iscoroutinefunction
@@ -42,6 +43,7 @@ from .messages import TaskArgumentsError, encode, round_trip, task_time_ms, unix
 from .retrying import RetryPolicyError, backend_retries, own_retries
 
 DEFAULT_RESULT_RETENTION_S = 7 * 86_400
+logger = logging.getLogger(__name__)
 OPTION_NAMES = ("queue_prefix", "result_retention", "max_attempts", "backoff")
 
 
@@ -54,6 +56,7 @@ class ForqBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict) -> None:
         super().__init__(alias, params)
         self.queue_prefix = str(self.options.get("queue_prefix", ""))
+        self._said_unrun: set[str] = set()
 
     # -- names -------------------------------------------------------------------------------
 
@@ -61,9 +64,22 @@ class ForqBackend(BaseTaskBackend):
         """The forqapp queue of the task queue ``queue_name``."""
         return self.queue_prefix + queue_name
 
-    def forq_queues(self) -> list[str]:
-        """The forqapp queues the worker runs for this backend (its ``QUEUES``)."""
-        return sorted(self.forq_queue(q) for q in (self.queues or {DEFAULT_TASK_QUEUE_NAME}))
+    @property
+    def any_queue(self) -> bool:
+        """Whether ``QUEUES`` is empty: any task queue name is valid (the framework's rule), so the
+        worker finds this backend's queues in the database (:meth:`forq_queues`)."""
+        return not self.queues
+
+    def forq_queues(self, existing: Iterable[str] = ()) -> list[str]:
+        """The forqapp queues the worker runs for this backend: its ``QUEUES``; with none listed,
+        ``default`` and those of ``existing`` (the queues there are) that carry its
+        ``queue_prefix`` (not their DLQs). Without a prefix, ``default`` alone: a task queue
+        could not be told from any other queue (check W065)."""
+        if self.queues:
+            return sorted(self.forq_queue(q) for q in self.queues)
+        found = {q for q in existing if self.queue_prefix and q.startswith(self.queue_prefix)
+                 and len(q) > len(self.queue_prefix) and not vocab.is_dlq(q)}
+        return sorted(found | {self.forq_queue(DEFAULT_TASK_QUEUE_NAME)})
 
     def _queue_problem(self, queue_name: object, *, prefixed: bool = True) -> str | None:
         """What is wrong with the task queue ``queue_name`` (None: nothing); ``prefixed=False``
@@ -135,6 +151,11 @@ class ForqBackend(BaseTaskBackend):
                 f"(got {retention!r})", id="forqapp.E062"))
         if self._options_problem:
             messages.append(checks.Error(self._options_problem, id="forqapp.E063"))
+        if self.any_queue and not self.queue_prefix:
+            messages.append(checks.Warning(
+                f"TASKS[{self.alias!r}]: QUEUES is empty (any queue name is valid) and queue_prefix is '': "
+                "forq_worker cannot tell this backend's task queues from other queues, so it runs 'default' only",
+                hint="List the queues in QUEUES, or give OPTIONS a queue_prefix (e.g. 'tasks-')", id="forqapp.W065"))
         return messages
 
     @property
@@ -145,6 +166,12 @@ class ForqBackend(BaseTaskBackend):
         self.validate_task(task)
         if problem := self._queue_problem(task.queue_name) or self._options_problem:
             raise InvalidTaskError(problem)  # the backend's settings (see validate_task)
+        if self.any_queue and not self.queue_prefix and task.queue_name != DEFAULT_TASK_QUEUE_NAME \
+                and task.queue_name not in self._said_unrun:
+            self._said_unrun.add(task.queue_name)  # (once per queue and process)
+            logger.warning("TASKS[%r]: task queue %r is not in QUEUES, and with QUEUES empty and no queue_prefix "
+                           "forq_worker runs 'default' only: list it in QUEUES or give a queue_prefix (forqapp.W065)",
+                           self.alias, task.queue_name)
         group = task_group(task, args, kwargs)  # from the call's own arguments (@group_by)
         text, args, kwargs = round_trip(args, kwargs)
         now = services.now_ms()

@@ -45,6 +45,16 @@ def with_consumers(consumers: dict[str, Any]) -> dict[str, Any]:
     return add_runners(consumers)
 
 
+def queue_finder() -> Any:
+    """For ``forq_worker``: a callable giving the task runners of queues made since it started
+    (``known``: the queues it runs), when a ``ForqBackend`` lists no ``QUEUES``; else None."""
+    if not uses_forq_backend():
+        return None
+    from .running import finds_queues, new_runners
+
+    return new_runners if finds_queues() else None
+
+
 def backend_problems() -> list[Any]:
     """The ``check()`` of every ``ForqBackend``, for forqapp's system checks, when neither Django 6
     (``django.tasks`` runs every backend's check) nor the backport's app (``"django_tasks"`` in

@@ -37,6 +37,7 @@ import secrets
 import socket
 import threading
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from inspect import iscoroutinefunction
 from typing import Any
@@ -49,6 +50,7 @@ from ..errors import ForqError
 from ..services.db import database_errors
 from .backend import ForqBackend
 from .compat import (
+    DEFAULT_TASK_QUEUE_NAME,
     TaskContext,
     TaskError,
     TaskResultDoesNotExist,
@@ -423,13 +425,21 @@ def forq_backends() -> list[ForqBackend]:
     return out
 
 
-def runners() -> dict[str, TaskRunner]:
+def runners(existing: list[str] | None = None) -> dict[str, TaskRunner]:
     """{forqapp queue: its runner} for every queue of every ``ForqBackend`` (what ``forq_worker``
-    runs beside the consumers). Two backends on one forqapp queue are refused."""
+    runs beside the consumers): the queues each lists in ``QUEUES``, and for one that lists none
+    (any queue name valid) the queues with its prefix there are now (``existing``: read when not
+    given). Two backends on one listed forqapp queue are refused; a found queue another backend
+    lists is that backend's."""
+    backends = forq_backends()
+    if existing is None and any(b.any_queue for b in backends):
+        existing = services.queue_names()
     out: dict[str, TaskRunner] = {}
-    for backend in forq_backends():
-        for queue in backend.forq_queues():
+    for backend in sorted(backends, key=lambda b: b.any_queue):  # (the listed queues first)
+        for queue in backend.forq_queues(existing or ()):
             if queue in out:
+                if backend.any_queue and queue != backend.forq_queue(DEFAULT_TASK_QUEUE_NAME):
+                    continue  # found by its prefix, but listed by another backend
                 raise ImproperlyConfigured(
                     f"TASKS: backends {out[queue].backend.alias!r} and {backend.alias!r} both use the forqapp queue "
                     f"{queue!r} (give one a queue_prefix)")
@@ -437,11 +447,26 @@ def runners() -> dict[str, TaskRunner]:
     return out
 
 
+def finds_queues() -> bool:
+    """Whether a ``ForqBackend`` lists no ``QUEUES``: the worker then looks for its new queues as
+    it runs (:func:`new_runners`)."""
+    return any(b.any_queue for b in forq_backends())
+
+
+def new_runners(known: Iterable[str]) -> dict[str, TaskRunner]:
+    """The runners of task queues made since the worker started (a backend with no ``QUEUES``: a
+    task enqueued to a new queue name), but for the ``known`` queues (the worker's own, consumers
+    too)."""
+    known = set(known)
+    return {q: r for q, r in runners().items() if q not in known and r.backend.any_queue}
+
+
 def with_consumers(consumers: dict[str, Any]) -> dict[str, Any]:
     """``consumers`` (queue → ``@forqapp.consumer``) and the task runners, refusing a queue that
-    has both."""
+    has both (a queue a backend without ``QUEUES`` found by its prefix is the consumer's)."""
     tasks = runners()
-    both = sorted(set(tasks) & set(consumers))
+    both = sorted(q for q in set(tasks) & set(consumers)
+                  if not tasks[q].backend.any_queue or q == tasks[q].backend.forq_queue(DEFAULT_TASK_QUEUE_NAME))
     if both:
         raise ImproperlyConfigured(f"queue(s) {', '.join(both)} have a @forqapp.consumer and are task queues too")
-    return {**consumers, **tasks}
+    return {**tasks, **consumers}

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, close_old_connections, connections, reset_queries
@@ -42,6 +43,7 @@ logger = logging.getLogger("forqapp.worker")
 
 ACK, NACK, FAIL, DEFER = "ack", "nack", "fail", "defer"
 REPORT_EVERY_S = 10.0
+FIND_QUEUES_S = 5.0  # how often a worker with find_queues looks for new queues
 IDLE_WAIT_S = 1.0  # longest sleep on the notifier with nothing in flight
 BUSY_WAIT_S = 0.01  # sleep between result checks while handlers run and the queues are empty
 THROTTLED_WAIT_S = 0.05  # --burst: the wait for a slot of a queue whose limits hold due messages back
@@ -72,11 +74,16 @@ class Worker:
         using: str | None = None,
         report_every: float = REPORT_EVERY_S,
         start_jitter: float | None = None,
+        find_queues: Callable[[Iterable[str]], dict[str, Consumer]] | None = None,
     ):
         if not consumers:
             raise ValueError("a worker needs at least one consumer")
         self.consumers = consumers
         self.queues = list(consumers)
+        # New queues to run, looked for every FIND_QUEUES_S: a task backend that lists no QUEUES
+        # takes any queue name, and a task enqueued to a new one must not wait for a restart.
+        self._find_queues = find_queues
+        self._found_at = time.monotonic()
         self.concurrency = concurrency
         self.prefetch = max(concurrency, prefetch or concurrency)
         self.burst = burst
@@ -146,6 +153,7 @@ class Worker:
         try:
             while True:
                 reset_queries()
+                self._look_for_queues()
                 self._settle(self._drain_results())
                 self._heartbeat()
                 clock.keep_in_step(self.using)  # the database's clock, measured again each minute
@@ -194,6 +202,23 @@ class Worker:
         finally:
             self._shutdown()
         return dict(self._counts)
+
+    def _look_for_queues(self) -> None:
+        """Add the queues ``find_queues`` gives that this worker does not run yet (every
+        :data:`FIND_QUEUES_S`)."""
+        if self._find_queues is None or time.monotonic() - self._found_at < FIND_QUEUES_S:
+            return
+        self._found_at = time.monotonic()
+        try:
+            found = self._find_queues(list(self.consumers))
+        except database_errors():
+            self._database_trouble("looking for new task queues")
+            return
+        found = {q: c for q, c in found.items() if q not in self.consumers}
+        if found:
+            self.consumers.update(found)
+            self.queues = list(self.consumers)
+            logger.info("forq_worker: new task queue(s) %s: running them too", ", ".join(sorted(found)))
 
     def _claims_left(self) -> int | float:
         if self.max_messages is None:

@@ -14,7 +14,7 @@ from ... import validation
 from ...errors import ForqError
 from ...server import process
 from ...server.schema import database_problem
-from ...tasks.discovery import with_consumers
+from ...tasks.discovery import queue_finder, with_consumers
 from ...worker.consumers import registry
 from ...worker.jobs import Scheduler
 from ...worker.runner import Worker
@@ -107,6 +107,8 @@ class Command(BaseCommand):
             prefetch=options["prefetch"],
             burst=options["burst"],
             max_messages=options["max_messages"],
+            # (queues named on the command line: those alone; else new task queues too)
+            find_queues=None if options["queues"] else queue_finder(),
         )
         worker.install_signal_handlers()
         scheduler = _start_scheduler(options)
@@ -130,7 +132,9 @@ class Command(BaseCommand):
         child_options = {k: v for k, v in options.items() if k not in NOT_FOR_CHILDREN}
         supervisor = process.Supervisor()
         for i in range(options["processes"]):
-            supervisor.start_command(f"worker-{i}", "forq_worker", child_options, args=queues, ignore_sigint=True)
+            # (the queues named here, else none: each child runs every queue, and finds new task queues)
+            supervisor.start_command(f"worker-{i}", "forq_worker", child_options, args=options["queues"] or [],
+                                     ignore_sigint=True)
         scheduler = _start_scheduler(options)
         if scheduler is not None:
             supervisor.on_first_signal(scheduler.stop)
