@@ -72,7 +72,8 @@ def test_all_passed_or_skipped_exits_0_with_the_time_of_each():
 def test_make_test_runs_its_phases_through_the_summary():
     script = (ROOT / "scripts" / "test.sh").read_text()
     names = re.findall(r'^phase "([^"]+)"', script, flags=re.M)
-    assert names == ["install requirements-dev.txt", "system packages (Java, Chromium)", "ruff", "mypy",
+    assert names == ["install requirements-dev.txt", "system packages (Java, Chromium)",
+                     "JavaScript SDKs (npm ci in tests/js)", "ruff", "mypy",
                      "docs (mkdocs build --strict)", "migrations match the models", "tests on SQLite", "tests under Django 6",
                      "SQS on the query protocol (boto3 1.28.80)", "tests on PostgreSQL",
                      "network rehearsal (tests/test_rehearsal.py)"]
