@@ -5,15 +5,9 @@
 //   optional: AWS_REGION (default us-east-1), SQS_ACCESS_KEY_ID (default forq-root), SQS_ACCOUNT_ID
 //   (default 000000000000). It prints "ok" and exits 0 when every assertion holds (exit 1: some failed).
 const AWS = require(process.env.AWS_SDK_MODULE || "aws-sdk");
-const { md5OfAttributes, md5 } = require("./md5attrs.cjs");
+const { md5OfAttributes, md5, checker, settings } = require("./common.cjs");
 
-const endpoint = process.argv[2];
-if (!endpoint) { console.error("usage: node sqs-v2.js <endpoint-url>"); process.exit(2); }
-const secret = process.env.FORQ_AUTH_SECRET;
-if (!secret) { console.error("FORQ_AUTH_SECRET must be set"); process.exit(2); }
-const region = process.env.AWS_REGION || "us-east-1";
-const accessKeyId = process.env.SQS_ACCESS_KEY_ID || "forq-root";
-const account = process.env.SQS_ACCOUNT_ID || "000000000000";
+const { endpoint, secret, region, accessKeyId, account } = settings("sqs-v2.js");
 const base = endpoint.replace(/\/$/, "");
 
 function mkClient(secretAccessKey, keyId = accessKeyId) {
@@ -25,28 +19,7 @@ const protocol = sqs.api.protocol; // "json" or "query"
 const hasSysNames = !!sqs.api.operations.receiveMessage.input.members.MessageSystemAttributeNames;
 console.log(`aws-sdk ${AWS.VERSION}, protocol ${protocol}`);
 
-let failures = 0;
-function check(cond, label, detail) {
-  if (cond) { console.log("  pass:", label); return true; }
-  failures++;
-  console.log("  FAIL:", label, detail === undefined ? "" : "-> " + (typeof detail === "string" ? detail : JSON.stringify(detail)));
-  return false;
-}
-function canon(v) {
-  if (Array.isArray(v)) return v.map(canon);
-  if (v && typeof v === "object" && !Buffer.isBuffer(v)) return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canon(v[k])]));
-  return v;
-}
-function eq(actual, expected, label) {
-  return check(JSON.stringify(canon(actual)) === JSON.stringify(canon(expected)), label, { actual, expected });
-}
-async function step(name, fn) {
-  console.log("[" + name + "]");
-  try { await fn(); } catch (e) {
-    failures++;
-    console.log("  FAIL: " + name + " threw", e.code, e.message, e.statusCode, e.requestId);
-  }
-}
+const { check, eq, step, failures } = checker((e) => [e.code, e.message, e.statusCode, e.requestId]);
 // exp.code: accepted error.code values (the query-protocol code: on the JSON protocol the SDK takes it from
 // the x-amzn-query-error header); exp.name: error.name expected on the JSON protocol (the shape's name).
 async function expectError(promise, exp, label) {
@@ -338,6 +311,6 @@ const urls = {};
       { code: ["InvalidClientTokenId", "UnrecognizedClientException"], status: 403 }, "unknown access key id");
   });
 
-  if (failures) { console.log(`${failures} assertion(s) failed`); process.exit(1); }
+  if (failures()) { console.log(`${failures()} assertion(s) failed`); process.exit(1); }
   console.log("ok");
 })();

@@ -12,15 +12,9 @@ import {
   InvalidAttributeValue, PurgeQueueInProgress, paginateListQueues, SQSServiceException,
 } from "@aws-sdk/client-sqs";
 const require = createRequire(import.meta.url);
-const { md5OfAttributes, md5 } = require("./md5attrs.cjs");
+const { md5OfAttributes, md5, checker, settings } = require("./common.cjs");
 
-const endpoint = process.argv[2];
-if (!endpoint) { console.error("usage: node sqs-v3.mjs <endpoint-url>"); process.exit(2); }
-const secret = process.env.FORQ_AUTH_SECRET;
-if (!secret) { console.error("FORQ_AUTH_SECRET must be set"); process.exit(2); }
-const region = process.env.AWS_REGION || "us-east-1";
-const accessKeyId = process.env.SQS_ACCESS_KEY_ID || "forq-root";
-const account = process.env.SQS_ACCOUNT_ID || "000000000000";
+const { endpoint, secret, region, accessKeyId, account } = settings("sqs-v3.mjs");
 
 function mkClient(secretAccessKey) {
   const c = new SQSClient({ endpoint, region, credentials: { accessKeyId, secretAccessKey }, maxAttempts: 1 });
@@ -28,28 +22,8 @@ function mkClient(secretAccessKey) {
 }
 const sqs = mkClient(secret);
 
-let failures = 0;
-function check(cond, label, detail) {
-  if (cond) { console.log("  pass:", label); return true; }
-  failures++;
-  console.log("  FAIL:", label, detail === undefined ? "" : "-> " + (typeof detail === "string" ? detail : JSON.stringify(detail)));
-  return false;
-}
-function canon(v) {
-  if (Array.isArray(v)) return v.map(canon);
-  if (v && typeof v === "object" && !(v instanceof Uint8Array)) return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canon(v[k])]));
-  return v;
-}
-function eq(actual, expected, label) {
-  return check(JSON.stringify(canon(actual)) === JSON.stringify(canon(expected)), label, { actual, expected });
-}
-async function step(name, fn) {
-  console.log("[" + name + "]");
-  try { await fn(); } catch (e) {
-    failures++;
-    console.log("  FAIL: " + name + " threw", e.name, e.message, e.$metadata ? JSON.stringify(e.$metadata) : "");
-  }
-}
+const { check, eq, step, failures } = checker(
+  (e) => [e.name, e.message, e.$metadata ? JSON.stringify(e.$metadata) : ""]);
 async function expectError(promise, exp, label) {
   try {
     const r = await promise;
@@ -439,5 +413,5 @@ await step("Wrong credentials", async () => {
     { names: ["InvalidClientTokenId", "UnrecognizedClientException"], status: 403 }, "unknown access key id");
 });
 
-if (failures) { console.log(`${failures} assertion(s) failed`); process.exit(1); }
+if (failures()) { console.log(`${failures()} assertion(s) failed`); process.exit(1); }
 console.log("ok");
