@@ -151,6 +151,10 @@ FORQ_API_WORKERS = env_optional_int("FORQ_API_WORKERS")  # None: 1 on SQLite, 2 
 FORQ_DB_THREADS = env_int("FORQ_DB_THREADS", 0) or None  # None: 1 on SQLite, 4 on PostgreSQL
 FORQ_LONG_POLL_SECONDS = env_int("FORQ_LONG_POLL_SECONDS", 30)
 FORQ_WORKER_START_JITTER_MS = env_int("FORQ_WORKER_START_JITTER_MS", 500)
+# The throttle of wrong API keys per client address (a test suite of wrong keys may want it looser).
+FORQ_AUTH_MAX_FAILURES = env_int("FORQ_AUTH_MAX_FAILURES", 5)
+FORQ_AUTH_FAILURE_WINDOW_S = env_int("FORQ_AUTH_FAILURE_WINDOW_S", 60)
+FORQ_AUTH_BLOCK_S = env_int("FORQ_AUTH_BLOCK_S", 60)
 FORQ_UI_URLCONF = "project.urls_ui"  # the UI listener: admin and UI pages, no API
 
 LOGGING = {

@@ -91,3 +91,19 @@ def test_listener_addresses_fall_back_to_the_environment(settings, monkeypatch):
     assert (forq_settings.FORQ_API_ADDR, forq_settings.FORQ_UI_ADDR) == ("127.0.0.1:8090", ":8091")
     settings.FORQ_API_ADDR = "localhost:9000"  # settings win
     assert forq_settings.FORQ_API_ADDR == "localhost:9000"
+
+
+def test_the_demo_project_reads_the_api_key_throttle_from_the_environment():
+    """A client test suite run against ``make run`` checks wrong keys on purpose: the throttle's
+    settings come from the environment there as the other demo-project settings do."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORQ_", "DJANGO_", "DATABASE_URL"))}
+    env.update(DJANGO_SETTINGS_MODULE="project.settings", FORQ_AUTH_SECRET="x" * 32, FORQ_AUTH_MAX_FAILURES="50",
+               FORQ_AUTH_FAILURE_WINDOW_S="10", FORQ_AUTH_BLOCK_S="5", FORQ_DB_PATH=":memory:")
+    code = ("import django; django.setup(); from forqapp.conf import forq_settings as s; "
+            "print(s.FORQ_AUTH_MAX_FAILURES, s.FORQ_AUTH_FAILURE_WINDOW_S, s.FORQ_AUTH_BLOCK_S)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout.split()) == (0, ["50", "10", "5"]), out.stderr
