@@ -53,6 +53,15 @@ def missing(name: str) -> SqsError:
     return SqsError("MissingParameter", f"The request must contain the parameter {name}.")
 
 
+def malformed(why: str) -> SqsError:
+    """``MalformedQueryString``: the query protocol's parameters (a form or a query string) are no form."""
+    return SqsError("MalformedQueryString", f"The request's parameters are not a valid form: {why}")
+
+
+def given_twice(name: str) -> SqsError:
+    return malformed(f"the parameter {name[:100]} is given more than once")
+
+
 def request_id() -> str:
     return str(uuid.uuid4())
 

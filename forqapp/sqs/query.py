@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
 
-from .protocol import SqsError, request_id
+from .protocol import SqsError, given_twice, malformed, request_id
 
 CONTENT_TYPE = "application/x-www-form-urlencoded"
 XML_CONTENT_TYPE = "text/xml"
@@ -86,10 +86,6 @@ def _member_name(shape: dict[str, Any], member: str) -> str:
 # --- requests: form parameters -> the JSON protocol's dict --------------------------------------
 
 
-def _malformed(why: str) -> SqsError:
-    return SqsError("MalformedQueryString", f"The request's parameters are not a valid form: {why}")
-
-
 def form(data: bytes | str) -> dict[str, str]:
     """The parameters of a form-encoded body or a query string (UTF-8, percent-encoded), but the
     signature's own (:data:`AUTH_PARAMETERS`); a name given twice, bytes that are not UTF-8 or
@@ -99,14 +95,14 @@ def form(data: bytes | str) -> dict[str, str]:
         pairs = parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="strict",
                           max_num_fields=MAX_FIELDS)
     except UnicodeDecodeError:
-        raise _malformed("it is not UTF-8") from None
+        raise malformed("it is not UTF-8") from None
     except ValueError:
-        raise _malformed(f"more than {MAX_FIELDS} parameters") from None
+        raise malformed(f"more than {MAX_FIELDS} parameters") from None
     out: dict[str, str] = {}
     seen: set[str] = set()
     for name, value in pairs:
         if name in out or name in seen:
-            raise _malformed(f"the parameter {name[:100]} is given more than once")
+            raise given_twice(name)
         if name in AUTH_PARAMETERS:
             seen.add(name)
             continue
@@ -118,7 +114,7 @@ def merged(in_url: dict[str, str], in_body: dict[str, str]) -> dict[str, str]:
     """The parameters of the query string and of the body, together (a name in both is refused)."""
     both = in_url.keys() & in_body.keys()
     if both:
-        raise _malformed(f"the parameter {min(both)[:100]} is given more than once")
+        raise given_twice(min(both))
     return {**in_url, **in_body}
 
 

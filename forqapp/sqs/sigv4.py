@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from .protocol import SqsError
+from .protocol import SqsError, given_twice
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW_S = 15 * 60
@@ -57,8 +57,7 @@ def query_parameters(query: str) -> dict[str, str]:
         name = unquote(name)
         if name.startswith("X-Amz-"):
             if name in out:
-                raise SqsError("MalformedQueryString", "The request's parameters are not a valid form: the "
-                               f"parameter {name[:100]} is given more than once")
+                raise given_twice(name)
             out[name] = unquote(value.replace("+", " "))
     return out
 

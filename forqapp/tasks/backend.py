@@ -70,6 +70,11 @@ class ForqBackend(BaseTaskBackend):
         worker finds this backend's queues in the database (:meth:`forq_queues`)."""
         return not self.queues
 
+    def lists(self, forq_queue: str) -> bool:
+        """Whether this backend runs ``forq_queue`` because its ``QUEUES`` say so (or it is the
+        default one of an empty ``QUEUES``), not because its prefix found it there."""
+        return not self.any_queue or forq_queue == self.forq_queue(DEFAULT_TASK_QUEUE_NAME)
+
     def forq_queues(self, existing: Iterable[str] = ()) -> list[str]:
         """The forqapp queues the worker runs for this backend: its ``QUEUES``; with none listed,
         ``default`` and those of ``existing`` (the queues there are) that carry its

@@ -50,7 +50,6 @@ from ..errors import ForqError
 from ..services.db import database_errors
 from .backend import ForqBackend
 from .compat import (
-    DEFAULT_TASK_QUEUE_NAME,
     TaskContext,
     TaskError,
     TaskResultDoesNotExist,
@@ -438,7 +437,7 @@ def runners(existing: list[str] | None = None) -> dict[str, TaskRunner]:
     for backend in sorted(backends, key=lambda b: b.any_queue):  # (the listed queues first)
         for queue in backend.forq_queues(existing or ()):
             if queue in out:
-                if backend.any_queue and queue != backend.forq_queue(DEFAULT_TASK_QUEUE_NAME):
+                if not backend.lists(queue):
                     continue  # found by its prefix, but listed by another backend
                 raise ImproperlyConfigured(
                     f"TASKS: backends {out[queue].backend.alias!r} and {backend.alias!r} both use the forqapp queue "
@@ -458,15 +457,14 @@ def new_runners(known: Iterable[str]) -> dict[str, TaskRunner]:
     task enqueued to a new queue name), but for the ``known`` queues (the worker's own, consumers
     too)."""
     known = set(known)
-    return {q: r for q, r in runners().items() if q not in known and r.backend.any_queue}
+    return {q: r for q, r in runners().items() if q not in known and not r.backend.lists(q)}
 
 
 def with_consumers(consumers: dict[str, Any]) -> dict[str, Any]:
     """``consumers`` (queue → ``@forqapp.consumer``) and the task runners, refusing a queue that
     has both (a queue a backend without ``QUEUES`` found by its prefix is the consumer's)."""
     tasks = runners()
-    both = sorted(q for q in set(tasks) & set(consumers)
-                  if not tasks[q].backend.any_queue or q == tasks[q].backend.forq_queue(DEFAULT_TASK_QUEUE_NAME))
+    both = sorted(q for q in set(tasks) & set(consumers) if tasks[q].backend.lists(q))
     if both:
         raise ImproperlyConfigured(f"queue(s) {', '.join(both)} have a @forqapp.consumer and are task queues too")
     return {**tasks, **consumers}
