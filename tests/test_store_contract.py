@@ -745,6 +745,19 @@ def test_purge_deletes_every_message_of_the_queue_but_its_dlq(st):
     assert st.queue_get("purge") is not None  # the queue stays
 
 
+def test_purge_with_now_deletes_only_what_no_consumer_holds(st):
+    put(st, "unheld", 5)
+    put(st, "unheld", due=NOW + HOUR)  # delayed: nobody holds it
+    held_a, held_b, failed = take(st, "unheld", NOW, 3, vis=1_000)
+    st.fail("unheld", failed.id, failed.receipt, NOW)
+    (dead,) = put(st, "unheld-dlq", is_dlq=True)
+    assert st.purge("unheld", NOW + 500) == 3  # the two ready and the delayed one; the leases are live
+    left = set(Message.objects.values_list("id", flat=True))
+    assert left == {held_a.id, held_b.id, failed.id, dead}
+    assert st.purge("unheld", NOW + 1_000) == 2  # their leases over: nobody holds them any more
+    assert set(Message.objects.values_list("id", flat=True)) == {failed.id, dead}  # failed stays
+
+
 def test_queue_counts_by_state(st):
     assert st.queue_counts("counts", NOW) == QueueCounts(0, 0, 0, 0, 0)
     put(st, "counts", 5)

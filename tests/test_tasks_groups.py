@@ -36,6 +36,15 @@ def test_the_group_comes_from_the_named_argument_positional_or_keyword():
 
 def test_a_function_names_the_group_and_forq_task_takes_group_by():
     assert group_of(tasks.mail_tenant.enqueue("t1", subject="hi")) == "tenant:t1"
+    assert group_of(tasks.send_invoice.enqueue(5, invoice_id=9)) == "customer-5"
+    assert group_of(tasks.send_invoice.enqueue(6, 10)) == "customer-6"
+
+
+def test_a_group_function_that_does_not_take_the_call_is_refused_at_enqueue_and_nothing_is_sent():
+    # mail_tenant's function takes (tenant, **kwargs): the subject given by position does not fit it
+    with pytest.raises(InvalidTaskError, match="does not take the task's arguments"):
+        tasks.mail_tenant.enqueue("t1", "hi")
+    assert not Message.objects.exists()
 
 
 def test_a_task_taking_its_context_is_grouped_by_its_own_arguments():

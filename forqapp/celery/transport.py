@@ -201,7 +201,8 @@ class Channel(virtual.Channel):
         return counts.get("ready", 0) + counts.get("delayed", 0)
 
     def _purge(self, queue: str) -> int:
-        return services.purge(queue_name(queue), using=self.using)
+        # kombu's purge removes the ready messages: the tasks workers hold run on and are acked.
+        return services.purge(queue_name(queue), ready_only=True, using=self.using)
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
         services.delete_queue(queue_name(queue), using=self.using)

@@ -197,10 +197,12 @@ def queue_names(*, using: str | None = None) -> list[str]:
     return [r.name for r in _store(using).queue_list()]
 
 
-def purge(name: str, *, using: str | None = None) -> int:
-    """Delete every message of queue ``name`` (in any state; its DLQ is kept); returns how many."""
+def purge(name: str, *, ready_only: bool = False, using: str | None = None) -> int:
+    """Delete every message of queue ``name`` (in any state; its DLQ is kept); returns how many.
+    ``ready_only``: only the messages no consumer holds (ready, delayed, or under an ended lease),
+    as a broker's purge (Celery's) leaves the ones being worked on."""
     name = validation.queue_name(name, produce=True)
-    n = _store(using).purge(name)
+    n = _store(using).purge(name, base.now_ms() if ready_only else None)
     metrics.cleaned_up("purged", n)
     return n
 

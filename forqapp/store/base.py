@@ -684,8 +684,10 @@ class Store(abc.ABC):
         keeps it); True when it was deleted. Its messages and its DLQ's are never touched."""
 
     @abc.abstractmethod
-    def purge(self, queue: str) -> int:
-        """Delete every message of ``queue`` (in any state; not its DLQ's); returns how many."""
+    def purge(self, queue: str, now: int | None = None) -> int:
+        """Delete every message of ``queue`` (in any state; not its DLQ's); returns how many. With
+        ``now``, only those no consumer holds: ready or delayed, or under a lease ended by ``now``
+        (the live leases and the failed messages stay)."""
 
     def queue_counts(self, queue: str, now: int) -> QueueCounts:
         """``queue``'s messages by state (an expired lease counts as ready), from

@@ -1126,6 +1126,8 @@ AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = %s)"""
 DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue = %s"
 DELETE_QUEUE_DEDUP = "DELETE FROM forq_dedup WHERE queue = %s"
 PURGE = "DELETE FROM messages WHERE queue = %s AND NOT is_dlq"
+PURGE_UNHELD = f"""DELETE FROM messages WHERE queue = %s AND NOT is_dlq
+AND (status = {READY} OR (status = {PROCESSING} AND process_after <= %s))"""
 
 # --- API-key throttle (every process and host shares it) --------------------------------------
 
@@ -1602,8 +1604,10 @@ class PostgreSQLStore(Store):
     def queue_drop_placeholder(self, name: str, last_sequence: int, updated_at: int) -> bool:
         return self._rowcount(QUEUE_DROP_PLACEHOLDER, (name, last_sequence, updated_at, name)) > 0
 
-    def purge(self, queue: str) -> int:
-        return self._rowcount(PURGE, (queue,))
+    def purge(self, queue: str, now: int | None = None) -> int:
+        if now is None:
+            return self._rowcount(PURGE, (queue,))
+        return self._rowcount(PURGE_UNHELD, (queue, now))
 
     # -- wake-ups and health -----------------------------------------------------------------
 

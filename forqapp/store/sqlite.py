@@ -954,6 +954,8 @@ AND NOT EXISTS (SELECT 1 FROM messages WHERE queue = ?)"""
 DELETE_QUEUE_MESSAGES = "DELETE FROM messages WHERE queue = ?"
 DELETE_QUEUE_DEDUP = "DELETE FROM forq_dedup WHERE queue = ?"
 PURGE = "DELETE FROM messages WHERE queue = ? AND is_dlq = 0"
+PURGE_UNHELD = f"""DELETE FROM messages WHERE queue = ? AND is_dlq = 0
+AND (status = {READY} OR (status = {PROCESSING} AND process_after <= ?))"""
 
 # --- API-key throttle (every process and host shares it) --------------------------------------
 
@@ -1891,8 +1893,10 @@ class SQLiteStore(Store):
     def queue_drop_placeholder(self, name: str, last_sequence: int, updated_at: int) -> bool:
         return self._conn().execute(QUEUE_DROP_PLACEHOLDER, (name, last_sequence, updated_at, name)).rowcount > 0
 
-    def purge(self, queue: str) -> int:
-        return self._conn().execute(PURGE, (queue,)).rowcount
+    def purge(self, queue: str, now: int | None = None) -> int:
+        if now is None:
+            return self._conn().execute(PURGE, (queue,)).rowcount
+        return self._conn().execute(PURGE_UNHELD, (queue, now)).rowcount
 
     # -- API-key throttle --------------------------------------------------------------------
 

@@ -42,6 +42,13 @@ class GroupBy:
     def group(self, func: Callable[..., Any], takes_context: bool, args: Any, kwargs: dict[str, Any]) -> str | None:
         """The group of one call, validated (None: none)."""
         if callable(self.key):
+            try:
+                inspect.signature(self.key).bind(*args, **kwargs)
+            except TypeError as exc:
+                raise InvalidTaskError(f"group_by({self.key!r}): the function does not take the task's arguments: "
+                                       f"{exc}") from None
+            except ValueError:  # a callable with no signature to read: called as it is
+                pass
             value = self.key(*args, **kwargs)
         else:
             try:

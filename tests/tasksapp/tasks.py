@@ -170,6 +170,12 @@ def mail_tenant(tenant, subject=""):
     _log("mail_tenant", tenant=tenant, subject=subject)
 
 
+# The docs' form: a function of every argument, positional or named, as the task is called.
+@forq_task(queue_name="other", group_by=lambda customer_id, *args, **kwargs: f"customer-{customer_id}")
+def send_invoice(customer_id, invoice_id):
+    _log("send_invoice", customer_id=customer_id, invoice_id=invoice_id)
+
+
 @task(takes_context=True)
 @group_by("account")
 def with_context_grouped(context, account=None):
