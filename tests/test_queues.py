@@ -734,6 +734,73 @@ def test_declare_queue_makes_the_policy_exactly_the_given_fields(clock):
     assert services.declare_queue("decl", {"visibility_timeout": 5}).overrides == info.overrides  # idempotent
 
 
+def test_declaring_a_queue_keeps_it_paused_unless_the_declaration_says_paused(clock):
+    forqapp.configure_queue("held", paused=True)  # staff paused it
+    assert services.declare_queue("held", {"max_attempts": 2}).paused  # a deploy's migrate keeps it so
+    assert not services.declare_queue("held", {"max_attempts": 2, "paused": False}).paused
+    assert services.declare_queue("held", {"paused": True}).paused
+
+
+DECLARED = {
+    "mails": {"max_attempts": 3, "backoff": {"base_ms": 1000, "max_ms": 60000, "jitter": 0.2},
+              "visibility_timeout": 30, "retention": timedelta(days=2), "dedup_window": 600, "ordering": "lifo",
+              "max_length": 1000, "max_in_flight": 5, "rate": "10/s", "group_concurrency": 1,
+              "group_rate": "5/s", "dead_letter_queue": "mails-dlq"},
+    "thumbs": {"backoff": [100, 200], "dead_letter_queue": "mails"},
+}
+
+
+def test_undeclared_names_the_queues_whose_stored_policy_is_not_their_declaration(clock):
+    assert services.undeclared(DECLARED) == ["mails", "thumbs"]  # no rows yet
+    for name, fields in DECLARED.items():
+        services.declare_queue(name, fields)
+    assert services.undeclared(DECLARED) == []  # every field stored as declared reads back equal
+    forqapp.configure_queue("mails", paused=True)  # staff's pause is not the declaration's business
+    assert services.undeclared(DECLARED) == []
+    forqapp.configure_queue("thumbs", max_attempts=9)  # a field the declaration leaves to the defaults
+    assert services.undeclared(DECLARED) == ["thumbs"]
+    changed = {**DECLARED, "mails": {**DECLARED["mails"], "group_rate": "6/s"}}
+    assert services.undeclared(changed) == ["mails", "thumbs"]
+    assert services.undeclared({"mails": {**DECLARED["mails"], "paused": False}}) == ["mails"]
+    assert services.undeclared({"bad": {"max_attempts": -1}}) == []  # invalid: E050's to say
+
+
+def test_forq_queues_list_says_when_forq_queues_is_not_applied(clock):
+    import io
+
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    err = io.StringIO()
+    with override_settings(FORQ_QUEUES=DECLARED):
+        call_command("forq_queues", stdout=io.StringIO(), stderr=err)
+        assert "FORQ_QUEUES is not what the database holds for mails, thumbs: run manage.py forq_queues apply" \
+            in err.getvalue()
+        call_command("forq_queues", "apply", stdout=io.StringIO())
+        err = io.StringIO()
+        call_command("forq_queues", stdout=io.StringIO(), stderr=err)
+    assert err.getvalue() == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forq_worker_says_when_forq_queues_is_not_applied():
+    import io
+
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    from forqapp.worker import consumers
+
+    forqapp.consumer("mails")(lambda m: None)
+    try:
+        err = io.StringIO()
+        with override_settings(FORQ_QUEUES={"mails": {"max_attempts": 3}}):
+            call_command("forq_worker", "--burst", verbosity=0, stdout=io.StringIO(), stderr=err)
+    finally:
+        consumers.unregister("mails")
+    assert "forq_worker: FORQ_QUEUES is not what the database holds for mails" in err.getvalue()
+
+
 # --- FORQ_QUEUES ----------------------------------------------------------------------------------
 
 

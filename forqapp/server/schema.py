@@ -1,11 +1,13 @@
 """Is the queue's database ready for forqapp? For commands that would otherwise fail on their first
-query with a traceback (``forq_worker`` or ``forq_jobs`` started before ``migrate``)."""
+query with a traceback (``forq_worker`` or ``forq_jobs`` started before ``migrate``), and does it
+hold what ``FORQ_QUEUES`` declares (a changed setting not applied yet)."""
 
 from __future__ import annotations
 
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
 
+from .. import services
 from ..conf import forq_settings
 from ..models import Message
 
@@ -28,3 +30,19 @@ def database_problem(using: str | None = None) -> str | None:
     if missing:
         return f"the database lacks forqapp migrations ({', '.join(missing)}): run manage.py migrate"
     return None
+
+
+def not_applied(using: str | None = None) -> str | None:
+    """One line naming the queues whose ``FORQ_QUEUES`` entry the database does not hold yet (the
+    setting changed since the last ``migrate``), or None. For the commands that start work."""
+    if not forq_settings.FORQ_QUEUES:
+        return None
+    try:
+        names = services.undeclared(forq_settings.FORQ_QUEUES, using=using)
+    except DatabaseError:
+        return None  # database_problem() says what is wrong
+    if not names:
+        return None
+    return (f"FORQ_QUEUES is not what the database holds for {', '.join(names)}: run manage.py forq_queues apply "
+            "(or migrate) to apply it")
+

@@ -123,18 +123,48 @@ def configure_queue(name: str, change: validation.PolicyChange | None = None, *,
 
 def declare_queue(name: str, fields: dict[str, Any], *, using: str | None = None) -> QueueInfo:
     """Make ``name``'s policy exactly ``fields`` (the others follow the global settings):
-    ``FORQ_QUEUES``' declarative form. Idempotent."""
+    ``FORQ_QUEUES``' declarative form. Idempotent. A queue staff paused stays paused unless
+    ``fields`` says ``paused`` (a deploy's ``migrate`` does not resume it)."""
     name = validation.queue_name(name, produce=True)
     st = _store(using)
     # Not held to FORQ_MAX_QUEUES: the project's own configuration (migrate must not fail because
     # clients made the other queues); its queues count toward the limit, and E050 keeps it within.
-    # A dead_letter_queue may name a queue declared after it (not checked to exist).
+    columns = _declared_columns(st, name, fields)
+    with transaction.atomic(using=st.alias):
+        row = st.queue_get(name)
+        if row is not None and "paused" not in columns:
+            columns["paused"] = row.paused
+        st.queue_put(name, columns, base.now_ms())
+    forget_policies()
+    return queue_info(name, using=st.alias)
+
+
+def _declared_columns(st: Store, name: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The stored columns of ``fields`` declared for queue ``name``. A dead_letter_queue may name a
+    queue declared after it (not checked to exist)."""
     columns = validation.policy(fields)
     if columns.get("dead_letter_queue") is not None:
         columns["dead_letter_queue"] = _dead_letter_queue(st, name, columns["dead_letter_queue"], exists=False)
-    st.queue_put(name, columns, base.now_ms())
-    forget_policies()
-    return queue_info(name, using=st.alias)
+    return columns
+
+
+def undeclared(declared: dict[str, dict[str, Any]], *, using: str | None = None) -> list[str]:
+    """The queues of ``declared`` (``FORQ_QUEUES``' form) whose stored policy is not what
+    :func:`declare_queue` would make it (or that have no row yet): a changed setting not applied."""
+    st = _store(using)
+    names = []
+    for name, fields in declared.items():
+        try:
+            columns = _declared_columns(st, name, dict(fields))
+        except ForqError:  # not a valid declaration: its check (E050) says so
+            continue
+        row = st.queue_get(name)
+        expected = {**dict.fromkeys(POLICY_COLUMNS), **columns}
+        if "paused" not in columns:  # staff's to set (declare_queue keeps it)
+            expected.pop("paused", None)
+        if row is None or any(getattr(row, c) != v for c, v in expected.items()):
+            names.append(name)
+    return names
 
 
 def _dead_letter_queue(st: Store, name: str, target: str, *, exists: bool = True) -> str | None:

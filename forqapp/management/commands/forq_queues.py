@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ... import services
 from ...conf import forq_settings
 from ...errors import ForqError
-from ...server.schema import database_problem
+from ...server.schema import database_problem, not_applied
 from ...services import schedules
 from ..subcommands import add_subcommands
 
@@ -55,6 +55,8 @@ class Command(BaseCommand):
             counts = " ".join(f"{k}={v}" for k, v in q.counts.items())
             own = ", ".join(f"{k}={v}" for k, v in q.overrides.items()) or "global policy"
             self.stdout.write(f"{q.name:24} {'PAUSED ' if q.paused else ''}{counts}  ({own})")
+        if note := not_applied():
+            self.stderr.write(note)
 
 
 def after_migrate(using: str) -> None:

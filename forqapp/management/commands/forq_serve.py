@@ -19,6 +19,7 @@ from django.db.migrations.executor import MigrationExecutor
 from ... import services
 from ...checks import serve_problems
 from ...conf import forq_settings
+from ...server.schema import not_applied
 from ...server.serving import Server, listeners, unbindable
 
 
@@ -77,6 +78,9 @@ class Command(BaseCommand):
         ]
         if problems:
             raise CommandError("cannot start: " + "; ".join(problems))
+        if note := not_applied():
+            self.stderr.write(f"forq_serve: {note}")
+        connections[forq_settings.FORQ_DATABASE].close()  # none open in the processes it forks
         server = Server(where, api_workers=options["api_workers"], ui_workers=options["ui_workers"],
                         jobs=not options["no_jobs"] and forq_settings.FORQ_SERVE_JOBS,
                         verbosity=options["verbosity"], stdout=self.stdout, stderr=self.stderr)

@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ... import validation
 from ...errors import ForqError
 from ...server import process
-from ...server.schema import database_problem
+from ...server.schema import database_problem, not_applied
 from ...tasks.discovery import queue_finder, with_consumers
 from ...worker.consumers import registry
 from ...worker.jobs import Scheduler
@@ -88,6 +88,8 @@ class Command(BaseCommand):
             raise CommandError("; ".join(problems))
         if problem := database_problem():
             raise CommandError(problem)
+        if note := not_applied():
+            self.stderr.write(f"forq_worker: {note}")
         try:
             consumers = with_consumers(registry())  # and the queues of TASKS' forqapp.tasks.ForqBackend
         except ImproperlyConfigured as exc:  # e.g. two consumers for one queue
