@@ -45,4 +45,3 @@ def not_applied(using: str | None = None) -> str | None:
         return None
     return (f"FORQ_QUEUES is not what the database holds for {', '.join(names)}: run manage.py forq_queues apply "
             "(or migrate) to apply it")
-
