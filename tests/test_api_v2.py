@@ -704,6 +704,12 @@ def test_the_key_and_the_size_limit_apply(live_api):
     assert (no_key.status_code, no_key.json()["code"]) == (401, errors.UNAUTHORIZED)
     too_big = call(live_api, "POST", "/queues/q/messages", b'{"content": "' + b"x" * (2 * 1024 * 1024) + b'"}')
     assert (too_big.status_code, too_big.json()["code"]) == (413, errors.CONTENT_EXCEEDS_LIMIT)
+    # v2's refusals from the headers and the body's size carry its message; v1's the code alone
+    assert no_key.json()["message"] == "missing or wrong X-API-Key"
+    assert too_big.json()["message"] == "the body is over the size limit"
+    assert call(live_api, "GET", "/queues/q/messages").json()["message"].startswith("method not allowed")
+    v1_too_big = live_api.client.post("/api/v1/queues/q/messages", content=b"x" * (2 * 1024 * 1024 + 1))
+    assert (v1_too_big.status_code, v1_too_big.json()) == (413, {"code": errors.CONTENT_EXCEEDS_LIMIT})
     for response in (no_key, too_big, call(live_api, "GET", "/queues")):
         assert response.headers["x-content-type-options"] == "nosniff"
 

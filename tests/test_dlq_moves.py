@@ -238,17 +238,22 @@ def test_one_running_move_per_source_and_a_cancel_stops_it_between_batches(clock
     assert jobs.run("moves", dry_run=True) == 0
 
 
-def test_a_message_in_processing_is_never_moved():
+def test_a_message_in_processing_is_never_moved_and_one_whose_lease_ended_is(clock):
     forqapp.configure_queue("q")
     dead_letter("q", "held")
     dead_letter("q", "free")
-    held = forqapp.receive("q-dlq")  # consumable in its DLQ: leased there
+    held = forqapp.receive("q-dlq", visibility_timeout=30)  # consumable in its DLQ: leased there
     task = forqapp.start_move("q-dlq")
     assert task.to_move == 1
     run_all()
     assert forqapp.move_info(task.handle).status == "COMPLETED"
     assert row(held.id).queue == "q-dlq"
     assert [m.content for m in Message.objects.filter(queue="q")] == ["free" if held.content == "held" else "held"]
+    clock.advance(30)  # its lease over, with no stale job run: receivable, so movable
+    again = forqapp.start_move("q-dlq")
+    assert again.to_move == 1
+    run_all()
+    assert forqapp.move_info(again.handle).moved == 1 and row(held.id).queue == "q"
 
 
 @pytest.mark.django_db(transaction=True)

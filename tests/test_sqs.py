@@ -628,6 +628,23 @@ def test_malformed_receipt_handles(sqs):
         assert code_of(exc) == ("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404)
 
 
+def test_a_dead_letter_in_a_queue_named_by_the_redrive_policy_shows_its_source(sqs):
+    parked_url = sqs.create_queue(QueueName="parked")["QueueUrl"]  # an ordinary queue as the DLQ
+    parked_arn = sqs.get_queue_attributes(QueueUrl=parked_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(QueueName="work", Attributes={
+        "VisibilityTimeout": "0",
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": parked_arn, "maxReceiveCount": "1"}),
+    })["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="poison")
+    assert sqs.receive_message(QueueUrl=url)["Messages"][0]["MessageId"] == sent["MessageId"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)  # this receive moved it
+    sqs.send_message(QueueUrl=parked_url, MessageBody="sent there")
+    got = sqs.receive_message(QueueUrl=parked_url, MaxNumberOfMessages=10, VisibilityTimeout=30,
+                              **system_attributes(sqs, ["All"]))["Messages"]
+    sources = {m["Body"]: m["Attributes"].get("DeadLetterQueueSourceArn") for m in got}
+    assert sources == {"poison": f"arn:aws:sqs:{REGION}:{ACCOUNT}:work", "sent there": None}
+
+
 def test_redrive_after_max_receive_count_keeps_id_body_and_attributes(sqs):
     dlq_url = sqs.create_queue(QueueName="rd-dlq")["QueueUrl"]  # the DLQ first, as SQS users do
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]

@@ -788,9 +788,14 @@ def test_requeue_and_delete_dead_letters(st):
     assert st.requeue("jobs-dlq", None, NOW + 5, HOUR) == 1  # dead[2]; dead[0] is processing
     assert row(busy.id).queue == "jobs-dlq"
     assert st.requeue("jobs-dlq", None, NOW + 5, HOUR) == 0
+    assert st.requeue("jobs-dlq", busy.id, NOW + VIS - 1, HOUR) == 0  # its lease not over yet
+    assert st.requeue("jobs-dlq", busy.id, NOW + VIS, HOUR) == 1  # over: nobody holds it any more
+    put(st, "jobs-dlq", is_dlq=True)
+    one(st, "jobs-dlq", NOW)
+    assert st.requeue("jobs-dlq", None, NOW + VIS, HOUR) == 1  # every one: the ended lease's too
     more = put(st, "jobs-dlq", 2, is_dlq=True)
     assert st.delete_dlq("jobs-dlq", more[0]) == 1
-    assert st.delete_dlq("jobs-dlq", None) == 2  # more[1] and the processing one
+    assert st.delete_dlq("jobs-dlq", None) == 1  # more[1]
     assert st.delete_dlq("jobs", None) == 0  # not a DLQ row
 
 

@@ -134,8 +134,8 @@ class APIApplication:
             try:
                 body = await self._read_body(scope, receive)
             except BodyRefused as exc:
-                response = plumbing.error_response(exc.code, exc.status)
-                await self._respond(send, plumbing.secure(response))
+                response = plumbing.secure(plumbing.error_response(exc.code, exc.status))
+                await self._respond(send, plumbing.worded(match.func, response))
                 return
             body_file.write(body)
             body_file.seek(0)

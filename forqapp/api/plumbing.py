@@ -218,11 +218,16 @@ async def early_refusal(request: HttpRequest, view: object, kwargs: dict[str, An
         if kwargs is not None:
             _check_scope(request, declared, kwargs)
     except Exception as exc:  # noqa: BLE001 - as in the view itself
-        response = secure(_refusal(request, exc))
-        explain = getattr(view, "forq_explain", None)  # v2 words its refusals with a message
-        return explain(response) if explain is not None else response
+        return worded(view, secure(_refusal(request, exc)))
     setattr(request, _HEADERS_CHECKED, True)  # the view need not check them again
     return None
+
+
+def worded(view: object, response: HttpResponse) -> HttpResponse:
+    """A refusal given before ``view`` ran (from the headers, or a body not read whole), in the
+    view's words: v2's carry a ``message``, v1's the code alone."""
+    explain = getattr(view, "forq_explain", None)
+    return explain(response) if explain is not None else response
 
 
 def json_body(request: HttpRequest) -> dict[str, Any]:

@@ -271,7 +271,7 @@ async def requeue(request: HttpRequest, queue: str) -> HttpResponse:
     message_id = None if body.get("id") is None else validation.message_id(body["id"])
     n = await services.run_async(services.requeue, queue, message_id)
     if message_id is not None and not n:
-        raise ForqError(errors.NOT_FOUND_MESSAGE, f"no message {message_id} in {queue!r}")
+        raise ForqError(errors.NOT_FOUND_MESSAGE, f"no message {message_id} in {queue!r} that no consumer holds")
     return JsonResponse({"requeued": n})
 
 

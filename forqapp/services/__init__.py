@@ -42,6 +42,7 @@ from .queues import (
     delete_queue,
     group_info,
     list_queues,
+    message_sources,
     purge,
     queue_info,
     queue_names,
@@ -90,5 +91,5 @@ __all__ = [
     "purge", "queue_depths", "queue_info", "queue_names", "ready_group_counts", "receive", "receive_many", "recover_stale", "release",
     "release_lease", "release_many", "requeue", "run_async", "send", "send_entries", "send_many",
     "settle_many", "snapshot_bounds", "snapshot_page", "stage", "startup_problems", "wake_poll_interval",
-    "wake_version", "undeclared", "start_move", "list_moves", "move_info", "cancel_move", "run_moves", "jobs_running", "dead_letter_sources",
+    "wake_version", "undeclared", "message_sources", "start_move", "list_moves", "move_info", "cancel_move", "run_moves", "jobs_running", "dead_letter_sources",
 ]

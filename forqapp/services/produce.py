@@ -306,7 +306,8 @@ def _send_entries(queue: str, items: Iterable[Any], dedup_window: Any, using: st
 def _refuse_full(queue: str, max_length: int, n: int) -> NoReturn:
     """``queue.full`` for ``n`` messages that would pass the queue's ``max_length`` (counted)."""
     metrics.refused_full(queue, n)
-    raise ForqError(errors.QUEUE_FULL, f"queue {queue!r} holds its max_length of {max_length} messages")
+    what = "one more message" if n == 1 else f"{n} more messages"
+    raise ForqError(errors.QUEUE_FULL, f"queue {queue!r} has no room for {what} under its max_length of {max_length}")
 
 
 def _dedup_window(item: Any, default: Any, pol: Policy) -> int:

@@ -187,6 +187,12 @@ def check_dead_letter_queue(name: str, target: str, *, using: str | None = None)
     _dead_letter_queue(_store(using), name, validation.dead_letter_queue(target))
 
 
+def message_sources(queue: str, message_ids: list[str], *, using: str | None = None) -> dict[str, str]:
+    """``{id: the queue it came from}`` for the dead letters among ``message_ids`` of ``queue`` that
+    remember it (a message moved to a dead-letter queue, its own ``<name>-dlq`` or another)."""
+    return _store(using).sources_of(validation.queue_name(queue), message_ids)
+
+
 def dead_letter_sources(name: str, *, using: str | None = None) -> list[str]:
     """The queues whose dead letters go to ``name`` (its ``dead_letter_queue``, or ``name`` is
     their own ``<queue>-dlq``), by name."""
@@ -276,7 +282,8 @@ def drop_placeholder(name: str, last_sequence: int, updated_at: int, *, using: s
 
 def requeue(dlq: str, message_id: str | None = None, *, using: str | None = None) -> int:
     """Move one message (or all) of a DLQ back to its queue, ready, keeping its FIFO place. A
-    message out of attempts that the ``failed`` job has not moved to the DLQ yet is moved first."""
+    message out of attempts that the ``failed`` job has not moved to the DLQ yet is moved first. A
+    dead letter a consumer holds (received from the DLQ, its lease not over) stays."""
     dlq = validation.dlq_name(dlq)
     if message_id is not None:
         message_id = validation.message_id(message_id)

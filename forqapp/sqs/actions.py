@@ -424,16 +424,24 @@ def receive_answer(ctx: Context, plan: ReceivePlan, got: list[services.ReceivedM
             attempts.remember(plan.queue, ctx.key.access_key_id, plan.attempt, got)
         if not got:
             return encode({})
-        source = ctx.origin.arn(base_of(plan.queue)) if is_dlq(plan.queue) else None
+        sources: dict[str, str] = {}
+        if "DeadLetterQueueSourceArn" in plan.system:  # where each dead letter came from, as it remembers
+            sources = services.message_sources(plan.queue, [m.id for m in got])
+        own = base_of(plan.queue) if is_dlq(plan.queue) else None
         fifo = queues.is_fifo(plan.queue)
-        return encode({"Messages": [messages.received(m, plan.queue, plan.system, plan.keep, source, fifo)
-                                             for m in got]})
+        return encode({"Messages": [
+            messages.received(m, plan.queue, plan.system, plan.keep, _arn(ctx, sources.get(m.id, own)), fifo)
+            for m in got]})
     except Exception:
         try:
             services.release_many(plan.queue, [(m.id, m.receipt) for m in got if m.receipt is not None])
         except Exception:
             logger.exception("SQS ReceiveMessage on %s: could not give back %d messages", plan.queue, len(got))
         raise
+
+
+def _arn(ctx: Context, queue: str | None) -> str | None:
+    return None if queue is None else ctx.origin.arn(queue)
 
 
 def delete_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:

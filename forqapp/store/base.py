@@ -757,6 +757,11 @@ class Store(abc.ABC):
         """The queues whose ``dead_letter_queue`` is ``name``, by name."""
 
     @abc.abstractmethod
+    def sources_of(self, queue: str, message_ids: Sequence[str]) -> dict[str, str]:
+        """``{id: the queue it came from}`` of the dead letters among ``message_ids`` of ``queue``
+        that remember theirs (``dead_letter_source``), in one read."""
+
+    @abc.abstractmethod
     def move_start(self, handle: str, source: str, destination: str | None, rate: int | None,
                    now: int) -> MoveTaskRow | None:
         """A new RUNNING move task of ``source`` (its ``to_move``: the source's messages now); None

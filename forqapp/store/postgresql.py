@@ -795,6 +795,8 @@ CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 # --- admin: dead-letter queues ----------------------------------------------------------------
 
+# A message no consumer holds: not under a lease, or under one ended by now (receivable again).
+UNHELD = f"NOT (status = {PROCESSING} AND process_after > %(now)s)"
 # A dead letter sent back to the queue it came from gets that queue's retention (%(ttl)s: the DLQ's
 # own queue's, or the global one).
 BACK_TTL = """COALESCE((SELECT q.retention_ms FROM forq_queues AS q
@@ -806,7 +808,7 @@ WITH moved AS (
     SET queue = COALESCE(dead_letter_source, %(dest)s), is_dlq = FALSE, status = {READY}, attempts = 0,
         process_after = %(now)s, processing_started_at = NULL, failure_reason = NULL,
         updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + {BACK_TTL}, dead_letter_source = NULL
-    WHERE queue = %(queue)s AND is_dlq AND status != {PROCESSING}
+    WHERE queue = %(queue)s AND is_dlq AND {UNHELD}
     RETURNING queue
 ), woken AS (
     SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM moved) AS q
@@ -819,7 +821,7 @@ WITH moved AS (
     SET queue = COALESCE(dead_letter_source, %(dest)s), is_dlq = FALSE, status = {READY}, attempts = 0,
         process_after = %(now)s, processing_started_at = NULL, failure_reason = NULL,
         updated_at = GREATEST(%(now)s, updated_at), expires_after = %(now)s + {BACK_TTL}, dead_letter_source = NULL
-    WHERE queue = %(queue)s AND is_dlq AND status != {PROCESSING} AND id = %(id)s
+    WHERE queue = %(queue)s AND is_dlq AND {UNHELD} AND id = %(id)s
     RETURNING queue
 ), woken AS (
     SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM moved) AS q
@@ -833,9 +835,9 @@ DELETE_DLQ_ALL = "DELETE FROM messages WHERE queue = %s AND is_dlq"
 MOVE_SELECT = f"SELECT {MOVE_TASK_COLUMNS} FROM forq_move_tasks"
 MOVE_GET = MOVE_SELECT + " WHERE handle = %s"
 MOVE_LIST = MOVE_SELECT + " WHERE source = %s ORDER BY started_at DESC, handle DESC LIMIT %s"
-# The messages a task may move: not in processing; without a destination, only those that know
+# The messages a task may move: none a consumer holds (UNHELD); without a destination, only those that know
 # where they came from (a ``<name>-dlq`` message without a source goes back to ``<name>``).
-MOVABLE = f"""queue = %(source)s AND status <> {PROCESSING}
+MOVABLE = f"""queue = %(source)s AND {UNHELD}
     AND (%(destination)s::text IS NOT NULL OR dead_letter_source IS NOT NULL OR %(source_base)s::text IS NOT NULL)"""
 # (The unique partial index uniq_move_tasks_running refuses a second running task of a source.)
 MOVE_START = f"""
@@ -871,13 +873,14 @@ WITH moved AS (
     SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM moved) AS q
 )
 SELECT queue, (SELECT COUNT(*) FROM woken) FROM moved"""
-MOVE_STRANDED = f"SELECT 1 FROM messages WHERE queue = %s AND status <> {PROCESSING} AND dead_letter_source IS NULL LIMIT 1"
+MOVE_STRANDED = f"""SELECT 1 FROM messages WHERE queue = %(source)s AND {UNHELD} AND dead_letter_source IS NULL LIMIT 1"""
 MOVE_PROGRESS = f"""
 UPDATE forq_move_tasks SET moved = moved + %(moved)s, status = %(status)s, failure_reason = %(reason)s,
     next_at = %(next_at)s, updated_at = %(now)s
 WHERE handle = %(handle)s
 RETURNING {MOVE_TASK_COLUMNS}"""
 DEAD_LETTER_SOURCES = "SELECT name FROM forq_queues WHERE dead_letter_queue = %s ORDER BY name"
+SOURCES_OF = "SELECT id, dead_letter_source FROM messages WHERE queue = %s AND id = ANY(%s) AND dead_letter_source IS NOT NULL"
 MOVES_RUNNING = f"SELECT COUNT(*) FROM forq_move_tasks WHERE status = '{MoveStatus.RUNNING}'"
 DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = %s AND queue = %s AND is_dlq"
 
@@ -1680,6 +1683,9 @@ class PostgreSQLStore(Store):
     def dead_letter_sources(self, name: str) -> list[str]:
         return [r[0] for r in self._fetchall(DEAD_LETTER_SOURCES, (name,))]
 
+    def sources_of(self, queue: str, message_ids: Sequence[str]) -> dict[str, str]:
+        return dict(self._fetchall(SOURCES_OF, (queue, list(message_ids)))) if message_ids else {}
+
     def move_start(self, handle: str, source: str, destination: str | None, rate: int | None,
                    now: int) -> MoveTaskRow | None:
         params = {"handle": handle, "source": source, "destination": destination, "rate": rate, "now": now,
@@ -1711,7 +1717,7 @@ class PostgreSQLStore(Store):
             params = move_params(task, now, n, queue_ttl_ms, dlq_ttl_ms)
             moved = [r[0] for r in self._fetchall(MOVE_BATCH, params)] if n else []
             status, reason, next_at = move_outcome(task, n, len(moved), now,
-                                                   lambda: self._fetchall(MOVE_STRANDED, (task.source,)))
+                                                   lambda: self._fetchall(MOVE_STRANDED, {"source": task.source, "now": now}))
             after = self._fetchall(MOVE_PROGRESS, {"moved": len(moved), "status": status, "reason": reason,
                                                    "next_at": next_at, "now": now, "handle": task.handle})
         return MoveStep(MoveTaskRow._make(after[0]), len(moved), tuple(sorted(set(moved))))

@@ -659,6 +659,9 @@ PING = "SELECT 1 FROM messages LIMIT 1"
 
 # --- admin: dead-letter queues ----------------------------------------------------------------
 
+# A message no consumer holds: not under a lease, or under one ended by :now (receivable again).
+UNHELD = f"NOT (status = {PROCESSING} AND process_after > :now)"
+
 # A dead letter sent back to the queue it came from gets that queue's retention (:ttl: the DLQ's
 # own queue's, or the global one).
 BACK_TTL = "COALESCE((SELECT retention_ms FROM forq_queues WHERE name = COALESCE(messages.dead_letter_source, :dest)), :ttl)"
@@ -668,14 +671,14 @@ UPDATE messages
 SET queue = COALESCE(dead_letter_source, :dest), is_dlq = 0, status = {READY}, attempts = 0, process_after = :now,
     processing_started_at = NULL, failure_reason = NULL, updated_at = MAX(:now, updated_at),
     expires_after = :now + {BACK_TTL}, dead_letter_source = NULL
-WHERE queue = :queue AND is_dlq = 1 AND status != {PROCESSING}"""
+WHERE queue = :queue AND is_dlq = 1 AND {UNHELD}"""
 
 REQUEUE_ONE = f"""
 UPDATE messages
 SET queue = COALESCE(dead_letter_source, :dest), is_dlq = 0, status = {READY}, attempts = 0, process_after = :now,
     processing_started_at = NULL, failure_reason = NULL, updated_at = MAX(:now, updated_at),
     expires_after = :now + {BACK_TTL}, dead_letter_source = NULL
-WHERE queue = :queue AND is_dlq = 1 AND status != {PROCESSING} AND id = :id"""
+WHERE queue = :queue AND is_dlq = 1 AND {UNHELD} AND id = :id"""
 
 DELETE_DLQ_ALL = "DELETE FROM messages WHERE queue = ? AND is_dlq = 1"
 DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = ? AND queue = ? AND is_dlq = 1"
@@ -685,9 +688,9 @@ DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = ? AND queue = ? AND is_dlq = 1
 MOVE_SELECT = f"SELECT {MOVE_TASK_COLUMNS} FROM forq_move_tasks"
 MOVE_GET = MOVE_SELECT + " WHERE handle = ?"
 MOVE_LIST = MOVE_SELECT + " WHERE source = ? ORDER BY started_at DESC, handle DESC LIMIT ?"
-# The messages a task may move: not in processing; without a destination, only those that know
+# The messages a task may move: none a consumer holds (UNHELD); without a destination, only those that know
 # where they came from (a ``<name>-dlq`` message without a source goes back to ``<name>``).
-MOVABLE = f"""queue = :source AND status != {PROCESSING}
+MOVABLE = f"""queue = :source AND {UNHELD}
     AND (:destination IS NOT NULL OR dead_letter_source IS NOT NULL OR :source_base IS NOT NULL)"""
 # (The unique partial index uniq_move_tasks_running refuses a second running task of a source.)
 MOVE_START = f"""
@@ -715,13 +718,14 @@ SET queue = {MOVE_DEST}, is_dlq = :into_dlq, status = {READY}, attempts = 0, pro
     dead_letter_source = NULL
 WHERE id IN (SELECT id FROM messages WHERE {MOVABLE} ORDER BY priority DESC, sequence LIMIT :n)
 RETURNING queue"""
-MOVE_STRANDED = f"SELECT 1 FROM messages WHERE queue = ? AND status != {PROCESSING} AND dead_letter_source IS NULL LIMIT 1"
+MOVE_STRANDED = f"""SELECT 1 FROM messages WHERE queue = :source AND {UNHELD} AND dead_letter_source IS NULL LIMIT 1"""
 MOVE_PROGRESS = f"""
 UPDATE forq_move_tasks SET moved = moved + :moved, status = :status, failure_reason = :reason, next_at = :next_at,
     updated_at = :now
 WHERE handle = :handle
 RETURNING {MOVE_TASK_COLUMNS}"""
 DEAD_LETTER_SOURCES = "SELECT name FROM forq_queues WHERE dead_letter_queue = ? ORDER BY name"
+SOURCES_OF = "SELECT id, dead_letter_source FROM messages WHERE queue = ? AND id IN ({marks}) AND dead_letter_source IS NOT NULL"
 MOVES_RUNNING = f"SELECT COUNT(*) FROM forq_move_tasks WHERE status = '{MoveStatus.RUNNING}'"
 
 # --- background jobs (each skips messages in processing) --------------------------------------
@@ -1666,6 +1670,12 @@ class SQLiteStore(Store):
     def dead_letter_sources(self, name: str) -> list[str]:
         return [r[0] for r in self._conn().execute(DEAD_LETTER_SOURCES, (name,))]
 
+    def sources_of(self, queue: str, message_ids: Sequence[str]) -> dict[str, str]:
+        if not message_ids:
+            return {}
+        marks = ", ".join("?" * len(message_ids))
+        return dict(self._conn().execute(SOURCES_OF.format(marks=marks), (queue, *message_ids)).fetchall())
+
     def move_start(self, handle: str, source: str, destination: str | None, rate: int | None,
                    now: int) -> MoveTaskRow | None:
         params = {"handle": handle, "source": source, "destination": destination, "rate": rate, "now": now,
@@ -1697,7 +1707,7 @@ class SQLiteStore(Store):
             params = move_params(task, now, n, queue_ttl_ms, dlq_ttl_ms)
             moved = [r[0] for r in conn.execute(MOVE_BATCH, params).fetchall()] if n else []
             status, reason, next_at = move_outcome(task, n, len(moved), now,
-                                                    lambda: conn.execute(MOVE_STRANDED, (task.source,)).fetchone())
+                                                    lambda: conn.execute(MOVE_STRANDED, {"source": task.source, "now": now}).fetchone())
             after = conn.execute(MOVE_PROGRESS, {"moved": len(moved), "status": status, "reason": reason,
                                                  "next_at": next_at, "now": now, "handle": task.handle}).fetchone()
         return MoveStep(MoveTaskRow._make(after), len(moved), tuple(sorted(set(moved))))
