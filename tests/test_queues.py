@@ -734,6 +734,12 @@ def test_declare_queue_makes_the_policy_exactly_the_given_fields(clock):
     assert services.declare_queue("decl", {"visibility_timeout": 5}).overrides == info.overrides  # idempotent
 
 
+def test_queue_info_of_a_dead_letter_queue_names_where_its_counts_are(clock):
+    forqapp.send("mails", "x")
+    error = refused(errors.PRODUCE_TO_DLQ, forqapp.queue_info, "mails-dlq")
+    assert "queue_info('mails') holds it" in str(error)
+
+
 def test_declaring_a_queue_keeps_it_paused_unless_the_declaration_says_paused(clock):
     forqapp.configure_queue("held", paused=True)  # staff paused it
     assert services.declare_queue("held", {"max_attempts": 2}).paused  # a deploy's migrate keeps it so

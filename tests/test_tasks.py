@@ -34,7 +34,7 @@ from forqapp.tasks.compat import (
 )
 from forqapp.tasks.discovery import with_consumers
 from forqapp.tasks.models import TaskRecord
-from forqapp.tasks.running import TaskRunner
+from forqapp.tasks.running import TaskRunner, WorkerLost
 from forqapp.worker import jobs
 from forqapp.worker.runner import Worker
 from tests.conftest import patch_clock
@@ -139,6 +139,21 @@ def test_check_reports_unknown_options_bad_retention_and_bad_retries(settings):
                                   "OPTIONS": {"prefix": "x", "result_retention": 0, "max_attempts": 0}}}
     ids_ = sorted(p.id for p in task_backends["default"].check())
     assert ids_ == ["forqapp.E061", "forqapp.E062", "forqapp.E063"]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"prefix": "x"}, "unknown option(s) prefix"),
+    ({"result_retention": -5}, "'result_retention'] must be a positive number of seconds (got -5)"),
+    ({"result_retention": "a day"}, "must be a positive number of seconds"),
+    ({"max_attempts": 0}, "max_attempts"),
+])
+def test_enqueue_refuses_what_the_checks_report_of_the_options_and_sends_nothing(settings, options, message):
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "OPTIONS": options}}
+    with pytest.raises(InvalidTaskError) as refused:
+        tasks.add.enqueue(2, 3)
+    assert message in str(refused.value)
+    assert str(refused.value) in [p.msg for p in task_backends["default"].check()]  # the check's own words
+    assert not Message.objects.exists()
 
 
 def test_check_reports_forqapp_missing_from_installed_apps(settings):
@@ -364,7 +379,7 @@ def test_a_deferred_task_waits_and_does_not_expire_before_it_runs():
     assert result.task.run_after == due and waiting.task.run_after == due  # (to the microsecond)
     assert tasks.add.get_result(tasks.add.enqueue(1, 1).id).task.run_after is None
     assert jobs.expired() == 0
-    with pytest.raises(InvalidTaskError, match="run_after"):
+    with pytest.raises(InvalidTaskError, match="^run_after: run_after is more than 366 days ahead$"):
         tasks.add.using(run_after=datetime.now(UTC) + timedelta(days=400)).enqueue(1, 1)
     before = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
     past = tasks.add.using(run_after=before).enqueue(2, 2)  # runs at once
@@ -831,14 +846,29 @@ def test_a_task_killed_on_its_last_attempt_sends_task_finished_failed_once(clock
     """The next task worker's claim finds the attempts used up and moves the task to the DLQ
     (redrive): that worker sends task_finished once, FAILED, as get_result builds it; nothing sends
     it again (the late finisher, the jobs, later claims)."""
+    import sys
+
     result, (_first, last) = _killed_on_its_last_attempt(clock, tasks.add, 1, 2)
     other = tasks.add.enqueue(2, 3)
-    assert drain() == {"ack": 1}  # the next worker: redrives the killed task, runs the other one
+    handling: list = []
+
+    def receiver(sender, task_result, **kwargs):  # what a receiver that logs the error sees
+        handling.append(sys.exc_info()[0])
+
+    task_finished.connect(receiver, weak=False)
+    try:
+        assert drain() == {"ack": 1}  # the next worker: redrives the killed task, runs the other one
+    finally:
+        task_finished.disconnect(receiver)
     assert Message.objects.get(id=result.id).queue == "tasks-default-dlq"
     failed = tasks.add.get_result(result.id)
     assert failed.status == TaskResultStatus.FAILED
-    assert finished == [(result.id, TaskResultStatus.FAILED, len(failed.worker_ids)),
-                        (other.id, TaskResultStatus.SUCCESSFUL, 1)]
+    # Both attempts counted though the move to the DLQ set the message's count to 0; the last one's
+    # error says its worker stopped.
+    assert failed.attempts == 2 and failed.worker_ids == ["unknown", "unknown"]
+    assert failed.errors[-1].exception_class_path == "forqapp.tasks.running.WorkerLost"
+    assert finished == [(result.id, TaskResultStatus.FAILED, 2), (other.id, TaskResultStatus.SUCCESSFUL, 1)]
+    assert handling[0] is WorkerLost and handling[1] is None
     # The killed worker's late settle is fenced (lost), the jobs and later claims send nothing.
     runner = TaskRunner(backend(), "tasks-default")
     runner(last)

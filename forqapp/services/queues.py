@@ -208,7 +208,11 @@ def dead_letter_sources(name: str, *, using: str | None = None) -> list[str]:
 
 def queue_info(name: str, *, using: str | None = None) -> QueueInfo:
     """``name``'s policy, state and counts; raises ``ForqError`` (``not_found.queue``) for a queue
-    that has neither a row nor messages."""
+    that has neither a row nor messages. A dead-letter queue has none of its own: its counts are
+    its queue's ``counts["dlq"]``."""
+    if vocab.is_dlq(name) and isinstance(name, str):
+        raise ForqError(errors.PRODUCE_TO_DLQ, f"{name!r} is a dead-letter queue: queue_info({base_of(name)!r}) "
+                                               "holds it (its counts' 'dlq')")
     name = validation.queue_name(name, produce=True)
     st = _store(using)
     row = st.queue_get(name)

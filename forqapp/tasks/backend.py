@@ -102,13 +102,29 @@ class ForqBackend(BaseTaskBackend):
         return None
 
     @cached_property
-    def _options_problem(self) -> str | None:
-        """What is wrong with ``OPTIONS``' retry policy (E063), once per backend instance."""
+    def _option_problems(self) -> list[tuple[str, str, str | None]]:
+        """What is wrong with ``OPTIONS``, as (check id, message, hint), once per backend instance:
+        the checks report each, and :meth:`enqueue` refuses the first."""
+        problems: list[tuple[str, str, str | None]] = []
+        unknown = set(self.options) - set(OPTION_NAMES)
+        if unknown:
+            problems.append(("forqapp.E061",
+                             f"TASKS[{self.alias!r}]['OPTIONS']: unknown option(s) {', '.join(sorted(map(str, unknown)))}",
+                             f"forqapp.tasks.ForqBackend knows {', '.join(OPTION_NAMES)}"))
+        retention = self.options.get("result_retention", DEFAULT_RESULT_RETENTION_S)
+        if isinstance(retention, bool) or not isinstance(retention, int | float) or retention <= 0:
+            problems.append(("forqapp.E062", f"TASKS[{self.alias!r}]['OPTIONS']['result_retention'] must be a "
+                                             f"positive number of seconds (got {retention!r})", None))
         try:
             backend_retries(self)
         except RetryPolicyError as exc:
-            return f"TASKS[{self.alias!r}]['OPTIONS']: {exc}"
-        return None
+            problems.append(("forqapp.E063", f"TASKS[{self.alias!r}]['OPTIONS']: {exc}", None))
+        return problems
+
+    @property
+    def _options_problem(self) -> str | None:
+        """The first of :attr:`_option_problems`' messages (None: none)."""
+        return self._option_problems[0][1] if self._option_problems else None
 
     def schedule_message(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
         """(forqapp queue, content) of a schedule that enqueues ``task(*args, **kwargs)`` at each
@@ -144,18 +160,7 @@ class ForqBackend(BaseTaskBackend):
         for queue_name in sorted(self.queues or {DEFAULT_TASK_QUEUE_NAME}):
             if problem := self._queue_problem(queue_name):
                 messages.append(checks.Error(f"TASKS[{self.alias!r}]: {problem}", id="forqapp.E060"))
-        unknown = set(self.options) - set(OPTION_NAMES)
-        if unknown:
-            messages.append(checks.Error(
-                f"TASKS[{self.alias!r}]['OPTIONS']: unknown option(s) {', '.join(sorted(map(str, unknown)))}",
-                hint=f"forqapp.tasks.ForqBackend knows {', '.join(OPTION_NAMES)}", id="forqapp.E061"))
-        retention = self.options.get("result_retention", DEFAULT_RESULT_RETENTION_S)
-        if isinstance(retention, bool) or not isinstance(retention, int | float) or retention <= 0:
-            messages.append(checks.Error(
-                f"TASKS[{self.alias!r}]['OPTIONS']['result_retention'] must be a positive number of seconds "
-                f"(got {retention!r})", id="forqapp.E062"))
-        if self._options_problem:
-            messages.append(checks.Error(self._options_problem, id="forqapp.E063"))
+        messages += [checks.Error(message, hint=hint, id=check_id) for check_id, message, hint in self._option_problems]
         if self.any_queue and not self.queue_prefix:
             messages.append(checks.Warning(
                 f"TASKS[{self.alias!r}]: QUEUES is empty (any queue name is valid) and queue_prefix is '': "
@@ -198,7 +203,7 @@ class ForqBackend(BaseTaskBackend):
             if exc.code == errors.CONTENT_EXCEEDS_LIMIT:
                 raise TaskArgumentsError(f"a task's arguments are too large: {exc}") from None
             if exc.code in (errors.PROCESS_AFTER_TOO_FAR, errors.PROCESS_AFTER_IN_PAST):
-                raise InvalidTaskError(f"run_after: {exc}") from None
+                raise InvalidTaskError(f"run_after: {str(exc).replace('processAfter', 'run_after')}") from None
             raise
         result: TaskResult = TaskResult(  # enqueued_at: the message's received_at, as get_result shows it
             task=task, id=sent.id, status=TaskResultStatus.READY, enqueued_at=task_time_ms(sent.received_at),

@@ -105,6 +105,11 @@ class _Carried(Exception):  # noqa: N818 - not an error of its own
         self.exception = exception
 
 
+class WorkerLost(Exception):  # noqa: N818 - what the task's last attempt ended with, not a bug
+    """A task's last attempt whose worker stopped (killed, its host gone) before it reported: its lease
+    ended, and the next claim moved the task to the DLQ. Recorded as that attempt's error."""
+
+
 async def _carried(coroutine: Any) -> Any:
     try:
         return await coroutine
@@ -233,11 +238,42 @@ class TaskRunner:
         """The worker's claim moved these used-up messages to the DLQ instead of delivering them
         (their last attempt's worker died): once the claim has committed, send ``task_finished``
         for each with its FAILED result as ``get_result`` builds it. Never raises."""
-        ids = [m.id for m in messages]
-        transaction.on_commit(lambda: self._finish_redriven(ids, using), using=using)
+        transaction.on_commit(lambda: self._finish_redriven(messages, using), using=using)
 
-    def _finish_redriven(self, ids: list[str], using: str) -> None:
-        for message_id in ids:
+    def _record_lost(self, messages: list[services.ReceivedMessage], using: str) -> None:
+        """Record the attempts of redriven tasks nobody reported (their worker died), up to the
+        queue's ``max_attempts`` at which the claim moved them, each as ``"unknown"``, the last with
+        :class:`WorkerLost` as its error: the move to the DLQ set the message's own count to 0."""
+        limit = services.policy(self.queue, using=using).max_attempts
+        before = previous([m.id for m in messages], using)
+        now = services.now_ms()
+        records = []
+        for message in messages:
+            errors_, workers, started_at = before.get(message.id, ([], [], None))
+            if len(workers) >= limit:
+                continue
+            try:
+                data = decode(message.content)
+            except ValueError:
+                continue  # not a task: nothing to record
+            lost = WorkerLost(f"its worker stopped during attempt {limit} (of the queue's max_attempts) before it "
+                              "reported; the lease ended and the task was moved to the dead-letter queue")
+            records.append(Record(
+                id=message.id, backend=self.backend.alias, queue=message.queue,
+                queue_name=str(data.get("queue_name", self.queue)), task_path=str(data.get("task", "?"))[:255],
+                priority=message.priority, status=str(TaskResultStatus.FAILED), content=message.content,
+                errors=[*errors_, _error_of(lost)], worker_ids=workers + [UNKNOWN_WORKER] * (limit - len(workers)),
+                enqueued_at=message.received_at or data.get("enqueued_at"),
+                started_at=started_at or message.first_received_at, finished_at=now))
+        write(records, using)
+
+    def _finish_redriven(self, messages: list[services.ReceivedMessage], using: str) -> None:
+        try:
+            self._record_lost(messages, using)
+        except Exception as exc:  # noqa: BLE001 - get_result below still answers, with fewer attempts
+            errors.log_failure(logger, f"forq_worker: recording the lost attempts of redriven tasks on {self.queue}",
+                               exc, "their results count only the attempts reported")
+        for message_id in (m.id for m in messages):
             try:
                 result = get_result(self.backend, message_id, using=using)
             except TaskResultDoesNotExist as exc:  # not a task of ours, or its path no longer imports
@@ -252,7 +288,10 @@ class TaskRunner:
                 continue
             logger.warning("forq_worker: task %s (%s) ran out of attempts (its worker died); moved to %s-dlq",
                            message_id, result.task.module_path, self.queue)
-            _signal(task_finished, "task_finished", type(self.backend), result)
+            try:  # sent while its error is being handled, as for any failed task (receivers log it)
+                raise WorkerLost(f"task {message_id}: its worker stopped during its last attempt")
+            except WorkerLost:
+                _signal(task_finished, "task_finished", type(self.backend), result)
 
     def settle(self, items: list[tuple[services.ReceivedMessage, str, BaseException | None]], *,
                using: str) -> dict[str, int]:

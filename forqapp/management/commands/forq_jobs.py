@@ -16,8 +16,7 @@ from ..subcommands import add_subcommands
 
 class Command(BaseCommand):
     help = (
-        "Run forqapp's background jobs (expired, failed, stale, expired-dlq, failed-dlq, "
-        "db-optimize, queue-depth) on Forq's intervals until SIGTERM/SIGINT, while this process "
+        f"Run forqapp's background jobs ({', '.join(JOBS)}) on their intervals until SIGTERM/SIGINT, while this process "
         "holds the database's jobs lease (one scheduler per database: forq_serve's, this, or "
         "forq_worker --with-jobs); or, with `run NAME [--dry-run]`, one job once, lease or not — "
         "can be run from cron."
