@@ -277,6 +277,27 @@ def test_running_out_of_attempts_keeps_forqs_reason_and_the_last_error(settings)
     assert (row(long).failure_reason, row(long).last_error) == ("fatal_error", "x" * services.MAX_ERROR_CHARS)
 
 
+def test_the_log_says_which_attempt_raised_and_that_the_last_one_fails_the_message(caplog):
+    import logging
+
+    from forqapp.worker.consumers import Consumer
+    from forqapp.worker.runner import Worker
+
+    forqapp.configure_queue("w-last", max_attempts=2, backoff=[0])
+    mid = forqapp.send("w-last", "x")
+
+    def handler(message):
+        raise ValueError("no")
+
+    caplog.set_level(logging.ERROR, logger="forqapp.worker")
+    Worker({"w-last": Consumer("w-last", handler)}, concurrency=1, burst=True).run()
+    said = [r.getMessage() for r in caplog.records if mid in r.getMessage()]
+    assert said == [f"forq_worker: {mid} on w-last (attempt 1 of 2) raised; nacking",
+                    f"forq_worker: {mid} on w-last (attempt 2 of 2) raised; no attempt left: failed "
+                    "(the failed job moves it to the DLQ)"]
+    assert row(mid).status == 2  # failed
+
+
 # --- one line, exit 1, instead of a traceback --------------------------------------------------
 
 

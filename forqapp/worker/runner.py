@@ -49,6 +49,14 @@ BUSY_WAIT_S = 0.01  # sleep between result checks while handlers run and the que
 THROTTLED_WAIT_S = 0.05  # --burst: the wait for a slot of a queue whose limits hold due messages back
 
 
+def _attempts_limit(queue: str) -> int:
+    """``queue``'s ``max_attempts`` (0: unlimited, or its policy unreadable now), for a log line."""
+    try:
+        return services.policy(queue).max_attempts
+    except Exception:  # noqa: BLE001 - the line is said anyway
+        return 0
+
+
 @dataclass
 class _Held:
     """A message the worker holds: claimed, maybe running, not yet settled."""
@@ -465,8 +473,11 @@ class Worker:
                 errors.say_unavailable(logger, f"forq_worker: a handler on {message.queue}", reason,
                                        "nacking its message")
             else:
-                logger.exception("forq_worker: %s on %s (attempt %d) raised; nacking",
-                                 message.id, message.queue, message.attempts)
+                limit = _attempts_limit(message.queue)
+                logger.exception("forq_worker: %s on %s (attempt %d%s) raised; %s", message.id, message.queue,
+                                 message.attempts, f" of {limit}" if limit else "",
+                                 "no attempt left: failed (the failed job moves it to the DLQ)"
+                                 if limit and message.attempts >= limit else "nacking")
             outcome, error = NACK, exc
         finally:
             close_old_connections()
