@@ -93,7 +93,7 @@ def test_options_and_modes_are_checked(live_forq):
         w.commit([w.write(_batches(["m"]))], 0)
     assert live_forq.count("s4") == 0
     schema = StructType([StructField("content", StringType())])
-    with pytest.raises(ForqOptionError, match='"append" and "update" output modes'):
+    with pytest.raises(ForqOptionError, match='take the "append" output mode.*use forqapp.spark.foreach_batch'):
         ForqDataSource(live_forq.options("s4", checkpointLocation="/cp")).streamWriter(schema, overwrite=True)
     with pytest.raises(ForqOptionError, match="dead-letter"):
         _stream_writer(live_forq, "s4-dlq")

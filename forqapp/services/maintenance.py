@@ -116,7 +116,7 @@ def move_expired_to_dlq(*, dry_run: bool = False, using: str | None = None) -> i
 
 
 def move_failed_to_dlq(*, dry_run: bool = False, using: str | None = None) -> int:
-    """Failed regular messages → their DLQ (failure_reason max_attempts_reached)."""
+    """Failed regular messages → their DLQ (failure_reason max_attempts_reached, or fatal_error for a consumer's)."""
     st = _store(using)
     if dry_run:
         return st.count_failed(False)

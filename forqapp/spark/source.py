@@ -8,7 +8,8 @@ streaming read. Runs on the driver and on executors: no Django, HTTP only (:mod:
   Columns: ``content`` (string), optional ``processAfter`` (Unix ms), ``priority`` (integer,
   -1000..1000) and ``attributes`` (map<string, string>, up to 10 pairs); a null is "not given".
   (:mod:`.write`.)
-* **Streaming write** (``writeStream``; "append" and "update" output modes): exactly once per
+* **Streaming write** (``writeStream``; the "append" output mode; "update" through
+  :func:`forqapp.spark.foreach_batch`, as Spark refuses it for a Python data source): exactly once per
   micro-batch, the query known by the id Spark keeps in its checkpoint. See :mod:`.sink`.
 * **Snapshot read**: partitions are id ranges of the queue as it was when the read was planned
   (ids are UUIDv7, so ranges are time ranges), each read in keyset pages. No lease, no change.
@@ -81,8 +82,10 @@ class ForqDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> ForqStreamWriter:
         if overwrite:
-            raise ForqOptionError('format "forq" streaming writes take the "append" and "update" output modes '
-                                  '(a queue cannot be overwritten: "complete" mode would resend every row each batch)')
+            raise ForqOptionError('format "forq" streaming writes take the "append" output mode (a queue cannot be '
+                                  'overwritten: "complete" mode would resend every row each batch; for "update", '
+                                  "which Spark itself refuses for a Python data source, use "
+                                  "forqapp.spark.foreach_batch)")
         if self.forq.batch_id is not None:
             raise ForqOptionError('forq option \'batchId\' is for df.write inside foreachBatch: a streaming '
                                   "write (writeStream.format(\"forq\")) numbers its micro-batches itself")

@@ -57,7 +57,7 @@ def expired(*, dry_run: bool = False, using: str | None = None) -> int:
 
 
 def failed(*, dry_run: bool = False, using: str | None = None) -> int:
-    """Failed regular messages → their DLQ (``max_attempts_reached``)."""
+    """Failed regular messages → their DLQ (``max_attempts_reached``, or ``fatal_error`` for a consumer's)."""
     return services.move_failed_to_dlq(dry_run=dry_run, using=using)
 
 
