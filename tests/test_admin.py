@@ -380,6 +380,17 @@ def test_policy_form_refuses_what_configure_queue_refuses(staff_client, field, v
     assert services.queue_info("emails").overrides == before.overrides
 
 
+def test_policy_form_shows_every_fields_error_at_once(staff_client):
+    forqapp.send("emails", "a")
+    page = staff_client.post("/admin/forqapp/queue/emails/change/",
+                             policy_post("emails", max_attempts="-3", rate="10/x", max_in_flight="0"))
+    html = page.content.decode()
+    for field, error in [("max_attempts", "max_attempts must be an integer from 1 to 1000000"),
+                         ("rate", "rate must be"), ("max_in_flight", "max_in_flight must be an integer")]:
+        assert error in html, field
+        assert f"field-{field}" in html.split(error)[0].rsplit('<div class="form-row', 1)[1]  # on its field
+
+
 def test_add_a_queue(staff_client):
     page = staff_client.get("/admin/forqapp/queue/add/")
     assert page.status_code == 200 and b'name="name"' in page.content

@@ -190,8 +190,14 @@ class QueueForm(forms.ModelForm):
     def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
         if not self.errors:
+            values = self.policy_values()
+            for name, value in values.items():  # each field's own error on it, all at once
+                try:
+                    validation.policy({name: value})
+                except ForqError as e:
+                    self.add_error(name if name in self.fields else None, str(e))
+        if not self.errors:
             try:
-                values = self.policy_values()
                 validation.policy(values)
                 if values.get("dead_letter_queue") is not None:
                     name = self.instance.name if not self.instance._state.adding else self.cleaned_data["name"]

@@ -249,7 +249,7 @@ worker_in_flight = Gauge(
 )
 worker_handled_total = Counter(
     "forq_worker_handled_total",
-    "Messages handled by forq_worker, by queue and outcome (ack, nack, fail, lost).",
+    "Messages handled by forq_worker, by queue and outcome (ack, nack, fail, defer, lost).",
     ("queue_name", "outcome"),
 )
 job_runs_total = Counter(
