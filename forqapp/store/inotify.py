@@ -13,7 +13,6 @@ answers None and the notifier polls, as it always could.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import struct
@@ -113,7 +112,9 @@ def _instance() -> int | None:
     if not sys.platform.startswith("linux"):
         return None
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols, libc's among them: ctypes.util.find_library("c") would run
+        # `/sbin/ldconfig -p` in a child process, in every process that starts watching.
+        _libc = ctypes.CDLL(None, use_errno=True)
     fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
     if fd < 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
