@@ -577,3 +577,23 @@ def test_a_new_waiter_on_a_quiet_queue_costs_the_notifier_no_look(settings):
     (second, took), = _polls("quiet-no-look", 0.3)
     assert second is None and took >= 0.25
     assert notifier.checks == checks
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="inotify is Linux's")
+def test_watching_starts_no_child_process(monkeypatch):
+    """libc comes from the process's own symbols: ctypes.util.find_library("c") ran `/sbin/ldconfig
+    -p` in a child of every server process that started watching (a process tree counted mid-run
+    saw it)."""
+    import os
+    import subprocess
+
+    from forqapp.store import inotify
+
+    def no_child(*args, **kwargs):
+        raise AssertionError(f"a child process: {args!r}")
+
+    monkeypatch.setattr(inotify, "_libc", None)
+    monkeypatch.setattr(subprocess, "Popen", no_child)
+    fd = inotify._instance()
+    assert fd is not None and fd >= 0
+    os.close(fd)
