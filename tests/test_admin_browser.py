@@ -173,9 +173,18 @@ def test_queue_admin_pause_purge_and_policy_form_in_a_browser(live_ui, browser_p
     assert not Message.objects.filter(queue="emails").exists()
     assert Message.objects.filter(queue="sms").count() == 1
 
-    # The policy form: saved through configure_queue.
+    # The policy form: every field's error at once, on its field; nothing saved.
     page.click("#result_list a[href='/admin/forqapp/queue/emails/change/']")
     page.wait_for_selector("#id_max_attempts")
+    page.fill("#id_max_attempts", "-3")
+    page.fill("#id_rate", "10/x")
+    with page.expect_navigation():
+        page.click("input[name=_save]")
+    assert "max_attempts must be an integer" in page.inner_text(".field-max_attempts .errorlist")
+    assert "rate must be" in page.inner_text(".field-rate .errorlist")
+    assert services.queue_info("emails").overrides == {}
+    page.fill("#id_rate", "")
+    # ... and saved through configure_queue.
     page.fill("#id_max_attempts", "3")
     page.fill("#id_visibility_timeout", "30")
     page.fill("#id_backoff", "1000, 5000")
