@@ -210,7 +210,7 @@ def queue_info(name: str, *, using: str | None = None) -> QueueInfo:
     """``name``'s policy, state and counts; raises ``ForqError`` (``not_found.queue``) for a queue
     that has neither a row nor messages. A dead-letter queue has none of its own: its counts are
     its queue's ``counts["dlq"]``."""
-    if vocab.is_dlq(name) and isinstance(name, str):
+    if isinstance(name, str) and vocab.is_dlq(name):
         raise ForqError(errors.PRODUCE_TO_DLQ, f"{name!r} is a dead-letter queue: queue_info({base_of(name)!r}) "
                                                "holds it (its counts' 'dlq')")
     name = validation.queue_name(name, produce=True)

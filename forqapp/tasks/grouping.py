@@ -38,17 +38,22 @@ class GroupBy:
         if not (isinstance(key, str) and key.isidentifier()) and not callable(key):
             raise TypeError(f"group_by() takes a parameter's name or a function (got {key!r})")
         self.key = key
+        self.signature: inspect.Signature | None = None  # the function's, read once (None: none to read)
+        if callable(key):
+            try:
+                self.signature = inspect.signature(key)
+            except ValueError:  # a callable with no signature to read: called as it is
+                pass
 
     def group(self, func: Callable[..., Any], takes_context: bool, args: Any, kwargs: dict[str, Any]) -> str | None:
         """The group of one call, validated (None: none)."""
         if callable(self.key):
             try:
-                inspect.signature(self.key).bind(*args, **kwargs)
+                if self.signature is not None:
+                    self.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise InvalidTaskError(f"group_by({self.key!r}): the function does not take the task's arguments: "
                                        f"{exc}") from None
-            except ValueError:  # a callable with no signature to read: called as it is
-                pass
             value = self.key(*args, **kwargs)
         else:
             try:

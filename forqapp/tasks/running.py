@@ -258,13 +258,9 @@ class TaskRunner:
                 continue  # not a task: nothing to record
             lost = WorkerLost(f"its worker stopped during attempt {limit} (of the queue's max_attempts) before it "
                               "reported; the lease ended and the task was moved to the dead-letter queue")
-            records.append(Record(
-                id=message.id, backend=self.backend.alias, queue=message.queue,
-                queue_name=str(data.get("queue_name", self.queue)), task_path=str(data.get("task", "?"))[:255],
-                priority=message.priority, status=str(TaskResultStatus.FAILED), content=message.content,
-                errors=[*errors_, _error_of(lost)], worker_ids=workers + [UNKNOWN_WORKER] * (limit - len(workers)),
-                enqueued_at=message.received_at or data.get("enqueued_at"),
-                started_at=started_at or message.first_received_at, finished_at=now))
+            records.append(self._row(message, data, TaskResultStatus.FAILED, [*errors_, _error_of(lost)],
+                                     workers + [UNKNOWN_WORKER] * (limit - len(workers)),
+                                     started_at=started_at or message.first_received_at, finished_at=now))
         write(records, using)
 
     def _finish_redriven(self, messages: list[services.ReceivedMessage], using: str) -> None:
@@ -344,15 +340,19 @@ class TaskRunner:
         if outcome.error is not None:
             errors_ = [*errors_, outcome.error]
         terminal = status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+        return self._row(message, data, status, errors_, workers,
+                         return_value=outcome.return_json if status == TaskResultStatus.SUCCESSFUL else None,
+                         started_at=started_at or message.first_received_at or outcome.started_at,
+                         last_attempted_at=outcome.started_at, finished_at=outcome.finished_at if terminal else None)
+
+    def _row(self, message: services.ReceivedMessage, data: dict[str, Any], status: Any,
+             errors_: list[dict[str, str]], workers: list[str], **times_and_value: Any) -> Record:
+        """The results row of ``message`` (its task ``data`` decoded) with these errors and workers."""
         return Record(
             id=message.id, backend=self.backend.alias, queue=message.queue,
             queue_name=str(data.get("queue_name", message.queue)), task_path=str(data.get("task", "?"))[:255],
-            priority=message.priority, status=str(status), content=message.content,
-            return_value=outcome.return_json if status == TaskResultStatus.SUCCESSFUL else None,
-            errors=errors_, worker_ids=workers, enqueued_at=message.received_at or data.get("enqueued_at"),
-            started_at=started_at or message.first_received_at or outcome.started_at,
-            last_attempted_at=outcome.started_at, finished_at=outcome.finished_at if terminal else None,
-        )
+            priority=message.priority, status=str(status), content=message.content, errors=errors_,
+            worker_ids=workers, enqueued_at=message.received_at or data.get("enqueued_at"), **times_and_value)
 
     def _settle_successes(self, successes: list[tuple[services.ReceivedMessage, Outcome]], using: str,
                           finished: list[Any]) -> int:
