@@ -14,7 +14,8 @@ Every id, so it can be looked up and silenced (``SILENCED_SYSTEM_CHECKS``):
   setting's check is declared with it in :mod:`forqapp.conf`).
 * ``forqapp.E020`` an environment variable the demo project could not read
   (:mod:`forqapp.envconfig`).
-* ``forqapp.E030`` / ``E031`` django-htmx's app / middleware missing (the UI needs them).
+* ``forqapp.E030`` / ``E031`` django-htmx's app / middleware missing (the UI needs them);
+  ``forqapp.E032`` a ``FORQ_UI_URLCONF`` that does not import.
 * ``forqapp.E040`` a ``FORQ_CONSUMERS`` entry that does not import (one per entry);
   ``forqapp.E041`` a ``@forqapp.consumer`` that cannot run (a bad queue name, two for one queue,
   one on a task queue).
@@ -80,7 +81,12 @@ def _secret_problem(name: str) -> str | None:
 
 
 def _where(name: str) -> str:
-    # A user's project has no envconfig mapping: both places work (forqapp.conf reads the environment).
+    """Where to set ``name``: a value in the settings wins over the environment's (forqapp.conf
+    reads the environment only for a setting the settings leave unset or empty)."""
+    from django.conf import settings
+
+    if getattr(settings, name, None):
+        return f"change {name} in your settings (a value there wins over the environment's)"
     return f"set {name} in settings.py or export it in the environment"
 
 
@@ -165,6 +171,25 @@ def check_ui_requirements(app_configs=None, **kwargs):
     return problems
 
 
+def ui_urlconf_problems() -> list[CheckMessage]:
+    """``FORQ_UI_URLCONF`` names a module that imports (forqapp.E032): the UI listener serves it."""
+    name = conf.forq_settings.FORQ_UI_URLCONF
+    if not name:
+        return []
+    try:
+        import_module(name)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the import, reported in one line
+        return [Error(f"FORQ_UI_URLCONF {name!r} does not import ({type(exc).__name__}: {exc})",
+                      hint="name the module of the UI listener's URLconf (admin and UI pages), e.g. "
+                           "'mysite.urls_ui', or leave it unset to serve ROOT_URLCONF", id="forqapp.E032")]
+    return []
+
+
+@register()
+def check_ui_urlconf(app_configs=None, **kwargs):
+    return ui_urlconf_problems()
+
+
 @register(Tags.security)
 def check_referrer_policy(app_configs=None, **kwargs):
     """``SECURE_REFERRER_POLICY = "no-referrer"`` breaks the admin and the UI's login in browsers:
@@ -189,4 +214,5 @@ def check_referrer_policy(app_configs=None, **kwargs):
 def serve_problems() -> list[str]:
     """What stops the server from starting, one line each (checked by ``forq_serve``): the same
     checks as ``manage.py check --deploy`` reports for forqapp's settings and secrets."""
-    return [e.msg for e in check_configuration()] + [e.msg for e in check_secrets()]
+    return ([e.msg for e in check_configuration()] + [e.msg for e in check_secrets()]
+            + [e.msg for e in ui_urlconf_problems()])

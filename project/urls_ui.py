@@ -1,5 +1,6 @@
 """The UI listener's routes (``FORQ_UI_ADDR``): the HTMX pages at the root, login, and Django's
-admin; none of the API's. ``forq_serve`` serves this with ``ROOT_URLCONF = "project.urls_ui"``.
+admin; none of the API's. ``forq_serve`` serves this: the demo
+project sets ``FORQ_UI_URLCONF = "project.urls_ui"``.
 
 Static files (htmx, the CSS) are served here too, from the app directories through the
 staticfiles finders: a handful of small files for staff, on a listener that is not the API.

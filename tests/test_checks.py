@@ -107,6 +107,11 @@ def test_missing_or_short_secrets_are_deploy_checks_that_say_where_to_set_them(n
     monkeypatch.setenv("FORQ_AUTH_SECRET", SECRET)
     monkeypatch.setenv("FORQ_METRICS_AUTH_SECRET", SECRET)
     assert check_secrets() == []
+    # A short value in the settings wins over the environment's: exporting another would not help.
+    no_secrets.FORQ_AUTH_SECRET = "short"
+    (short,) = check_secrets()
+    assert short.msg.startswith("FORQ_AUTH_SECRET is too short (5 characters; at least 32): change "
+                                "FORQ_AUTH_SECRET in your settings (a value there wins over the environment's)"), short.msg
 
 
 # --- FORQ_CONSUMERS: every dotted path is imported by the check --------------------------------
@@ -166,3 +171,32 @@ def test_a_consumer_that_cannot_run_is_a_check(monkeypatch, settings):
     monkeypatch.setattr(consumers, "autodiscover_modules", bad_module)
     assert [(p.id, p.msg) for p in check_consumers()] == [
         ("forqapp.E041", "forqapp consumer: invalid queue name 'bad name!'")]
+
+
+# --- the migrate to run, named for the queue's database ------------------------------------------
+
+@pytest.mark.sqlite_only
+def test_an_unmigrated_queue_database_of_its_own_names_the_migrate_that_fills_it(settings, tmp_path, django_db_blocker):
+    """FORQ_DATABASE = "queue": a plain ``migrate`` leaves that database alone, so the one-line
+    reason forq_worker, forq_jobs and forq_serve give names ``--database queue``."""
+    from django.db import connections
+
+    from forqapp.server.schema import database_problem, migrate_command
+
+    connections.settings["queue"] = {**connections.settings["default"], "NAME": str(tmp_path / "queue.sqlite3")}
+    try:
+        django_db_blocker.unblock()
+        assert migrate_command() == "manage.py migrate"  # the default alias
+        settings.FORQ_DATABASE = "queue"
+        assert migrate_command() == "manage.py migrate --database queue"
+        assert database_problem() == "the database has no forqapp tables: run manage.py migrate --database queue"
+        with connections["queue"].cursor() as cursor:  # tables from an older forqapp
+            cursor.execute("CREATE TABLE messages (id TEXT)")
+        assert database_problem() is not None and database_problem().endswith(
+            "): run manage.py migrate --database queue")
+    finally:
+        connections["queue"].close()
+        django_db_blocker.restore()
+        del connections.settings["queue"]
+        if hasattr(connections._connections, "queue"):
+            delattr(connections._connections, "queue")

@@ -325,6 +325,36 @@ def test_the_install_how_to_queue_database_block_runs(tmp_path, settings):
     assert import_string(router)().allow_migrate("default", "forqapp") is False
 
 
+def test_the_install_how_to_ui_urlconf_serves_pages_only(tmp_path, settings, monkeypatch):
+    """docs/how-to/install.md's pages-only URLconf, saved as mysite/urls_ui.py and named by
+    FORQ_UI_URLCONF: the admin and the UI resolve, the API does not; a name that does not import
+    is forqapp.E032."""
+    from django.urls import Resolver404, resolve
+
+    from forqapp.checks import serve_problems, ui_urlconf_problems
+
+    (block,) = [b for b in python_blocks((DOCS / "how-to" / "install.md").read_text())
+                if b.startswith("# mysite/urls_ui.py")]
+    (tmp_path / "mysite").mkdir()
+    (tmp_path / "mysite" / "__init__.py").write_text("")
+    (tmp_path / "mysite" / "urls_ui.py").write_text(block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        settings.FORQ_UI_URLCONF = "mysite.urls_ui"
+        assert ui_urlconf_problems() == []
+        assert resolve("/admin/", urlconf="mysite.urls_ui").url_name == "index"
+        assert resolve("/", urlconf="mysite.urls_ui").namespace == "forqapp-ui"
+        with pytest.raises(Resolver404):
+            resolve("/api/v1/queues/orders/messages", urlconf="mysite.urls_ui")
+        settings.FORQ_UI_URLCONF = "mysite.nope"
+        (problem,) = ui_urlconf_problems()
+        assert problem.id == "forqapp.E032" and "No module named 'mysite.nope'" in problem.msg, problem
+        assert problem.msg in serve_problems()  # forq_serve refuses to start, in one line
+    finally:
+        for name in ("mysite.urls_ui", "mysite"):
+            sys.modules.pop(name, None)
+
+
 def test_the_postgresql_how_to_settings_block_gives_a_postgresql_entry(monkeypatch):
     """docs/how-to/postgresql.md's settings for your own project, appended to a startproject
     settings.py with DATABASE_URL exported: the default alias on PostgreSQL, connections kept and
@@ -337,6 +367,11 @@ def test_the_postgresql_how_to_settings_block_gives_a_postgresql_entry(monkeypat
     entry = namespace["DATABASES"]["default"]
     assert (entry["ENGINE"], entry["HOST"], entry["NAME"]) == ("django.db.backends.postgresql", "db.internal", "forq")
     assert entry["CONN_MAX_AGE"] == 600 and entry["CONN_HEALTH_CHECKS"] is True
+    assert entry["OPTIONS"]["prepare_threshold"] == 5
+    (pgbouncer,) = [b for b in python_blocks((DOCS / "how-to" / "postgresql.md").read_text())
+                    if b.startswith("# settings.py: behind a pgbouncer")]
+    exec(compile(pgbouncer, "postgresql.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+    assert namespace["DATABASES"]["default"]["OPTIONS"]["prepare_threshold"] is None
 
 
 @pytest.mark.django_db(transaction=True)

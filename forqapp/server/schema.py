@@ -14,13 +14,20 @@ from ..models import Message
 NO_TABLES = "the database has no forqapp tables: run manage.py migrate"
 
 
+def migrate_command(using: str | None = None) -> str:
+    """The ``migrate`` that applies forqapp's migrations to the database ``using`` (the queue's by
+    default): ``--database`` named when it is not ``default``, which a plain ``migrate`` leaves."""
+    alias = using or forq_settings.FORQ_DATABASE
+    return "manage.py migrate" if alias == "default" else f"manage.py migrate --database {alias}"
+
+
 def database_problem(using: str | None = None) -> str | None:
     """One line saying why forqapp cannot work on its database yet, or None when it can."""
     connection = connections[using or forq_settings.FORQ_DATABASE]
     try:
         tables = connection.introspection.table_names()
         if Message._meta.db_table not in tables:
-            return NO_TABLES
+            return NO_TABLES.replace("manage.py migrate", migrate_command(using))
         # Tables from an older forqapp: a newer column (e.g. last_error) would fail mid-work.
         loader = MigrationLoader(connection)
         applied = {name for app, name in loader.applied_migrations if app == "forqapp"}
@@ -28,7 +35,7 @@ def database_problem(using: str | None = None) -> str | None:
     except DatabaseError as exc:
         return f"database {connection.settings_dict.get('NAME')!s} unusable ({' '.join(str(exc).split())})"
     if missing:
-        return f"the database lacks forqapp migrations ({', '.join(missing)}): run manage.py migrate"
+        return f"the database lacks forqapp migrations ({', '.join(missing)}): run {migrate_command(using)}"
     return None
 
 

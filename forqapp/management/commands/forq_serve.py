@@ -19,7 +19,7 @@ from django.db.migrations.executor import MigrationExecutor
 from ... import services
 from ...checks import serve_problems
 from ...conf import forq_settings
-from ...server.schema import not_applied
+from ...server.schema import migrate_command, not_applied
 from ...server.serving import Server, listeners, unbindable
 
 
@@ -44,7 +44,7 @@ def database_problems() -> list[str]:
     finally:
         connection.close()
     if pending:
-        return ["the database has unapplied migrations: run `python manage.py migrate`"]
+        return [f"the database has unapplied migrations: run `python {migrate_command()}`"]
     return []
 
 
