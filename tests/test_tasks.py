@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import subprocess
 import sys
 import time
@@ -204,6 +205,24 @@ def test_a_retry_policy_not_made_by_retries_is_refused_by_validate_task():
         assert task(_func).func.forq_retries.max_attempts == 2
     finally:
         del _func.forq_retries
+
+
+def test_two_backends_on_one_forqapp_queue_are_a_check_and_stop_the_worker_in_one_line(settings):
+    """Two ForqBackend aliases without a prefix both run the forqapp queue "default": the check
+    says so (forqapp.E041) and forq_worker stops in one line, as docs/how-to/django-tasks.md says."""
+    from django.core.checks import run_checks
+    from django.core.management import CommandError, call_command
+
+    said = ("TASKS: backends 'default' and 'other' both use the forqapp queue 'default' "
+            "(give one a queue_prefix)")
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend"},
+                      "other": {"BACKEND": "forqapp.tasks.ForqBackend"}}
+    assert [e.msg for e in run_checks() if e.id == "forqapp.E041"] == [said]
+    with pytest.raises(CommandError, match=re.escape(said)):
+        call_command("forq_worker", "--burst")
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend"},
+                      "other": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": [], "OPTIONS": {"queue_prefix": "o-"}}}
+    assert not [e for e in run_checks() if e.id == "forqapp.E041"]
 
 
 def test_the_system_checks_include_the_backend(settings, monkeypatch):
