@@ -213,6 +213,7 @@ def check_referrer_policy(app_configs=None, **kwargs):
 
 def serve_problems() -> list[str]:
     """What stops the server from starting, one line each (checked by ``forq_serve``): the same
-    checks as ``manage.py check --deploy`` reports for forqapp's settings and secrets."""
+    checks as ``manage.py check --deploy`` reports for forqapp's settings, secrets and the UI's
+    URLconf."""
     return ([e.msg for e in check_configuration()] + [e.msg for e in check_secrets()]
             + [e.msg for e in ui_urlconf_problems()])

@@ -11,7 +11,7 @@ from .. import services
 from ..conf import forq_settings
 from ..models import Message
 
-NO_TABLES = "the database has no forqapp tables: run manage.py migrate"
+NO_TABLES = "the database has no forqapp tables"
 
 
 def migrate_command(using: str | None = None) -> str:
@@ -27,7 +27,7 @@ def database_problem(using: str | None = None) -> str | None:
     try:
         tables = connection.introspection.table_names()
         if Message._meta.db_table not in tables:
-            return NO_TABLES.replace("manage.py migrate", migrate_command(using))
+            return f"{NO_TABLES}: run {migrate_command(using)}"
         # Tables from an older forqapp: a newer column (e.g. last_error) would fail mid-work.
         loader = MigrationLoader(connection)
         applied = {name for app, name in loader.applied_migrations if app == "forqapp"}
