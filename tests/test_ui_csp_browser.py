@@ -163,6 +163,21 @@ def test_every_staff_page_works_under_the_policy_at_1366_px(live_ui, wide, staff
                        ("/admin/forqapp/apikey/", "admin-keys"), ("/admin/forqapp/apikey/add/", "admin-key-add")]:
         check(page, live_ui + path, name)
 
+    # The admin's confirmations of what is not a deletion: under the policy, their button in the
+    # admin's plain colours, not the red of a deletion's (a rule in admin.css, not an inline style).
+    red = "rgb(186, 33, 33)"
+    for path, action, name in [("/admin/forqapp/deadletter/", "requeue_messages", "admin-requeue"),
+                               ("/admin/forqapp/queue/?q=emails", "redrive_dead_letters", "admin-redrive")]:
+        page.goto(live_ui + path)
+        page.locator("#result_list input.action-select").first.check()
+        page.select_option("select[name=action]", action)
+        page.click("button[name=index]")
+        page.wait_for_selector("input[type=submit].not-destructive")
+        settle(page, page.url, name)
+        background = page.eval_on_selector("input[type=submit].not-destructive",
+                                           "e => getComputedStyle(e).backgroundColor")
+        assert background != red, (name, background)
+
 
 def test_the_login_page_and_a_logged_out_admin_work_under_the_policy(live_ui, wide, staff_user):
     page = wide
