@@ -74,6 +74,9 @@ def test_admin_expires_takes_a_duration_or_a_date_as_the_keys_page_does(staff_cl
     assert not ApiKey.objects.filter(name="bad").exists()
     change = staff_client.get(f"/admin/forqapp/apikey/{ApiKey.objects.get(name='dated').pk}/change/")
     assert 'value="2099-01-02 03:04:00"' in change.content.decode()
+    # The audit log says the expiry as a date, in UTC as every column does (not Unix milliseconds).
+    assert "orders:read; expires 2099-01-02 03:04:00 UTC" in change.content.decode()
+    assert "4071006240000" not in change.content.decode()
 
 
 def test_admin_refuses_a_bad_grant(staff_client):
@@ -108,6 +111,18 @@ def test_admin_edit_revoke_and_rotate_behind_confirmation(staff_client):
                                                  "csrfmiddlewaretoken": token})
     assert for_token(new_token) is None
     assert [e.action for e in KeyEvent.objects.order_by("at", "id")] == ["created", "edited", "rotated", "revoked"]
+    # A revoked key stays revoked: disabling or enabling it is refused, by name, and changes nothing.
+    other = service.create("other", ["orders:read"], actor="t", via="cli")
+    for action, said in (("disable_keys", "Disabled 1 key."), ("enable_keys", "Enabled 1 key.")):
+        done = staff_client.post("/admin/forqapp/apikey/", {
+            "action": action, "_selected_action": [pk, other.key.pk], "post": "yes", "csrfmiddlewaretoken": token},
+            follow=True)
+        shown = [str(m) for m in done.context["messages"]][-2:]  # (the revoke's message came first)
+        verb = "disabled" if action == "disable_keys" else "enabled"
+        assert shown == [f"'worker' is revoked: it cannot be {verb}", said], shown
+    assert service.state(ApiKey.objects.get(pk=pk)) == "revoked" and ApiKey.objects.get(pk=pk).enabled
+    assert [e.action for e in KeyEvent.objects.filter(key_id=pk).order_by("at", "id")] == [
+        "created", "edited", "rotated", "revoked"]
     # Keys are never deleted (the audit log stays): no delete action, no delete page.
     assert staff_client.get(f"/admin/forqapp/apikey/{pk}/delete/").status_code == 403
 

@@ -130,15 +130,25 @@ def disable_keys(modeladmin, request, queryset):
     if request.POST.get("post") != "yes":
         return _confirm(modeladmin, request, queryset, action="disable_keys", verb="Disable",
                         question="These keys stop working until enabled again:")
-    n = sum(service.set_enabled(k, False, actor=_actor(request), via="admin") for k in queryset)
-    modeladmin.message_user(request, f"Disabled {n} key{'s' if n != 1 else ''}.", messages.SUCCESS)
+    _set_enabled(modeladmin, request, queryset, False)
     return None
 
 
 @admin.action(description="Enable selected keys", permissions=["change"])
 def enable_keys(modeladmin, request, queryset):
-    n = sum(service.set_enabled(k, True, actor=_actor(request), via="admin") for k in queryset)
-    modeladmin.message_user(request, f"Enabled {n} key{'s' if n != 1 else ''}.", messages.SUCCESS)
+    _set_enabled(modeladmin, request, queryset, True)
+
+
+def _set_enabled(modeladmin, request, queryset, enabled: bool) -> None:
+    """Enable or disable each selected key; a revoked one is named and left as it is."""
+    n = 0
+    for key in queryset:
+        try:
+            n += service.set_enabled(key, enabled, actor=_actor(request), via="admin")
+        except service.KeyError_ as exc:
+            modeladmin.message_user(request, str(exc), messages.WARNING)
+    verb = "Enabled" if enabled else "Disabled"
+    modeladmin.message_user(request, f"{verb} {n} key{'s' if n != 1 else ''}.", messages.SUCCESS)
 
 
 @admin.register(ApiKey)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, router, transaction
 
-from ..utils import now_ms
+from ..utils import ms_to_datetime, now_ms
 from . import cache, crypto, grants, tokens
 from .models import ApiKey, KeyEvent
 
@@ -65,8 +65,7 @@ def create(name: str, grant_texts: Sequence[str], *, expires_at: int | None = No
             key = ApiKey.objects.create(
                 name=name, access_key_id=access_key_id, secret_sealed=crypto.seal(secret, access_key_id),
                 grants=grants.dumps(parsed), created_at=now, created_by=actor[:150], expires_at=expires_at)
-            _event(key, "created", actor, via, "; ".join(key.grants)
-                   + (f"; expires {expires_at}" if expires_at else ""))
+            _event(key, "created", actor, via, "; ".join(key.grants) + _expiry(expires_at))
     except IntegrityError:
         raise KeyError_(f"a key named {name!r} exists already") from None
     cache.forget(access_key_id)
@@ -108,12 +107,16 @@ def rotate(key: ApiKey, *, actor: str, via: str) -> Issued:
 
 
 def set_enabled(key: ApiKey, enabled: bool, *, actor: str, via: str) -> bool:
+    """Enable or disable (False if it was already); a revoked key stays revoked and is refused."""
     with _atomic():
-        done = ApiKey.objects.filter(pk=key.pk).exclude(enabled=enabled).update(enabled=enabled)
+        done = (ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).exclude(enabled=enabled)
+                .update(enabled=enabled))
         if done:
             _event(key, "enabled" if enabled else "disabled", actor, via)
     cache.forget(key.access_key_id)
     key.refresh_from_db()
+    if not done and key.revoked_at is not None:
+        raise KeyError_(f"{key.name!r} is revoked: it cannot be {'enabled' if enabled else 'disabled'}")
     return bool(done)
 
 
@@ -125,9 +128,15 @@ def update(key: ApiKey, *, grant_texts: Sequence[str], expires_at: int | None, a
         raise KeyError_(str(exc)) from None
     with _atomic():
         ApiKey.objects.filter(pk=key.pk).update(grants=stored, expires_at=expires_at)
-        _event(key, "edited", actor, via, "; ".join(stored) + (f"; expires {expires_at}" if expires_at else ""))
+        _event(key, "edited", actor, via, "; ".join(stored) + _expiry(expires_at))
     cache.forget(key.access_key_id)
     key.refresh_from_db()
+
+
+def _expiry(expires_at: int | None) -> str:
+    """An event's words for the key's expiry: "; expires 2026-12-01 14:00:00 UTC" ("" for none)."""
+    when = ms_to_datetime(expires_at)
+    return "" if when is None else f"; expires {when:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def state(key: ApiKey, now: int | None = None) -> str:
