@@ -51,9 +51,14 @@ def test_anonymous_gets_the_login_page(client, url):
     assert client.get(response["Location"]).status_code == 200
 
 
-def test_htmx_anonymous_gets_a_client_redirect(client):
+def test_htmx_anonymous_gets_a_client_redirect_back_to_its_page(client):
     response = client.get("/ui/", **HX)
     assert response.headers["HX-Redirect"] == "/ui/login/"
+    # Sent from a page of this site (a session that ended while the page refreshed): back to that page.
+    response = client.get("/ui/queues/emails/flow/", HTTP_HX_CURRENT_URL="http://testserver/ui/queues/emails/?x=1", **HX)
+    assert response.headers["HX-Redirect"] == "/ui/login/?next=/ui/queues/emails/%3Fx%3D1"
+    response = client.get("/ui/queues/emails/flow/", HTTP_HX_CURRENT_URL="https://elsewhere.example/ui/", **HX)
+    assert response.headers["HX-Redirect"] == "/ui/login/"  # (another site's page: no next)
 
 
 def test_non_staff_gets_the_login_page_and_cannot_log_in(client):
@@ -187,7 +192,10 @@ def test_staff_logs_in_and_out(client, staff):
     response = client.post("/ui/login/", {"username": "staff", "password": "pw-staff-123"})
     assert response.status_code == 302 and response["Location"] == "/ui/"
     assert client.get("/ui/").status_code == 200
-    assert client.get("/ui/logout/").status_code == 405  # no state change on GET
+    opened = client.get("/ui/logout/")  # no state change on GET: a page with the button that logs out
+    assert opened.status_code == 405 and opened["Allow"] == "POST"
+    assert b'data-testid="log-out"' in opened.content and b'action="/ui/logout/"' in opened.content
+    assert client.get("/ui/").status_code == 200
     response = client.post("/ui/logout/")
     assert response.status_code == 302 and response["Location"] == "/ui/login/"
     assert client.get("/ui/").status_code == 302
@@ -779,7 +787,10 @@ def test_pause_is_post_staff_csrf_and_regular_queues_only(client, staff):
     forqapp.send("emails", "a")
     c = Client(enforce_csrf_checks=True)
     c.force_login(staff)
-    assert c.get("/ui/queues/emails/pause/").status_code == 405
+    opened = c.get("/ui/queues/emails/pause/")  # a browser that opens an action's address: a page that says so
+    assert opened.status_code == 405 and opened["Allow"] == "POST"
+    assert b"Not a page" in opened.content and b'href="/ui/"' in opened.content
+    assert c.get("/ui/queues/emails/pause/", **HX).content == b""  # (htmx: nothing to swap)
     assert c.post("/ui/queues/emails/pause/", **HX).status_code == 403  # no CSRF token
     assert not services.queue_info("emails").paused
     token = str(c.get("/ui/queues/emails/").context["csrf_token"])

@@ -178,6 +178,18 @@ def test_every_staff_page_works_under_the_policy_at_1366_px(live_ui, wide, staff
                                            "e => getComputedStyle(e).backgroundColor")
         assert background != red, (name, background)
 
+    # An action's address opened as a page says so; logout/ opened as a page offers its button.
+    for path, name in [("/queues/emails/pause/", "not-a-page"), ("/logout/", "logout-page")]:
+        response = page.goto(live_ui + path)
+        assert response is not None and response.status == 405, (path, response and response.status)
+        page.wait_for_load_state("networkidle")
+        assert [e for e in page.errors if "status of 405" not in e] == [], page.errors  # (Chromium logs the 405)
+        page.errors.clear()
+        settle(page, page.url, name)
+    page.click("[data-testid=log-out]")
+    page.wait_for_url("**/login/")
+    assert page.goto(live_ui + "/").url.startswith(live_ui + "/login/?next=")
+
 
 def test_the_login_page_and_a_logged_out_admin_work_under_the_policy(live_ui, wide, staff_user):
     page = wide

@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import wraps
 from typing import Any
 
 from django.contrib import messages as flash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
 from django.views import defaults
 from django.views.decorators.clickjacking import xframe_options_deny
-from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, reswap
 from django_htmx.middleware import HtmxDetails
@@ -68,8 +67,9 @@ def staff_required(view):
         if user.is_active and user.is_staff:
             return view(request, *args, **kwargs)
         login_url = reverse("forqapp-ui:login")
-        if request.htmx:
-            return HttpResponseClientRedirect(login_url)
+        if request.htmx:  # back to the page it was sent from (HX-Current-URL), once logged in
+            page = request.htmx.current_url_abs_path
+            return HttpResponseClientRedirect(redirect_to_login(page, login_url)["Location"] if page else login_url)
         return redirect_to_login(request.get_full_path(), login_url)
 
     return wrapper
@@ -196,6 +196,34 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return defaults.server_error(request)
 
 
+def not_allowed(request: HttpRequest, methods: Sequence[str], *, logout: bool = False) -> HttpResponse:
+    """405 with ``Allow``: a page that says so where a browser opened it (an action's address typed
+    or bookmarked; for ``logout/``, a button that logs out), nothing for htmx."""
+    allowed = ", ".join(methods)
+    response: HttpResponse
+    if getattr(request, "htmx", False) or request.method not in ("GET", "HEAD"):
+        response = HttpResponseNotAllowed(methods)
+    else:
+        response = render(request, "forqapp/not_allowed.html", {"allowed": allowed, "logout": logout}, status=405)
+    response["Allow"] = allowed
+    return response
+
+
+def allow_methods(*methods: str):
+    """Django's ``require_http_methods``, with :func:`not_allowed`'s page for the others."""
+
+    def decorate(view):
+        @wraps(view)
+        def inner(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if request.method not in methods:
+                return not_allowed(request, methods)
+            return view(request, *args, **kwargs)
+
+        return inner
+
+    return decorate
+
+
 def ui_view(*methods: str, needs: Needs, home: bool = False):
     """Staff with ``needs``' permission only, the allowed methods, DENY framing, the staff pages'
     Content-Security-Policy, a cache key that varies on HX-Request, and a 503 when the database
@@ -205,7 +233,7 @@ def ui_view(*methods: str, needs: Needs, home: bool = False):
         view = answers_unavailable(view)
         view = permission_required(needs, home=home)(view)
         view = staff_required(view)
-        view = require_http_methods(list(methods))(view)
+        view = allow_methods(*methods)(view)
         view = vary_on_headers("HX-Request")(view)
         return csp.protect(same_origin_referrer(xframe_options_deny(view)))
 
@@ -264,8 +292,17 @@ login = csp.protect(same_origin_referrer(xframe_options_deny(answers_unavailable
         next_page=reverse_lazy("forqapp-ui:dashboard"),
     )
 ))))
+
+
+class _LogoutView(auth_views.LogoutView):
+    """Django's logout (a POST), and for a browser that opens ``logout/`` a page with the button."""
+
+    def http_method_not_allowed(self, request, *args, **kwargs):
+        return not_allowed(request, ["POST"], logout=True)
+
+
 logout = csp.protect(same_origin_referrer(xframe_options_deny(answers_unavailable(
-    auth_views.LogoutView.as_view(next_page=reverse_lazy("forqapp-ui:login"))
+    _LogoutView.as_view(next_page=reverse_lazy("forqapp-ui:login"))
 ))))
 
 
