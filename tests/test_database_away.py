@@ -323,3 +323,51 @@ def test_the_schedules_job_over_a_restart_says_one_line_without_traceback(monkey
     monkeypatch.setattr(schedules_module.base, "now_ms", lambda: services.now_ms() + 5000)
     jobs.Scheduler()._run_one(jobs.JOBS["schedules"])
     assert services.peek("away-ticks") is not None
+
+
+def test_a_wrong_key_is_refused_401_while_the_disk_is_full(apps, monkeypatch, caplog):  # noqa: F811
+    """A full disk fails the throttle's count of a wrong key (a write): the key is refused all the
+    same (401, SQS's InvalidClientTokenId / SignatureDoesNotMatch), not answered 503, and the log
+    says once that it was not counted."""
+    import sqlite3
+
+    import httpx
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from forqapp.sqs.asgi import SQSApplication
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    forqapp.configure_queue("full")
+    monkeypatch.setattr(type(store.for_alias("default")), "auth_failed", full)
+    errors._said.clear()
+    wrong = [(b"x-api-key", b"wrong-" + KEY), (b"content-type", b"application/json")]
+    for app in apps:
+        for method, path, body in [("POST", "/api/v1/queues/full/messages", b'{"content": "x"}'),
+                                   ("GET", "/api/v1/queues/full/messages", b""),
+                                   ("GET", "/api/v2/queues/full", b"")]:
+            status, _, answer = _run(app, _scope(method, path, wrong), body)
+            assert (status, json.loads(answer)["code"]) == (401, errors.UNAUTHORIZED), (method, path, answer)
+
+    body = json.dumps({"QueueUrl": "http://testserver/000000000000/full", "MessageBody": "x"}).encode()
+    request = AWSRequest("POST", "http://testserver/", data=body, headers={
+        "X-Amz-Target": "AmazonSQS.SendMessage", "Content-Type": "application/x-amz-json-1.0"})
+    SigV4Auth(Credentials("forq-root", "wrong-" + KEY.decode()), "sqs", "eu-west-3").add_auth(request)
+
+    async def send():
+        transport = httpx.ASGITransport(app=SQSApplication(), client=("127.0.0.1", 40001))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            return await client.post("/", content=body, headers=dict(request.headers.items()))
+
+    import asyncio
+
+    response = asyncio.run(send())
+    assert response.status_code in (400, 403) and "ServiceUnavailable" not in response.text, response.text
+    _no_traceback(caplog)
+    assert [r.getMessage() for r in caplog.records if "without counting" in r.getMessage()] == [
+        "counting a wrong API key: the database's disk is full; refused without counting it "
+        "(this line at most once a second)"]
+    assert not forqapp.peek("full")

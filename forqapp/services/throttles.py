@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TypeVar
 
+from .. import errors
 from ..conf import forq_settings
 from . import base
 from .base import _store
 
 T = TypeVar("T")
+
+logger = logging.getLogger("forqapp.auth")
 
 # --- API-key throttle -----------------------------------------------------------------------
 
@@ -25,11 +29,22 @@ def auth_retry_after(address: str, *, using: str | None = None) -> int:
     return max(0, -(-left_ms // 1000))  # rounded up: retrying at once after would still be refused
 
 
-def auth_failed(address: str, *, using: str | None = None) -> None:
+def auth_failed(address: str, *, using: str | None = None) -> bool:
     """Count a wrong key from ``address``: the ``FORQ_AUTH_MAX_FAILURES``-th within
-    ``FORQ_AUTH_FAILURE_WINDOW_S`` blocks it for ``FORQ_AUTH_BLOCK_S``."""
-    _store(using).auth_failed(address[:100], base.now_ms(), forq_settings.FORQ_AUTH_FAILURE_WINDOW_S * 1000,
-                   forq_settings.FORQ_AUTH_MAX_FAILURES, forq_settings.FORQ_AUTH_BLOCK_S * 1000)
+    ``FORQ_AUTH_FAILURE_WINDOW_S`` blocks it for ``FORQ_AUTH_BLOCK_S``. Whether it was counted: a
+    database that cannot write now (a full disk, a write lock held past the busy timeout, a server
+    out of reach) does not count it, and says so in the log at most once a second; the key is
+    refused all the same (401, not the 503 of a write that failed)."""
+    try:
+        _store(using).auth_failed(address[:100], base.now_ms(), forq_settings.FORQ_AUTH_FAILURE_WINDOW_S * 1000,
+                                  forq_settings.FORQ_AUTH_MAX_FAILURES, forq_settings.FORQ_AUTH_BLOCK_S * 1000)
+    except Exception as exc:
+        reason = errors.unavailable(exc)
+        if reason is None:
+            raise
+        errors.say_unavailable(logger, "counting a wrong API key", reason, "refused without counting it")
+        return False
+    return True
 
 
 # --- login throttle (the API-key throttle's table, under "login-…" keys) ----------------------
