@@ -107,7 +107,8 @@ def child_raw_sqlite(n: int, db: str, synchronous: str, counter: bool = False) -
     claim = """UPDATE messages SET status = 1, attempts = attempts + 1, processing_started_at = :now,
                                    process_after = :now + 30000, updated_at = :now
                WHERE id = (SELECT id FROM messages INDEXED BY idx_queue_claim
-                           WHERE queue = :queue AND status = 0 AND process_after <= received_at AND process_after <= :now
+                           WHERE queue = :queue AND message_group = '' AND status = 0 AND process_after <= received_at
+                             AND process_after <= :now
                            ORDER BY priority DESC, sequence LIMIT 1)
                RETURNING id, processing_started_at"""
     delete = "DELETE FROM messages WHERE id = ? AND processing_started_at = ?"
@@ -156,7 +157,8 @@ def child_raw_postgresql(n: int, url: str) -> dict:
     claim = """UPDATE messages SET status = 1, attempts = attempts + 1, processing_started_at = %(now)s,
                                    process_after = %(now)s + 30000, updated_at = %(now)s
                WHERE id = (SELECT id FROM messages
-                           WHERE queue = %(queue)s AND status = 0 AND process_after <= received_at AND process_after <= %(now)s
+                           WHERE queue = %(queue)s AND message_group = '' AND status = 0 AND process_after <= received_at
+                             AND process_after <= %(now)s
                            ORDER BY priority DESC, sequence LIMIT 1 FOR UPDATE SKIP LOCKED)
                RETURNING id, processing_started_at"""
     delete = "DELETE FROM messages WHERE id = %s AND processing_started_at = %s"

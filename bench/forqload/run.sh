@@ -14,6 +14,8 @@
 # --ref REV: also serve the tree of git revision REV (e.g. the commit before an optimisation) with
 # the same venv, alternating REV and this checkout --pairs times (default 1): the machine's own
 # reference in the same run. Every server gets a fresh temporary SQLite file.
+# Each round ends with the raw reference: the same load on the database alone, the same table
+# (bench/forqload/raw_sqlite.py), and each HTTP/1.1 figure of the round divided by it (SQLite only).
 # With DATABASE_URL=postgres://user@host:port/anything set, every server gets a fresh PostgreSQL
 # database forq_load_bench on that server (dropped and made anew) instead of an SQLite file.
 # --server-cpus / --client-cpus LIST: run the server / the load client under `taskset -c LIST` (e.g.
@@ -83,7 +85,11 @@ PY
     $py bench/forqload/pss.py "$server" --watch 4 > "$work/pss" &
     local cpu0 t0 cpu1 t1
     cpu0=$($py bench/forqload/pss.py "$server" --cpu-seconds) t0=$(date +%s.%N)
-    "${pin_client[@]}" "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" $proto "$@"
+    "${pin_client[@]}" "$work/forqload" -api "http://127.0.0.1:$port" -auth "$FORQ_AUTH_SECRET" $proto "$@" \
+      | tee "$work/load"
+    if [ -z "$proto" ]; then  # (HTTP/1.1: what the raw reference is set against)
+      echo "$label|$(sed -n 's/.*produced \([0-9]*\)\/s consumed \([0-9]*\)\/s.*/\1 \2/p' "$work/load")" >> "$work/rates"
+    fi
     cpu1=$($py bench/forqload/pss.py "$server" --cpu-seconds) t1=$(date +%s.%N)
     wait $!
     echo "  memory under load (max of 4 s of samples): $(cat "$work/pss")"
@@ -102,7 +108,28 @@ PY
   kill -TERM "$server"; wait "$server" || true; server=""
 }
 
+# raw: the same load on the database alone (bench/forqload/raw_sqlite.py: threads, no HTTP, the same
+# messages table, forqapp's pragmas), on the server's cores, and each HTTP/1.1 figure of the round
+# divided by it. SQLite only.
+raw() {
+  [ -n "$pg_admin" ] && return
+  local db
+  db=$(mktemp -p "$work" -u raw-XXXX.sqlite3)
+  FORQ_DB_PATH=$db $py manage.py migrate -v0
+  echo "== raw sqlite3 on the same table (no HTTP, no server; bench/forqload/raw_sqlite.py)"
+  FORQ_DB_PATH=$db "${pin_server[@]}" $py bench/forqload/raw_sqlite.py "$db" "$@" | tee "$work/raw"
+  local raw_p raw_c
+  read -r raw_p raw_c < <(sed -n 's/.*produced \([0-9]*\)\/s consumed \([0-9]*\)\/s.*/\1 \2/p' "$work/raw")
+  while IFS='|' read -r label rates; do
+    read -r p c <<< "$rates"
+    echo "  $label over HTTP/1.1 ÷ raw sqlite3: produced ×$(awk "BEGIN { printf \"%.2f\", $p / $raw_p }")," \
+         "consumed ×$(awk "BEGIN { printf \"%.2f\", $c / $raw_c }")"
+  done < "$work/rates"
+  rm -f "$work/rates" "$db" "$db-wal" "$db-shm"
+}
+
 for _ in $(seq 1 "$pairs"); do
   if [ -n "$ref" ]; then serve "$work/ref" "reference $ref" "$@"; fi
   serve "$root" "this checkout" "$@"
+  raw "$@"
 done
