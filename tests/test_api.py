@@ -401,6 +401,12 @@ def test_metrics_needs_its_own_key(live_api):
     response = httpx.get(live_api.url + "/metrics", headers=_as("203.0.113.6", METRICS_SECRET))
     assert response.status_code == 200
     assert 'forq_messages_produced_total{queue_name="metrics-q",queue_type="regular"}' in response.text
+    # As Prometheus's scrape config sends it (authorization: credentials: …): a bearer token.
+    bearer = {**_as("203.0.113.7", None), "Authorization": f"Bearer {METRICS_SECRET}"}
+    assert httpx.get(live_api.url + "/metrics", headers=bearer).status_code == 200
+    for wrong in (f"Bearer {SECRET}", f"Basic {METRICS_SECRET}", "Bearer"):
+        refused = httpx.get(live_api.url + "/metrics", headers={**_as("203.0.113.8", None), "Authorization": wrong})
+        assert refused.status_code == 401, wrong
 
 
 # --- long poll --------------------------------------------------------------------------------

@@ -108,10 +108,13 @@ def test_a_second_server_keeps_the_metrics_of_one_running(tmp_path, monkeypatch)
     assert directory.is_dir() and not list(directory.iterdir())
 
 
-def test_a_lone_server_start_keeps_the_files_of_a_running_worker(tmp_path, monkeypatch):
+def test_a_lone_server_start_keeps_the_counts_while_a_worker_runs(tmp_path, monkeypatch):
     """Audit: a forq_serve starting alone emptied the whole directory, also the files of a
-    forq_worker still running on it (its counts vanished from /metrics until it restarted). Only
-    the files of processes gone are removed."""
+    forq_worker still running on it (its counts vanished from /metrics until it restarted); then it
+    removed the files of processes gone, and the totals fell by what they had counted, which
+    Prometheus reads as a reset (``increase()`` counted the running worker's history again). While
+    another process still writes there, only the live gauges of the processes gone go; alone, all
+    their files."""
     import os
     import subprocess
     import sys
@@ -120,13 +123,23 @@ def test_a_lone_server_start_keeps_the_files_of_a_running_worker(tmp_path, monke
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(gone.stdout)
-    (tmp_path / "prometheus").mkdir()
-    (tmp_path / "prometheus" / f"counter_{os.getpid()}.db").write_text("a running worker's")
-    (tmp_path / "prometheus" / f"gauge_livesum_{dead_pid}.db").write_text("a process gone")
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "prometheus").mkdir()
+        (tmp_path / "prometheus" / f"counter_{worker.pid}.db").write_text("a running worker's")
+        (tmp_path / "prometheus" / f"counter_{dead_pid}.db").write_text("a server gone: its counts")
+        (tmp_path / "prometheus" / f"gauge_livesum_{dead_pid}.db").write_text("a server gone: its in-flight")
+        monkeypatch.setattr(serving, "_metrics_lock", None)
+        directory = serving._metrics_directory(tmp_path)
+        os.close(serving._metrics_lock)
+        assert sorted(p.name for p in directory.iterdir()) == [f"counter_{dead_pid}.db", f"counter_{worker.pid}.db"]
+    finally:
+        worker.kill()
+        worker.wait()
     monkeypatch.setattr(serving, "_metrics_lock", None)
-    directory = serving._metrics_directory(tmp_path)
+    directory = serving._metrics_directory(tmp_path)  # nobody else writes there now: a fresh start
     os.close(serving._metrics_lock)
-    assert sorted(p.name for p in directory.iterdir()) == [f"counter_{os.getpid()}.db"]
+    assert not list(directory.iterdir())
 
 
 KILLED_WORKER = """

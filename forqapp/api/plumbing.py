@@ -94,6 +94,13 @@ def key_of(request: HttpRequest):
     return getattr(request, _KEY, None)
 
 
+def _bearer(request: HttpRequest) -> str | None:
+    """The token of ``Authorization: Bearer <token>`` (how Prometheus's ``authorization`` sends
+    its credentials to ``/metrics``), or None."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
 async def _authorize(request: HttpRequest, secret_setting: str) -> None:
     given = request.headers.get("X-API-Key")
     if secret_setting == API_KEY_SETTING:
@@ -103,7 +110,7 @@ async def _authorize(request: HttpRequest, secret_setting: str) -> None:
         if key is not None:
             setattr(request, _KEY, key)
             return  # a valid key always passes, even from a throttled address
-    elif key_matches(given, getattr(forq_settings, secret_setting)):
+    elif key_matches(given or _bearer(request), getattr(forq_settings, secret_setting)):
         return  # a valid key always passes, even from a throttled address (and costs no query)
     address = client_address(request)
     retry_after = await services.run_async(services.auth_retry_after, address)

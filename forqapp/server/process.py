@@ -86,6 +86,16 @@ def metrics_files_of_the_dead(directory: str) -> dict[int, list[str]]:
     return dead
 
 
+def metrics_writers_alive(directory: str, besides: int | None = None) -> bool:
+    """Whether a process still running (other than ``besides``) has files in a multiprocess directory."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    pids = {int(m.group(1)) for name in names if (m := _METRICS_FILE_PID.search(name))}
+    return any(alive(pid) for pid in pids - {besides})
+
+
 def mark_dead(pid: int | None = None) -> None:
     """In Prometheus multiprocess mode, drop the live gauges of ``pid`` (default: this process),
     which has exited or is about to (django-prometheus #407, #429)."""

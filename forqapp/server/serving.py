@@ -180,12 +180,16 @@ def _metrics_directory(parent: Path) -> Path:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pass  # another server runs on it: nothing is removed
-        else:  # alone: the files of processes gone go (a fresh start's counts); those of a
-            # running forq_worker or forq_jobs given this directory stay (they still write them)
+        else:  # alone: the files of processes gone go (a fresh start's counts) — unless a running
+            # forq_worker or forq_jobs given this directory writes there still: then every file
+            # stays, or the totals would fall by what the others had counted, and Prometheus would
+            # read the fall as a reset and count the running one's history again
+            others = process.metrics_writers_alive(str(directory), besides=os.getpid())
             for files in process.metrics_files_of_the_dead(str(directory)).values():
                 for path in files:
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
+                    if not others or os.path.basename(path).startswith("gauge_live"):  # (live gauges: dead)
+                        with contextlib.suppress(OSError):
+                            os.unlink(path)
         fcntl.flock(fd, fcntl.LOCK_SH)
         os.set_inheritable(fd, True)
         _metrics_lock = fd
