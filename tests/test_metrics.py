@@ -129,10 +129,12 @@ def test_a_lone_server_start_keeps_the_counts_while_a_worker_runs(tmp_path, monk
         (tmp_path / "prometheus" / f"counter_{worker.pid}.db").write_text("a running worker's")
         (tmp_path / "prometheus" / f"counter_{dead_pid}.db").write_text("a server gone: its counts")
         (tmp_path / "prometheus" / f"gauge_livesum_{dead_pid}.db").write_text("a server gone: its in-flight")
+        (tmp_path / "prometheus" / "forq-top-queues.json").write_text("{}")  # what /metrics's scrapes remember
         monkeypatch.setattr(serving, "_metrics_lock", None)
         directory = serving._metrics_directory(tmp_path)
         os.close(serving._metrics_lock)
-        assert sorted(p.name for p in directory.iterdir()) == [f"counter_{dead_pid}.db", f"counter_{worker.pid}.db"]
+        assert sorted(p.name for p in directory.iterdir()) == [
+            f"counter_{dead_pid}.db", f"counter_{worker.pid}.db", "forq-top-queues.json"]
     finally:
         worker.kill()
         worker.wait()
@@ -206,3 +208,70 @@ def test_groups_with_ready_messages_per_queue_and_claims_held_back_by_group_limi
     services.ack(services.claim("mg"))
     jobs.queue_depth()
     assert get_metric("forq_queue_groups_ready", queue_name="mg") == 0  # seen before, now without: 0
+
+
+class _Source:
+    """A registry's stand-in: per queue, its depth (a gauge) and counts (a counter, by outcome)."""
+
+    def __init__(self):
+        self.depth: dict[str, float] = {}
+        self.counts: dict[tuple[str, str], float] = {}
+
+    def collect(self):
+        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+
+        depth = GaugeMetricFamily("forq_queue_depth", "d", labels=["queue_name", "queue_type"])
+        for queue, value in sorted(self.depth.items()):
+            depth.add_metric([queue, "regular"], value)
+        handled = CounterMetricFamily("forq_worker_handled", "h", labels=["queue_name", "outcome"])
+        for (queue, outcome), value in sorted(self.counts.items()):
+            handled.add_metric([queue, outcome], value)
+        return [depth, handled]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["one process", "two processes, one directory"])
+def test_folded_counters_only_grow_and_add_up_as_queues_move_in_and_out_of_the_top(tmp_path, shared):
+    """Audit: a queue entering or leaving the FORQ_METRICS_TOP_QUEUES deepest took its whole count
+    out of (or into) queue_name="(other)", which Prometheus reads as a reset (rate() counted the
+    history again). Over random depths and counts: every counter series only grows, and at every
+    scrape the series add up to the exact totals, a series gone (its queue folded again) counted at
+    its last value (where it resumes: sum(rate()) is exact)."""
+    import random
+
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from forqapp.metrics import top
+
+    rnd = random.Random(7)
+    source = _Source()
+    top.forget()
+    scrapes = [top.TopQueues(source, 3, str(tmp_path) if shared else None) for _ in range(2 if shared else 1)]
+    queues = [f"q{i}" for i in range(8)]
+    seen: dict[tuple, float] = {}
+    others_seen = moved = 0
+    kept_before: set[str] = set()
+    for step in range(300):
+        for _ in range(rnd.randint(1, 6)):
+            key = (rnd.choice(queues[: 4 + step // 50]), rnd.choice(["ack", "nack"]))  # queues come later
+            source.counts[key] = source.counts.get(key, 0) + rnd.randint(1, 3)
+        for queue in {q for q, _ in source.counts}:
+            source.depth[queue] = rnd.randint(0, 100)
+        text = generate_latest(scrapes[step % len(scrapes)]).decode()
+        exposed = {(s.labels["queue_name"], s.labels["outcome"]): s.value
+                   for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == "forq_worker_handled_total"}
+        for series, value in exposed.items():
+            assert value >= seen.get(series, 0), (step, series, value, seen.get(series))  # never falls
+            seen[series] = value
+        for outcome in ("ack", "nack"):  # a series gone (its queue folded again) stays where it stopped
+            assert sum(v for (q, o), v in seen.items() if o == outcome) == sum(
+                v for (q, o), v in source.counts.items() if o == outcome), (step, outcome)
+        kept = {q for q, _ in exposed if q != "(other)"}
+        moved += bool(kept_before and kept != kept_before)
+        kept_before = kept
+        others_seen += any(q == "(other)" for q, _ in exposed)
+    assert moved > 100 and others_seen > 200  # the queues did move, and were folded
+    if shared:
+        assert (tmp_path / top.STATE_FILE).exists()
+    top.forget()

@@ -225,7 +225,7 @@ def exposition() -> tuple[bytes, str]:
                 multiprocess.mark_process_dead(pid, directory)
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-        return generate_latest(TopQueues(registry, top)), CONTENT_TYPE_LATEST
+        return generate_latest(TopQueues(registry, top, directory)), CONTENT_TYPE_LATEST
     return generate_latest(TopQueues(REGISTRY, top)), CONTENT_TYPE_LATEST
 
 

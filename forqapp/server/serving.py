@@ -44,6 +44,7 @@ from django.urls import NoReverseMatch, reverse
 
 from .. import services
 from ..conf import forq_settings, parse_addr
+from ..metrics import top as top_queues
 from ..worker.jobs import enabled_jobs
 from . import embedded, process, supervise
 
@@ -185,6 +186,9 @@ def _metrics_directory(parent: Path) -> Path:
             # stays, or the totals would fall by what the others had counted, and Prometheus would
             # read the fall as a reset and count the running one's history again
             others = process.metrics_writers_alive(str(directory), besides=os.getpid())
+            if not others:  # (and what /metrics's scrapes remembered of those counts)
+                with contextlib.suppress(OSError):
+                    os.unlink(directory / top_queues.STATE_FILE)
             for files in process.metrics_files_of_the_dead(str(directory)).values():
                 for path in files:
                     if not others or os.path.basename(path).startswith("gauge_live"):  # (live gauges: dead)
