@@ -275,3 +275,18 @@ def test_folded_counters_only_grow_and_add_up_as_queues_move_in_and_out_of_the_t
     if shared:
         assert (tmp_path / top.STATE_FILE).exists()
     top.forget()
+
+
+def test_a_worker_with_metrics_on_and_no_shared_directory_says_its_counts_are_unseen(settings, monkeypatch):
+    """Audit: a forq_worker or forq_jobs started without PROMETHEUS_MULTIPROC_DIR while metrics are
+    on counted in its own memory, which /metrics (another process) never reads, and said nothing."""
+    from forqapp.server import process
+
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    settings.FORQ_METRICS_ENABLED = False
+    assert process.unshared_metrics("forq_worker") is None  # metrics off: nothing to say
+    settings.FORQ_METRICS_ENABLED = True
+    note = process.unshared_metrics("forq_worker")
+    assert note is not None and note.startswith("forq_worker: metrics are on") and "PROMETHEUS_MULTIPROC_DIR" in note
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/run/forq-metrics")
+    assert process.unshared_metrics("forq_jobs") is None

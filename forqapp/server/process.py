@@ -96,6 +96,19 @@ def metrics_writers_alive(directory: str, besides: int | None = None) -> bool:
     return any(alive(pid) for pid in pids - {besides})
 
 
+def unshared_metrics(command: str) -> str | None:
+    """The line a ``command`` (``forq_worker``, ``forq_jobs``) says at start when metrics are on
+    (``FORQ_METRICS_ENABLED``) but it has no ``PROMETHEUS_MULTIPROC_DIR``: its counts stay in its
+    own memory, and ``/metrics`` (another process) never sees them. None when all is well."""
+    from ..conf import forq_settings  # (here: the supervisor imports this module without Django)
+
+    if not forq_settings.FORQ_METRICS_ENABLED or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    return (f"{command}: metrics are on (FORQ_METRICS_ENABLED) but PROMETHEUS_MULTIPROC_DIR is not set: "
+            "this process's counts will not reach /metrics (give it the server's directory; forq_serve "
+            "sets up var/prometheus under BASE_DIR when it is unset)")
+
+
 def mark_dead(pid: int | None = None) -> None:
     """In Prometheus multiprocess mode, drop the live gauges of ``pid`` (default: this process),
     which has exited or is about to (django-prometheus #407, #429)."""

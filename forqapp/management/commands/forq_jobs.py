@@ -55,6 +55,8 @@ class Command(BaseCommand):
                 self.stdout.write(scheduler.lease_line(running))
                 self.stdout.flush()
 
+        if note := process.unshared_metrics("forq_jobs"):
+            self.stderr.write(note)
         scheduler = Scheduler(on_lease=on_lease)
         scheduler.install_signal_handlers()
         if verbosity >= 1:

@@ -90,6 +90,8 @@ class Command(BaseCommand):
             raise CommandError(problem)
         if note := not_applied():
             self.stderr.write(f"forq_worker: {note}")
+        if note := process.unshared_metrics("forq_worker"):
+            self.stderr.write(note)
         try:
             consumers = with_consumers(registry())  # and the queues of TASKS' forqapp.tasks.ForqBackend
         except ImproperlyConfigured as exc:  # e.g. two consumers for one queue
