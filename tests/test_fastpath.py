@@ -315,3 +315,29 @@ def test_the_sqs_endpoint_says_service_unavailable_when_the_database_cannot_writ
     assert response.status_code == 503, response.text
     assert response.json()["__type"].endswith("#ServiceUnavailable"), response.text
     assert not Message.objects.filter(queue="sqs-full").exists()
+
+
+def test_every_answer_of_the_api_is_counted_by_api_and_status(apps):  # noqa: F811
+    """forq_api_requests_total: the API listener answers without Django's middleware, so
+    django-prometheus never saw its requests (no 5xx or 429 rate to alert on)."""
+    from prometheus_client import REGISTRY
+
+    def count(api: str, status: int) -> float:
+        return REGISTRY.get_sample_value("forq_api_requests_total", {"api": api, "status": str(status)}) or 0.0
+
+    json_body = [(b"x-api-key", KEY), (b"content-type", b"application/json")]
+    wrong = [(b"x-api-key", b"wrong"), (b"content-type", b"application/json")]
+    cases = [("POST", "/api/v1/queues/counted/messages", json_body, b'{"content": "x"}', "v1", 204),
+             ("POST", "/api/v1/queues/counted/messages", wrong, b'{"content": "x"}', "v1", 401),
+             ("GET", "/api/v2/queues/counted", json_body, b"", "v2", 200),
+             ("GET", "/healthcheck", [], b"", "other", 204),
+             ("GET", "/nowhere", [], b"", "other", 404)]
+    for app in apps:  # the fast path, and the general one
+        for method, path, headers, body, api, status in cases:
+            before = count(api, status)
+            answered = _run(app, _scope(method, path, headers), body)[0]
+            assert answered == status, (path, answered)
+            assert count(api, status) == before + 1, (path, status)
+    before = count("v1", 204)
+    assert _run_rsgi(apps[0], "POST", "/api/v1/queues/counted/messages", json_body, b'{"content": "x"}')[0] == 204
+    assert count("v1", 204) == before + 1  # over RSGI too (forq_serve's way)

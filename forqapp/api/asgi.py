@@ -42,7 +42,7 @@ from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.asgi import ASGIRequest
 from django.urls import Resolver404, get_resolver
 
-from .. import errors
+from .. import errors, metrics
 from ..conf import hot
 from ..server import embedded, intake, process, rsgi
 from ..worker.jobs import ServerJobs
@@ -77,6 +77,7 @@ class APIApplication:
                                        scope["method"], scope["path"])
             if answer is not None:
                 status, headers, content = answer
+                metrics.api_request(scope["path"], status)
                 sent = fastpath.encoded(headers)
                 sent.append((b"content-length", str(len(content)).encode()))
                 await send({"type": "http.response.start", "status": status, "headers": sent})
@@ -93,6 +94,7 @@ class APIApplication:
             answer = await fast.answer(taken, lambda: self._read_rsgi_body(scope, protocol),
                                        rsgi.DisconnectReceive(protocol), scope.method, scope.path)
             if answer is not None:
+                metrics.api_request(scope.path, answer[0])
                 protocol.response_bytes(*answer)
             return
         asgi_scope = rsgi.asgi_scope(scope)
@@ -112,7 +114,7 @@ class APIApplication:
         try:
             match = self._resolver.resolve(_route_path(scope))
         except Resolver404:
-            await self._respond(send, plumbing.not_found(None))
+            await self._respond(scope, send, plumbing.not_found(None))
             return
         if match.func is plumbing.unknown_path and scope.get(_DECODED_PATH):
             match = self._escaped_slash(scope["path"]) or match
@@ -123,11 +125,11 @@ class APIApplication:
             # Raw non-ASCII bytes in the query string (Django decodes it as UTF-8); a charset that
             # names no codec (a NUL in it); a charset given with more query fields than
             # DATA_UPLOAD_MAX_NUMBER_FIELDS (the query is parsed again for it): a bad request.
-            await self._respond(send, plumbing.secure(plumbing.error_response(errors.BODY_INVALID)))
+            await self._respond(scope, send, plumbing.secure(plumbing.error_response(errors.BODY_INVALID)))
             return
         refused = await plumbing.early_refusal(request, match.func, match.kwargs)
         if refused is not None:  # wrong method or key, throttled, no grant: the body is never received
-            await self._respond(send, refused)
+            await self._respond(scope, send, refused)
             return
         endpoint = plumbing.spec(match.func)
         if scope["method"] in ("POST", "PUT", "PATCH") and endpoint is not None:  # the methods with a body
@@ -135,7 +137,7 @@ class APIApplication:
                 body = await self._read_body(scope, receive)
             except BodyRefused as exc:
                 response = plumbing.secure(plumbing.error_response(exc.code, exc.status))
-                await self._respond(send, plumbing.worded(match.func, response))
+                await self._respond(scope, send, plumbing.worded(match.func, response))
                 return
             body_file.write(body)
             body_file.seek(0)
@@ -146,7 +148,7 @@ class APIApplication:
                 return
         else:
             response = await view
-        await self._respond(send, response)
+        await self._respond(scope, send, response)
 
     def _escaped_slash(self, path: str):
         """For a path served through RSGI (percent-decoded) that routes nowhere: the route of the
@@ -192,7 +194,8 @@ class APIApplication:
         return None if response is intake.GONE else response
 
     @staticmethod
-    async def _respond(send, response) -> None:
+    async def _respond(scope, send, response) -> None:
+        metrics.api_request(scope["path"], response.status_code)
         content = response.content
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
         headers.append((b"content-length", str(len(content)).encode()))

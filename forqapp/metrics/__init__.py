@@ -312,6 +312,24 @@ def sqs_request(action: str, status: int) -> None:
     sqs_requests_total.labels(action, str(status)).inc()
 
 
+api_requests_total = Counter(
+    "forq_api_requests_total",
+    "Requests the HTTP API answered, by API (v1: Forq's, v2, other: /healthcheck, /metrics, unknown "
+    "paths) and HTTP status.",
+    ("api", "status"),
+)
+_api_children: dict[tuple[str, int], Any] = {}
+
+
+def api_request(path: str, status: int) -> None:
+    """One answer of the API listener (its child found once: the hot calls answer thousands a second)."""
+    api = "v1" if path.startswith("/api/v1/") else "v2" if path.startswith("/api/v2/") else "other"
+    child = _api_children.get((api, status))
+    if child is None:
+        child = _api_children[(api, status)] = api_requests_total.labels(api, str(status))
+    child.inc()
+
+
 clock_offset_seconds = Gauge(
     "forq_clock_offset_seconds",
     "The queue database's clock minus this host's, as the last clock sync measured it: what the queue "
