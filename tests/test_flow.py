@@ -464,6 +464,22 @@ def test_burst_waits_out_a_queues_limits_and_drains_it():
     assert len(handled) == 2 and Message.objects.filter(queue="fc-burst").count() == 0
 
 
+@live
+def test_burst_drains_a_queue_whose_groups_wait_out_their_group_rate():
+    """Audit: ``forq_worker --burst`` on a queue with ``group_rate`` (the Message groups page's
+    emails queue) exited with messages ready: once a group's turn was set to its next slot, a claim
+    found no group's turn due and looked like an empty queue. It drains them now, at the groups' pace."""
+    forqapp.configure_queue("fc-grate", group_rate="10/s")
+    forqapp.send_many("fc-grate", [{"content": f"t1-{i}", "group": "tenant-1"} for i in range(3)]
+                      + [{"content": "t2-0", "group": "tenant-2"}])
+    handled: list[str] = []
+    started = time.monotonic()
+    Worker({"fc-grate": Consumer("fc-grate", lambda m: handled.append(m.content))}, concurrency=2, burst=True).run()
+    assert sorted(handled) == ["t1-0", "t1-1", "t1-2", "t2-0"]
+    assert Message.objects.filter(queue="fc-grate").count() == 0
+    assert time.monotonic() - started >= 0.2  # tenant-1's three, 100 ms apart
+
+
 # --- queues without limits --------------------------------------------------------------------
 
 

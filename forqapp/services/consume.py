@@ -24,7 +24,8 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
         return []
     visibility = pol.visibility_timeout_ms if visibility_timeout is None else \
         validation.duration_ms(visibility_timeout, "visibility_timeout", *vocab.VISIBILITY_S)
-    claimed = st.claim(queue, base.now_ms(), limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
+    now = base.now_ms()
+    claimed = st.claim(queue, now, limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
                        dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering,
                        max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us,
                        group_concurrency=pol.group_concurrency, group_rate_us=pol.group_rate_interval_us,
@@ -33,6 +34,13 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
         metrics.throttled(queue, claimed.throttled)
         if throttled is not None:
             throttled.append(claimed.throttled)
+    elif throttled is not None and not claimed.deliveries and pol.group_rate_interval_us is not None:
+        # Nothing, and no group's turn due: a group waiting out its group_rate slot has ready
+        # messages all the same (its turn within one interval), which a caller draining the queue
+        # (forq_worker --burst) must wait for. (Not a claim the limits held back: not counted.)
+        turn = st.next_group_turn(queue)
+        if turn is not None and abs(turn - now) <= -(-pol.group_rate_interval_us // 1000):
+            throttled.append("group")
     metrics.redriven(queue, claimed.redriven)
     if redriven is not None:
         redriven += [ReceivedMessage.from_row(d) for d in claimed.redriven_messages]
