@@ -1134,6 +1134,32 @@ def test_with_queues_empty_the_worker_runs_the_task_queues_it_finds_by_their_pre
     assert any("new task queue(s) tq-made-later" in r.getMessage() for r in caplog.records)
 
 
+def test_a_task_queue_declared_in_forq_queues_keeps_its_declared_policy(settings):
+    """Audit (the Message groups page's example): FORQ_QUEUES declared "tasks-emails" with
+    group_concurrency alone; the first enqueue gave it ordering "due", which FORQ_QUEUES did not
+    say, so forq_serve and forq_queues said the setting was not applied for ever, and each apply
+    set it back to fifo until the next enqueue. A declared queue keeps its declaration, and the
+    check asks for the ordering there (W066)."""
+    from forqapp.management.commands.forq_queues import apply_declared_queues
+
+    settings.TASKS = {"default": {"BACKEND": "forqapp.tasks.ForqBackend", "QUEUES": ["default", "emails"],
+                                  "OPTIONS": {"queue_prefix": "tq-"}}}
+    settings.FORQ_QUEUES = {"tq-emails": {"group_concurrency": 1}}
+    apply_declared_queues()
+    warned = [p for p in task_backends["default"].check() if p.id == "forqapp.W066"]
+    assert len(warned) == 1 and "'tq-emails'" in warned[0].msg and '"ordering": "due"' in warned[0].hint
+    tasks.add.using(queue_name="emails").enqueue(1, 2)
+    assert services.undeclared(settings.FORQ_QUEUES) == []  # as declared, after the enqueue too
+    assert services.policy("tq-emails").ordering == "fifo"
+    tasks.add.enqueue(1, 2)  # a queue FORQ_QUEUES does not declare: the due order, as always
+    assert services.policy("tq-default").ordering == "due"
+    settings.FORQ_QUEUES = {"tq-emails": {"group_concurrency": 1, "ordering": "due"}}
+    apply_declared_queues()
+    assert [p for p in task_backends["default"].check() if p.id == "forqapp.W066"] == []
+    tasks.add.using(queue_name="emails").enqueue(1, 2)
+    assert services.undeclared(settings.FORQ_QUEUES) == [] and services.policy("tq-emails").ordering == "due"
+
+
 def test_with_queues_empty_and_no_prefix_the_check_and_the_enqueue_say_what_runs(settings, caplog):
     """Without a prefix a task queue cannot be told from any other: the worker runs 'default'
     alone; the check warns (W065), and the first enqueue to another queue says so in the log."""

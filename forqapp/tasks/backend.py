@@ -28,6 +28,7 @@ from typing import Any
 from django.core import checks
 
 from .. import errors, services, validation, vocab
+from ..conf import forq_settings, hot
 from ..errors import ForqError
 from .compat import (
     DEFAULT_TASK_QUEUE_NAME,
@@ -161,6 +162,15 @@ class ForqBackend(BaseTaskBackend):
             if problem := self._queue_problem(queue_name):
                 messages.append(checks.Error(f"TASKS[{self.alias!r}]: {problem}", id="forqapp.E060"))
         messages += [checks.Error(message, hint=hint, id=check_id) for check_id, message, hint in self._option_problems]
+        declared = forq_settings.FORQ_QUEUES
+        for queue in self.forq_queues():
+            if queue in declared and isinstance(declared[queue], dict) and "ordering" not in declared[queue]:
+                messages.append(checks.Warning(
+                    f"TASKS[{self.alias!r}]: FORQ_QUEUES declares the task queue {queue!r} without an ordering: "
+                    "its tasks run first in, first out, not by due time (run_after, retries) as on the "
+                    "backend's other queues",
+                    hint=f'Add "ordering": "due" to FORQ_QUEUES[{queue!r}] (or another ordering, on purpose)',
+                    id="forqapp.W066"))
         if self.any_queue and not self.queue_prefix:
             messages.append(checks.Warning(
                 f"TASKS[{self.alias!r}]: QUEUES is empty (any queue name is valid) and queue_prefix is '': "
@@ -225,8 +235,10 @@ class ForqBackend(BaseTaskBackend):
 
 
 def order_by_due(queue: str) -> None:
-    """Give ``queue`` the due order (``ordering`` "due"), unless it has an ordering of its own: the
-    queue's policy is cached, so this reads the database at most once a second per process."""
-    if "ordering" not in services.policy(queue).overrides:
+    """Give ``queue`` the due order (``ordering`` "due"), unless it has an ordering of its own or
+    ``FORQ_QUEUES`` declares it (its entry is the whole policy: ``forq_queues apply`` would set it
+    back, and check W066 asks for the ordering there): the queue's policy is cached, so this reads
+    the database at most once a second per process."""
+    if queue not in hot("FORQ_QUEUES") and "ordering" not in services.policy(queue).overrides:
         services.configure_queue(queue, ordering="due")
 
