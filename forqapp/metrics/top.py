@@ -80,7 +80,8 @@ class Folds:
         data = data or {}
         self.kept: set[str] = set(data.get("kept", ()))
         self.folded: set[str] = set(data.get("folded", ()))
-        self.samples: dict[str, list[float]] = data.get("samples", {})
+        # {queue (its base name): {sample: [acc, mark]}}, for the queues that have moved only
+        self.samples: dict[str, dict[str, list[float]]] = data.get("samples", {})
         self.changed = False
 
     def dump(self) -> str:
@@ -94,8 +95,8 @@ class Folds:
         moved_out = {q for q in queues - keep if q in self.kept}
         if moved_in or moved_out or not queues <= self.kept | self.folded:
             self.changed = True
-        for family in families:  # the moves: what a queue counted so far stays where it was counted
-            if family.type not in _COUNTING:
+        for family in families if moved_in or moved_out else ():  # the moves: what a queue counted
+            if family.type not in _COUNTING:                       # so far stays where it was counted
                 continue
             for sample in family.samples:
                 queue = sample.labels.get(LABEL)
@@ -103,11 +104,13 @@ class Folds:
                     continue
                 base = base_of(queue)
                 if base in moved_in:
-                    acc, mark = self.samples.get(_key(sample), (0.0, 0.0))
-                    self.samples[_key(sample)] = [acc + max(0.0, sample.value - mark), 0.0]
+                    entries = self.samples.setdefault(base, {})
+                    acc, mark = entries.get(_key(sample), (0.0, 0.0))
+                    entries[_key(sample)] = [acc + max(0.0, sample.value - mark), 0.0]
                 elif base in moved_out:
-                    acc, _ = self.samples.get(_key(sample), (0.0, 0.0))
-                    self.samples[_key(sample)] = [acc, sample.value]
+                    entries = self.samples.setdefault(base, {})
+                    acc, _ = entries.get(_key(sample), (0.0, 0.0))
+                    entries[_key(sample)] = [acc, sample.value]
         self.kept = (self.kept - (queues - keep)) | (queues & keep)
         self.folded = (self.folded - keep) | (queues - keep)
         if not self.folded and not self.samples:
@@ -131,8 +134,10 @@ class Folds:
                 out.samples.append(sample)
                 continue
             counts = _counts(family, sample)
-            acc, mark = self.samples.get(_key(sample), (0.0, 0.0)) if counts else (0.0, 0.0)
-            kept = base_of(queue) in shown
+            base = base_of(queue)
+            entries = self.samples.get(base) if counts else None  # (a queue that never moved: none)
+            acc, mark = entries.get(_key(sample), (0.0, 0.0)) if entries else (0.0, 0.0)
+            kept = base in shown
             if kept and not acc:
                 out.samples.append(sample)
                 continue
