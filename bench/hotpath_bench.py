@@ -55,6 +55,18 @@ CONTENT = "x" * 100
 PG_DB = "forq_hotpath_bench"
 COLUMNS = """id, queue, is_dlq, content, status, attempts, process_after, processing_started_at,
              failure_reason, received_at, updated_at, expires_after, priority, attributes, dedup_id, sequence"""
+# The raw floor's statements on SQLite (also bench/forqload/raw_sqlite.py's): one row in, the claim of
+# the oldest due message without a group (idx_queue_claim's rows), the delete of a claimed one.
+RAW_INSERT = f"""INSERT INTO messages ({COLUMNS})
+                 VALUES (?, ?, 0, ?, 0, 0, ?, NULL, NULL, ?, ?, ?, 0, NULL, NULL, ?)"""
+RAW_CLAIM = """UPDATE messages SET status = 1, attempts = attempts + 1, processing_started_at = :now,
+                                   process_after = :now + 30000, updated_at = :now
+               WHERE id = (SELECT id FROM messages INDEXED BY idx_queue_claim
+                           WHERE queue = :queue AND message_group = '' AND status = 0 AND process_after <= received_at
+                             AND process_after <= :now
+                           ORDER BY priority DESC, sequence LIMIT 1)
+               RETURNING id, processing_started_at"""
+RAW_DELETE = "DELETE FROM messages WHERE id = ? AND processing_started_at = ?"
 
 # --- the runs (children) ------------------------------------------------------------------------
 
@@ -102,16 +114,7 @@ def child_raw_sqlite(n: int, db: str, synchronous: str, counter: bool = False) -
     for pragma in filter(None, options["init_command"].split(";")):
         conn.execute(pragma)
     conn.execute(f"PRAGMA synchronous={synchronous}")
-    insert = f"""INSERT INTO messages ({COLUMNS})
-                 VALUES (?, ?, 0, ?, 0, 0, ?, NULL, NULL, ?, ?, ?, 0, NULL, NULL, ?)"""
-    claim = """UPDATE messages SET status = 1, attempts = attempts + 1, processing_started_at = :now,
-                                   process_after = :now + 30000, updated_at = :now
-               WHERE id = (SELECT id FROM messages INDEXED BY idx_queue_claim
-                           WHERE queue = :queue AND message_group = '' AND status = 0 AND process_after <= received_at
-                             AND process_after <= :now
-                           ORDER BY priority DESC, sequence LIMIT 1)
-               RETURNING id, processing_started_at"""
-    delete = "DELETE FROM messages WHERE id = ? AND processing_started_at = ?"
+    insert, claim, delete = RAW_INSERT, RAW_CLAIM, RAW_DELETE
     sequence = iter(range(1, 10**9))
 
     def produce(queue: str, k: int) -> int:

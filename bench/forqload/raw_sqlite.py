@@ -28,19 +28,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-COLUMNS = """id, queue, is_dlq, content, status, attempts, process_after, processing_started_at,
-             failure_reason, received_at, updated_at, expires_after, priority, attributes, dedup_id, sequence"""
-INSERT = f"""INSERT INTO messages ({COLUMNS})
-             VALUES (?, ?, 0, ?, 0, 0, ?, NULL, NULL, ?, ?, ?, 0, NULL, NULL, ?)"""
-CLAIM = """UPDATE messages SET status = 1, attempts = attempts + 1, processing_started_at = :now,
-                               process_after = :now + 30000, updated_at = :now
-           WHERE id = (SELECT id FROM messages INDEXED BY idx_queue_claim
-                       WHERE queue = :queue AND message_group = '' AND status = 0 AND process_after <= received_at
-                             AND process_after <= :now
-                       ORDER BY priority DESC, sequence LIMIT 1)
-           RETURNING id, processing_started_at"""
-DELETE = "DELETE FROM messages WHERE id = ? AND processing_started_at = ?"
+from hotpath_bench import RAW_CLAIM as CLAIM  # noqa: E402 - the same statements as the in-process floor's
+from hotpath_bench import RAW_DELETE as DELETE  # noqa: E402
+from hotpath_bench import RAW_INSERT as INSERT  # noqa: E402
+
 QUEUE = "forqload"
 
 
