@@ -148,6 +148,21 @@ def test_admin_add_and_revoke_a_key_in_a_browser(live, browser_page, staff_user)
     page.wait_for_selector("ul.messagelist")
     assert "Revoked 1 key" in page.inner_text("ul.messagelist")
     eventually(lambda: api(api_url, token, "GET"), 401)
+    # Disabling it now: the revoked key is named and left as it is (it used to say "Disabled 1 key").
+    worker = ApiKey.objects.get(name="worker")
+    page.check(f"input.action-select[value='{worker.pk}']")
+    page.select_option("select[name=action]", "disable_keys")
+    with page.expect_navigation():
+        page.click("button[name=index]")
+    with page.expect_navigation():
+        page.click("input[type=submit][value^='Disable']")
+    shown = page.inner_text("ul.messagelist")
+    assert "'worker' is revoked: it cannot be disabled" in shown and "Disabled 0 keys" in shown, shown
+    assert ApiKey.objects.get(pk=worker.pk).enabled
+    # Its audit log gives the expiry as a date, in UTC.
+    page.goto(ui + f"/admin/forqapp/apikey/{worker.pk}/change/")
+    expires = time.strftime("%Y-%m-%d", time.gmtime(worker.expires_at / 1000))
+    assert f"expires {expires} " in page.inner_text("body") and str(worker.expires_at) not in page.inner_text("body")
 
 
 def test_keys_page_without_javascript_asks_on_a_confirmation_page(live, browser_page, staff_user):
