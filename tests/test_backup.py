@@ -49,3 +49,22 @@ def test_forq_backup_copies_the_database_while_it_is_written(tmp_path):
     copy.close()
     with pytest.raises(CommandError, match="exists"):  # never over a file
         call_command("forq_backup", str(tmp_path / "copy.sqlite3"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.sqlite3"]  # (no temporary left)
+    # A backup that fails part-way leaves nothing at PATH: a retry is not refused.
+    import forqapp.management.commands.forq_backup as command
+
+    def broken(source_path, target_path):
+        with open(target_path, "wb") as f:
+            f.write(b"half a copy")
+        raise sqlite3.OperationalError("disk I/O error")
+
+    real = command._copy
+    command._copy = broken
+    try:
+        with pytest.raises(CommandError, match="the backup failed: disk I/O error"):
+            call_command("forq_backup", str(tmp_path / "again.sqlite3"))
+    finally:
+        command._copy = real
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.sqlite3"]
+    call_command("forq_backup", str(tmp_path / "again.sqlite3"), stdout=io.StringIO())
+    assert (tmp_path / "again.sqlite3").exists()

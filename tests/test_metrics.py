@@ -113,8 +113,8 @@ def test_a_lone_server_start_keeps_the_counts_while_a_worker_runs(tmp_path, monk
     forq_worker still running on it (its counts vanished from /metrics until it restarted); then it
     removed the files of processes gone, and the totals fell by what they had counted, which
     Prometheus reads as a reset (``increase()`` counted the running worker's history again). While
-    another process still writes there, only the live gauges of the processes gone go; alone, all
-    their files."""
+    another process still writes there, only the gauges of the processes gone go (a stale depth or
+    in-flight count would stay until overwritten); alone, all their files."""
     import os
     import subprocess
     import sys
@@ -129,6 +129,7 @@ def test_a_lone_server_start_keeps_the_counts_while_a_worker_runs(tmp_path, monk
         (tmp_path / "prometheus" / f"counter_{worker.pid}.db").write_text("a running worker's")
         (tmp_path / "prometheus" / f"counter_{dead_pid}.db").write_text("a server gone: its counts")
         (tmp_path / "prometheus" / f"gauge_livesum_{dead_pid}.db").write_text("a server gone: its in-flight")
+        (tmp_path / "prometheus" / f"gauge_mostrecent_{dead_pid}.db").write_text("a server gone: its depths")
         (tmp_path / "prometheus" / "forq-top-queues.json").write_text("{}")  # what /metrics's scrapes remember
         monkeypatch.setattr(serving, "_metrics_lock", None)
         directory = serving._metrics_directory(tmp_path)
@@ -290,3 +291,35 @@ def test_a_worker_with_metrics_on_and_no_shared_directory_says_its_counts_are_un
     assert note is not None and note.startswith("forq_worker: metrics are on") and "PROMETHEUS_MULTIPROC_DIR" in note
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/run/forq-metrics")
     assert process.unshared_metrics("forq_jobs") is None
+
+
+def test_a_scrape_answers_when_its_memory_cannot_be_written(tmp_path, monkeypatch, caplog):
+    """A full disk (the metrics directory beside the database's) failed the state file's write, and
+    with it every scrape: /metrics went dark just when it was needed. The scrape answers; the next
+    one finds the same moves again."""
+    import errno
+    import os
+
+    from prometheus_client import generate_latest
+
+    from forqapp import errors
+    from forqapp.metrics import top
+
+    source = _Source()
+    for n in range(5):
+        source.counts[(f"q{n}", "ack")] = n + 1
+        source.depth[f"q{n}"] = n
+    real_replace = os.replace
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(top.os, "replace", full)
+    errors._said.clear()
+    text = generate_latest(top.TopQueues(source, 2, str(tmp_path))).decode()
+    assert 'forq_worker_handled_total{outcome="ack",queue_name="(other)"} 6.0' in text  # q0..q2: 1+2+3
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []  # no temporary left
+    assert any("served without keeping it" in r.getMessage() for r in caplog.records)
+    monkeypatch.setattr(top.os, "replace", real_replace)
+    generate_latest(top.TopQueues(source, 2, str(tmp_path)))
+    assert (tmp_path / top.STATE_FILE).exists()  # kept once the disk has room

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -32,10 +33,12 @@ from typing import Any
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from .. import errors
 from ..vocab import base_of
 
 OTHER = "(other)"
 LABEL = "queue_name"
+logger = logging.getLogger("forqapp.metrics")
 STATE_FILE = "forq-top-queues.json"  # in PROMETHEUS_MULTIPROC_DIR (prometheus_client reads only *.db)
 _COUNTING = ("counter", "histogram", "summary")  # families whose samples only grow (but _created)
 
@@ -171,7 +174,12 @@ def folds(directory: str | None) -> Iterator[Folds]:
             yield _memory
         return
     path = os.path.join(directory, STATE_FILE)
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # (a full disk, a directory gone: the scrape still answers)
+        _cannot_keep(exc)
+        yield Folds()
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -182,11 +190,21 @@ def folds(directory: str | None) -> Iterator[Folds]:
         yield state
         if state.changed:
             temporary = f"{path}.{os.getpid()}"
-            with open(temporary, "w") as f:
-                f.write(state.dump())
-            os.replace(temporary, path)
+            try:
+                with open(temporary, "w") as f:
+                    f.write(state.dump())
+                os.replace(temporary, path)
+            except OSError as exc:  # the next scrape finds the same moves again: nothing falls
+                _cannot_keep(exc)
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
     finally:
         os.close(fd)  # (the lock goes with it)
+
+
+def _cannot_keep(exc: OSError) -> None:
+    errors.say_unavailable(logger, "/metrics (what the scrapes remember of folded queues)", str(exc),
+                           "served without keeping it")
 
 
 def forget(directory: str | None = None) -> None:

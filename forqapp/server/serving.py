@@ -182,16 +182,16 @@ def _metrics_directory(parent: Path) -> Path:
         except BlockingIOError:
             pass  # another server runs on it: nothing is removed
         else:  # alone: the files of processes gone go (a fresh start's counts) — unless a running
-            # forq_worker or forq_jobs given this directory writes there still: then every file
-            # stays, or the totals would fall by what the others had counted, and Prometheus would
+            # forq_worker or forq_jobs given this directory writes there still: then their counters
+            # stay, or the totals would fall by what the others had counted, and Prometheus would
             # read the fall as a reset and count the running one's history again
             others = process.metrics_writers_alive(str(directory), besides=os.getpid())
             if not others:  # (and what /metrics's scrapes remembered of those counts)
                 with contextlib.suppress(OSError):
                     os.unlink(directory / top_queues.STATE_FILE)
             for files in process.metrics_files_of_the_dead(str(directory)).values():
-                for path in files:
-                    if not others or os.path.basename(path).startswith("gauge_live"):  # (live gauges: dead)
+                for path in files:  # (their gauges go either way: the jobs set them again)
+                    if not others or os.path.basename(path).startswith("gauge_"):
                         with contextlib.suppress(OSError):
                             os.unlink(path)
         fcntl.flock(fd, fcntl.LOCK_SH)

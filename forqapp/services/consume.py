@@ -17,7 +17,8 @@ T = TypeVar("T")
 
 def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using: str | None,
            redriven: list[ReceivedMessage] | None = None,
-           throttled: list[str] | None = None, group_batch: bool = False) -> list[ReceivedMessage]:
+           throttled: list[str] | None = None, group_batch: bool = False,
+           draining: bool = False) -> list[ReceivedMessage]:
     st = _store(using)
     pol = policy(queue, using=st.alias)
     if pol.paused:
@@ -34,7 +35,7 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
         metrics.throttled(queue, claimed.throttled)
         if throttled is not None:
             throttled.append(claimed.throttled)
-    elif throttled is not None and not claimed.deliveries and pol.group_rate_interval_us is not None:
+    elif draining and throttled is not None and not claimed.deliveries and pol.group_rate_interval_us is not None:
         # Nothing, and no group's turn due: a group waiting out its group_rate slot has ready
         # messages all the same (its turn within one interval), which a caller draining the queue
         # (forq_worker --burst) must wait for. (Not a claim the limits held back: not counted.)
@@ -59,17 +60,20 @@ def claim(queue: str, *, visibility_timeout: Any = None, random: bool = False,
 
 def claim_many(queue: str, limit: int, *, visibility_timeout: Any = None, random: bool = False,
                using: str | None = None, redriven: list[ReceivedMessage] | None = None,
-               throttled: list[str] | None = None, group_batch: bool = False) -> list[ReceivedMessage]:
+               throttled: list[str] | None = None, group_batch: bool = False,
+               draining: bool = False) -> list[ReceivedMessage]:
     """Take up to ``limit`` due messages of ``queue`` now (no waiting). Used-up messages the claim
     moves to the DLQ instead are appended to ``redriven`` when given (as they are now: in the DLQ,
     attempts 0, no receipt; only this claim sees them): how forq_worker's task runners learn of a
     task whose worker died during its last attempt. A claim the queue's ``max_in_flight`` or
-    ``rate`` held back appends its reason (``"concurrency"``, ``"rate"``) to ``throttled``.
+    ``rate`` held back appends its reason (``"concurrency"``, ``"rate"``) to ``throttled``; with
+    ``draining`` (a caller that stops when nothing is due: ``forq_worker --burst``), so does an empty
+    claim while a group waits out its ``group_rate`` slot (``"group"``: one more read).
     ``group_batch`` (the SQS face's FIFO receive): after a group's first message, its next ones in
     order, for this receiver alone, as SQS returns as many of one group as it can; the group gives
     nothing to others until all of them are settled or given back (:meth:`forqapp.store.Store.claim`)."""
     queue = validation.queue_name(queue)
-    return _claim(queue, limit, visibility_timeout, random, using, redriven, throttled, group_batch)
+    return _claim(queue, limit, visibility_timeout, random, using, redriven, throttled, group_batch, draining)
 
 
 def receive(queue: str, wait: float = 0, *, visibility_timeout: Any = None, random: bool = False,

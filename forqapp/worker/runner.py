@@ -248,7 +248,7 @@ class Worker:
             redriven: list[services.ReceivedMessage] | None = [] if on_redriven is not None else None
             try:
                 messages = services.claim_many(queue, int(capacity - got), using=self.using, redriven=redriven,
-                                               throttled=self._throttled)
+                                               throttled=self._throttled, draining=self.burst)
             except database_errors():
                 self._database_trouble("claiming")
                 return got

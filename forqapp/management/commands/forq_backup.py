@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -41,26 +42,53 @@ class Command(BaseCommand):
         if os.path.lexists(path):
             raise CommandError(f"{path} exists: give a path that does not")
         started = time.monotonic()
-        source = sqlite3.connect(source_path, timeout=30)  # (only read: in WAL mode, writers go on)
+        # Written under a temporary name beside PATH, moved there once checked: a backup that fails
+        # part-way leaves nothing at PATH (a retry is not refused), and PATH is never overwritten.
+        temporary = f"{path}.{os.getpid()}.partial"
         try:
-            target = sqlite3.connect(path)
-            try:
-                source.backup(target)  # (one step: one read transaction, a consistent snapshot)
-                target.execute("PRAGMA journal_mode=WAL")  # as the original (migrations set it)
-                ((check,),) = target.execute("PRAGMA quick_check").fetchall()
-                messages = target.execute("SELECT COUNT(*) FROM messages").fetchone()[0] \
-                    if target.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone() else 0
-            finally:
-                target.close()
-        except sqlite3.Error as exc:
+            os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            messages, check = _copy(source_path, temporary)
+            if check != "ok":
+                raise CommandError(f"the copy failed its check: {check}")
+            _move_to(temporary, path)
+        except (OSError, sqlite3.Error) as exc:
             raise CommandError(f"the backup failed: {exc}") from None
         finally:
-            source.close()
-        if check != "ok":
-            raise CommandError(f"the copy at {path} failed its check: {check}")
-        for leftover in (f"{path}-wal", f"{path}-shm"):  # (closed: checkpointed; nothing in them)
-            if os.path.exists(leftover) and not os.path.getsize(leftover):
-                os.unlink(leftover)
+            for leftover in (temporary, f"{temporary}-wal", f"{temporary}-shm"):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
         size = os.path.getsize(path) / 1e6
         self.stdout.write(f"forq_backup: {source_path} → {path} ({size:.1f} MB, {messages:,} messages, "
                           f"checked) in {time.monotonic() - started:.1f} s")
+
+
+def _move_to(temporary: str, path: str) -> None:
+    """``temporary`` at ``path``, which must not exist: a hard link (refused if ``path`` appeared
+    meanwhile), or a rename where the file system has no links."""
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        raise CommandError(f"{path} exists: give a path that does not") from None
+    except OSError:
+        if os.path.lexists(path):
+            raise CommandError(f"{path} exists: give a path that does not") from None
+        os.replace(temporary, path)
+
+
+def _copy(source_path: str, target_path: str) -> tuple[int, str]:
+    """Copy ``source_path`` to ``target_path`` (SQLite's online backup, in one step: one read
+    transaction, a consistent snapshot) in WAL mode as the original: (messages in it, quick_check)."""
+    source = sqlite3.connect(source_path, timeout=30)  # (only read: in WAL mode, writers go on)
+    try:
+        target = sqlite3.connect(target_path)
+        try:
+            source.backup(target)
+            target.execute("PRAGMA journal_mode=WAL")  # as the original (migrations set it)
+            ((check,),) = target.execute("PRAGMA quick_check").fetchall()
+            has_messages = target.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone()
+            messages = target.execute("SELECT COUNT(*) FROM messages").fetchone()[0] if has_messages else 0
+        finally:
+            target.close()  # (the last connection: checkpointed, its -wal and -shm files removed)
+    finally:
+        source.close()
+    return messages, check
