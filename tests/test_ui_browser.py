@@ -552,3 +552,20 @@ def test_a_dlq_requeue_all_at_a_rate_cancelled_and_run_in_a_browser(live_ui, bro
     page.wait_for_selector("[data-testid=empty]")
     shot(page, "dlq-requeue-all")
     assert sorted(m.content for m in Message.objects.filter(queue="emails")) == ["m0", "m1", "m2"]
+
+
+def test_a_session_that_ends_while_a_page_is_open_logs_in_back_to_that_page(live_ui, browser_page, staff_user, data):
+    """Audit: an htmx request of a page whose session had ended sent the browser to the login page
+    without ``next``: once logged in, the user landed on the dashboard, not where they were."""
+    page = browser_page
+    log_in(page, live_ui + "/queues/emails-dlq/")
+    page.wait_for_selector("tbody.msg")
+    page.context.clear_cookies()  # the session ends (logged out elsewhere, expired)
+    page.locator("tbody.msg button.link").first.click()  # an htmx request: answered HX-Redirect
+    page.wait_for_url("**/login/?next=**")
+    assert "next=/queues/emails-dlq/" in page.url.replace("%2F", "/"), page.url
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "pw-admin-123")
+    page.click("button[type=submit]")
+    page.wait_for_url(live_ui + "/queues/emails-dlq/")
+    page.wait_for_selector("tbody.msg")
