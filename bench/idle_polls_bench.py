@@ -93,6 +93,8 @@ class Server:
         if floor:  # granian alone, as forq_serve runs it for the API, with bench/idle_floor_app.py
             command = [py, "-m", "granian", "--interface", "rsgi", "--no-ws", "--loop", "uvloop",
                        "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
+                       # as forq_serve's (granian's default, 1,024, would hold half of 2,000 polls)
+                       "--backlog", "4096",
                        "bench.idle_floor_app:app"]
         else:
             subprocess.run([py, "manage.py", "migrate", "-v0"], cwd=checkout, env=env, check=True)

@@ -200,6 +200,75 @@ def test_an_idle_waiter_costs_no_polling(settings):
     assert notifier.sleeps < 20, notifier.sleeps
 
 
+def _sleeping_waiter(notifier, queue, seconds):
+    """A thread waiting on ``queue`` through ``notifier`` (started, asleep): it and its answer."""
+    got = []
+    waiter = _in_thread(lambda: got.append(notifier.wait(queue, seconds) or time.monotonic()))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while queue not in notifier._waiters or notifier.sleeps == 0:
+        assert time.monotonic() < deadline, "the waiter never slept"
+        time.sleep(0.005)
+    return waiter, got
+
+
+def test_the_fallback_reads_nothing_while_nothing_was_committed(monkeypatch, settings):
+    """Idle waiters, no commit: on SQLite the fallback (100 ms here) reads the commit counter and
+    looks at no queue, once its last look came the settings' cache time (1 s) after the last commit;
+    on PostgreSQL, where a notification can be lost with its connection, it looks each time. A commit
+    elsewhere is still seen (the send's own kick switched off)."""
+    from forqapp.services import policies, produce
+
+    settings.FORQ_WAKE_FALLBACK_MS = 100
+    monkeypatch.setattr(produce, "kick", lambda *args, **kwargs: None)
+    notifier = Notifier("default")
+    waiter, got = _sleeping_waiter(notifier, "fallback-idle", 10)
+    time.sleep(policies.CACHE_S + 0.5)
+    full = notifier.full_checks
+    time.sleep(1.0)  # ten fallback intervals
+    looked = notifier.full_checks - full
+    if wakeups.wake_exact():
+        assert looked == 0, looked
+    else:
+        assert looked >= 5, looked
+    sent = time.monotonic()
+    forqapp.send("fallback-idle", "x")
+    waiter.join(15)
+    assert got and got[0] - sent < 5
+
+
+def test_a_limit_raised_elsewhere_is_noticed_though_its_settings_were_cached(monkeypatch, settings):
+    """Another process raises a full queue's max_in_flight: its commit wakes the notifier, whose
+    look may still read the settings this process cached a moment before (up to 1 s old); the
+    fallback looks again until a look has read them after that commit, so the waiter is woken."""
+    from forqapp.services import queues
+
+    settings.FORQ_WAKE_FALLBACK_MS = 100
+    forqapp.configure_queue("raised-elsewhere", max_in_flight=1)
+    forqapp.send("raised-elsewhere", "a")
+    forqapp.send("raised-elsewhere", "b")
+    assert forqapp.receive("raised-elsewhere", visibility_timeout=timedelta(minutes=5)) is not None
+    notifier = Notifier("default")
+    waiter, got = _sleeping_waiter(notifier, "raised-elsewhere", 10)
+    time.sleep(0.3)  # it looked: nothing it may claim (one in flight of one)
+    assert not got
+    # as another process would: no forgetting of this process's cached settings, no kick
+    monkeypatch.setattr(queues, "forget_policies", lambda: None)
+    monkeypatch.setattr(queues, "kick", lambda *args, **kwargs: None)
+    raised = time.monotonic()
+    forqapp.configure_queue("raised-elsewhere", max_in_flight=2)
+    waiter.join(15)
+    assert got and got[0] - raised < 5
+
+
+def test_the_data_version_of_a_new_connection_is_a_new_number():
+    """The notifier compares versions read by its thread; a connection reopened (after an error)
+    counts from its own start, so the number must differ whatever SQLite's counter says."""
+    before = wakeups.wake_version()
+    connections["default"].close()
+    assert wakeups.wake_version() != before
+
+
 def test_a_commit_elsewhere_wakes_the_sleeping_notifier(monkeypatch, settings):
     """Without the poll (60 s) and the fallback (60 s), and with the send's own kick switched off,
     only the change descriptor can wake the waiter before its 10 s wait ends."""

@@ -8,7 +8,8 @@ waiter in this process (its bell), or the next time something comes due by the c
 message, a lease's end, a rate slot, a group's turn). Then it asks the database (a read, no write
 lock) how many messages are due in the queues people wait on, and wakes that many waiters per queue,
 oldest waiter first, so a produce never stampedes a herd of consumers. Every
-``FORQ_WAKE_FALLBACK_MS`` it checks anyway. Nobody waiting: the thread sleeps and touches nothing.
+``FORQ_WAKE_FALLBACK_MS`` it checks anyway (on SQLite, only if the database's commit counter moved
+since its last look). Nobody waiting: the thread sleeps and touches nothing.
 """
 
 from __future__ import annotations
@@ -225,6 +226,7 @@ class Notifier:
         settle: float | None = None  # a write seen, its commit not yet: look again after this long
         settings_at = -1.0  # when the intervals were last read from the settings
         poll = fallback = 0.0
+        exact = False  # the store's version is a commit counter (wakeups.wake_exact)
         while True:
             try:
                 with self._cond:
@@ -239,6 +241,7 @@ class Notifier:
                 if pending or now - settings_at >= 0.25:  # (settings cost more to read than the version)
                     poll = wakeups.wake_poll_interval(using=self.alias)
                     fallback = forq_settings.FORQ_WAKE_FALLBACK_MS / 1000
+                    exact = wakeups.wake_exact(using=self.alias)
                     settings_at = now
                 if wakeups.wake_drain(using=self.alias):
                     settle = SETTLE_S[0]
@@ -269,7 +272,15 @@ class Notifier:
                 if recheck_at is not None and base.now_ms() >= recheck_at:
                     stale = True
                 if now - last_full >= fallback:
-                    stale = True
+                    if exact and not stale:
+                        # SQLite: the version read above is the one the last full look read, so
+                        # nothing was committed since: its answer stands (what it read of cached
+                        # settings that another process may have changed, it looks at again
+                        # itself: see wakeups.due), and idle waiters cost no reads. The timer still
+                        # bounds a change inotify missed (the version is read at each wake).
+                        last_full = now
+                    else:
+                        stale = True
                 if stale and now - last_paced >= pace:
                     cpu = time.thread_time()
                     with self._cond:

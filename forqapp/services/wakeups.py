@@ -23,6 +23,12 @@ def wake_version(*, using: str | None = None) -> int:
     return _store(using).data_version()
 
 
+def wake_exact(*, using: str | None = None) -> bool:
+    """Whether :func:`wake_version` unchanged means nothing was committed (SQLite's counter), not
+    merely that no notification came (PostgreSQL's, which may be lost with its connection)."""
+    return _store(using).wakeups == "data_version"
+
+
 def wake_changes(*, using: str | None = None) -> set[str] | None:
     """The queues the changes :func:`wake_version` counted since the last call were to (None: not
     known, so any queue may have changed)."""
@@ -56,7 +62,9 @@ class Due:
 def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
     """How many messages waiters could claim now in ``queues``: a read, no write lock. Paused
     queues count none, and a limited queue no more than its free slots (none before its next rate
-    slot, whose time comes back in :attr:`Due.recheck_at`), so waiters never wake to claim nothing."""
+    slot, whose time comes back in :attr:`Due.recheck_at`), so waiters never wake to claim nothing.
+    A paused queue, or one at its ``max_in_flight``, is looked at again once its settings are read
+    again (:data:`~forqapp.services.policies.CACHE_S`): another process may have changed them."""
     st = _store(using)
     now = base.now_ms()
     policies = policies_of(queues, using=st.alias)
@@ -71,6 +79,9 @@ def due(queues: Sequence[str], limit: int, *, using: str | None = None) -> Due:
         free = counts[queue]
         if pol.max_in_flight is not None:
             free = min(free, pol.max_in_flight - state.in_flight)
+            if free <= 0:  # a limit raised elsewhere is seen when the settings are read again
+                again = now + round(CACHE_S * 1000)
+                recheck_at = again if recheck_at is None else min(recheck_at, again)
         if pol.rate_interval_us is not None and state.rate_next_at_us > now * 1000:
             slot = -(-state.rate_next_at_us // 1000)
             recheck_at = slot if recheck_at is None else min(recheck_at, slot)

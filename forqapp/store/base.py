@@ -704,7 +704,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def data_version(self) -> int:
         """A number that changes when another connection commits something that may make a
-        message ready (see :attr:`wakeups`). Cheap: no disk I/O, no round trip."""
+        message ready (see :attr:`wakeups`). Cheap: no disk I/O, no round trip. Where
+        :attr:`wakeups` is ``"data_version"``, it is exact: the same number from one thread means
+        nothing was committed since (the notifier then skips its fallback look)."""
 
     def changed_queues(self) -> set[str] | None:
         """The queues that the changes :meth:`data_version` counted since the last call were to,

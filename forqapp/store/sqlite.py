@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import itertools
 import json
 import logging
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from itertools import chain
@@ -654,6 +656,9 @@ SELECT name, n FROM (SELECT q.value AS name, ({HAS_DUE.replace(':queue', 'q.valu
                      FROM json_each(:queues) AS q) WHERE n > 0"""
 
 DATA_VERSION = "PRAGMA data_version"
+# Each thread's connection per alias, numbered as first seen (data_version's high bits).
+_version_epochs = threading.local()
+_epochs = itertools.count(1)
 
 PING = "SELECT 1 FROM messages LIMIT 1"
 
@@ -1621,8 +1626,15 @@ class SQLiteStore(Store):
         return {q: int(n) for q, n in rows}
 
     def data_version(self) -> int:
-        """Changes when another connection commits to the database file (cheap: no I/O)."""
-        return int(self._conn().execute(DATA_VERSION).fetchone()[0])
+        """Changes when another connection commits to the database file (cheap: no I/O), and when
+        this thread's connection is a new one (SQLite's counter is per connection: two connections'
+        numbers cannot be compared), so an equal number means nothing was committed meanwhile."""
+        conn = self._conn()
+        seen = _version_epochs.__dict__.setdefault("by_alias", {})
+        known = seen.get(self.alias)
+        if known is None or known[0] is not conn:
+            seen[self.alias] = known = (conn, next(_epochs))
+        return known[1] << 40 | int(conn.execute(DATA_VERSION).fetchone()[0])
 
     def writer_lock(self) -> AbstractContextManager[None]:
         """An exclusive ``flock`` of ``<file>-writer.lock``, beside the database: the API processes
