@@ -1634,7 +1634,7 @@ class SQLiteStore(Store):
         known = seen.get(self.alias)
         if known is None or known[0] is not conn:
             seen[self.alias] = known = (conn, next(_epochs))
-        return known[1] << 40 | int(conn.execute(DATA_VERSION).fetchone()[0])
+        return int(known[1]) << 40 | int(conn.execute(DATA_VERSION).fetchone()[0])
 
     def writer_lock(self) -> AbstractContextManager[None]:
         """An exclusive ``flock`` of ``<file>-writer.lock``, beside the database: the API processes
