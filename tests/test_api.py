@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -351,6 +352,24 @@ def test_wrong_method_is_405(live_api):
                      live_api.client.get(f"/api/v1/queues/q/messages/{uuid.uuid4()}/ack")):
         assert (response.status_code, code(response)) == (405, "method_not_allowed")
         assert "POST" in response.headers["allow"]
+
+
+def test_a_lower_case_method_is_405(live_api):
+    """Methods are case-sensitive (RFC 9110): ``get`` is not GET, and takes no message."""
+    assert live_api.produce("lower-method").status_code == 204
+    for method, path in (("get", "/api/v1/queues/lower-method/messages"),
+                         ("post", "/api/v1/queues/lower-method/messages"),
+                         ("Get", "/api/v2/queues/lower-method")):
+        url = httpx.URL(live_api.url)
+        conn = http.client.HTTPConnection(url.host, url.port, timeout=10)  # (httpx upper-cases it)
+        conn.request(method, path, b'{"content": "x"}', {"X-API-Key": SECRET, "Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 405, (method, path, response.status)
+        assert "allow" in {k.lower() for k in response.headers}
+        conn.close()
+    taken = live_api.consume("lower-method")
+    assert taken.status_code == 200 and taken.json()["content"] == "hello"
+    assert live_api.consume("lower-method").status_code == 204  # nothing more was stored
 
 
 # --- auth and throttling --------------------------------------------------------------------

@@ -412,6 +412,22 @@ def test_a_non_finite_duration_is_400(live_api):
             400, errors.BODY_INVALID)
 
 
+@pytest.mark.parametrize("encode", [
+    lambda text: text.encode("utf-16"), lambda text: text.encode("utf-16-le"), lambda text: text.encode("utf-32"),
+    lambda text: b"\xef\xbb\xbf" + text.encode(),
+], ids=["utf-16", "utf-16-le", "utf-32", "utf-8-bom"])
+def test_json_that_is_not_plain_utf8_is_400(live_api, encode):
+    """RFC 8259's JSON between systems is UTF-8 with no byte order mark (Forq's Go refuses the
+    rest): not stored, on v1 and v2."""
+    body = encode('{"content": "not utf-8"}')
+    v1 = live_api.client.post("/api/v1/queues/v1-utf16/messages", content=body)
+    assert v1.status_code == 400 and v1.json() == {"code": errors.BODY_INVALID}, v1.text
+    refused(call(live_api, "POST", "/queues/v2-utf16/messages", body), 400, errors.BODY_INVALID)
+    refused(call(live_api, "PATCH", "/queues/v2-utf16", encode('{"max_attempts": 3}')), 400, errors.BODY_INVALID)
+    assert call(live_api, "GET", "/queues/v2-utf16").status_code == 404
+    assert live_api.client.get("/api/v1/queues/v1-utf16/messages").status_code == 204
+
+
 def test_the_queue_list_shows_counts_by_state(live_api):
     q = "v2-counts"
     send(live_api, q, "ready")

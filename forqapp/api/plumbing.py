@@ -121,11 +121,17 @@ async def _authorize(request: HttpRequest, secret_setting: str) -> None:
 
 
 async def _check_headers(request: HttpRequest, endpoint: Endpoint) -> None:
-    """What is refused from the request line and headers alone: a wrong method, a wrong key."""
-    if request.method not in endpoint.methods:
+    """What is refused from the request line and headers alone: a wrong method (methods are
+    case-sensitive: Django's request has it upper-cased, so ``get`` is read as it came), a wrong key."""
+    if _method_as_sent(request) not in endpoint.methods:
         raise ForqError(errors.METHOD_NOT_ALLOWED, headers={"Allow": ", ".join(endpoint.methods)})
     if endpoint.key:
         await _authorize(request, endpoint.key)
+
+
+def _method_as_sent(request: HttpRequest) -> str:
+    scope = getattr(request, "scope", None)  # ASGI's (forq_serve); WSGI's META is its environ
+    return str(scope["method"] if scope is not None else request.META.get("REQUEST_METHOD", request.method))
 
 
 def _check_scope(request: HttpRequest, endpoint: Endpoint, kwargs: dict[str, Any]) -> None:

@@ -37,8 +37,15 @@ def json_loads(raw: bytes | str) -> Any:
     """A request body's JSON as RFC 8259 has it (ValueError else): ``json.loads`` but for
     ``NaN``, ``Infinity`` and ``-Infinity``, which no JSON has, and a number past a double's range
     (``1e400``), which it reads as infinity: a field that would take one as "unlimited" or as
-    "no number" never sees it."""
-    text = raw.decode(json.detect_encoding(raw), "surrogatepass") if isinstance(raw, (bytes, bytearray)) else raw
+    "no number" never sees it. Bytes must be UTF-8 without a byte order mark, as RFC 8259 asks
+    of JSON exchanged between systems (and Forq's Go reads): ``json.loads`` would also take UTF-16
+    and UTF-32, and a leading BOM."""
+    if isinstance(raw, (bytes, bytearray)):
+        if raw[:3] == b"\xef\xbb\xbf":
+            raise ValueError("a byte order mark before the JSON")
+        text = raw.decode("utf-8", "surrogatepass")
+    else:
+        text = raw
     return _JSON.decode(text)
 
 
