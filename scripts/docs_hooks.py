@@ -1,11 +1,16 @@
 """MkDocs hooks (``hooks:`` in mkdocs.yml): the reference pages' tables generated from the code at
 every build, so they cannot drift from it.
 
-A page asks for a generated part with a marker on a line of its own:
+A page holds each generated part between two markers, each on a line of its own,
+``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->``; the part is written there (so the page
+reads whole in the repository too: ``python scripts/docs_hooks.py write`` rewrites every part, and
+``tests/test_docs.py`` fails when one is not what the code gives), and every build puts the code's
+own in its place. The parts:
 
 * ``<!-- generated:settings -->``: every ``FORQ_*`` setting of ``forqapp/conf.py`` (name, meaning,
   default, environment fallback), in declaration order. A setting added there shows up here.
-* ``<!-- generated:commands -->``: each management command's ``--help``, from its argparse parser.
+* ``<!-- generated:commands -->``: each management command's ``--help``, from its argparse parser,
+  and each of its subcommands' (``forq_keys create --help``).
 * ``<!-- generated:openapi -->``: every operation of the served OpenAPI document
   (``forqapp.api.meta.openapi_document()``: v1, the bulk endpoints and v2), with its parameters,
   request body fields and responses.
@@ -110,10 +115,32 @@ def command_help(name: str) -> str:
     return out.getvalue().rstrip()
 
 
+def subcommand_helps(name: str) -> list[tuple[str, str]]:
+    """(subcommand, its ``--help``) of each subcommand of ``manage.py <name>`` (``forq_keys create``)."""
+    _django()
+    import argparse
+
+    from django.core.management import load_command_class
+
+    os.environ["COLUMNS"] = "100"
+    parser = load_command_class("forqapp", name).create_parser("manage.py", name)
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                text = io.StringIO()
+                with redirect_stdout(text):
+                    subparser.print_help()
+                out.append((sub, text.getvalue().rstrip()))
+    return out
+
+
 def commands_page() -> str:
     parts = []
     for name in COMMANDS:
         parts.append(f"## `{name}`\n\n```text\n{command_help(name)}\n```\n")
+        for sub, text in subcommand_helps(name):
+            parts.append(f"### `{name} {sub}`\n\n```text\n{text}\n```\n")
     return "\n".join(parts)
 
 
@@ -207,11 +234,29 @@ GENERATORS = {
 }
 
 
-def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    def replace(match: re.Match[str]) -> str:
-        return GENERATORS[match.group(1)]()
+# A generated part: its opening marker, what was written there, its closing marker.
+PART = re.compile(r"^<!-- generated:(\w+) -->\n(.*?)^<!-- /generated:\1 -->$", flags=re.M | re.S)
 
-    return re.sub(r"^<!-- generated:(\w+) -->$", replace, markdown, flags=re.M)
+
+def part(name: str) -> str:
+    """The generated part ``name`` between its markers, as a page holds it."""
+    return f"<!-- generated:{name} -->\n{GENERATORS[name]().rstrip()}\n\n<!-- /generated:{name} -->"
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    return PART.sub(lambda match: part(match.group(1)), markdown)
+
+
+def write(docs: Path = ROOT / "docs") -> list[Path]:
+    """Rewrite every generated part of the pages under ``docs`` with the code's own; the pages changed."""
+    changed = []
+    for page in sorted(docs.rglob("*.md")):
+        text = page.read_text()
+        new = PART.sub(lambda match: part(match.group(1)), text)
+        if new != text:
+            page.write_text(new)
+            changed.append(page)
+    return changed
 
 
 def on_page_content(html: str, **kwargs: Any) -> str:
@@ -227,5 +272,9 @@ def openapi_json() -> str:  # for a quick look: python scripts/docs_hooks.py
     return json.dumps(openapi_document(), indent=2)
 
 
-if __name__ == "__main__":
-    print(GENERATORS[sys.argv[1]]() if len(sys.argv) > 1 else openapi_json())
+if __name__ == "__main__":  # `write`: rewrite the pages' generated parts; a part's name: print it
+    if sys.argv[1:] == ["write"]:
+        for page in write():
+            print("rewrote", page.relative_to(ROOT))
+    else:
+        print(GENERATORS[sys.argv[1]]() if len(sys.argv) > 1 else openapi_json())

@@ -103,6 +103,7 @@ def test_every_page_is_in_the_nav():
 
 def test_the_settings_reference_is_generated_from_conf():
     assert "<!-- generated:settings -->" in (DOCS / "reference" / "settings.md").read_text()
+    assert "<!-- /generated:settings -->" in (DOCS / "reference" / "settings.md").read_text()
     page = hooks().settings_page()
     shown = dict(re.findall(r"^### `(FORQ_\w+)`\n\n.+\n\nDefault: (.+?)(?: · environment: .+)?$", page, flags=re.M))
     assert shown == {name: setting.shown_default for name, setting in SETTINGS.items()}
@@ -116,6 +117,20 @@ def test_the_commands_and_the_http_apis_are_generated_from_the_code():
     page = module.openapi_page()
     assert "### `POST /api/v2/queues/{queue}/messages`" in page and "### `GET /healthcheck`" in page
     assert "| `content` (required) | string |" in page
+
+
+def test_the_generated_parts_written_in_the_pages_are_the_codes():
+    """The reference pages hold their generated parts (read whole in the repository, not only on
+    the built site), and each is what the code gives now: ``python scripts/docs_hooks.py write``."""
+    module = hooks()
+    found = {}
+    for page in PAGES:
+        for match in module.PART.finditer(page.read_text()):
+            found[match.group(1)] = match.group(0)
+    assert set(found) == set(module.GENERATORS)
+    stale = [name for name, text in found.items() if text != module.part(name)]
+    assert stale == [], f"run `python scripts/docs_hooks.py write`: {stale} differ from the code"
+    assert "### `forq_keys create`" in found["commands"] and "--expires" in found["commands"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -204,7 +219,7 @@ def test_the_django_tasks_how_to_runs_as_it_is(settings, tmp_path, monkeypatch):
 
     blocks = re.findall(r"^```(?:python|sh)\n(.*?)^```", (DOCS / "how-to" / "django-tasks.md").read_text(),
                         flags=re.S | re.M)
-    (setting,) = [b for b in blocks if b.startswith("# settings.py")]
+    setting = next(b for b in blocks if b.startswith("# settings.py"))  # (the first: the page's own)
     (tasks_py,) = [b for b in blocks if b.startswith("# myapp/tasks.py")]
     (anywhere,) = [b for b in blocks if b.startswith("# anywhere")]
     (command,) = [b for b in blocks if b.startswith("python manage.py forq_worker")]
@@ -239,8 +254,9 @@ def test_the_django_tasks_how_tos_own_backend_class_runs_as_it_is(settings, tmp_
     package (``mysite``), named by its TASKS line; a task enqueued through it prints its id."""
     blocks = re.findall(r"^```python\n(.*?)^```", (DOCS / "how-to" / "django-tasks.md").read_text(),
                         flags=re.S | re.M)
-    (block,) = [b for b in blocks if b.startswith("# mysite/tasks_backend.py")]
-    module, setting = block.split("# and in settings.py:\n")
+    (at,) = [i for i, b in enumerate(blocks) if b.startswith("# mysite/tasks_backend.py")]
+    module, setting = blocks[at], blocks[at + 1]  # the module, then the settings line that names it
+    assert setting.startswith("# settings.py\n") and "AuditedBackend" in setting
     (tmp_path / "mysite").mkdir()
     (tmp_path / "mysite" / "__init__.py").write_text("")
     (tmp_path / "mysite" / "tasks_backend.py").write_text(module)

@@ -428,6 +428,7 @@ def test_cli_create_list_rotate_revoke(app):
     assert any("orders-producer" in line and "active" in line and "orders:produce" in line for line in listing)
     assert secret not in "\n".join(listing)
     assert json.loads("\n".join(run("list", "--json")))[0]["grants"] == ["orders:produce", "orders.*:read"]
+    assert run("--json", "list") == run("list", "--json")  # before the subcommand too, as forq_queues
     new_token = run("rotate", "orders-producer")[-1]
     assert new_token != token and new_token.startswith(access_key_id + ".")
     assert request(app, "POST", "/api/v1/queues/orders/messages", token, b'{"content": "x"}')[0] == 401

@@ -853,3 +853,18 @@ def test_a_duration_out_of_any_range_is_a_clear_error(value):
     with pytest.raises(forqapp.ForqError) as caught:
         forqapp.configure_queue("huge", retention=value)
     assert caught.value.code == "bad_request.body.invalid"
+
+
+@pytest.mark.parametrize("args", [("--json",), ("--json", "list"), ("list", "--json")])
+def test_forq_queues_prints_json_with_json_before_or_after_list(args):
+    """``--json`` goes after ``list`` as ``forq_keys list --json`` takes it, or before it."""
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    forqapp.send("cli-json", "x")
+    out = StringIO()
+    call_command("forq_queues", *args, stdout=out)
+    listed = {q["name"]: q for q in json.loads(out.getvalue())}
+    assert listed["cli-json"]["counts"]["ready"] == 1

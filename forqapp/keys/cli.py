@@ -34,8 +34,9 @@ def parse_expires(value: str, now: int | None = None) -> int:
     return int(when.timestamp() * 1000)
 
 
-WHERE_SEALING_KEY = ("set FORQ_KEYS_SECRET to the server's (in settings.py, or export it; `make run` keeps "
-                     "it in var/local.env: `set -a; . var/local.env; set +a` first)")
+WHERE_SEALING_KEY = ("run it with the server's settings and environment: export the FORQ_AUTH_SECRET that "
+                     "forq_serve runs with (and its FORQ_KEYS_SECRET, if it has one; the same SECRET_KEY "
+                     "otherwise); for the demo server of `make run`, `set -a; . var/local.env; set +a` first")
 
 
 def sealing_problem() -> str | None:

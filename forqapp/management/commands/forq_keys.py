@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from django.core.management.base import BaseCommand, CommandError
 
 from ...keys import cli, service
@@ -27,7 +29,9 @@ class Command(BaseCommand):
         create.add_argument("--expires", type=cli.parse_expires, metavar="90d|2027-01-01",
                             help="a duration from now (s, m, h, d, w) or an ISO date/time (UTC)")
         listing = sub.add_parser("list", help="List the keys, their grants, state and last use.")
-        listing.add_argument("--json", action="store_true")
+        listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="Print JSON.")
+        # (before the subcommand too: `forq_keys --json list`, as `forq_queues --json list`)
+        parser.add_argument("--json", action="store_true", help="Print JSON (list).")
         for name, text in (("revoke", "Revoke a key for good."), ("rotate", "Give a key a new secret.")):
             sub.add_parser(name, help=text).add_argument("key", help="name or access key id")
 

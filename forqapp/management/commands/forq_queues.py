@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from django.core.management.base import BaseCommand, CommandError
@@ -24,9 +25,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = add_subcommands(parser, dest="action", metavar="{list,apply}")
-        sub.add_parser("list", help="List every queue (the default).")
+        listing = sub.add_parser("list", help="List every queue (the default).")
         sub.add_parser("apply", help="Apply FORQ_QUEUES.")
         parser.add_argument("--json", action="store_true", help="Print JSON (list).")
+        # (after the subcommand too: `forq_queues list --json`, as `forq_keys list --json`)
+        listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="Print JSON.")
 
     def handle(self, *args, **options):
         if problem := database_problem():
