@@ -194,6 +194,19 @@ def test_stalled_anonymous_ui_requests_do_not_starve_the_ui(servers):
             sock.close()
 
 
+def test_the_ui_refuses_a_body_over_its_cap_from_the_headers(servers):
+    """6 GB announced to the login page, anonymous, multipart, and none of it sent: 413 at once
+    (before, the UI listener took in the whole body, spooled to a temporary file, before the CSRF
+    check's 403; a 10 MB one it waited 5 s for, then 408)."""
+    for length in (6_000_000_000, 10_000_000):
+        request = (f"POST /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-For: 192.0.2.61\r\n"
+                   f"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: {length}\r\n\r\n").encode()
+        status, _, body = send_raw(servers["ui"], request, timeout=20)
+        assert (status, body) == (413, b"Content Too Large: the request body is over the UI's limit"), length
+    host, port = servers["ui"]
+    assert httpx.get(f"http://{host}:{port}/login/", timeout=10).status_code == 200  # and on it goes
+
+
 # --- 1,500 query parameters: 400, no traceback ------------------------------------------------
 
 

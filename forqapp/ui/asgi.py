@@ -68,9 +68,12 @@ class BoundedASGIHandler(ASGIHandler):
     database connection of its own, so this bounds the process's connections too.
 
     A request takes its turn once its body is in, read under :mod:`forqapp.intake`'s bounds (as the
-    API's: the ``FORQ_BODY_*`` timeouts and per-address limit; no cap, as Django's own handler):
+    API's: the ``FORQ_BODY_*`` timeouts and per-address limit, and :func:`body_limit`'s cap):
     requests whose bodies never end hold no turn, and are cut off (408, or 429 for one slow body
-    too many from an address). Before, eight of them took every turn, and the UI answered nobody."""
+    too many from an address). Before, eight of them took every turn, and the UI answered nobody.
+    A ``Content-Length`` over the cap is refused (413) before any byte of the body is received, and
+    a body that grows past it is cut off there (it was spooled whole to a temporary file first,
+    anonymous: 6 GB to a login page's CSRF refusal)."""
 
     def __init__(self, limit: int, urlconf: str | None = None, *, close_connections: bool = False) -> None:
         super().__init__()
@@ -90,7 +93,7 @@ class BoundedASGIHandler(ASGIHandler):
 
         body = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
         try:
-            await intake.read_body(scope, receive, None, into=body)
+            await intake.read_body(scope, receive, body_limit(), into=body)
         except intake.BodyRefused as exc:
             body.close()
             await _plain(send, exc.status, _REFUSALS[exc.reason])
@@ -114,6 +117,23 @@ class BoundedASGIHandler(ASGIHandler):
         return await super().read_body(receive)
 
 
+#: Room for a form's multipart framing (boundaries and part headers) above its fields' own bytes.
+FRAMING_BYTES = 1024 * 1024
+
+
+def body_limit() -> int | None:
+    """The largest request body the UI listener takes: Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``
+    (2.5 MB by default; the most form data Django accepts, files aside) and
+    :data:`FRAMING_BYTES` for multipart framing. The admin's and the UI's forms take no file, so
+    no body they send comes near it; None (no cap) where the project sets
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE = None``. A project whose own admin takes uploads on this
+    listener raises ``DATA_UPLOAD_MAX_MEMORY_SIZE`` to the size they need."""
+    from django.conf import settings
+
+    cap = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return None if cap is None else int(cap) + FRAMING_BYTES
+
+
 class _Received:
     """A request's ``receive`` whose body :class:`BoundedASGIHandler` has read (``body``); what
     comes after it (the disconnect) is received as before."""
@@ -126,7 +146,7 @@ class _Received:
 
 
 _REFUSALS = {
-    intake.TOO_LARGE: b"Content Too Large",
+    intake.TOO_LARGE: b"Content Too Large: the request body is over the UI's limit",
     intake.TOO_SLOW: b"Request Timeout: the request body arrived too slowly",
     intake.INCOMPLETE: b"Bad Request: the request body ended before it was complete",
     intake.TOO_MANY: b"Too Many Requests: too many slow request bodies from this address",
