@@ -75,15 +75,22 @@ def test_the_ui_cuts_off_a_body_without_a_length_once_it_passes_its_cap(ui):
     assert limit < received <= limit + 65536
 
 
-def test_a_body_under_the_cap_still_reaches_django(ui):
-    form = b"username=a&password=b"
-    messages = iter([{"type": "http.request", "body": form, "more_body": False}])
+def _sent(body: bytes = b""):
+    """``receive`` of a client that sends ``body`` whole, then waits for its answer."""
+    messages = iter([{"type": "http.request", "body": body, "more_body": False}])
 
     async def receive():
         message = next(messages, None)
         if message is None:  # the body is in: the client waits for its answer
             await asyncio.Event().wait()
         return message
+
+    return receive
+
+
+def test_a_body_under_the_cap_still_reaches_django(ui):
+    form = b"username=a&password=b"
+    receive = _sent(form)
 
     scope = _scope("POST", "/login/", {"host": b"127.0.0.1", "content-length": str(len(form)).encode(),
                                        "content-type": b"application/x-www-form-urlencoded"})
@@ -96,3 +103,21 @@ def test_the_ui_cap_follows_django_and_none_lifts_it():
         assert ui_asgi.body_limit() == 1000 + ui_asgi.FRAMING_BYTES
     with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=None):
         assert ui_asgi.body_limit() is None
+
+
+# --- client faults: one WARNING line, not a traceback ---------------------------------------------
+
+
+def test_an_invalid_host_on_the_ui_is_a_400_and_one_warning_line(ui, caplog):
+    """``Host: a b``: Django answers 400 (DisallowedHost) and logged an ERROR with a traceback for
+    each such request: one line at WARNING now, as the other client faults."""
+
+    for host in (b"a b", b"x/y"):
+        caplog.clear()
+        scope = _scope("GET", "/login/", {"host": host})
+        status, _ = asyncio.run(_call(ui, scope, _sent()))
+        assert status == 400, host
+        records = [r for r in caplog.records if r.name == "django.security.DisallowedHost"]
+        assert [r.levelname for r in records] == ["WARNING"], host
+        assert records[0].exc_info is None and not records[0].exc_text
+        assert not [r for r in caplog.records if r.levelno >= 40 or r.exc_info], caplog.text

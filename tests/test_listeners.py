@@ -213,7 +213,7 @@ def test_the_ui_refuses_a_body_over_its_cap_from_the_headers(servers):
 def test_many_query_parameters_are_a_quiet_400_on_every_listener(django_db_blocker):
     """Over DATA_UPLOAD_MAX_NUMBER_FIELDS (1,000), anonymous: 400 on the UI (Django logged an
     ERROR with a traceback, also for the login redirect such a URL makes), and never an error in
-    the log of any listener."""
+    the log of any listener; an invalid Host on the UI likewise."""
     ui_port, sqs_port = free_port(), free_port()
     with django_db_blocker.unblock():
         api = start_server({"FORQ_UI_ADDR": f"127.0.0.1:{ui_port}", "FORQ_SQS_ADDR": f"127.0.0.1:{sqs_port}"},
@@ -230,6 +230,9 @@ def test_many_query_parameters_are_a_quiet_400_on_every_listener(django_db_block
         for path in ("/api/v2/queues", "/api/v1/queues/q/messages", "/healthcheck"):
             for headers in ({}, {"X-API-Key": SECRET}):
                 assert httpx.get(f"{api.url}{path}?{query}", headers=headers, timeout=10).status_code < 500
+        # An invalid Host: Django's 400, and an ERROR with a traceback in the log for each, before.
+        status, _, _ = send_raw(("127.0.0.1", ui_port), b"GET /login/ HTTP/1.1\r\nHost: a b\r\n\r\n", timeout=10)
+        assert status == 400
         assert httpx.get(f"{ui}/login/", timeout=10).status_code == 200  # and on it goes
     finally:
         api.client.close()
@@ -238,3 +241,4 @@ def test_many_query_parameters_are_a_quiet_400_on_every_listener(django_db_block
     assert "Traceback" not in output, output
     assert " ERROR " not in output, output
     assert "TooManyFieldsSent" in output  # one line, at WARNING
+    assert "DisallowedHost" in output  # the same

@@ -11,7 +11,7 @@ endpoint's and the UI's ASGI apps): one implementation, each face words the refu
 * :func:`client_address` — the address the limits count against (with
   ``FORQ_TRUST_PROXY_HEADERS``, the rightmost ``X-Forwarded-For``);
 * :func:`quiet_client_faults` — Django's refusal of a request with too many query or form fields
-  (``DATA_UPLOAD_MAX_NUMBER_FIELDS``) and the like is the client's fault: a 400 and one line at
+  (``DATA_UPLOAD_MAX_NUMBER_FIELDS``), an invalid ``Host`` and the like is the client's fault: a 400 and one line at
   WARNING in the log, not a traceback.
 
 The slow bodies are counted per process (a listener's own connections and memory are what they
@@ -322,7 +322,8 @@ async def lifespan(receive: Receive, send: Callable[[dict[str, Any]], Awaitable[
             return
 
 
-_CLIENT_FAULTS = ("TooManyFieldsSent", "TooManyFilesSent", "RequestDataTooBig", "DisallowedRedirect")
+_CLIENT_FAULTS = ("TooManyFieldsSent", "TooManyFilesSent", "RequestDataTooBig", "DisallowedRedirect",
+                  "DisallowedHost")
 
 
 def _one_line(record: logging.LogRecord) -> bool:
@@ -338,8 +339,8 @@ def _one_line(record: logging.LogRecord) -> bool:
 def quiet_client_faults() -> None:
     """Make Django's log of a request it refused for its size (too many query or form fields:
     ``DATA_UPLOAD_MAX_NUMBER_FIELDS``; too many files; too big a form; a URL too long to redirect
-    to the login page with) one line at WARNING instead of an ERROR with a traceback. Django answers
-    each 400 itself. For the listener's process (the UI's): a filter on those loggers only."""
+    to the login page with; a ``Host`` header that is invalid or not in ``ALLOWED_HOSTS``) one line
+    at WARNING instead of an ERROR with a traceback. Django answers each 400 itself. For the listener's process (the UI's): a filter on those loggers only."""
     for name in _CLIENT_FAULTS:
         found = logging.getLogger(f"django.security.{name}")
         if _one_line not in found.filters:
