@@ -1096,7 +1096,8 @@ def test_delete_queue_needs_manage_on_the_queue_alone_and_leaves_its_dlqs_messag
     issued = key_service.create("sqs-k1-manager", ["k1:manage,read"], actor="test", via="test")
     manager = client(server, issued.key.access_key_id, issued.secret)
     manager.delete_queue(QueueUrl=url)
-    assert not Queue.objects.filter(name="k1").exists()
+    with pytest.raises(root.exceptions.QueueDoesNotExist):
+        root.get_queue_url(QueueName="k1")  # (its row holds k1-dlq, which its RedrivePolicy made)
     assert Message.objects.filter(queue="k1-dlq").count() == 1  # the DLQ's, which the key may not touch
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         manager.delete_queue(QueueUrl=url + "-dlq")
@@ -1104,6 +1105,7 @@ def test_delete_queue_needs_manage_on_the_queue_alone_and_leaves_its_dlqs_messag
     assert Message.objects.filter(queue="k1-dlq").count() == 1
     root.delete_queue(QueueUrl=url + "-dlq")
     assert not Message.objects.filter(queue="k1-dlq").exists()
+    assert not Queue.objects.filter(name="k1").exists()
 
 
 # --- the AWS CLI --------------------------------------------------------------------------------------

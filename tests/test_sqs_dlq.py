@@ -205,6 +205,9 @@ def test_one_running_task_per_source_and_a_cancel(sqs):
 
 def test_a_move_tasks_input_is_checked(sqs):
     sqs.create_queue(QueueName="plain")
+    # A <name>-dlq nobody made is no queue, as on SQS: no source.
+    assert error_of(sqs.start_message_move_task, SourceArn=arn("plain-dlq"))[0] == "ResourceNotFoundException"
+    sqs.create_queue(QueueName="plain-dlq")
     for call, kwargs, expected in [
         (sqs.start_message_move_task, {"SourceArn": arn("plain")}, "InvalidParameterValue"),  # no queue's DLQ
         (sqs.start_message_move_task, {"SourceArn": arn("nothing")}, "ResourceNotFoundException"),
@@ -290,3 +293,85 @@ def test_the_other_faces_still_refuse_a_send_to_a_dlq(sqs):
     with pytest.raises(ForqError) as exc:
         services.send_entries("other-dlq", ["x"])
     assert exc.value.code == "bad_request.queue.produce_to_dlq"
+
+
+# --- a created <name>-dlq is a queue of its own: DeleteQueue of <name> leaves it, and it exists only once made ---
+
+
+@pytest.mark.parametrize(("queue", "dlq", "fifo"), [("orders", "orders-dlq", False), ("pay.fifo", "pay-dlq.fifo", True)])
+def test_delete_queue_keeps_a_created_dlq_its_attributes_and_tags(sqs, queue, dlq, fifo):
+    """Outside testers: DeleteQueue of ``orders`` deleted an empty ``orders-dlq`` created by
+    CreateQueue, and reset a filled one's attributes and tags."""
+    kind = {"FifoQueue": "true"} if fifo else {}
+    extra = {"MessageGroupId": "g", "MessageDeduplicationId": "d"} if fifo else {}
+    for filled in (False, True):
+        dlq_url = sqs.create_queue(QueueName=dlq, tags={"team": "ops"}, Attributes={
+            **kind, "VisibilityTimeout": "77", "MessageRetentionPeriod": "1209600"})["QueueUrl"]
+        url = sqs.create_queue(QueueName=queue, Attributes={**kind, "RedrivePolicy": redrive(dlq)})["QueueUrl"]
+        if filled:
+            sqs.send_message(QueueUrl=dlq_url, MessageBody="dead", **extra)
+        sqs.delete_queue(QueueUrl=url)
+        assert sqs.get_queue_url(QueueName=dlq)["QueueUrl"] == dlq_url
+        attrs = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])["Attributes"]
+        assert (attrs["VisibilityTimeout"], attrs["MessageRetentionPeriod"]) == ("77", "1209600"), filled
+        assert sqs.list_queue_tags(QueueUrl=dlq_url)["Tags"] == {"team": "ops"}
+        with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+            sqs.get_queue_url(QueueName=queue)
+        listed = [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix=queue.split(".")[0]).get(
+            "QueueUrls", [])]
+        assert listed == [dlq]
+        assert bodies(sqs, dlq_url) == (["dead"] if filled else [])
+        sqs.delete_queue(QueueUrl=dlq_url)
+
+
+def test_a_deleted_queue_stays_deleted_until_created_and_a_deleted_dlq_too(sqs):
+    """Outside testers: after DeleteQueue of ``orders``, a send to ``orders-dlq`` (or its
+    CreateQueue while it held messages) made ``orders`` a queue again; after DeleteQueue of
+    ``orders-dlq``, GetQueueUrl still found it."""
+    dlq_url = sqs.create_queue(QueueName="stay-dlq")["QueueUrl"]
+    url = sqs.create_queue(QueueName="stay", Attributes={"RedrivePolicy": redrive("stay-dlq")})["QueueUrl"]
+    dead_letter(sqs, url, "one")
+    sqs.delete_queue(QueueUrl=url)
+    sqs.send_message(QueueUrl=dlq_url, MessageBody="two")
+    sqs.create_queue(QueueName="stay-dlq")
+    sqs.tag_queue(QueueUrl=dlq_url, Tags={"k": "v"})
+    for call in (lambda: sqs.get_queue_url(QueueName="stay"), lambda: sqs.get_queue_attributes(QueueUrl=url)):
+        with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+            call()
+    assert [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix="stay")["QueueUrls"]] == ["stay-dlq"]
+    # A DLQ that holds messages but was never created (its queue deleted) takes sends too, alone.
+    gone = sqs.create_queue(QueueName="stay2", Attributes={"RedrivePolicy": redrive("stay2-dlq")})["QueueUrl"]
+    dead_letter(sqs, gone, "three")
+    sqs.delete_queue(QueueUrl=gone)
+    sqs.send_message(QueueUrl=gone + "-dlq", MessageBody="four")
+    sqs.create_queue(QueueName="stay2-dlq")
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="stay2")
+    assert bodies(sqs, gone + "-dlq") == ["four", "three"]
+    # Deleted by DeleteQueue, a DLQ is gone, though its queue remains.
+    url = sqs.create_queue(QueueName="stay3", Attributes={"RedrivePolicy": redrive("stay3-dlq")})["QueueUrl"]
+    sqs.get_queue_url(QueueName="stay3-dlq")
+    sqs.delete_queue(QueueUrl=url + "-dlq")
+    for call in (lambda: sqs.get_queue_url(QueueName="stay3-dlq"),
+                 lambda: sqs.get_queue_attributes(QueueUrl=url + "-dlq")):
+        with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+            call()
+    assert sqs.get_queue_url(QueueName="stay3")["QueueUrl"] == url
+
+
+def test_a_dlq_nobody_created_does_not_exist_until_it_holds_messages(sqs):
+    """Outside testers: GetQueueUrl and GetQueueAttributes of ``base-dlq`` answered for a queue
+    only ``base`` was created; on SQS a queue nobody created is NonExistentQueue."""
+    url = sqs.create_queue(QueueName="never")["QueueUrl"]
+    for call in (lambda: sqs.get_queue_url(QueueName="never-dlq"),
+                 lambda: sqs.get_queue_attributes(QueueUrl=url + "-dlq", AttributeNames=["All"]),
+                 lambda: sqs.send_message(QueueUrl=url + "-dlq", MessageBody="x")):
+        with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+            call()
+    assert [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix="never")["QueueUrls"]] == ["never"]
+    # Its dead letters (here a message past its retention, Forq's rule) make it a queue SQS shows.
+    sqs.send_message(QueueUrl=url, MessageBody="old")
+    Message.objects.filter(queue="never").update(expires_after=0)
+    services.move_expired_to_dlq()
+    assert sqs.get_queue_url(QueueName="never-dlq")["QueueUrl"] == url + "-dlq"
+    assert bodies(sqs, url + "-dlq") == ["old"]

@@ -121,14 +121,12 @@ def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
                                f"for attribute {attr}")
         return {"QueueUrl": ctx.origin.url(name)}
     if dlq:
+        # Without its queue (none, or deleted), a placeholder row holds the DLQ's attributes and
+        # no policy of the queue's (created later by any face, it gets that face's defaults):
+        # queues.apply decides, the row locked.
         meta = dict(info.meta)
-        if not info.dlq_exists:
-            # Neither the queue nor its DLQ: a placeholder row holds the DLQ's attributes, and no
-            # policy of the queue's (created later by any face, it gets that face's defaults).
-            meta[queues.HIDDEN] = True
         meta["dlq"] = dict(meta.get("dlq") or {})
         queues.apply(name, attributes, meta)
-        tags.created(name, given_tags)
     else:
         fresh = {"VisibilityTimeout": queues.DEFAULTS["VisibilityTimeout"],
                  "MessageRetentionPeriod": queues.DEFAULTS["MessageRetentionPeriod"], "RedrivePolicy": None}
@@ -199,7 +197,8 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 def delete_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     """DeleteQueue deletes the queue and its messages, never another queue's: a dead-letter queue
-    (``<name>-dlq`` or any other) keeps its messages, as on SQS."""
+    (``<name>-dlq`` or any other) keeps its messages, as on SQS, and a ``<name>-dlq`` made through
+    SQS its attributes and tags too."""
     name, info = _queue(ctx, body, keys.MANAGE)
     base = base_of(name)
     if is_dlq(name):
@@ -211,7 +210,7 @@ def delete_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             queues.save_meta(base, meta)
             tags.drop(name)
     else:
-        services.delete_queue(base)
+        queues.delete_queue(base)  # (a <name>-dlq made through SQS stays, a queue of its own)
     queues.forget(base)
     return {}
 

@@ -64,11 +64,7 @@ def _update(name: str, change: Any) -> None:
     base = base_of(name)
     alias = services.alias()
     with transaction.atomic(using=alias):
-        row = queues._row(base, lock=True)
-        if row is None:
-            services.configure_queue(base)  # a queue known by its messages only: its row now
-            row = queues._row(base, lock=True)
-            assert row is not None
+        row = queues.make_row(name)  # (a queue known by its messages only: its row now)
         meta = json.loads(json.dumps(row[0]))  # a copy
         own = meta.setdefault("dlq", {}) if is_dlq(name) else meta
         text = own.get("Policy")

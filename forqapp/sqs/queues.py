@@ -283,34 +283,41 @@ def is_placeholder(meta: dict[str, Any], last_sequence: int, updated_at: int) ->
     return meta.get(HIDDEN) == _mark(last_sequence, updated_at)
 
 
-def _regular_messages(base: str) -> bool:
+def _counts(base: str) -> dict[str, int]:
     try:
-        counts = services.queue_info(base).counts
+        return services.queue_info(base).counts
     except ForqError:
-        return False
-    return any(n for state, n in counts.items() if state != "dlq")
+        return {}
+
+
+def _regular_messages(base: str) -> bool:
+    return any(n for state, n in _counts(base).items() if state != "dlq")
 
 
 def _lookup(base: str) -> Known:
+    """What is known of ``base`` and ``<base>-dlq`` now. ``<base>-dlq`` exists for SQS when it
+    was made through SQS (``meta["dlq"]``: CreateQueue, SetQueueAttributes, AddPermission, TagQueue,
+    or a ``RedrivePolicy`` of ``base`` naming it) or when it holds messages (dead letters); a
+    ``<base>-dlq`` nobody made is no queue (SQS's NonExistentQueue), though forqapp fills it when
+    ``base``'s messages dead-letter there."""
     row = _row(base)
+    counts = _counts(base)
+    regular = any(n for state, n in counts.items() if state != "dlq")
+    dead = bool(counts.get("dlq"))
     if row is not None:
         meta, last_sequence, updated_at = row
-        if not is_placeholder(meta, last_sequence, updated_at) or _regular_messages(base):
-            return Known(True, True, {k: v for k, v in meta.items() if k != HIDDEN})
-        return Known(False, True, meta, placeholder=True)  # a DLQ created before its queue
-    try:
-        counts = services.queue_info(base).counts
-    except ForqError:
-        counts = {}
-    regular = any(n for state, n in counts.items() if state != "dlq")
-    return Known(regular, regular or bool(counts.get("dlq")), {})
+        if not is_placeholder(meta, last_sequence, updated_at) or regular:
+            return Known(True, dead or "dlq" in meta, {k: v for k, v in meta.items() if k != HIDDEN})
+        return Known(False, dead or "dlq" in meta, meta, placeholder=True)  # a DLQ without its queue
+    return Known(regular, dead, {})
 
 
 def known(name: str, *, fresh: bool = False) -> Known:
     """What is known of ``name``'s queue: read now with ``fresh`` (the queue actions), else cached
     :data:`CACHE_S` per process (the message actions' hot path: as on SQS, a queue deleted by
-    another process may take a moment to disappear for them). A queue exists when it has a row or
-    messages; ``<name>-dlq`` exists with ``<name>`` (every forqapp queue has one)."""
+    another process may take a moment to disappear for them). A queue exists when it has a row
+    (not a placeholder) or messages; ``<name>-dlq`` when made through SQS or holding messages
+    (:func:`_lookup`)."""
     base = base_of(name)
     now = time.monotonic()
     cached = None if fresh else _cache.get(base)
@@ -524,10 +531,11 @@ def fifo_attributes(meta: dict[str, Any], dlq: bool = False) -> dict[str, str]:
 def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, created: bool = False) -> None:
     """Store checked ``attributes`` on SQS queue ``name`` (created with ``meta`` if new;
     ``created``: by CreateQueue, and a FIFO queue then gets ``group_concurrency`` 1: each message
-    group in order, one message in flight at a time). A ``meta``
-    with ``HIDDEN`` (True: a new placeholder, else the mark read) keeps the row a placeholder only
-    if it still is one (no row yet, or no other face wrote to it): the check, the write and the new
-    mark are one transaction, the row locked."""
+    group in order, one message in flight at a time). Attributes of a DLQ whose queue is no queue
+    (no row, or a placeholder: ``meta`` with ``HIDDEN``, the mark read) keep the row a placeholder
+    only if it still is one (no row yet and no messages of the queue, or no other face wrote to it):
+    the check, the write and the new mark are one transaction, the row locked. A ``RedrivePolicy``
+    naming the queue's own ``<name>-dlq`` makes that DLQ (its target exists, as SQS wants)."""
     base = base_of(name)
     dlq = is_dlq(name)
     meta = json.loads(json.dumps(meta))  # a copy
@@ -543,6 +551,8 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, create
         elif key == "RedrivePolicy":
             policy["max_attempts"] = value["maxReceiveCount"] if value else "unlimited"
             policy["dead_letter_queue"] = value.pop("queue") if value else None
+            if policy["dead_letter_queue"] == base + DLQ_SUFFIX:
+                meta.setdefault("dlq", {})  # (its target: a queue for SQS from now on)
         if value is None or (key in ("VisibilityTimeout", "MessageRetentionPeriod")
                                                           and not dlq) or key == "MessageRetentionPeriod":
             own.pop(key, None)  # held by the policy (or removed)
@@ -550,13 +560,15 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, create
             own[key] = value
     with transaction.atomic(using=services.alias()):
         hidden = meta.pop(HIDDEN, None)
-        if hidden is not None and dlq:
+        if dlq:
             row = _row(base, lock=True)
-            if row is None or (is_placeholder(row[0], row[1], row[2]) and hidden == row[0].get(HIDDEN)
-                               and not _regular_messages(base)):
+            if row is None:
+                hidden = None if _regular_messages(base) else True  # (a queue by its messages alone)
+            elif hidden is not None and is_placeholder(*row) and hidden == row[0].get(HIDDEN) \
+                    and not _regular_messages(base):
                 hidden = True
             else:
-                hidden = None  # another face made the queue meanwhile: it is one now
+                hidden = None  # a queue, or another face made it one meanwhile
         services.configure_queue(base, **policy)  # creates the row when new
         if hidden is not None and dlq:
             row = _row(base)
@@ -568,21 +580,63 @@ def apply(name: str, attributes: dict[str, Any], meta: dict[str, Any], *, create
 def send(name: str, items: list[validation.SendEntry]) -> list[services.SendResult]:
     """SendMessage's and SendMessageBatch's send of checked ``items`` to queue ``name``: on SQS a
     dead-letter queue is a queue like any, and takes sends (``to_dlq``). A send to the DLQ of a
-    placeholder row (the DLQ created before its queue) leaves the row a placeholder: the send moves
+    placeholder row (the DLQ created before its queue, or kept after it) leaves the row a placeholder,
+    and one to a DLQ without a row (its queue deleted) makes a placeholder: the send moves
     its counter (a DLQ's messages are numbered with its queue's), and the mark follows, checked and
     written in the send's transaction, the row locked (as :func:`apply`)."""
     if not is_dlq(name):
         return services.send_entries(name, items)
     base = base_of(name)
     with transaction.atomic(using=services.alias()):
-        row = _row(base, lock=True)
-        hidden = row is not None and is_placeholder(*row) and not _regular_messages(base)
+        row = make_row(name)
+        hidden = is_placeholder(*row) and not _regular_messages(base)
         results = services.send_entries(name, items, to_dlq=True)
         if hidden:
+            after = _row(base)
+            assert after is not None
+            save_meta(base, {**after[0], HIDDEN: _mark(after[1], after[2])})
+    return results
+
+
+def make_row(name: str) -> tuple[dict[str, Any], int, int]:
+    """The row of queue ``name`` (of its queue, for a DLQ), locked, made if there is none (in the
+    caller's transaction): a write to a queue known by its messages alone. A DLQ's queue that is no
+    queue (its messages too are gone: deleted, or never made) gets a placeholder row, so that it
+    stays unseen by SQS until CreateQueue (or another face) makes it."""
+    base = base_of(name)
+    row = _row(base, lock=True)
+    if row is None:
+        services.configure_queue(base)
+        row = _row(base, lock=True)
+        assert row is not None
+        if is_dlq(name) and not _regular_messages(base):
+            save_meta(base, {**row[0], HIDDEN: _mark(row[1], row[2])})
+            row = _row(base, lock=True)
+            assert row is not None
+    return row
+
+
+def delete_queue(base: str) -> None:
+    """DeleteQueue of queue ``base`` (not a DLQ): its policy, attributes, tags and messages. A
+    ``<base>-dlq`` made through SQS (``meta["dlq"]``) is a queue of its own and stays, with its
+    attributes, retention and tags, in a placeholder row (as CreateQueue of a DLQ before its queue
+    makes one): ``base`` is no queue until CreateQueue (or another face) makes it again. The
+    messages of ``<base>-dlq`` are never touched."""
+    alias = services.alias()
+    with transaction.atomic(using=alias):
+        row = _row(base, lock=True)
+        meta = row[0] if row else {}
+        kept = Queue.objects.using(alias).filter(name=base).values_list("dlq_retention_ms", "sqs_tags").first()
+        services.delete_queue(base)
+        if "dlq" in meta:
+            retention_ms, stored_tags = kept or (None, None)
+            services.configure_queue(base, **({} if retention_ms is None else {"dlq_retention": retention_ms / 1000}))
             row = _row(base)
             assert row is not None
-            save_meta(base, {**row[0], HIDDEN: _mark(row[1], row[2])})
-    return results
+            save_meta(base, {"dlq": meta["dlq"], HIDDEN: _mark(row[1], row[2])})
+            dlq_tags = (stored_tags or {}).get("dlq")
+            queue_services.set_sqs_tags(base, {"dlq": dlq_tags} if dlq_tags else None, using=alias)
+    forget(base)
 
 
 def drop_placeholder(base: str, meta: dict[str, Any]) -> bool:

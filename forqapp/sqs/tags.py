@@ -87,12 +87,10 @@ def change(name: str, add: dict[str, str] | None = None, remove: list[str] | Non
     base = base_of(name)
     alias = services.alias()
     with transaction.atomic(using=alias):
-        row = Queue.objects.using(alias).select_for_update().filter(name=base).values_list("sqs_tags", flat=True)
-        found = list(row)
-        if not found:
-            services.configure_queue(base)  # a queue known by its messages only: its row now
-            found = [None]
-        stored = dict(found[0] or {})
+        meta = queues.make_row(name)[0]  # (a queue known by its messages only: its row now)
+        if is_dlq(name) and add and "dlq" not in meta:
+            queues.save_meta(base, {**meta, "dlq": {}})  # a DLQ tagged through SQS is made so
+        stored = dict(Queue.objects.using(alias).filter(name=base).values_list("sqs_tags", flat=True).first() or {})
         tags = dict(stored.get(_part(name)) or {})
         tags.update(add or {})
         for key in remove or ():
