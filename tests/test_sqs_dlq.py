@@ -375,3 +375,18 @@ def test_a_dlq_nobody_created_does_not_exist_until_it_holds_messages(sqs):
     services.move_expired_to_dlq()
     assert sqs.get_queue_url(QueueName="never-dlq")["QueueUrl"] == url + "-dlq"
     assert bodies(sqs, url + "-dlq") == ["old"]
+
+
+def test_create_queue_with_a_redrive_allow_policy_is_idempotent(sqs):
+    """Outside testers: the same CreateQueue with a RedriveAllowPolicy twice was QueueAlreadyExists."""
+    allowed = {"redrivePermission": "byQueue", "sourceQueueArns": [arn("idem-src")]}
+    url = sqs.create_queue(QueueName="idem", Attributes={"RedriveAllowPolicy": json.dumps(allowed)})["QueueUrl"]
+    assert sqs.create_queue(QueueName="idem", Attributes={"RedriveAllowPolicy": json.dumps(allowed)})["QueueUrl"] == url
+    spaced = json.dumps(allowed, indent=2, separators=(" , ", " : "))
+    assert sqs.create_queue(QueueName="idem", Attributes={"RedriveAllowPolicy": spaced})["QueueUrl"] == url
+    with pytest.raises(sqs.exceptions.QueueNameExists):
+        sqs.create_queue(QueueName="idem", Attributes={"RedriveAllowPolicy": '{"redrivePermission": "allowAll"}'})
+    policy = '{"Version": "2012-10-17", "Statement": []}'
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": policy})
+    assert sqs.create_queue(QueueName="idem", Attributes={"Policy": policy})["QueueUrl"] == url
+    assert sqs.create_queue(QueueName="idem", Attributes={"Policy": policy.replace(" ", "")})["QueueUrl"] == url

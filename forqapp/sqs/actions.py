@@ -89,8 +89,14 @@ def _entries(body: dict[str, Any], entry_type: str) -> list[dict[str, Any]]:
 
 
 def _same(attr: str, value: Any, shown: str | None) -> bool:
+    """Whether a CreateQueue's checked attribute ``value`` is what the queue has (``shown``, as
+    GetQueueAttributes answers it): the JSON ones compared as JSON, whatever their spacing."""
     if value is None and attr != "RedrivePolicy":  # given empty (none), or SqsManagedSseEnabled false
         return shown is None or (attr == "SqsManagedSseEnabled" and shown == "false")
+    if attr in ("RedriveAllowPolicy", "Policy"):
+        if shown is None:
+            return False
+        return json.loads(shown) == (json.loads(value) if attr == "Policy" else value)
     if attr != "RedrivePolicy":
         return shown == str(value)
     if value is None or shown is None:
