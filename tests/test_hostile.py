@@ -79,6 +79,27 @@ def test_a_body_that_stops_arriving_is_cut_off(live_api):
     assert not Message.objects.filter(queue="slow").exists()
 
 
+def test_a_declared_body_that_trickles_is_cut_off_after_the_grace(live_api):
+    """A right key, 100,000 bytes announced, then a byte a second: under the minimum rate
+    (FORQ_BODY_MIN_RATE_BYTES_S, 1,024 B/s) once the grace (5 s) is over, so 408 then. Before, the
+    length announced bought it the whole FORQ_BODY_TIMEOUT_S (30 s): no answer within 20 s here."""
+    import select
+    import time
+
+    from .conftest import read_answer
+
+    host, port = live_api.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(_post_head("trickle", SECRET, "192.0.2.205", 100_000) + b'{"content": "')
+        deadline = time.monotonic() + 20
+        while not select.select([sock], [], [], 1)[0]:
+            assert time.monotonic() < deadline, "no answer within 20 s"
+            sock.sendall(b"x")
+        status, _, body = read_answer(sock)
+    assert (status, json.loads(body)) == (408, {"code": "request_timeout"})
+    assert not Message.objects.filter(queue="trickle").exists()
+
+
 @pytest.mark.parametrize("path", ["/api/v1/queues/chunked/messages", "/api/v2/queues/chunked/messages"])
 def test_a_malformed_chunked_body_is_400_json(live_api, path):
     """Granian reports a malformed chunk size as a disconnect; the app answers 400 (it sent nothing

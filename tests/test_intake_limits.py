@@ -121,3 +121,93 @@ def test_an_invalid_host_on_the_ui_is_a_400_and_one_warning_line(ui, caplog):
         assert [r.levelname for r in records] == ["WARNING"], host
         assert records[0].exc_info is None and not records[0].exc_text
         assert not [r for r in caplog.records if r.levelno >= 40 or r.exc_info], caplog.text
+
+
+# --- a body of a given length, read over RSGI (the API's hot path) -----------------------------
+
+
+class TricklingProtocol:
+    """RSGI's protocol for a client that announced a long body and sends ``pieces`` a byte each,
+    ``delay`` apart, then holds: read whole (``await protocol()``) or in chunks (``async for``)."""
+
+    def __init__(self, pieces: int, delay: float) -> None:
+        self.pieces, self.delay = pieces, delay
+        self.sent = 0
+
+    async def __call__(self) -> bytes:
+        async for _ in self:
+            pass
+        raise AssertionError("unreachable: the body never ends")
+
+    def __aiter__(self):
+        return self._chunks()
+
+    async def _chunks(self):
+        while True:
+            await asyncio.sleep(self.delay if self.sent < self.pieces else 3600)
+            self.sent += 1
+            yield b"x"
+
+
+@pytest.mark.parametrize("transport", ["real", "whole-only"])
+def test_a_declared_body_under_the_minimum_rate_is_cut_off_after_the_grace(transport, caplog):
+    """100,000 bytes announced, a byte every 20 ms (50 B/s): under the 1,000 B/s minimum once the
+    grace (0.3 s) is over, so cut off then (408), and the log says how many bytes came. Before, the
+    length announced bought it the whole FORQ_BODY_TIMEOUT_S (here 3 s), and the log said 100,000.
+    A protocol that cannot be read in chunks keeps the deadline its length gives (the timeout)."""
+    from forqapp.server import intake
+
+    protocol = TricklingProtocol(pieces=1000, delay=0.02)
+    whole = protocol if transport == "real" else (lambda: protocol())
+    with override_settings(FORQ_BODY_GRACE_S=0.3, FORQ_BODY_MIN_RATE_BYTES_S=1000, FORQ_BODY_TIMEOUT_S=3):
+        with pytest.raises(intake.BodyRefused) as refused:
+            asyncio.run(intake.read_declared("POST", "/api/v1/queues/q/messages", whole, 100_000,
+                                             lambda: "192.0.2.77"))
+    assert refused.value.status == 408
+    (line,) = [r.getMessage() for r in caplog.records if "too slow" in r.getMessage()]
+    if transport == "real":
+        assert protocol.sent < 100, protocol.sent  # ~15 (0.3 s): cut long before the 3 s timeout
+        assert line.startswith(f"POST /api/v1/queues/q/messages: body too slow ({protocol.sent} bytes in "), line
+    else:
+        assert protocol.sent >= 100, protocol.sent
+        assert "fewer than its 100000 bytes" in line, line
+
+
+def test_a_short_declared_body_is_read_whole_in_one_call():
+    """The hot path's body (at most a second's worth at the minimum rate): one ``await protocol()``."""
+    from forqapp.server import intake
+
+    class Whole:
+        def __aiter__(self):
+            raise AssertionError("read in chunks")
+
+        async def __call__(self) -> bytes:
+            return b'{"content": "x"}'
+
+    body = asyncio.run(intake.read_declared("POST", "/q", Whole(), 16, lambda: "192.0.2.78"))
+    assert body == b'{"content": "x"}'
+
+
+def test_a_declared_body_read_in_chunks_passes_whole_or_breaks_off_as_400():
+    from forqapp.server import intake
+
+    class Chunks:
+        def __init__(self, chunks):
+            self.chunks = chunks
+
+        async def __call__(self) -> bytes:
+            raise AssertionError("read whole")
+
+        def __aiter__(self):
+            return self._chunks()
+
+        async def _chunks(self):
+            for chunk in self.chunks:
+                yield chunk
+
+    text = b"y" * 5000
+    pieces = [text[:2000], text[2000:], b""]  # granian ends a body with one empty chunk
+    assert asyncio.run(intake.read_declared("POST", "/q", Chunks(pieces), 5000, lambda: "a")) == text
+    with pytest.raises(intake.BodyRefused) as refused:  # two: it broke off
+        asyncio.run(intake.read_declared("POST", "/q", Chunks([text[:2000], b"", b""]), 5000, lambda: "a"))
+    assert refused.value.status == 400

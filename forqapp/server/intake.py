@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Protocol, TypeVar, cast
 
 from ..conf import hot
 from ..services import waiting
-from . import process
+from . import process, rsgi
 
 T = TypeVar("T")
 
@@ -105,12 +105,13 @@ class _Timing:
             self.crowded = True
             self.deadline.reschedule(self.loop.time())  # cut off now
 
-    def refused(self, scope_method: str, scope_path: str, size: int) -> BodyRefused:
-        """What a body cut off by its deadline is refused as (and the log line that says so)."""
+    def refused(self, scope_method: str, scope_path: str, size: int | str) -> BodyRefused:
+        """What a body cut off by its deadline is refused as (and the log line that says so):
+        ``size``, the bytes received, or words for them when they could not be counted."""
         if self.crowded:
             logger.info("%s %s: one more slow body from %s, cut off", scope_method, scope_path, self.slow)
             return BodyRefused(TOO_MANY)
-        logger.info("%s %s: body too slow (%d bytes in %.1f s), cut off", scope_method, scope_path, size,
+        logger.info("%s %s: body too slow (%s bytes in %.1f s), cut off", scope_method, scope_path, size,
                     self.loop.time() - self.start)
         return BodyRefused(TOO_SLOW)
 
@@ -139,7 +140,13 @@ async def read_body(scope: dict[str, Any], receive: Receive, limit: int | None,
     the time it buys at that rate; a client that holds, sends nothing."""
     if limit is not None:
         refuse_declared(scope, limit)
-    timing = _Timing(lambda: client_address(scope))
+    return await _read_chunks(scope["method"], scope["path"], receive, limit, into, lambda: client_address(scope))
+
+
+async def _read_chunks(method: str, path: str, receive: Receive, limit: int | None, into: BinaryIO | None,
+                       address: Callable[[], str]) -> bytes:
+    """:func:`read_body`'s reading, once the headers passed."""
+    timing = _Timing(address)
     chunks: list[bytes] = []
     size = 0
     try:
@@ -165,7 +172,7 @@ async def read_body(scope: dict[str, Any], receive: Receive, limit: int | None,
                     deadline.reschedule(min(timing.last, timing.grace + size / timing.rate))
                     timing.watch_grace()  # a body in pieces: watch for the grace
     except TimeoutError:
-        raise timing.refused(scope["method"], scope["path"], size) from None
+        raise timing.refused(method, path, size) from None
     finally:
         timing.close()
 
@@ -173,23 +180,36 @@ async def read_body(scope: dict[str, Any], receive: Receive, limit: int | None,
 async def read_declared(method: str, path: str, whole: Callable[[], Awaitable[bytes]], declared: int,
                         address: Callable[[], str]) -> bytes:
     """A body of a known length (``declared``: its ``Content-Length``, already found within the
-    cap), received whole by ``whole()`` (RSGI's ``protocol()``: the server reads exactly that many
-    bytes, and raises if the body breaks off), under :func:`read_body`'s time bounds: refused
-    (408) when not complete within ``FORQ_BODY_TIMEOUT_S`` or, after ``FORQ_BODY_GRACE_S``, later
-    than ``FORQ_BODY_MIN_RATE_BYTES_S`` allows for its length; (429) when it is still arriving
-    after the grace while its address (``address()``) has ``FORQ_BODY_SLOW_PER_ADDRESS`` such
-    bodies; (400) when it breaks off."""
+    cap), read from ``whole`` (RSGI's protocol: the server reads exactly that many bytes, and tells
+    if the body breaks off) under :func:`read_body`'s time bounds: refused (408) when not complete
+    within ``FORQ_BODY_TIMEOUT_S`` or, after ``FORQ_BODY_GRACE_S``, under
+    ``FORQ_BODY_MIN_RATE_BYTES_S`` on average; (429) when it is still arriving after the grace
+    while its address (``address()``) has ``FORQ_BODY_SLOW_PER_ADDRESS`` such bodies; (400) when it
+    breaks off.
+
+    A body of at most one second's worth at the minimum rate (1 KiB by default: the API's usual
+    message) is received whole, in one call (``whole()``: the hot path's), by the deadline its
+    length allows (the grace and at most a second more); a longer one in the chunks it arrives in,
+    its deadline moved on by each as :func:`read_body` does, so a client that announces 100 KB and
+    trickles a byte a second is cut off after the grace (it was held the whole
+    ``FORQ_BODY_TIMEOUT_S``, the length it announced buying it the time)."""
     if not declared:
         return b""
+    rate = float(hot("FORQ_BODY_MIN_RATE_BYTES_S") or 0)
+    if rate and declared > rate and hasattr(whole, "__aiter__"):
+        try:
+            return await _read_chunks(method, path, rsgi.BodyReceive(whole), None, None, address)
+        except RuntimeError:  # granian's RSGIProtocolClosed, as below
+            raise BodyRefused(INCOMPLETE) from None
     timing = _Timing(address)
-    end = min(timing.last, timing.grace + declared / timing.rate) if timing.rate else timing.last
+    end = min(timing.last, timing.grace + declared / rate) if rate else timing.last
     try:
         async with asyncio.timeout_at(end) as deadline:
             timing.deadline = deadline
             timing.watch_grace()
             return await whole()
     except TimeoutError:
-        raise timing.refused(method, path, declared) from None
+        raise timing.refused(method, path, f"fewer than its {declared}") from None
     except RuntimeError:  # granian's RSGIProtocolClosed: the client went away, or its framing broke
         raise BodyRefused(INCOMPLETE) from None
     finally:
