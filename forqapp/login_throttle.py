@@ -22,9 +22,10 @@ from __future__ import annotations
 import math
 
 from asgiref.sync import sync_to_async
+from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import get_user_model
-from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm, UsernameField
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils.crypto import salted_hmac
 
@@ -88,8 +89,19 @@ class LoginThrottleBackend:
         return await sync_to_async(self.authenticate)(request, **credentials)
 
 
+class _ShownUsernameField(UsernameField):
+    """The username field, whose value is shown again without its NUL characters (refused by the
+    field: "Null characters are not allowed."), which no page should echo."""
+
+    def prepare_value(self, value):
+        value = super().prepare_value(value)
+        return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
 class LoginThrottleForm(AuthenticationForm):
     """Django's login form, refusing a blocked login with how long to wait."""
+
+    username = _ShownUsernameField(widget=forms.TextInput(attrs={"autofocus": True}))
 
     def clean(self):
         until = blocked_until(self.request, self.cleaned_data.get("username"))

@@ -1296,3 +1296,18 @@ def test_message_details_show_the_group(staff_client):
     assert b'<code data-testid="group">customer/42</code>' in staff_client.get(
         f"/ui/queues/emails/messages/{grouped}/", **HX).content
     assert b'data-testid="group"' not in staff_client.get(f"/ui/queues/emails/messages/{plain}/", **HX).content
+
+
+@pytest.mark.parametrize("url", LOGIN_URLS)
+def test_an_invalid_username_is_said_and_its_nul_never_echoed(url, staff):
+    """A NUL in the username: the field's error is shown (the UI's page re-rendered with none), and
+    the NUL is not echoed into the page; a password left out likewise says so."""
+    response, ok = log_in(url, "st\x00aff", "wrong", address="10.5.5.5")
+    html = response.content.decode()
+    assert response.status_code == 200 and not ok
+    assert "Null characters are not allowed." in html
+    assert "\x00" not in html and "st\ufffdaff" in html
+    response, ok = log_in(url, "staff", "", address="10.5.5.6")
+    assert not ok and "This field is required." in response.content.decode()
+    response, ok = log_in(url, "x" * 151, "wrong", address="10.5.5.7")
+    assert not ok and "Please enter the correct username and password" in response.content.decode()
