@@ -390,3 +390,28 @@ def test_create_queue_with_a_redrive_allow_policy_is_idempotent(sqs):
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": policy})
     assert sqs.create_queue(QueueName="idem", Attributes={"Policy": policy})["QueueUrl"] == url
     assert sqs.create_queue(QueueName="idem", Attributes={"Policy": policy.replace(" ", "")})["QueueUrl"] == url
+
+
+def test_an_arn_of_another_account_names_no_queue(sqs):
+    """Outside testers: a RedrivePolicy naming ``arn:aws:sqs:…:111111111111:a1dl`` was stored as
+    this server's account's queue, and StartMessageMoveTask of such an ARN started a task."""
+    other = "arn:aws:sqs:us-east-1:111111111111:"
+    sqs.create_queue(QueueName="a1dl")
+    url = sqs.create_queue(QueueName="a1")["QueueUrl"]
+    policy = json.dumps({"deadLetterTargetArn": other + "a1dl", "maxReceiveCount": 1})
+    code, message = error_of(sqs.set_queue_attributes, QueueUrl=url, Attributes={"RedrivePolicy": policy})
+    assert code == "InvalidParameterValue" and "Dead-letter target owner should be same as the source." in message
+    code, _ = error_of(sqs.create_queue, QueueName="a2", Attributes={"RedrivePolicy": policy})
+    assert code == "InvalidParameterValue"
+    assert "RedrivePolicy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": redrive("a1dl")})
+    for call, kwargs in [(sqs.start_message_move_task, {"SourceArn": other + "a1dl"}),
+                         (sqs.start_message_move_task, {"SourceArn": arn("a1dl"), "DestinationArn": other + "a1"}),
+                         (sqs.list_message_move_tasks, {"SourceArn": other + "a1dl"})]:
+        assert error_of(call, **kwargs)[0] == "ResourceNotFoundException", kwargs
+    assert sqs.list_message_move_tasks(SourceArn=arn("a1dl"))["Results"] == []
+    # A RedriveAllowPolicy naming another account's queue of the same name does not allow this one.
+    allowed = json.dumps({"redrivePermission": "byQueue", "sourceQueueArns": [other + "a3"]})
+    sqs.create_queue(QueueName="a3dl", Attributes={"RedriveAllowPolicy": allowed})
+    code, message = error_of(sqs.create_queue, QueueName="a3", Attributes={"RedrivePolicy": redrive("a3dl")})
+    assert code == "InvalidParameterValue" and "does not allow 'a3'" in message

@@ -42,8 +42,9 @@ def _queue_of_arn(body: dict[str, Any], name: str) -> str:
     sqs_name = redrive.arn_name(arn)
     if sqs_name is None:
         raise invalid(f"Value {str(arn)[:200]} for parameter {name} is invalid. Reason: must be a queue's ARN.")
-    if not queues.URL_NAME.fullmatch(sqs_name):
-        raise SqsError("ResourceNotFoundException", "The resource that you specified for the SourceArn parameter "
+    if not queues.URL_NAME.fullmatch(sqs_name) or str(arn).split(":")[4] != queues.account():
+        # (another account's queue is none here, as an unknown queue of this one)
+        raise SqsError("ResourceNotFoundException", f"The resource that you specified for the {name} parameter "
                        "doesn't exist.", 404)
     forq_name = queues.to_forq(sqs_name, str(arn).split(":")[3])  # (in the ARN's region)
     try:

@@ -396,7 +396,11 @@ def _redrive(queue: str, value: object) -> dict[str, Any] | None:
     if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"]:
         raise SqsError("InvalidAttributeValue", "Invalid value for the parameter RedrivePolicy: "
                        "deadLetterTargetArn must be a queue's ARN")
+    if parts[4] != account():  # (another account's queue: none here, and SQS wants the same owner)
+        raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: Dead-letter target owner "
+                      "should be same as the source.")
     if parts[5].endswith(FIFO_SUFFIX) != is_fifo(queue):
+        # AWS's words, its two periods included (clients and tools match them).
         raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: Dead-letter queue must be "
                       "same type of queue as the source..")
     dlq = to_forq(parts[5], parts[3])  # (in the ARN's region: see region_prefix)
@@ -412,7 +416,7 @@ def _redrive(queue: str, value: object) -> dict[str, Any] | None:
         allow = own(there.meta, is_dlq(dlq)).get("RedriveAllowPolicy")
     else:
         allow = own(known(queue, fresh=True).meta, True).get("RedriveAllowPolicy")
-    if not redrive.allows(allow, to_sqs(queue)):
+    if not redrive.allows(allow, to_sqs(queue), account()):
         raise invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: The dead-letter queue's "
                       f"RedriveAllowPolicy does not allow {to_sqs(queue)!r} as a source queue.")
     return {"deadLetterTargetArn": target, "maxReceiveCount": count, "queue": dlq}

@@ -63,14 +63,16 @@ def parse_allow_policy(value: object) -> dict[str, Any] | None:
     return {"redrivePermission": permission}
 
 
-def allows(policy: dict[str, Any] | None, source_sqs_name: str) -> bool:
+def allows(policy: dict[str, Any] | None, source_sqs_name: str, account: str) -> bool:
     """Whether a queue whose ``RedriveAllowPolicy`` is ``policy`` (None: none, all allowed) may be
-    the dead-letter queue of the source queue SQS calls ``source_sqs_name``."""
+    the dead-letter queue of the source queue SQS calls ``source_sqs_name`` in ``account`` (an ARN
+    of another account's queue of that name allows not this one)."""
     if not policy or policy["redrivePermission"] == "allowAll":
         return True
     if policy["redrivePermission"] == "denyAll":
         return False
-    return source_sqs_name in {arn_name(a) for a in policy.get("sourceQueueArns", ())}
+    return any(arn_name(a) == source_sqs_name and str(a).split(":")[4] == account
+               for a in policy.get("sourceQueueArns", ()))
 
 
 def shown(policy: dict[str, Any]) -> str:
