@@ -7,6 +7,7 @@ to a directory shared by them; ``GET /metrics`` then adds up every process's val
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -14,6 +15,7 @@ from prometheus_client import Counter, Gauge
 from .. import vocab
 from ..conf import forq_settings
 from ..server.process import metrics_files_of_the_dead
+from . import compaction
 from .top import TopQueues
 
 _QUEUE = ("queue_name", "queue_type")
@@ -212,7 +214,6 @@ def exposition() -> tuple[bytes, str]:
         REGISTRY,
         CollectorRegistry,
         generate_latest,
-        multiprocess,
     )
 
     top = forq_settings.FORQ_METRICS_TOP_QUEUES  # per-queue series for the deepest queues only
@@ -220,12 +221,18 @@ def exposition() -> tuple[bytes, str]:
     if directory:
         # A process killed (-9, out of memory) never marked its live gauges dead: its in-flight
         # count would stay in the sum for ever. Marked here, at each scrape (its counters stay).
-        for pid, files in metrics_files_of_the_dead(directory).items():
-            if any(os.path.basename(f).startswith("gauge_live") for f in files):
-                multiprocess.mark_process_dead(pid, directory)
+        # (Their files removed here, not by multiprocess.mark_process_dead, which fails on a file
+        # that another scrape at once removed first.)
+        for files in metrics_files_of_the_dead(directory).values():
+            for path in files:
+                if os.path.basename(path).startswith("gauge_live"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+        # The files of processes gone are merged into archives first (compaction: a scrape reads
+        # a few files, not one per process that ever counted), then read, under one lock.
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return generate_latest(TopQueues(registry, top, directory)), CONTENT_TYPE_LATEST
+        registry.register(compaction.Collector(None, path=directory))
+        return generate_latest(TopQueues(registry, top, directory, compact=True)), CONTENT_TYPE_LATEST
     return generate_latest(TopQueues(REGISTRY, top)), CONTENT_TYPE_LATEST
 
 

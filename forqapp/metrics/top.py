@@ -86,6 +86,7 @@ class Folds:
         # {queue (its base name): {sample: [acc, mark]}}, for the queues that have moved only
         self.samples: dict[str, dict[str, list[float]]] = data.get("samples", {})
         self.changed = False
+        self.locked = False  # read under the directory's lock (a scrape may compact its files)
 
     def dump(self) -> str:
         return json.dumps({"kept": sorted(self.kept), "folded": sorted(self.folded), "samples": self.samples})
@@ -187,6 +188,7 @@ def folds(directory: str | None) -> Iterator[Folds]:
                 state = Folds(json.load(f))
         except (OSError, ValueError):
             state = Folds()
+        state.locked = True
         yield state
         if state.changed:
             temporary = f"{path}.{os.getpid()}"
@@ -220,16 +222,37 @@ def forget(directory: str | None = None) -> None:
 
 class TopQueues:
     """A collector over ``source`` (a registry) whose per-queue series are folded (see the module);
-    ``directory``: the multiprocess directory, whose file keeps what the scrapes remember."""
+    ``directory``: the multiprocess directory, whose file keeps what the scrapes remember. With
+    ``compact``, the files of its processes gone are merged first, under the same lock
+    (:mod:`forqapp.metrics.compaction`)."""
 
-    def __init__(self, source: Any, n: int, directory: str | None = None):
-        self.source, self.n, self.directory = source, n, directory
+    def __init__(self, source: Any, n: int, directory: str | None = None, *, compact: bool = False):
+        self.source, self.n, self.directory, self.compact = source, n, directory, compact
 
     def collect(self) -> Iterator[Metric]:
         with folds(self.directory) as state:  # (the values read under the lock: scrapes in turn)
+            if self.compact and self.directory and state.locked:
+                _compact(self.directory)
             families: list[Metric] = list(self.source.collect())
             folded = list(state.fold(families, top(families, self.n)))
         yield from folded
+
+
+_compaction_failed = False
+
+
+def _compact(directory: str) -> None:
+    global _compaction_failed
+    from . import compaction
+
+    try:
+        compaction.compact(directory)
+    except Exception:  # (the scrape reads the files as they are: compaction.Collector skips none twice)
+        if not _compaction_failed:  # (said once until a compaction succeeds again)
+            logger.exception("/metrics: the compaction of %s failed; served uncompacted", directory)
+        _compaction_failed = True
+    else:
+        _compaction_failed = False
 
 
 def _queues(families: Iterable[Metric]) -> set[str]:

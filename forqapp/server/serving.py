@@ -44,6 +44,7 @@ from django.urls import NoReverseMatch, reverse
 
 from .. import services
 from ..conf import forq_settings, parse_addr
+from ..metrics import compaction
 from ..metrics import top as top_queues
 from ..worker.jobs import enabled_jobs
 from . import embedded, process, supervise
@@ -189,6 +190,9 @@ def _metrics_directory(parent: Path) -> Path:
             if not others:  # (and what /metrics's scrapes remembered of those counts)
                 with contextlib.suppress(OSError):
                     os.unlink(directory / top_queues.STATE_FILE)
+            # the archives /metrics merged the files of processes gone into go with those files
+            # (the counters' only alone), and a compaction left unfinished with them
+            compaction.forget(str(directory), gauges_only=bool(others))
             for files in process.metrics_files_of_the_dead(str(directory)).values():
                 for path in files:  # (their gauges go either way: the jobs set them again)
                     if not others or os.path.basename(path).startswith("gauge_"):
