@@ -274,6 +274,23 @@ def test_the_policy_attribute_is_kept_as_given(sqs):
     assert "Policy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
 
 
+@pytest.mark.parametrize("bad", ['{"a": NaN}', '{"a": Infinity}', '{"a": [-Infinity]}', '{"b": 1e999}',
+                                 '{"a":NaN, "b":1e999}'])
+def test_a_policy_of_json_no_parser_takes_is_refused(sqs, bad):
+    """Outside testers: ``Policy`` ``{"a":NaN, "b":1e999}`` was kept, and after AddPermission
+    GetQueueAttributes answered NaN and Infinity, which JSON has not."""
+    url = sqs.create_queue(QueueName="polnan")["QueueUrl"]
+    for call, kwargs in [(sqs.set_queue_attributes, {"QueueUrl": url, "Attributes": {"Policy": bad}}),
+                         (sqs.create_queue, {"QueueName": "polnan2", "Attributes": {"Policy": bad}})]:
+        code, message = error_of(call, **kwargs)
+        assert (code, message) == ("InvalidAttributeValue", "Invalid value for the parameter Policy.")
+    sqs.add_permission(QueueUrl=url, Label="l1", AWSAccountIds=["123456789012"], Actions=["SendMessage"])
+    shown = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"]
+    json.loads(shown, parse_constant=lambda c: pytest.fail(f"{c} in {shown}"))
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="polnan2")
+
+
 # --- server-side encryption: kept, answered ------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import keys, services
+from .. import keys, services, validation
 from ..vocab import base_of, is_dlq
 from . import queues
 from .protocol import SqsError, invalid, missing
@@ -68,9 +68,14 @@ def _update(name: str, change: Any) -> None:
         meta = json.loads(json.dumps(row[0]))  # a copy
         own = meta.setdefault("dlq", {}) if is_dlq(name) else meta
         text = own.get("Policy")
-        policy = change(json.loads(text) if text else None)
+        try:  # (kept before SetQueueAttributes refused NaN and Infinity: none is answered)
+            have = validation.json_loads(text) if text else None
+        except (ValueError, RecursionError):
+            raise SqsError("InvalidAttributeValue", "Invalid value for the parameter Policy: the queue's policy is "
+                           "not JSON (set it again with SetQueueAttributes)") from None
+        policy = change(have)
         if policy:
-            own["Policy"] = json.dumps(policy, separators=(",", ":"))
+            own["Policy"] = json.dumps(policy, separators=(",", ":"), allow_nan=False)
         else:
             own.pop("Policy", None)
         queues.save_meta(base, meta)

@@ -375,7 +375,7 @@ def _redrive(queue: str, value: object) -> dict[str, Any] | None:
     if value == "" or value is None:
         return None
     try:
-        policy = json.loads(value) if isinstance(value, str) else None
+        policy = validation.json_loads(value) if isinstance(value, str) else None
     except (ValueError, RecursionError):  # RecursionError: nested ~1,000 deep
         policy = None
     if not isinstance(policy, dict):
@@ -511,8 +511,8 @@ def _kept(name: str, value: object) -> str | None:
     if value == "":
         return None
     if name == "Policy":
-        try:
-            policy = json.loads(value)
+        try:  # (JSON as RFC 8259 has it: no NaN, Infinity, nor a number past a double's range)
+            policy = validation.json_loads(value)
         except (ValueError, RecursionError):
             policy = None
         if not isinstance(policy, dict) or len(value.encode("utf-8")) > POLICY_MAX:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .. import validation
 from .protocol import invalid
 
 PERMISSIONS = ("allowAll", "denyAll", "byQueue")
@@ -38,7 +39,7 @@ def parse_allow_policy(value: object) -> dict[str, Any] | None:
     if value == "" or value is None:
         return None
     try:
-        policy = json.loads(value) if isinstance(value, str) else None
+        policy = validation.json_loads(value) if isinstance(value, str) else None
     except (ValueError, RecursionError):
         policy = None
     shown = value if isinstance(value, str) else json.dumps(value)
