@@ -63,6 +63,29 @@ def test_throttled_address_is_429_with_retry_after_without_the_body(live_api):
     assert 1 <= int(headers["retry-after"]) <= 60
 
 
+def test_concurrent_wrong_keys_get_no_more_401s_than_the_throttle_allows(live_api):
+    """200 wrong keys at once from one fresh address, over 50 connections: exactly
+    FORQ_AUTH_MAX_FAILURES (5) are answered 401, the rest 429 (before, each request read "not
+    blocked" before any had counted its failure: 16 were 401), and a right key from there still
+    passes."""
+    import httpx
+
+    address = "192.0.2.230"
+
+    async def burst() -> list[int]:
+        limits = httpx.Limits(max_connections=50)
+        async with httpx.AsyncClient(base_url=live_api.url, limits=limits, timeout=60) as client:
+            answers = await asyncio.gather(*(
+                client.get("/api/v1/queues/q/messages", headers={"X-API-Key": f"wrong-{k}", "X-Forwarded-For": address})
+                for k in range(200)))
+        return [answer.status_code for answer in answers]
+
+    statuses = asyncio.run(burst())
+    assert (statuses.count(401), statuses.count(429)) == (5, 195), sorted(set(statuses))
+    right = httpx.get(f"{live_api.url}/api/v2/queues", headers={"X-API-Key": SECRET, "X-Forwarded-For": address})
+    assert right.status_code == 200
+
+
 def test_right_key_with_a_normal_body_still_works(live_api):
     body = json.dumps({"content": "over a raw socket"}).encode()
     status, _, _ = _send_raw(live_api, _post_head("raw", SECRET, "192.0.2.203", len(body)) + body, timeout=10)

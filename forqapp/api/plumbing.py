@@ -114,9 +114,10 @@ async def _authorize(request: HttpRequest, secret_setting: str) -> None:
         return  # a valid key always passes, even from a throttled address (and costs no query)
     address = client_address(request)
     retry_after = await services.run_async(services.auth_retry_after, address)
+    if not retry_after:  # counted, unless concurrent wrong keys blocked the address meanwhile
+        retry_after = await services.run_async(services.auth_failed, address)
     if retry_after:
         raise ForqError(errors.TOO_MANY_REQUESTS, headers={"Retry-After": str(retry_after)})
-    await services.run_async(services.auth_failed, address)
     raise ForqError(errors.UNAUTHORIZED)
 
 

@@ -29,22 +29,29 @@ def auth_retry_after(address: str, *, using: str | None = None) -> int:
     return max(0, -(-left_ms // 1000))  # rounded up: retrying at once after would still be refused
 
 
-def auth_failed(address: str, *, using: str | None = None) -> bool:
+def auth_failed(address: str, *, using: str | None = None) -> int:
     """Count a wrong key from ``address``: the ``FORQ_AUTH_MAX_FAILURES``-th within
-    ``FORQ_AUTH_FAILURE_WINDOW_S`` blocks it for ``FORQ_AUTH_BLOCK_S``. Whether it was counted: a
-    database that cannot write now (a full disk, a write lock held past the busy timeout, a server
-    out of reach) does not count it, and says so in the log at most once a second; the key is
-    refused all the same (401, not the 503 of a write that failed)."""
+    ``FORQ_AUTH_FAILURE_WINDOW_S`` blocks it for ``FORQ_AUTH_BLOCK_S``. Returns 0 when the key is
+    to be refused as wrong (401), or the whole seconds until the address may try again when it is
+    blocked already (429: this failure is not counted, its block not extended). One atomic
+    statement decides, so that of concurrent wrong keys from one address exactly the first
+    ``FORQ_AUTH_MAX_FAILURES`` are answered 401 (a check read first let them all through before
+    any was counted). A database that cannot write now (a full disk, a write lock held past the
+    busy timeout, a server out of reach) does not count it, and says so in the log at most once a
+    second; the key is refused all the same (0: 401, not the 503 of a write that failed)."""
+    now = base.now_ms()
     try:
-        _store(using).auth_failed(address[:100], base.now_ms(), forq_settings.FORQ_AUTH_FAILURE_WINDOW_S * 1000,
-                                  forq_settings.FORQ_AUTH_MAX_FAILURES, forq_settings.FORQ_AUTH_BLOCK_S * 1000)
+        until = _store(using).auth_failed(address[:100], now, forq_settings.FORQ_AUTH_FAILURE_WINDOW_S * 1000,
+                                          forq_settings.FORQ_AUTH_MAX_FAILURES, forq_settings.FORQ_AUTH_BLOCK_S * 1000)
     except Exception as exc:
         reason = errors.unavailable(exc)
         if reason is None:
             raise
         errors.say_unavailable(logger, "counting a wrong API key", reason, "refused without counting it")
-        return False
-    return True
+        return 0
+    if until >= 0:
+        return 0
+    return max(1, -(-(-until - now) // 1000))  # blocked already: rounded up, as auth_retry_after
 
 
 # --- login throttle (the API-key throttle's table, under "login-…" keys) ----------------------

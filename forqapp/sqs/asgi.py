@@ -249,9 +249,10 @@ class SQSApplication:
     async def _failed(self, address: str) -> None:
         self._suspect(address)
         retry_after = await services.run_async(services.auth_retry_after, address)
+        if not retry_after:  # counted, unless concurrent wrong keys blocked the address meanwhile
+            retry_after = await services.run_async(services.auth_failed, address)
         if retry_after:
             raise _throttled(retry_after)
-        await services.run_async(services.auth_failed, address)
 
     def _suspect(self, address: str) -> None:
         suspects = self._suspects

@@ -920,8 +920,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def auth_failed(self, address: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
         """Count a failed key from ``address``; returns until when it is blocked (Unix ms, or 0).
-        The ``max_failures``-th failure within ``window_ms`` blocks it for ``block_ms``. Prunes
-        stale API-key rows only (never the ``login-…`` keys of :meth:`login_failed`)."""
+        The ``max_failures``-th failure within ``window_ms`` blocks it for ``block_ms``. In one
+        atomic statement: of concurrent failures, exactly the first ``max_failures`` are counted;
+        a failure from an address already blocked is not counted and leaves its block as it is,
+        and returns that block negated (the caller refuses it: 429). Prunes stale API-key rows
+        only (never the ``login-…`` keys of :meth:`login_failed`)."""
 
     @abc.abstractmethod
     def auth_blocked_until(self, address: str) -> int:

@@ -1134,19 +1134,25 @@ AND (status = {READY} OR (status = {PROCESSING} AND process_after <= %s))"""
 
 # --- API-key throttle (every process and host shares it) --------------------------------------
 
+# One statement, so that concurrent failures are counted one after the other (the row's lock): a
+# failure from a key already blocked is not counted and leaves its block as it is (``failures`` goes
+# over ``max``, which tells the caller so: the block negated); otherwise the ``max``-th within the
+# window blocks it (``failures`` held at ``max`` once a block lapsed within the window: the next
+# failure blocks it again).
 AUTH_FAILED = """
-INSERT INTO forq_auth_throttle (address, failures, window_start, blocked_until)
+INSERT INTO forq_auth_throttle AS t (address, failures, window_start, blocked_until)
 VALUES (%(address)s, 1, %(now)s, CASE WHEN %(max)s <= 1 THEN %(now)s + %(block)s ELSE 0 END)
 ON CONFLICT (address) DO UPDATE SET
-    failures = CASE WHEN forq_auth_throttle.window_start <= %(now)s - %(window)s THEN 1
-                    ELSE forq_auth_throttle.failures + 1 END,
-    window_start = CASE WHEN forq_auth_throttle.window_start <= %(now)s - %(window)s THEN %(now)s
-                        ELSE forq_auth_throttle.window_start END,
+    failures = CASE WHEN t.blocked_until > %(now)s THEN t.failures + 1
+                    WHEN t.window_start <= %(now)s - %(window)s THEN 1
+                    ELSE LEAST(t.failures + 1, %(max)s) END,
+    window_start = CASE WHEN t.blocked_until <= %(now)s AND t.window_start <= %(now)s - %(window)s
+                        THEN %(now)s ELSE t.window_start END,
     blocked_until = CASE
-        WHEN (CASE WHEN forq_auth_throttle.window_start <= %(now)s - %(window)s THEN 1
-                   ELSE forq_auth_throttle.failures + 1 END) >= %(max)s
-        THEN %(now)s + %(block)s ELSE forq_auth_throttle.blocked_until END
-RETURNING blocked_until"""
+        WHEN t.blocked_until > %(now)s THEN t.blocked_until
+        WHEN (CASE WHEN t.window_start <= %(now)s - %(window)s THEN 1 ELSE t.failures + 1 END) >= %(max)s
+        THEN %(now)s + %(block)s ELSE t.blocked_until END
+RETURNING CASE WHEN t.failures > %(max)s THEN -t.blocked_until ELSE t.blocked_until END"""
 
 # Failed logins (forqapp.login_throttle) share the table under "login-…" keys (bound as the LIKE
 # pattern), with their own (longer) window: each kind prunes only its own stale rows, so a wrong API
@@ -1854,7 +1860,7 @@ class PostgreSQLStore(Store):
     # -- login throttle ----------------------------------------------------------------------
 
     def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
-        return self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms)
+        return abs(self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms))
 
     # -- leases ------------------------------------------------------------------------------
 

@@ -968,16 +968,25 @@ AND (status = {READY} OR (status = {PROCESSING} AND process_after <= ?))"""
 
 # --- API-key throttle (every process and host shares it) --------------------------------------
 
+# One statement, so that concurrent failures are counted one after the other (the row's lock): a
+# failure from a key already blocked is not counted and leaves its block as it is (``failures`` goes
+# over ``max``, which tells the caller so: the block negated); otherwise the ``max``-th within the
+# window blocks it (``failures`` held at ``max`` once a block lapsed within the window: the next
+# failure blocks it again).
 AUTH_FAILED = """
 INSERT INTO forq_auth_throttle (address, failures, window_start, blocked_until)
 VALUES (:address, 1, :now, CASE WHEN :max <= 1 THEN :now + :block ELSE 0 END)
 ON CONFLICT (address) DO UPDATE SET
-    failures = CASE WHEN window_start <= :now - :window THEN 1 ELSE failures + 1 END,
-    window_start = CASE WHEN window_start <= :now - :window THEN :now ELSE window_start END,
+    failures = CASE WHEN blocked_until > :now THEN failures + 1
+                    WHEN window_start <= :now - :window THEN 1
+                    ELSE MIN(failures + 1, :max) END,
+    window_start = CASE WHEN blocked_until <= :now AND window_start <= :now - :window THEN :now
+                        ELSE window_start END,
     blocked_until = CASE
+        WHEN blocked_until > :now THEN blocked_until
         WHEN (CASE WHEN window_start <= :now - :window THEN 1 ELSE failures + 1 END) >= :max
         THEN :now + :block ELSE blocked_until END
-RETURNING blocked_until"""
+RETURNING CASE WHEN failures > :max THEN -blocked_until ELSE blocked_until END"""
 
 # Failed logins (forqapp.login_throttle) share the table under "login-…" keys, with their own
 # (longer) window: each kind prunes only its own stale rows, so a wrong API key never resets a
@@ -1942,7 +1951,7 @@ class SQLiteStore(Store):
     # -- login throttle ----------------------------------------------------------------------
 
     def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
-        return self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms)
+        return abs(self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms))
 
     # -- leases ------------------------------------------------------------------------------
 
