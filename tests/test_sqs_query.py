@@ -349,6 +349,17 @@ def test_errors_are_error_responses_with_query_codes(server):
     assert error(call(server, "SendMessageBatch", {"QueueUrl": url, "SendMessageBatchRequestEntry.0.Id": "a",
                                                    "SendMessageBatchRequestEntry.0.MessageBody": "x"}))[1] == \
         "InvalidParameterValue"
+    # Members with a gap in their numbers (outside testers: .1 and .3 without .2, .2 without .1 were taken).
+    batch = {"QueueUrl": url, "SendMessageBatchRequestEntry.1.Id": "a", "SendMessageBatchRequestEntry.1.MessageBody": "x",
+             "SendMessageBatchRequestEntry.3.Id": "c", "SendMessageBatchRequestEntry.3.MessageBody": "z"}
+    attribute = {"QueueUrl": url, "MessageBody": "x", "MessageAttribute.2.Name": "a",
+                 "MessageAttribute.2.Value.DataType": "String", "MessageAttribute.2.Value.StringValue": "v"}
+    for action, params, missing in [("SendMessageBatch", batch, "SendMessageBatchRequestEntry.2"),
+                                    ("SendMessage", attribute, "MessageAttribute.1"),
+                                    ("GetQueueAttributes", {"QueueUrl": url, "AttributeName.2": "All"}, "AttributeName.1")]:
+        kind, code, message = error(call(server, action, params))
+        assert (code, message) == ("InvalidParameterValue", f"{missing} is missing: the members of a list are "
+                                   "numbered 1, 2, 3, … without a gap"), action
     assert error(call(server, None, body=b"Action=ListQueues&QueueNamePrefix=%FF"))[1] == "MalformedQueryString"
     assert error(call(server, None, body=b"Action=ListQueues&QueueNamePrefix=\xff"))[1] == "MalformedQueryString"
     many = b"Action=ListQueues&" + b"&".join(b"p%d=1" % n for n in range(10_001))

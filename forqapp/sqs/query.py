@@ -150,7 +150,8 @@ def _parse_structure(shape: dict[str, Any], node: dict[str | None, Any], path: s
 def _numbered(node: dict[str | None, Any] | None, path: str) -> list[tuple[str, dict[str | None, Any]]]:
     """The children ``1``, ``2``… of ``node`` (with their numbers), in the order of their numbers
     (``path``: the parameters' names before the number). Any other child (``.0.``, ``.01.``,
-    ``.x.``) is refused, not dropped: a member a client numbered so would otherwise be lost."""
+    ``.x.``), or a gap in the numbers (``.1.`` and ``.3.``), is refused, not dropped: a member a
+    client numbered so would otherwise be lost."""
     if not node:
         return []
     numbers = []
@@ -161,7 +162,12 @@ def _numbered(node: dict[str | None, Any] | None, path: str) -> list[tuple[str, 
             raise SqsError("InvalidParameterValue", f"{path}{k} is not a member of a list: members are numbered "
                            "1, 2, 3, …")
         numbers.append(int(k))
-    return [(str(n), node[str(n)]) for n in sorted(numbers)]
+    numbers.sort()
+    for expected, n in enumerate(numbers, 1):
+        if n != expected:  # a gap (.1 and .3, or .2 alone): the member it skips would be lost
+            raise SqsError("InvalidParameterValue", f"{path}{expected} is missing: the members of a list are "
+                           "numbered 1, 2, 3, … without a gap")
+    return [(str(n), node[str(n)]) for n in numbers]
 
 
 def _parse(shape: dict[str, Any], parent: dict[str | None, Any], name: str, path: str) -> Any:
