@@ -294,6 +294,11 @@ def _regular_messages(base: str) -> bool:
     return any(n for state, n in _counts(base).items() if state != "dlq")
 
 
+def _dead_letters(base: str) -> bool:
+    """Whether ``<base>-dlq`` holds messages (one indexed look, not a count)."""
+    return Message.objects.using(services.alias()).filter(queue=base + DLQ_SUFFIX).exists()
+
+
 def _lookup(base: str) -> Known:
     """What is known of ``base`` and ``<base>-dlq`` now. ``<base>-dlq`` exists for SQS when it
     was made through SQS (``meta["dlq"]``: CreateQueue, SetQueueAttributes, AddPermission, TagQueue,
@@ -301,15 +306,15 @@ def _lookup(base: str) -> Known:
     ``<base>-dlq`` nobody made is no queue (SQS's NonExistentQueue), though forqapp fills it when
     ``base``'s messages dead-letter there."""
     row = _row(base)
-    counts = _counts(base)
-    regular = any(n for state, n in counts.items() if state != "dlq")
-    dead = bool(counts.get("dlq"))
     if row is not None:
         meta, last_sequence, updated_at = row
-        if not is_placeholder(meta, last_sequence, updated_at) or regular:
-            return Known(True, dead or "dlq" in meta, {k: v for k, v in meta.items() if k != HIDDEN})
-        return Known(False, dead or "dlq" in meta, meta, placeholder=True)  # a DLQ without its queue
-    return Known(regular, dead, {})
+        dlq = "dlq" in meta or _dead_letters(base)
+        if not is_placeholder(meta, last_sequence, updated_at) or _regular_messages(base):
+            return Known(True, dlq, {k: v for k, v in meta.items() if k != HIDDEN})
+        return Known(False, dlq, meta, placeholder=True)  # a DLQ without its queue
+    counts = _counts(base)
+    regular = any(n for state, n in counts.items() if state != "dlq")
+    return Known(regular, bool(counts.get("dlq")), {})
 
 
 def known(name: str, *, fresh: bool = False) -> Known:
