@@ -20,6 +20,7 @@ Three pieces:
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 
 from asgiref.sync import sync_to_async
 from django import forms
@@ -31,8 +32,19 @@ from django.utils.crypto import salted_hmac
 
 from . import services
 from .api.auth import client_address
+from .services import throttles
 
 REFUSED = "_forq_login_refused"  # set on a request the throttle refused: not one more failure
+
+
+class _Attempt:
+    """A login the form counted before checking it (:func:`forqapp.services.throttles.login_attempt`)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys, self.failed = keys, False
+
+
+_attempt: ContextVar[_Attempt | None] = ContextVar("forq_login_attempt", default=None)
 
 
 def user_key(username: str) -> str:
@@ -65,6 +77,12 @@ def record_failure(sender, credentials, request=None, **kwargs) -> None:
     """``user_login_failed``: count the failure against the address and the username, unless the
     throttle itself refused the attempt (a blocked client's retries do not extend its block)."""
     if request is not None and getattr(request, REFUSED, False):
+        return
+    attempt = _attempt.get()
+    if attempt is not None:  # the login form's: counted already, before the password was checked
+        if not attempt.failed:
+            attempt.failed = True
+            services.login_failed(attempt.keys, reserved=True)
         return
     username = credentials.get(get_user_model().USERNAME_FIELD) or credentials.get("username")
     services.login_failed(keys(request, username))
@@ -99,15 +117,33 @@ class _ShownUsernameField(UsernameField):
 
 
 class LoginThrottleForm(AuthenticationForm):
-    """Django's login form, refusing a blocked login with how long to wait."""
+    """Django's login form, refusing a blocked login with how long to wait.
+
+    A login whose password is to be checked is counted as a failure first, in one statement per
+    key (address, username), and taken off the count if it does not fail: so however many come at
+    once, at most ``FORQ_LOGIN_MAX_FAILURES`` wrong passwords per window are ever checked (a check
+    read first let 12 of 100 concurrent ones through)."""
 
     username = _ShownUsernameField(widget=forms.TextInput(attrs={"autofocus": True}))
 
     def clean(self):
-        until = blocked_until(self.request, self.cleaned_data.get("username"))
+        username, password = self.cleaned_data.get("username"), self.cleaned_data.get("password")
+        if username is None or not password:  # no password is checked
+            until = blocked_until(self.request, username)
+            if until:
+                raise ValidationError(blocked_message(until), code="throttled")
+            return super().clean()
+        attempt = _Attempt(keys(self.request, username))
+        until = throttles.login_attempt(attempt.keys)
         if until:
             raise ValidationError(blocked_message(until), code="throttled")
-        return super().clean()
+        token = _attempt.set(attempt)
+        try:
+            return super().clean()
+        finally:
+            _attempt.reset(token)
+            if not attempt.failed:
+                throttles.login_released(attempt.keys)
 
 
 class AdminLoginThrottleForm(LoginThrottleForm, AdminAuthenticationForm):

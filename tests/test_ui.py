@@ -1311,3 +1311,31 @@ def test_an_invalid_username_is_said_and_its_nul_never_echoed(url, staff):
     assert not ok and "This field is required." in response.content.decode()
     response, ok = log_in(url, "x" * 151, "wrong", address="10.5.5.7")
     assert not ok and "Please enter the correct username and password" in response.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("url", LOGIN_URLS)
+def test_concurrent_wrong_passwords_get_no_more_checks_than_the_throttle_allows(url, staff):
+    """100 wrong passwords at once from one fresh address, 20 threads each with a database
+    connection of its own: exactly FORQ_LOGIN_MAX_FAILURES (5) are checked (told "Please enter the
+    correct…"), the others refused as blocked (before, each read "not blocked" before any failure
+    was counted: 12 were checked); then the right password is refused too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    def attempt(k: int) -> str:
+        try:
+            response, ok = log_in(url, "staff", f"wrong-{k}", address="10.6.6.6")
+            assert not ok
+            return response.content.decode()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        pages = list(pool.map(attempt, range(100)))
+    checked = [page for page in pages if "Please enter the correct" in page]
+    refused = [page for page in pages if "Too many failed logins" in page]
+    assert (len(checked), len(refused)) == (5, 95)
+    response, ok = log_in(url, "staff", "pw-staff-123", address="10.6.6.6")
+    assert not ok and BLOCKED in response.content.decode()

@@ -65,13 +65,53 @@ def login_blocked_until(keys: Iterable[str], *, using: str | None = None) -> int
     return until if until > base.now_ms() else 0
 
 
-def login_failed(keys: Iterable[str], *, using: str | None = None) -> int:
-    """Count a failed login against each of ``keys``: the ``FORQ_LOGIN_MAX_FAILURES``-th within
-    ``FORQ_LOGIN_FAILURE_WINDOW_S`` blocks that key for ``FORQ_LOGIN_BLOCK_S``. Returns until when
-    the login is now blocked (Unix ms, or 0)."""
+def _login_bounds() -> tuple[int, int, int]:
+    return (forq_settings.FORQ_LOGIN_FAILURE_WINDOW_S * 1000, forq_settings.FORQ_LOGIN_MAX_FAILURES,
+            forq_settings.FORQ_LOGIN_BLOCK_S * 1000)
+
+
+def login_attempt(keys: Iterable[str], *, using: str | None = None) -> int:
+    """Before a login's password is checked: count it against each of ``keys`` as a failure to
+    come (one atomic statement per key). Returns 0 when it may be checked — then
+    :func:`login_failed` (``reserved=True``) or :func:`login_released` must follow — else until
+    when it is refused (Unix ms; nothing stays counted). So that of concurrent wrong passwords at
+    most ``FORQ_LOGIN_MAX_FAILURES`` per window are ever checked (a check read first let a burst
+    through before any failure was counted)."""
     st = _store(using)
     now = base.now_ms()
-    window = forq_settings.FORQ_LOGIN_FAILURE_WINDOW_S * 1000
-    limit = forq_settings.FORQ_LOGIN_MAX_FAILURES
-    block = forq_settings.FORQ_LOGIN_BLOCK_S * 1000
+    window, limit, _ = _login_bounds()
+    taken: list[str] = []
+    until = 0
+    for key in keys:
+        refused = st.login_attempt(key[:100], now, window, limit)
+        if refused:
+            until = max(until, refused)
+        else:
+            taken.append(key)
+    if until:
+        login_released(taken, using=using)
+    return until
+
+
+def login_released(keys: Iterable[str], *, using: str | None = None) -> None:
+    """A login :func:`login_attempt` counted did not fail (it succeeded, or was not checked)."""
+    st = _store(using)
+    now = base.now_ms()
+    window, limit, block = _login_bounds()
+    for key in keys:
+        st.login_checked(key[:100], now, False, window, limit, block)
+
+
+def login_failed(keys: Iterable[str], *, reserved: bool = False, using: str | None = None) -> int:
+    """Count a failed login against each of ``keys``: the ``FORQ_LOGIN_MAX_FAILURES``-th within
+    ``FORQ_LOGIN_FAILURE_WINDOW_S`` blocks that key for ``FORQ_LOGIN_BLOCK_S``. ``reserved``: a
+    login :func:`login_attempt` counted already, which stays counted. Returns until when the login
+    is now blocked (Unix ms, or 0)."""
+    st = _store(using)
+    now = base.now_ms()
+    window, limit, block = _login_bounds()
+    if reserved:
+        for key in keys:
+            st.login_checked(key[:100], now, True, window, limit, block)
+        return login_blocked_until(keys, using=using)
     return max((st.login_failed(key[:100], now, window, limit, block) for key in keys), default=0)

@@ -940,6 +940,21 @@ class Store(abc.ABC):
         window. Prunes stale ``login-…`` rows only, so a wrong API key never resets a login
         counter, nor a login an API-key one."""
 
+    @abc.abstractmethod
+    def login_attempt(self, key: str, now: int, window_ms: int, max_failures: int) -> int:
+        """Before a login's password is checked: count it against ``key`` as a failure to come,
+        in one atomic statement; 0 when it may be checked, else until when it is refused (Unix
+        ms: the key's block, or the end of its window when the window holds ``max_failures``
+        failures and logins being checked). Of concurrent logins, at most ``max_failures`` per
+        window are let through. :meth:`login_checked` says how it went."""
+
+    @abc.abstractmethod
+    def login_checked(self, key: str, now: int, failed: bool, window_ms: int, max_failures: int,
+                      block_ms: int) -> None:
+        """The login :meth:`login_attempt` let through was checked: ``failed``, it stays counted,
+        and blocks ``key`` for ``block_ms`` when the window holds ``max_failures`` (pruning stale
+        ``login-…`` rows); else it is no failure, and is taken off the count."""
+
     # -- leases (one holder per name across every process and host: the jobs scheduler) -------
 
     @abc.abstractmethod

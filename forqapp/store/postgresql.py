@@ -1171,6 +1171,33 @@ LOGIN_FORGET = """
 DELETE FROM forq_auth_throttle
 WHERE window_start < %(cutoff)s AND blocked_until < %(now)s AND address LIKE %(login_keys)s"""
 
+# A login about to be checked takes its place among the failures first (released if it succeeds),
+# in one statement, so that concurrent logins are counted one after the other: none while the key
+# is blocked, none once the window holds ``max`` (failures and logins being checked). A block that
+# lapsed within the window lets one more through, as the ``max``-th. No row returned: refused.
+LOGIN_ATTEMPT = """
+INSERT INTO forq_auth_throttle AS t (address, failures, window_start, blocked_until)
+VALUES (%(address)s, 1, %(now)s, 0)
+ON CONFLICT (address) DO UPDATE SET
+    failures = CASE WHEN t.window_start <= %(now)s - %(window)s THEN 1 WHEN t.blocked_until > 0 THEN %(max)s
+                    ELSE t.failures + 1 END,
+    window_start = CASE WHEN t.window_start <= %(now)s - %(window)s THEN %(now)s ELSE t.window_start END,
+    blocked_until = 0
+WHERE t.blocked_until <= %(now)s
+  AND (t.window_start <= %(now)s - %(window)s OR t.blocked_until > 0 OR t.failures < %(max)s)
+RETURNING t.failures"""
+
+LOGIN_REFUSED_UNTIL = """
+SELECT CASE WHEN blocked_until > %(now)s THEN blocked_until ELSE window_start + %(window)s END
+FROM forq_auth_throttle WHERE address = %(address)s"""
+
+LOGIN_BLOCK = """
+UPDATE forq_auth_throttle SET blocked_until = %(now)s + %(block)s
+WHERE address = %(address)s AND failures >= %(max)s AND blocked_until <= %(now)s"""
+
+LOGIN_RELEASE = """
+UPDATE forq_auth_throttle SET failures = failures - 1 WHERE address = %(address)s AND failures > 0"""
+
 # --- leases (one holder per name across every process and host: the jobs scheduler) -----------
 
 # Acquire or renew in one statement: a new name is inserted; an existing one changes hands only if
@@ -1861,6 +1888,21 @@ class PostgreSQLStore(Store):
 
     def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
         return abs(self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms))
+
+    def login_attempt(self, key: str, now: int, window_ms: int, max_failures: int) -> int:
+        params = {"address": key, "now": now, "window": window_ms, "max": max_failures}
+        if self._fetchall(LOGIN_ATTEMPT, params):
+            return 0
+        rows = self._fetchall(LOGIN_REFUSED_UNTIL, params)
+        return max(int(rows[0][0]) if rows else 0, now + 1)
+
+    def login_checked(self, key: str, now: int, failed: bool, window_ms: int, max_failures: int,
+                      block_ms: int) -> None:
+        if not failed:
+            self._rowcount(LOGIN_RELEASE, {"address": key})
+            return
+        self._rowcount(LOGIN_BLOCK, {"address": key, "now": now, "max": max_failures, "block": block_ms})
+        self._rowcount(LOGIN_FORGET, {"cutoff": now - 2 * window_ms, "now": now, "login_keys": LOGIN_KEYS})
 
     # -- leases ------------------------------------------------------------------------------
 

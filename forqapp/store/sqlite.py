@@ -1003,6 +1003,30 @@ AUTH_BLOCKED_UNTIL = "SELECT blocked_until FROM forq_auth_throttle WHERE address
 LOGIN_FORGET = f"""
 DELETE FROM forq_auth_throttle WHERE window_start < ? AND blocked_until < ? AND address LIKE '{LOGIN_KEYS}'"""
 
+# A login about to be checked takes its place among the failures first (released if it succeeds),
+# in one statement, so that concurrent logins are counted one after the other: none while the key
+# is blocked, none once the window holds ``max`` (failures and logins being checked). A block that
+# lapsed within the window lets one more through, as the ``max``-th. No row returned: refused.
+LOGIN_ATTEMPT = """
+INSERT INTO forq_auth_throttle (address, failures, window_start, blocked_until) VALUES (:address, 1, :now, 0)
+ON CONFLICT (address) DO UPDATE SET
+    failures = CASE WHEN window_start <= :now - :window THEN 1 WHEN blocked_until > 0 THEN :max
+                    ELSE failures + 1 END,
+    window_start = CASE WHEN window_start <= :now - :window THEN :now ELSE window_start END,
+    blocked_until = 0
+WHERE blocked_until <= :now AND (window_start <= :now - :window OR blocked_until > 0 OR failures < :max)
+RETURNING failures"""
+
+LOGIN_REFUSED_UNTIL = """
+SELECT CASE WHEN blocked_until > :now THEN blocked_until ELSE window_start + :window END
+FROM forq_auth_throttle WHERE address = :address"""
+
+LOGIN_BLOCK = """
+UPDATE forq_auth_throttle SET blocked_until = :now + :block
+WHERE address = :address AND failures >= :max AND blocked_until <= :now"""
+
+LOGIN_RELEASE = "UPDATE forq_auth_throttle SET failures = failures - 1 WHERE address = :address AND failures > 0"
+
 # --- leases (one holder per name across every process and host: the jobs scheduler) -----------
 
 # Acquire or renew in one statement: a new name is inserted; an existing one changes hands only if
@@ -1952,6 +1976,23 @@ class SQLiteStore(Store):
 
     def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
         return abs(self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms))
+
+    def login_attempt(self, key: str, now: int, window_ms: int, max_failures: int) -> int:
+        conn = self._conn()
+        params = {"address": key, "now": now, "window": window_ms, "max": max_failures}
+        if conn.execute(LOGIN_ATTEMPT, params).fetchall():
+            return 0
+        rows = conn.execute(LOGIN_REFUSED_UNTIL, params).fetchall()
+        return max(int(rows[0][0]) if rows else 0, now + 1)
+
+    def login_checked(self, key: str, now: int, failed: bool, window_ms: int, max_failures: int,
+                      block_ms: int) -> None:
+        conn = self._conn()
+        if not failed:
+            conn.execute(LOGIN_RELEASE, {"address": key})
+            return
+        conn.execute(LOGIN_BLOCK, {"address": key, "now": now, "max": max_failures, "block": block_ms})
+        conn.execute(LOGIN_FORGET, (now - 2 * window_ms, now))
 
     # -- leases ------------------------------------------------------------------------------
 
