@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
@@ -282,20 +283,25 @@ def test_two_scrapers_at_once_compact_in_turn(directory, monkeypatch):
     threads = [threading.Thread(target=scraper) for _ in range(3)]
     for t in threads:
         t.start()
+    pid = DEAD
     try:
-        for pid in range(DEAD, DEAD + 150):
+        while (len(results) < 30 or len({v for _, v, _ in results}) < 10 or ended["n"] < 100) and (
+                ended["n"] < 3000 and not failures):
             ended["begun"] += 1
             dead_process(directory, pid, rnd)
+            pid += 1
             ended["n"] += 1
+            time.sleep(0.002)  # (the scrapers' turn)
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert not failures, failures
-    assert len(results) > 10
+    assert len(results) >= 30
+    assert len({value for _, value, _ in results}) >= 10  # scrapes while processes ended
     for low, value, high in results:
         assert low <= value <= high, (low, value, high)  # never a file twice, never one lost
-    assert scrape()[job] == 150
+    assert scrape()[job] == ended["n"]
 
 
 def test_archives_are_no_process_to_the_bookkeeping(directory):
