@@ -296,6 +296,25 @@ def test_contract_for_access_key_and_for_token(settings, monkeypatch):
     assert for_access_key("forq-root") is None and for_token("") is None
 
 
+def test_a_key_refused_where_there_is_no_root_key_says_why(app, settings, monkeypatch, caplog):
+    """A server started in a shell that never exported FORQ_AUTH_SECRET refuses every root key
+    (401, as any wrong key): its log says why, once a minute, not just "Unauthorized"."""
+    from forqapp.api import plumbing
+
+    settings.FORQ_AUTH_SECRET = ""
+    monkeypatch.delenv("FORQ_AUTH_SECRET", raising=False)
+    monkeypatch.setattr(plumbing, "_said_no_root_key", -1e9)
+    with caplog.at_level("WARNING", logger="forqapp.api"):
+        assert request(app, "POST", "/api/v1/queues/orders/messages", "the-servers-key", b'{"content": "x"}',
+                       client="10.1.1.1")[0] == 401
+        assert request(app, "POST", "/api/v1/queues/orders/messages", "the-servers-key", b'{"content": "x"}',
+                       client="10.1.1.2")[0] == 401
+    said = [r.getMessage() for r in caplog.records if "no FORQ_AUTH_SECRET" in r.getMessage()]
+    assert len(said) == 1, said
+    k = new_key("scoped-without-root", "orders:produce")  # scoped keys still work there
+    assert request(app, "POST", "/api/v1/queues/orders/messages", k.token, b'{"content": "x"}')[0] == 204
+
+
 def test_a_key_rotated_elsewhere_works_here_within_the_recheck_not_the_cache_period(settings, monkeypatch):
     """Another process rotates the key (its forget() does not reach this process's cache): the new
     secret is refused only until the cached answer is RECHECK_SECONDS old, then the database is asked."""

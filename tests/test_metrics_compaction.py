@@ -378,3 +378,37 @@ def test_an_archive_is_read_as_its_kind(directory):
     assert pid_files(directory) == set()
     assert values() == before == {("min", "min"): [2], ("max", "max"): [9], ("sum", "sum"): [6],
                                   ("mostrecent", "mostrecent"): [6]}
+
+
+@pytest.mark.parametrize("step,nth", [("archive renamed", 1), ("merged deleted", 1), ("merged deleted", 6)])
+def test_the_flow_pages_read_of_throttled_claims_counts_each_once(directory, step, nth):
+    """The staff pages' throttled claims (forqapp.ui.flow) read the counter files themselves: with a
+    compaction stopped between its archive's rename and the last merged file's deletion, the merged
+    files are left out as a scrape leaves them out, not counted twice."""
+    from forqapp.ui import flow
+
+    for pid in range(DEAD, DEAD + 10):
+        write(directory / f"counter_{pid}.db", {
+            _key("forq_claims_throttled", flow.SAMPLE, {"queue_name": "limited", "reason": "rate"}): (3.0, 0.0)})
+    before = flow._read_multiprocess(str(directory))
+    assert before == {"limited": {"rate": 30}}
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        seen = {"n": 0}
+
+        def killed(name):
+            if name == step:
+                seen["n"] += 1
+                if seen["n"] == nth:
+                    os._exit(9)
+
+        compaction._step = killed
+        try:
+            compaction.compact(str(directory))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 9, "the step was never reached"
+    assert flow._read_multiprocess(str(directory)) == before
+    scrape()  # finishes the compaction
+    assert flow._read_multiprocess(str(directory)) == before

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +119,23 @@ async def _authorize(request: HttpRequest, secret_setting: str) -> None:
         retry_after = await services.run_async(services.auth_failed, address)
     if retry_after:
         raise ForqError(errors.TOO_MANY_REQUESTS, headers={"Retry-After": str(retry_after)})
+    if secret_setting == API_KEY_SETTING and not forq_settings.FORQ_AUTH_SECRET:
+        _say_no_root_key()
     raise ForqError(errors.UNAUTHORIZED)
+
+
+_said_no_root_key = 0.0
+
+
+def _say_no_root_key() -> None:
+    """A key refused by a process without ``FORQ_AUTH_SECRET`` (a ``runserver`` started in a shell
+    that never exported it): every root key is refused there, so say why, once a minute."""
+    global _said_no_root_key
+    now = time.monotonic()
+    if now - _said_no_root_key >= 60:
+        _said_no_root_key = now
+        logger.warning("an API key was refused, and this process has no FORQ_AUTH_SECRET: only scoped keys "
+                       "(forq_keys) are accepted here; export FORQ_AUTH_SECRET where the server starts")
 
 
 async def _check_headers(request: HttpRequest, endpoint: Endpoint) -> None:

@@ -64,13 +64,27 @@ def _add(counts: dict[str, dict[str, int]], samples: Any) -> None:
 
 
 def _read_multiprocess(path: str) -> dict[str, dict[str, int]]:
+    """The counter files' sum, as a scrape reads them: a file a compaction merged into an archive
+    already in place is left out (:func:`forqapp.metrics.compaction.left_out`), and a read that
+    lost a file to a compaction running meanwhile is read again."""
     from prometheus_client import multiprocess
 
-    counts: dict[str, dict[str, int]] = {}
-    files = glob.glob(os.path.join(path, "counter_*.db"))  # counters only: the gauges' files are not read
-    for metric in multiprocess.MultiProcessCollector.merge(files, accumulate=True):
-        _add(counts, metric.samples)
-    return counts
+    from ..metrics import compaction
+
+    for attempt in range(3):
+        counts: dict[str, dict[str, int]] = {}
+        skip = compaction.left_out(path)
+        files = [f for f in glob.glob(os.path.join(glob.escape(path), "counter_*.db"))  # counters only
+                 if os.path.basename(f) not in skip]
+        try:
+            for metric in multiprocess.MultiProcessCollector.merge(files, accumulate=True):
+                _add(counts, metric.samples)
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+            continue
+        return counts
+    raise AssertionError("unreachable")
 
 
 def throttled_claims() -> dict[str, dict[str, int]]:
