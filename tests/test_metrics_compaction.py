@@ -129,6 +129,27 @@ def test_fewer_dead_files_than_the_minimum_are_read_as_they_are(directory):
                                                                              f"counter_{DEAD + 1}.db"}
 
 
+def compact_killed_at(directory, step: str, nth: int) -> None:
+    """A compaction in a forked process killed (os._exit: nothing cleaned up) at its ``nth`` ``step``."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        seen = {"n": 0}
+
+        def killed(name):
+            if name == step:
+                seen["n"] += 1
+                if seen["n"] == nth:
+                    os._exit(9)
+
+        compaction._step = killed
+        try:
+            compaction.compact(str(directory))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 9, "the step was never reached"
+
+
 STEPS = [("read", 1), ("space reserved", 1), ("archive written", 1), ("archive written", 3), ("manifest written", 1),
          ("archive renamed", 1), ("archive renamed", 2), ("merged deleted", 1), ("merged deleted", 20),
          ("manifest deleted", 1)]
@@ -147,23 +168,7 @@ def test_a_compaction_killed_at_any_step_loses_and_doubles_nothing(directory, mo
     for pid in range(DEAD + 12, DEAD + 30):
         dead_process(directory, pid, rnd)
     before = uncompacted(monkeypatch)
-    child = os.fork()
-    if child == 0:  # pragma: no cover (the child)
-        seen = {"n": 0}
-
-        def killed(name):
-            if name == step:
-                seen["n"] += 1
-                if seen["n"] == nth:
-                    os._exit(9)
-
-        compaction._step = killed
-        try:
-            compaction.compact(str(directory))
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 9, "the step was never reached"
+    compact_killed_at(directory, step, nth)
     assert _read_without_finishing(directory) == {k: v for k, v in before.items()
                                                   if k[0] != "forq_metrics_queues_folded"}
     assert scrape() == before
@@ -392,23 +397,7 @@ def test_the_flow_pages_read_of_throttled_claims_counts_each_once(directory, ste
             _key("forq_claims_throttled", flow.SAMPLE, {"queue_name": "limited", "reason": "rate"}): (3.0, 0.0)})
     before = flow._read_multiprocess(str(directory))
     assert before == {"limited": {"rate": 30}}
-    child = os.fork()
-    if child == 0:  # pragma: no cover (the child)
-        seen = {"n": 0}
-
-        def killed(name):
-            if name == step:
-                seen["n"] += 1
-                if seen["n"] == nth:
-                    os._exit(9)
-
-        compaction._step = killed
-        try:
-            compaction.compact(str(directory))
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 9, "the step was never reached"
+    compact_killed_at(directory, step, nth)
     assert flow._read_multiprocess(str(directory)) == before
     scrape()  # finishes the compaction
     assert flow._read_multiprocess(str(directory)) == before
