@@ -12,9 +12,12 @@ import time
 import botocore
 import pytest
 
+import forqapp
 from forqapp import services
 from forqapp.errors import ForqError
-from forqapp.models import Message
+from forqapp.models import Message, Queue
+from forqapp.services import queues as queue_services
+from forqapp.sqs import queues
 from forqapp.worker import jobs
 
 from .conftest import sqs_listener
@@ -415,3 +418,67 @@ def test_an_arn_of_another_account_names_no_queue(sqs):
     sqs.create_queue(QueueName="a3dl", Attributes={"RedriveAllowPolicy": allowed})
     code, message = error_of(sqs.create_queue, QueueName="a3", Attributes={"RedrivePolicy": redrive("a3dl")})
     assert code == "InvalidParameterValue" and "does not allow 'a3'" in message
+
+
+# --- the <name>-dlq of a queue whose redrive policy names it exists for SQS, empty or not ---
+
+
+def test_the_dlq_of_a_queue_another_face_made_exists_for_sqs_while_empty(sqs):
+    """A reviewer: the ``x-dlq`` of a queue made through the Python API (or the HTTP APIs, Django
+    Tasks, ``FORQ_QUEUES``) existed for SQS only while it held messages: once its last dead letter
+    was deleted, ReceiveMessage and GetQueueAttributes answered QueueDoesNotExist (drain loops and
+    DLQ-depth monitors broke). Its redrive policy names ``x-dlq``: it exists as long as ``x`` does."""
+    forqapp.configure_queue("pyface", max_attempts=2)
+    forqapp.send("pyface", "a")
+    url = sqs.get_queue_url(QueueName="pyface")["QueueUrl"]
+    policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"][
+        "RedrivePolicy"])
+    assert policy == {"deadLetterTargetArn": arn("pyface-dlq"), "maxReceiveCount": 2}
+
+    def visible_and_empty(dlq: str) -> None:
+        assert sqs.get_queue_url(QueueName="pyface-dlq")["QueueUrl"] == dlq
+        attributes = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"]
+        assert attributes["ApproximateNumberOfMessages"] == "0" and attributes["QueueArn"] == arn("pyface-dlq")
+        assert "Messages" not in sqs.receive_message(QueueUrl=dlq)
+        listed = [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix="pyface")["QueueUrls"]]
+        assert listed == ["pyface", "pyface-dlq"]
+
+    dlq = url + "-dlq"
+    visible_and_empty(dlq)
+    for _ in range(2):
+        assert sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]["Body"] == "a"
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)  # the third receive redrives it
+    assert bodies(sqs, dlq) == ["a"]
+    time.sleep(queues.CACHE_S + 0.2)  # (what a process read of a queue, the message actions trust that long)
+    visible_and_empty(dlq)
+    # DeleteQueue of it deletes it, as on SQS, though the policy of its queue still names it.
+    sqs.delete_queue(QueueUrl=dlq)
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="pyface-dlq")
+    assert sqs.get_queue_url(QueueName="pyface")["QueueUrl"] == url
+    sqs.create_queue(QueueName="pyface-dlq")
+    visible_and_empty(dlq)
+
+
+def test_a_dlq_named_by_a_redrive_policy_stored_before_it_was_flagged_exists(sqs):
+    """A ``RedrivePolicy`` naming ``<name>-dlq`` stored before the queue row kept ``meta["dlq"]``
+    (an upgrade): its DLQ stays a queue for SQS, empty too, from the stored policy. A queue whose
+    policy names another queue, or none, still has no ``<name>-dlq``, as on SQS."""
+    url = sqs.create_queue(QueueName="upgraded", Attributes={"RedrivePolicy": redrive("upgraded-dlq")})["QueueUrl"]
+    (meta,) = Queue.objects.filter(name="upgraded").values_list("sqs_attributes", flat=True)
+    queue_services.set_sqs_attributes("upgraded", {k: v for k, v in (meta or {}).items() if k != "dlq"} or None)
+    assert "dlq" not in (Queue.objects.get(name="upgraded").sqs_attributes or {})
+    dlq = sqs.get_queue_url(QueueName="upgraded-dlq")["QueueUrl"]
+    assert dlq == url + "-dlq"
+    dead_letter(sqs, url, "x")
+    assert bodies(sqs, dlq) == ["x"]
+    time.sleep(queues.CACHE_S + 0.2)
+    assert "Messages" not in sqs.receive_message(QueueUrl=dlq)
+    assert sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"] == \
+        {"ApproximateNumberOfMessages": "0"}
+    sqs.create_queue(QueueName="elsewhere")
+    other = sqs.create_queue(QueueName="elsewhere-src", Attributes={"RedrivePolicy": redrive("elsewhere")})["QueueUrl"]
+    for call in (lambda: sqs.get_queue_url(QueueName="elsewhere-src-dlq"),
+                 lambda: sqs.get_queue_attributes(QueueUrl=other + "-dlq", AttributeNames=["All"])):
+        with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+            call()

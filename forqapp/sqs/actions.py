@@ -180,12 +180,14 @@ def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             raise invalid("MaxResults must be given with NextToken")
         after = _after(body["NextToken"])
     names: set[str] = set()
-    for name, meta, last_sequence, updated_at in Queue.objects.using(services.alias()).values_list(
-            "name", "sqs_attributes", "last_sequence", "updated_at"):
+    for name, meta, last_sequence, updated_at, max_attempts, target in Queue.objects.using(
+            services.alias()).values_list("name", "sqs_attributes", "last_sequence", "updated_at", "max_attempts",
+                                          "dead_letter_queue"):
         meta = meta or {}
         if not queues.is_placeholder(meta, last_sequence, updated_at):
             names.add(name)  # (a placeholder with messages is added with them below)
-        if "dlq" in meta:
+        if "dlq" in meta or (not queues.is_placeholder(meta, last_sequence, updated_at)
+                             and queues.DLQ_DELETED not in meta and queues.redrives_to_own(max_attempts, target)):
             names.add(name + DLQ_SUFFIX)
     for depth in services.queue_depths():
         names.add(depth.queue)
@@ -213,7 +215,8 @@ def delete_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         services.delete_dead(name)
         if not (info.placeholder and queues.drop_placeholder(base, info.meta)):
             meta = {k: v for k, v in info.meta.items() if k not in ("dlq", queues.HIDDEN)}
-            queues.save_meta(base, meta)
+            # (deleted, as on SQS, also where <name>'s redrive policy names it: queues.DLQ_DELETED)
+            queues.save_meta(base, {**meta, queues.DLQ_DELETED: True})
             tags.drop(name)
     else:
         queues.delete_queue(base)  # (a <name>-dlq made through SQS stays, a queue of its own)

@@ -8,7 +8,7 @@ as given, a FIFO queue's ``ContentBasedDeduplication``, ``DeduplicationScope`` a
 ``FifoThroughputLimit``, ``RedriveAllowPolicy``) are kept in the queue row's ``sqs_attributes``. A
 ``RedrivePolicy``'s ``deadLetterTargetArn`` may name any existing queue of the same type that allows
 it (its ``RedriveAllowPolicy``): it is the queue's ``dead_letter_queue`` (forqapp's ``<name>-dlq`` by
-default, which exists with every queue).
+default: a queue for SQS as :func:`_lookup` says).
 
 A FIFO queue is one whose name ends with ``.fifo`` (SQS's rule: the name and ``FifoQueue`` go
 together); CreateQueue gives it ``group_concurrency`` 1 (each ``MessageGroupId`` a message group,
@@ -36,6 +36,7 @@ from ..conf import forq_settings
 from ..errors import ForqError
 from ..models import Message, Queue, Status
 from ..services import queues as queue_services
+from ..services.policies import UNLIMITED
 from ..vocab import DLQ_SUFFIX, base_of, is_dlq
 from . import redrive
 from .protocol import SqsError, invalid
@@ -299,22 +300,45 @@ def _dead_letters(base: str) -> bool:
     return Message.objects.using(services.alias()).filter(queue=base + DLQ_SUFFIX).exists()
 
 
+#: ``meta[DLQ_DELETED]`` marks a ``<name>-dlq`` that DeleteQueue deleted while ``<name>`` is a queue:
+#: no queue for SQS from then on (as SQS's deleted queues), even where ``<name>``'s redrive policy
+#: names it (:func:`redrives_to_own`), until it is made through SQS again (``meta["dlq"]``) or while
+#: it holds messages. DeleteQueue of ``<name>`` drops it with the row.
+DLQ_DELETED = "dlq_deleted"
+
+
+def redrives_to_own(max_attempts: int | None, dead_letter_queue: str | None) -> bool:
+    """Whether a queue row's policy (its ``max_attempts`` and ``dead_letter_queue`` columns) sends
+    its failures to its own ``<name>-dlq``: a finite ``max_attempts`` (NULL: ``FORQ_MAX_ATTEMPTS``,
+    always finite; 0: unlimited) and no other ``dead_letter_queue``. GetQueueAttributes then answers
+    a ``RedrivePolicy`` naming ``<name>-dlq``, whichever face set it: a queue another face made (its
+    defaults), or a ``RedrivePolicy`` of SQS naming it (one stored before ``meta["dlq"]`` was kept
+    too)."""
+    return dead_letter_queue is None and max_attempts != UNLIMITED
+
+
 def _lookup(base: str) -> Known:
     """What is known of ``base`` and ``<base>-dlq`` now. ``<base>-dlq`` exists for SQS when it
     was made through SQS (``meta["dlq"]``: CreateQueue, SetQueueAttributes, AddPermission, TagQueue,
-    or a ``RedrivePolicy`` of ``base`` naming it) or when it holds messages (dead letters); a
-    ``<base>-dlq`` nobody made is no queue (SQS's NonExistentQueue), though forqapp fills it when
-    ``base``'s messages dead-letter there."""
-    row = _row(base)
+    or a ``RedrivePolicy`` of ``base`` naming it), when ``base`` is a queue whose redrive policy
+    names it (:func:`redrives_to_own`; not after DeleteQueue of it: :data:`DLQ_DELETED`), or when
+    it holds messages (dead letters); any other ``<base>-dlq`` (an SQS queue without a
+    ``RedrivePolicy`` naming it) is no queue (SQS's NonExistentQueue), though forqapp fills it
+    when ``base``'s messages expire there."""
+    row = Queue.objects.using(services.alias()).filter(name=base).values_list(
+        *_ROW, "max_attempts", "dead_letter_queue").first()
     if row is not None:
-        meta, last_sequence, updated_at = row
-        dlq = "dlq" in meta or _dead_letters(base)
-        if not is_placeholder(meta, last_sequence, updated_at) or _regular_messages(base):
+        meta, last_sequence, updated_at, max_attempts, target = row[0] or {}, row[1], row[2], row[3], row[4]
+        real = not is_placeholder(meta, last_sequence, updated_at) or _regular_messages(base)
+        dlq = "dlq" in meta or (real and DLQ_DELETED not in meta and redrives_to_own(max_attempts, target)) \
+            or _dead_letters(base)
+        if real:
             return Known(True, dlq, {k: v for k, v in meta.items() if k != HIDDEN})
         return Known(False, dlq, meta, placeholder=True)  # a DLQ without its queue
     counts = _counts(base)
     regular = any(n for state, n in counts.items() if state != "dlq")
-    return Known(regular, bool(counts.get("dlq")), {})
+    # (a queue known by its messages alone has the default policy: its failures go to <base>-dlq)
+    return Known(regular, regular or bool(counts.get("dlq")), {})
 
 
 def known(name: str, *, fresh: bool = False) -> Known:
