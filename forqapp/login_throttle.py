@@ -37,11 +37,15 @@ from .services import throttles
 REFUSED = "_forq_login_refused"  # set on a request the throttle refused: not one more failure
 
 
-class _Attempt:
-    """A login the form counted before checking it (:func:`forqapp.services.throttles.login_attempt`)."""
+BUSY = "Too many logins at once; try again in a moment."
 
-    def __init__(self, keys: list[str]) -> None:
-        self.keys, self.failed = keys, False
+
+class _Attempt:
+    """A login the form counted before checking it (:func:`forqapp.services.throttles.login_attempt`):
+    the window each key counted it in."""
+
+    def __init__(self, windows: dict[str, int]) -> None:
+        self.windows, self.failed = windows, False
 
 
 _attempt: ContextVar[_Attempt | None] = ContextVar("forq_login_attempt", default=None)
@@ -82,7 +86,7 @@ def record_failure(sender, credentials, request=None, **kwargs) -> None:
     if attempt is not None:  # the login form's: counted already, before the password was checked
         if not attempt.failed:
             attempt.failed = True
-            services.login_failed(attempt.keys, reserved=True)
+            services.login_failed(list(attempt.windows), reserved=attempt.windows)
         return
     username = credentials.get(get_user_model().USERNAME_FIELD) or credentials.get("username")
     services.login_failed(keys(request, username))
@@ -119,10 +123,12 @@ class _ShownUsernameField(UsernameField):
 class LoginThrottleForm(AuthenticationForm):
     """Django's login form, refusing a blocked login with how long to wait.
 
-    A login whose password is to be checked is counted as a failure first, in one statement per
-    key (address, username), and taken off the count if it does not fail: so however many come at
-    once, at most ``FORQ_LOGIN_MAX_FAILURES`` wrong passwords per window are ever checked (a check
-    read first let 12 of 100 concurrent ones through)."""
+    A login whose password is to be checked is counted first, as a login being checked, in one
+    statement per key (address, username), and counted as a failure if it fails: so however many
+    come at once, at most ``FORQ_LOGIN_MAX_FAILURES`` wrong passwords per window are ever checked
+    (a check read first let 12 of 100 concurrent ones through). One refused only because others
+    are being checked (it waits a little first) is told to try again in a moment, and is no
+    failure."""
 
     username = _ShownUsernameField(widget=forms.TextInput(attrs={"autofocus": True}))
 
@@ -133,17 +139,20 @@ class LoginThrottleForm(AuthenticationForm):
             if until:
                 raise ValidationError(blocked_message(until), code="throttled")
             return super().clean()
-        attempt = _Attempt(keys(self.request, username))
-        until = throttles.login_attempt(attempt.keys)
-        if until:
-            raise ValidationError(blocked_message(until), code="throttled")
+        counted = throttles.login_attempt(keys(self.request, username))
+        if counted.until:
+            raise ValidationError(blocked_message(counted.until), code="throttled")
+        if counted.busy:
+            raise ValidationError(BUSY, code="throttled")
+        assert counted.windows is not None
+        attempt = _Attempt(counted.windows)
         token = _attempt.set(attempt)
         try:
             return super().clean()
         finally:
             _attempt.reset(token)
             if not attempt.failed:
-                throttles.login_released(attempt.keys)
+                throttles.login_released(attempt.windows)
 
 
 class AdminLoginThrottleForm(LoginThrottleForm, AdminAuthenticationForm):

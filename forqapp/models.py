@@ -376,6 +376,10 @@ class AuthThrottle(ReadOnlyModel):
     failures = models.IntegerField()
     window_start = models.BigIntegerField()  # Unix ms of the first failure counted
     blocked_until = models.BigIntegerField()  # Unix ms; 0 = not blocked
+    # Logins of the window whose password is being checked (forqapp.login_throttle): counted
+    # against the limit before the check, apart from ``failures``, so that a login which does not
+    # fail is never taken for a failure. Always 0 for an API client's address.
+    pending = models.IntegerField(db_default=0)
 
     objects = ReadOnlyQuerySet.as_manager()
 

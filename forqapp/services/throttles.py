@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import random
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TypeVar
 
 from .. import errors
@@ -70,48 +73,85 @@ def _login_bounds() -> tuple[int, int, int]:
             forq_settings.FORQ_LOGIN_BLOCK_S * 1000)
 
 
-def login_attempt(keys: Iterable[str], *, using: str | None = None) -> int:
-    """Before a login's password is checked: count it against each of ``keys`` as a failure to
-    come (one atomic statement per key). Returns 0 when it may be checked — then
-    :func:`login_failed` (``reserved=True``) or :func:`login_released` must follow — else until
-    when it is refused (Unix ms; nothing stays counted). So that of concurrent wrong passwords at
-    most ``FORQ_LOGIN_MAX_FAILURES`` per window are ever checked (a check read first let a burst
-    through before any failure was counted)."""
+# How long a login refused only because other logins from its address (or of its username) are
+# being checked waits for one of them to end before it is told to try again in a moment: an
+# office behind one address logging in at once waits a check's time, not a window's.
+LOGIN_BUSY_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class LoginAttempt:
+    """What :func:`login_attempt` decided. ``until``: refused, the key blocked until then (Unix
+    ms). ``busy``: refused only because other logins are being checked (try again in a moment).
+    Else it may be checked, and ``windows`` maps each key to the window it was counted in, which
+    :func:`login_failed` (``reserved``) or :func:`login_released` must be given."""
+
+    until: int = 0
+    busy: bool = False
+    windows: dict[str, int] | None = None
+
+
+def login_attempt(keys: Iterable[str], *, using: str | None = None, wait_s: float | None = None) -> LoginAttempt:
+    """Before a login's password is checked: count it against each of ``keys`` as a login being
+    checked (one atomic statement per key), so that of concurrent wrong passwords at most
+    ``FORQ_LOGIN_MAX_FAILURES`` per window are ever checked (a check read first let a burst
+    through before any failure was counted). Logins being checked are no failures: a key is
+    blocked by failures only, and a login refused only because the window's failures and logins
+    being checked come to the limit waits up to ``wait_s`` (:data:`LOGIN_BUSY_WAIT_S`) for one
+    of them to end."""
+    keys = [key[:100] for key in keys]
+    deadline = time.monotonic() + (LOGIN_BUSY_WAIT_S if wait_s is None else wait_s)
+    pause = 0.01
+    while True:
+        attempt = _login_reserve(keys, using)
+        if not attempt.busy or time.monotonic() >= deadline:
+            return attempt
+        time.sleep(pause * (0.5 + random.random()))  # noqa: S311 (a jitter, not a secret)
+        pause = min(pause * 2, 0.2)
+
+
+def _login_reserve(keys: list[str], using: str | None) -> LoginAttempt:
+    """One try of :func:`login_attempt`: every key counted, or none (those counted released)."""
     st = _store(using)
     now = base.now_ms()
     window, limit, _ = _login_bounds()
-    taken: list[str] = []
-    until = 0
+    taken: dict[str, int] = {}
     for key in keys:
-        refused = st.login_attempt(key[:100], now, window, limit)
-        if refused:
-            until = max(until, refused)
-        else:
-            taken.append(key)
-    if until:
-        login_released(taken, using=using)
-    return until
+        reserved, until = st.login_attempt(key, now, window, limit)
+        if not reserved:
+            login_released(taken, using=using)
+            return LoginAttempt(until=until, busy=not until)
+        taken[key] = reserved
+    return LoginAttempt(windows=taken)
 
 
-def login_released(keys: Iterable[str], *, using: str | None = None) -> None:
-    """A login :func:`login_attempt` counted did not fail (it succeeded, or was not checked)."""
+def _login_checked(windows: Mapping[str, int], failed: bool, using: str | None) -> None:
+    """Each key's login counted in its window was checked."""
     st = _store(using)
     now = base.now_ms()
     window, limit, block = _login_bounds()
-    for key in keys:
-        st.login_checked(key[:100], now, False, window, limit, block)
+    for key, reserved in windows.items():
+        st.login_checked(key[:100], reserved, now, failed, window, limit, block)
 
 
-def login_failed(keys: Iterable[str], *, reserved: bool = False, using: str | None = None) -> int:
+def login_released(windows: Mapping[str, int], *, using: str | None = None) -> None:
+    """A login :func:`login_attempt` counted (in ``windows``) did not fail (it succeeded, or was
+    not checked): no longer being checked. Only in the window it was counted in: one that started
+    anew since is left alone."""
+    if windows:
+        _login_checked(windows, False, using)
+
+
+def login_failed(keys: Iterable[str], *, reserved: Mapping[str, int] | None = None, using: str | None = None) -> int:
     """Count a failed login against each of ``keys``: the ``FORQ_LOGIN_MAX_FAILURES``-th within
     ``FORQ_LOGIN_FAILURE_WINDOW_S`` blocks that key for ``FORQ_LOGIN_BLOCK_S``. ``reserved``: a
-    login :func:`login_attempt` counted already, which stays counted. Returns until when the login
-    is now blocked (Unix ms, or 0)."""
+    login :func:`login_attempt` counted already (its windows), whose failure counts in those
+    windows only. Returns until when the login is now blocked
+    (Unix ms, or 0)."""
+    if reserved is not None:
+        _login_checked(reserved, True, using)
+        return login_blocked_until(reserved, using=using)
     st = _store(using)
     now = base.now_ms()
     window, limit, block = _login_bounds()
-    if reserved:
-        for key in keys:
-            st.login_checked(key[:100], now, True, window, limit, block)
-        return login_blocked_until(keys, using=using)
     return max((st.login_failed(key[:100], now, window, limit, block) for key in keys), default=0)

@@ -941,19 +941,33 @@ class Store(abc.ABC):
         counter, nor a login an API-key one."""
 
     @abc.abstractmethod
-    def login_attempt(self, key: str, now: int, window_ms: int, max_failures: int) -> int:
-        """Before a login's password is checked: count it against ``key`` as a failure to come,
-        in one atomic statement; 0 when it may be checked, else until when it is refused (Unix
-        ms: the key's block, or the end of its window when the window holds ``max_failures``
-        failures and logins being checked). Of concurrent logins, at most ``max_failures`` per
-        window are let through. :meth:`login_checked` says how it went."""
+    def login_attempt(self, key: str, now: int, window_ms: int, max_failures: int) -> tuple[int, int]:
+        """Before a login's password is checked: count it against ``key`` as a login being checked,
+        in one atomic statement, unless the key is blocked or its window's failures and logins
+        being checked come to ``max_failures`` already (a window past its end starts anew). Returns
+        ``(window, 0)`` when it may be checked (``window``: the start of the window it was counted
+        in, which :meth:`login_checked` names), ``(0, until)`` when the key is blocked until then
+        (Unix ms), ``(0, 0)`` when it is refused only because other logins are being checked. Of
+        concurrent logins, at most ``max_failures`` per window are let through."""
 
     @abc.abstractmethod
-    def login_checked(self, key: str, now: int, failed: bool, window_ms: int, max_failures: int,
-                      block_ms: int) -> None:
-        """The login :meth:`login_attempt` let through was checked: ``failed``, it stays counted,
-        and blocks ``key`` for ``block_ms`` when the window holds ``max_failures`` (pruning stale
-        ``login-…`` rows); else it is no failure, and is taken off the count."""
+    def login_checked(self, key: str, reserved_window: int, now: int, failed: bool, window_ms: int,
+                      max_failures: int, block_ms: int) -> None:
+        """The login :meth:`login_attempt` counted in ``reserved_window`` was checked: ``failed``,
+        one failure more, the ``max_failures``-th of the window blocking ``key`` for ``block_ms``
+        (pruning stale ``login-…`` rows); else it is no longer being checked. Either only while
+        the key's window is still ``reserved_window``: once a window started anew, a no-op."""
+
+    @staticmethod
+    def _login_refused_until(rows: Sequence[Sequence[Any]], now: int, window_ms: int, max_failures: int) -> int:
+        """:meth:`login_attempt`'s refusal from the key's ``(blocked_until, failures, window_start)``:
+        until when it is blocked, or 0 (only other logins being checked, or the row gone)."""
+        if not rows:
+            return 0
+        blocked_until, failures, window_start = (int(v) for v in rows[0][:3])
+        if blocked_until > now:
+            return blocked_until
+        return window_start + window_ms if failures >= max_failures else 0
 
     # -- leases (one holder per name across every process and host: the jobs scheduler) -------
 

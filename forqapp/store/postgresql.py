@@ -1148,6 +1148,8 @@ ON CONFLICT (address) DO UPDATE SET
                     ELSE LEAST(t.failures + 1, %(max)s) END,
     window_start = CASE WHEN t.blocked_until <= %(now)s AND t.window_start <= %(now)s - %(window)s
                         THEN %(now)s ELSE t.window_start END,
+    pending = CASE WHEN t.blocked_until <= %(now)s AND t.window_start <= %(now)s - %(window)s
+                   THEN 0 ELSE t.pending END,
     blocked_until = CASE
         WHEN t.blocked_until > %(now)s THEN t.blocked_until
         WHEN (CASE WHEN t.window_start <= %(now)s - %(window)s THEN 1 ELSE t.failures + 1 END) >= %(max)s
@@ -1171,32 +1173,43 @@ LOGIN_FORGET = """
 DELETE FROM forq_auth_throttle
 WHERE window_start < %(cutoff)s AND blocked_until < %(now)s AND address LIKE %(login_keys)s"""
 
-# A login about to be checked takes its place among the failures first (released if it succeeds),
+# A login about to be checked takes its place among the logins being checked (``pending``) first,
 # in one statement, so that concurrent logins are counted one after the other: none while the key
-# is blocked, none once the window holds ``max`` (failures and logins being checked). A block that
-# lapsed within the window lets one more through, as the ``max``-th. No row returned: refused.
+# is blocked, none once the window's failures and logins being checked come to ``max``. A block
+# that lapsed within the window lets one more through, as the ``max``-th. A window past its end
+# starts anew with this login. Returns the window it was counted in (its release or failure counts
+# there only); no row: refused.
 LOGIN_ATTEMPT = """
-INSERT INTO forq_auth_throttle AS t (address, failures, window_start, blocked_until)
-VALUES (%(address)s, 1, %(now)s, 0)
+INSERT INTO forq_auth_throttle AS t (address, failures, window_start, blocked_until, pending)
+VALUES (%(address)s, 0, %(now)s, 0, 1)
 ON CONFLICT (address) DO UPDATE SET
-    failures = CASE WHEN t.window_start <= %(now)s - %(window)s THEN 1 WHEN t.blocked_until > 0 THEN %(max)s
-                    ELSE t.failures + 1 END,
+    failures = CASE WHEN t.window_start <= %(now)s - %(window)s THEN 0
+                    WHEN t.blocked_until > 0 THEN LEAST(t.failures, %(max)s - 1) ELSE t.failures END,
+    pending = CASE WHEN t.window_start <= %(now)s - %(window)s THEN 1 ELSE t.pending + 1 END,
     window_start = CASE WHEN t.window_start <= %(now)s - %(window)s THEN %(now)s ELSE t.window_start END,
     blocked_until = 0
 WHERE t.blocked_until <= %(now)s
-  AND (t.window_start <= %(now)s - %(window)s OR t.blocked_until > 0 OR t.failures < %(max)s)
-RETURNING t.failures"""
+  AND (t.window_start <= %(now)s - %(window)s
+       OR (CASE WHEN t.blocked_until > 0 THEN LEAST(t.failures, %(max)s - 1) ELSE t.failures END) + t.pending
+          < %(max)s)
+RETURNING t.window_start"""
 
-LOGIN_REFUSED_UNTIL = """
-SELECT CASE WHEN blocked_until > %(now)s THEN blocked_until ELSE window_start + %(window)s END
-FROM forq_auth_throttle WHERE address = %(address)s"""
+LOGIN_REFUSED = """
+SELECT blocked_until, failures, window_start FROM forq_auth_throttle WHERE address = %(address)s"""
 
-LOGIN_BLOCK = """
-UPDATE forq_auth_throttle SET blocked_until = %(now)s + %(block)s
-WHERE address = %(address)s AND failures >= %(max)s AND blocked_until <= %(now)s"""
+# A login counted in window ``reserved`` failed: one failure more there, the ``max``-th blocks the
+# key. A window that started anew since counts nothing (the login was counted in its own).
+LOGIN_FAILED_CHECK = """
+UPDATE forq_auth_throttle SET failures = failures + 1, pending = GREATEST(pending - 1, 0),
+    blocked_until = CASE WHEN failures + 1 >= %(max)s AND blocked_until <= %(now)s THEN %(now)s + %(block)s
+                         ELSE blocked_until END
+WHERE address = %(address)s AND window_start = %(reserved)s"""
 
+# A login counted in window ``reserved`` did not fail: no longer being checked (no-op once the
+# window started anew).
 LOGIN_RELEASE = """
-UPDATE forq_auth_throttle SET failures = failures - 1 WHERE address = %(address)s AND failures > 0"""
+UPDATE forq_auth_throttle SET pending = pending - 1
+WHERE address = %(address)s AND window_start = %(reserved)s AND pending > 0"""
 
 # --- leases (one holder per name across every process and host: the jobs scheduler) -----------
 
@@ -1889,19 +1902,20 @@ class PostgreSQLStore(Store):
     def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
         return abs(self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms))
 
-    def login_attempt(self, key: str, now: int, window_ms: int, max_failures: int) -> int:
+    def login_attempt(self, key: str, now: int, window_ms: int, max_failures: int) -> tuple[int, int]:
         params = {"address": key, "now": now, "window": window_ms, "max": max_failures}
-        if self._fetchall(LOGIN_ATTEMPT, params):
-            return 0
-        rows = self._fetchall(LOGIN_REFUSED_UNTIL, params)
-        return max(int(rows[0][0]) if rows else 0, now + 1)
+        rows = self._fetchall(LOGIN_ATTEMPT, params)
+        if rows:
+            return int(rows[0][0]), 0
+        return 0, self._login_refused_until(self._fetchall(LOGIN_REFUSED, params), now, window_ms, max_failures)
 
-    def login_checked(self, key: str, now: int, failed: bool, window_ms: int, max_failures: int,
-                      block_ms: int) -> None:
+    def login_checked(self, key: str, reserved_window: int, now: int, failed: bool, window_ms: int,
+                      max_failures: int, block_ms: int) -> None:
         if not failed:
-            self._rowcount(LOGIN_RELEASE, {"address": key})
+            self._rowcount(LOGIN_RELEASE, {"address": key, "reserved": reserved_window})
             return
-        self._rowcount(LOGIN_BLOCK, {"address": key, "now": now, "max": max_failures, "block": block_ms})
+        self._rowcount(LOGIN_FAILED_CHECK, {"address": key, "reserved": reserved_window, "now": now,
+                                            "max": max_failures, "block": block_ms})
         self._rowcount(LOGIN_FORGET, {"cutoff": now - 2 * window_ms, "now": now, "login_keys": LOGIN_KEYS})
 
     # -- leases ------------------------------------------------------------------------------

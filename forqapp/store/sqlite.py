@@ -982,6 +982,7 @@ ON CONFLICT (address) DO UPDATE SET
                     ELSE MIN(failures + 1, :max) END,
     window_start = CASE WHEN blocked_until <= :now AND window_start <= :now - :window THEN :now
                         ELSE window_start END,
+    pending = CASE WHEN blocked_until <= :now AND window_start <= :now - :window THEN 0 ELSE pending END,
     blocked_until = CASE
         WHEN blocked_until > :now THEN blocked_until
         WHEN (CASE WHEN window_start <= :now - :window THEN 1 ELSE failures + 1 END) >= :max
@@ -1003,29 +1004,41 @@ AUTH_BLOCKED_UNTIL = "SELECT blocked_until FROM forq_auth_throttle WHERE address
 LOGIN_FORGET = f"""
 DELETE FROM forq_auth_throttle WHERE window_start < ? AND blocked_until < ? AND address LIKE '{LOGIN_KEYS}'"""
 
-# A login about to be checked takes its place among the failures first (released if it succeeds),
+# A login about to be checked takes its place among the logins being checked (``pending``) first,
 # in one statement, so that concurrent logins are counted one after the other: none while the key
-# is blocked, none once the window holds ``max`` (failures and logins being checked). A block that
-# lapsed within the window lets one more through, as the ``max``-th. No row returned: refused.
+# is blocked, none once the window's failures and logins being checked come to ``max``. A block
+# that lapsed within the window lets one more through, as the ``max``-th. A window past its end
+# starts anew with this login. Returns the window it was counted in (its release or failure counts
+# there only); no row: refused.
 LOGIN_ATTEMPT = """
-INSERT INTO forq_auth_throttle (address, failures, window_start, blocked_until) VALUES (:address, 1, :now, 0)
+INSERT INTO forq_auth_throttle (address, failures, window_start, blocked_until, pending)
+VALUES (:address, 0, :now, 0, 1)
 ON CONFLICT (address) DO UPDATE SET
-    failures = CASE WHEN window_start <= :now - :window THEN 1 WHEN blocked_until > 0 THEN :max
-                    ELSE failures + 1 END,
+    failures = CASE WHEN window_start <= :now - :window THEN 0 WHEN blocked_until > 0 THEN MIN(failures, :max - 1)
+                    ELSE failures END,
+    pending = CASE WHEN window_start <= :now - :window THEN 1 ELSE pending + 1 END,
     window_start = CASE WHEN window_start <= :now - :window THEN :now ELSE window_start END,
     blocked_until = 0
-WHERE blocked_until <= :now AND (window_start <= :now - :window OR blocked_until > 0 OR failures < :max)
-RETURNING failures"""
+WHERE blocked_until <= :now
+  AND (window_start <= :now - :window
+       OR (CASE WHEN blocked_until > 0 THEN MIN(failures, :max - 1) ELSE failures END) + pending < :max)
+RETURNING window_start"""
 
-LOGIN_REFUSED_UNTIL = """
-SELECT CASE WHEN blocked_until > :now THEN blocked_until ELSE window_start + :window END
-FROM forq_auth_throttle WHERE address = :address"""
+LOGIN_REFUSED = """
+SELECT blocked_until, failures, window_start FROM forq_auth_throttle WHERE address = :address"""
 
-LOGIN_BLOCK = """
-UPDATE forq_auth_throttle SET blocked_until = :now + :block
-WHERE address = :address AND failures >= :max AND blocked_until <= :now"""
+# A login counted in window ``reserved`` failed: one failure more there, the ``max``-th blocks the
+# key. A window that started anew since counts nothing (the login was counted in its own).
+LOGIN_FAILED_CHECK = """
+UPDATE forq_auth_throttle SET failures = failures + 1, pending = MAX(pending - 1, 0),
+    blocked_until = CASE WHEN failures + 1 >= :max AND blocked_until <= :now THEN :now + :block
+                         ELSE blocked_until END
+WHERE address = :address AND window_start = :reserved"""
 
-LOGIN_RELEASE = "UPDATE forq_auth_throttle SET failures = failures - 1 WHERE address = :address AND failures > 0"
+# A login counted in window ``reserved`` did not fail: no longer being checked (no-op once the
+# window started anew).
+LOGIN_RELEASE = """
+UPDATE forq_auth_throttle SET pending = pending - 1 WHERE address = :address AND window_start = :reserved AND pending > 0"""
 
 # --- leases (one holder per name across every process and host: the jobs scheduler) -----------
 
@@ -1977,21 +1990,22 @@ class SQLiteStore(Store):
     def login_failed(self, key: str, now: int, window_ms: int, max_failures: int, block_ms: int) -> int:
         return abs(self._count_failure(LOGIN_FORGET, key, now, window_ms, max_failures, block_ms))
 
-    def login_attempt(self, key: str, now: int, window_ms: int, max_failures: int) -> int:
+    def login_attempt(self, key: str, now: int, window_ms: int, max_failures: int) -> tuple[int, int]:
         conn = self._conn()
         params = {"address": key, "now": now, "window": window_ms, "max": max_failures}
-        if conn.execute(LOGIN_ATTEMPT, params).fetchall():
-            return 0
-        rows = conn.execute(LOGIN_REFUSED_UNTIL, params).fetchall()
-        return max(int(rows[0][0]) if rows else 0, now + 1)
+        rows = conn.execute(LOGIN_ATTEMPT, params).fetchall()
+        if rows:
+            return int(rows[0][0]), 0
+        return 0, self._login_refused_until(conn.execute(LOGIN_REFUSED, params).fetchall(), now, window_ms, max_failures)
 
-    def login_checked(self, key: str, now: int, failed: bool, window_ms: int, max_failures: int,
-                      block_ms: int) -> None:
+    def login_checked(self, key: str, reserved_window: int, now: int, failed: bool, window_ms: int,
+                      max_failures: int, block_ms: int) -> None:
         conn = self._conn()
         if not failed:
-            conn.execute(LOGIN_RELEASE, {"address": key})
+            conn.execute(LOGIN_RELEASE, {"address": key, "reserved": reserved_window})
             return
-        conn.execute(LOGIN_BLOCK, {"address": key, "now": now, "max": max_failures, "block": block_ms})
+        conn.execute(LOGIN_FAILED_CHECK, {"address": key, "reserved": reserved_window, "now": now,
+                                          "max": max_failures, "block": block_ms})
         conn.execute(LOGIN_FORGET, (now - 2 * window_ms, now))
 
     # -- leases ------------------------------------------------------------------------------
