@@ -128,7 +128,8 @@ class LoginThrottleForm(AuthenticationForm):
     come at once, at most ``FORQ_LOGIN_MAX_FAILURES`` wrong passwords per window are ever checked
     (a check read first let 12 of 100 concurrent ones through). One refused only because others
     are being checked (it waits a little first) is told to try again in a moment, and is no
-    failure."""
+    failure. Counting first is best-effort: a database that cannot write now lets the login be
+    checked after a read of its block, as before."""
 
     username = _ShownUsernameField(widget=forms.TextInput(attrs={"autofocus": True}))
 
@@ -144,7 +145,8 @@ class LoginThrottleForm(AuthenticationForm):
             raise ValidationError(blocked_message(counted.until), code="throttled")
         if counted.busy:
             raise ValidationError(BUSY, code="throttled")
-        assert counted.windows is not None
+        if counted.windows is None:  # not counted first (the database could not write): as before
+            return super().clean()
         attempt = _Attempt(counted.windows)
         token = _attempt.set(attempt)
         try:

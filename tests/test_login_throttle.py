@@ -1,7 +1,7 @@
 # ruff: noqa: S106  (test passwords)
 """The login throttle's count before the check (forqapp.login_throttle, services.throttles):
-logins being checked kept apart from failures, and each login counted in the window it was let
-through in. Concurrency is driven with threads held
+best-effort when the database cannot write, logins being checked kept apart from failures, and
+each login counted in the window it was let through in. Concurrency is driven with threads held
 in the password check, never with timing."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.contrib.auth.signals import user_login_failed
 from django.db import connection, connections
 from django.test import Client
 
-from forqapp import store
+from forqapp import errors, store
 from tests.conftest import patch_clock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,6 +44,65 @@ def in_thread(fn):
             connections.close_all()
 
     return run
+
+
+def _unavailable():
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        return psycopg.OperationalError("server closed the connection unexpectedly")
+    import sqlite3
+
+    return sqlite3.OperationalError("database or disk is full")
+
+
+@pytest.mark.parametrize("url", LOGIN_URLS)
+def test_the_right_password_logs_in_when_the_count_before_the_check_cannot_be_written(url, staff, monkeypatch):
+    """A database that cannot write now (a full disk, a busy write lock, a server away) counts
+    nothing first: the login is checked after a read of its block, as before the count came first
+    (it answered 503: nobody could log in, not even to the admin). A wrong one is still refused."""
+    monkeypatch.setattr(errors, "_said", {})
+    st_class = store.store_class(connection.vendor)
+
+    def refuse(*args, **kwargs):
+        raise _unavailable()
+
+    monkeypatch.setattr(st_class, "login_attempt", refuse)
+    c = Client()
+    response = c.post(url, {"username": "staff", "password": "pw-staff-123"}, REMOTE_ADDR="10.7.0.1")
+    assert response.status_code == 302 and "_auth_user_id" in c.session
+    status, page, ok = log_in(url, "staff", "wrong", "10.7.0.1")
+    assert (status, ok) == (200, False) and WRONG in page
+
+
+@pytest.mark.parametrize("url", LOGIN_URLS)
+def test_the_second_keys_count_failing_releases_the_first(url, staff, monkeypatch):
+    """The username's count fails after the address's was taken: the address's is given back (the
+    login checked as before), and a release or a failure that cannot be written is no 503."""
+    st_class = store.store_class(connection.vendor)
+    original = st_class.login_attempt
+
+    def username_refused(self, key, *args):
+        if key.startswith("login-user:"):
+            raise _unavailable()
+        return original(self, key, *args)
+
+    monkeypatch.setattr(st_class, "login_attempt", username_refused)
+    status, _, ok = log_in(url, "staff", "pw-staff-123", "10.7.0.2")
+    assert status == 302 and ok
+    row = _row("login-ip:10.7.0.2")
+    assert row is not None and row[1] == 0, row  # nothing left counted as being checked
+    monkeypatch.undo()
+
+    def cannot_write(*args, **kwargs):
+        raise _unavailable()
+
+    monkeypatch.setattr(errors, "_said", {})
+    monkeypatch.setattr(st_class, "login_checked", cannot_write)
+    status, _, ok = log_in(url, "staff", "pw-staff-123", "10.7.0.3")
+    assert status == 302 and ok
+    status, page, ok = log_in(url, "staff", "wrong", "10.7.0.3")
+    assert (status, ok) == (200, False) and WRONG in page
 
 
 def _row(key: str):

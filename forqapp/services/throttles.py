@@ -84,7 +84,9 @@ class LoginAttempt:
     """What :func:`login_attempt` decided. ``until``: refused, the key blocked until then (Unix
     ms). ``busy``: refused only because other logins are being checked (try again in a moment).
     Else it may be checked, and ``windows`` maps each key to the window it was counted in, which
-    :func:`login_failed` (``reserved``) or :func:`login_released` must be given."""
+    :func:`login_failed` (``reserved``) or :func:`login_released` must be given; ``windows`` None:
+    not counted (the database could not write), to be checked and counted as before the count
+    came first."""
 
     until: int = 0
     busy: bool = False
@@ -98,12 +100,22 @@ def login_attempt(keys: Iterable[str], *, using: str | None = None, wait_s: floa
     through before any failure was counted). Logins being checked are no failures: a key is
     blocked by failures only, and a login refused only because the window's failures and logins
     being checked come to the limit waits up to ``wait_s`` (:data:`LOGIN_BUSY_WAIT_S`) for one
-    of them to end."""
+    of them to end. Best-effort: a database that cannot write now (a full disk, a write lock held
+    past the busy timeout, a server out of reach) counts nothing, says so in the log, and the
+    login is refused only if a key is blocked (read as before the count came first)."""
     keys = [key[:100] for key in keys]
     deadline = time.monotonic() + (LOGIN_BUSY_WAIT_S if wait_s is None else wait_s)
     pause = 0.01
     while True:
-        attempt = _login_reserve(keys, using)
+        try:
+            attempt = _login_reserve(keys, using)
+        except Exception as exc:
+            reason = errors.unavailable(exc)
+            if reason is None:
+                raise
+            errors.say_unavailable(logger, "counting a login before its password is checked", reason,
+                                   "checked without counting it first")
+            return LoginAttempt(until=login_blocked_until(keys, using=using))
         if not attempt.busy or time.monotonic() >= deadline:
             return attempt
         time.sleep(pause * (0.5 + random.random()))  # noqa: S311 (a jitter, not a secret)
@@ -116,28 +128,44 @@ def _login_reserve(keys: list[str], using: str | None) -> LoginAttempt:
     now = base.now_ms()
     window, limit, _ = _login_bounds()
     taken: dict[str, int] = {}
-    for key in keys:
-        reserved, until = st.login_attempt(key, now, window, limit)
-        if not reserved:
-            login_released(taken, using=using)
-            return LoginAttempt(until=until, busy=not until)
-        taken[key] = reserved
+    try:
+        for key in keys:
+            reserved, until = st.login_attempt(key, now, window, limit)
+            if not reserved:
+                login_released(taken, using=using)
+                return LoginAttempt(until=until, busy=not until)
+            taken[key] = reserved
+    except BaseException:
+        login_released(taken, using=using)
+        raise
     return LoginAttempt(windows=taken)
 
 
-def _login_checked(windows: Mapping[str, int], failed: bool, using: str | None) -> None:
-    """Each key's login counted in its window was checked."""
+def _login_checked(windows: Mapping[str, int], failed: bool, using: str | None) -> bool:
+    """Best-effort: each key's login counted in its window was checked; False when the database
+    could not be written (said in the log; never raised to the one logging in)."""
     st = _store(using)
     now = base.now_ms()
     window, limit, block = _login_bounds()
+    done = True
     for key, reserved in windows.items():
-        st.login_checked(key[:100], reserved, now, failed, window, limit, block)
+        try:
+            st.login_checked(key[:100], reserved, now, failed, window, limit, block)
+        except Exception as exc:
+            done = False
+            reason = errors.unavailable(exc)
+            what = "counting a failed login" if failed else "ending a login's count"
+            if reason is None:
+                logger.exception("%s: failed; the login goes on", what)
+            else:
+                errors.say_unavailable(logger, what, reason, "the login goes on")
+    return done
 
 
 def login_released(windows: Mapping[str, int], *, using: str | None = None) -> None:
     """A login :func:`login_attempt` counted (in ``windows``) did not fail (it succeeded, or was
     not checked): no longer being checked. Only in the window it was counted in: one that started
-    anew since is left alone."""
+    anew since is left alone. Best-effort (logged, never raised)."""
     if windows:
         _login_checked(windows, False, using)
 
@@ -146,11 +174,20 @@ def login_failed(keys: Iterable[str], *, reserved: Mapping[str, int] | None = No
     """Count a failed login against each of ``keys``: the ``FORQ_LOGIN_MAX_FAILURES``-th within
     ``FORQ_LOGIN_FAILURE_WINDOW_S`` blocks that key for ``FORQ_LOGIN_BLOCK_S``. ``reserved``: a
     login :func:`login_attempt` counted already (its windows), whose failure counts in those
-    windows only. Returns until when the login is now blocked
+    windows only, best-effort (logged, never raised). Returns until when the login is now blocked
     (Unix ms, or 0)."""
     if reserved is not None:
-        _login_checked(reserved, True, using)
-        return login_blocked_until(reserved, using=using)
+        if not _login_checked(reserved, True, using):
+            return 0
+        try:
+            return login_blocked_until(reserved, using=using)
+        except Exception as exc:
+            reason = errors.unavailable(exc)
+            if reason is None:
+                logger.exception("reading a login's block: failed; the login goes on")
+            else:
+                errors.say_unavailable(logger, "reading a login's block", reason, "the login goes on")
+            return 0
     st = _store(using)
     now = base.now_ms()
     window, limit, block = _login_bounds()
