@@ -206,7 +206,7 @@ def test_the_dlq_keeps_the_group(st):
     (b0,) = put(st, "q", ["b"], received=NOW + 400)
     (got,) = take(st, "q", NOW + 500)
     assert st.fail("q", b0, got.receipt, NOW + 501)
-    assert st.move_failed_to_dlq(NOW + 502, HOUR) == 1
+    assert st.move_failed_to_dlq(NOW + 502, HOUR, HOUR) == 1
     assert st.peek_message("q-dlq", b0)[0].group == "b"
     assert st.requeue("q-dlq", b0, NOW + 503, HOUR) == 1
     assert [(d.id, d.group) for d in take(st, "q", NOW + 504)] == [(b0, "b")]

@@ -562,7 +562,7 @@ def test_a_move_to_the_dlq_wakes_a_consumer_waiting_on_it(settings):
     time.sleep(0.2)
     with other_session() as other:
         moved_at = time.monotonic()
-        assert PostgreSQLStore.on(other).move_failed_to_dlq(services.now_ms(), 3_600_000) == 1
+        assert PostgreSQLStore.on(other).move_failed_to_dlq(services.now_ms(), 3_600_000, 3_600_000) == 1
     waiter.join(6)
     # The receive waits 5 s and the fallback is 60 s: a message at all is the notification's doing
     # (no wall-clock bound tighter than that: the machine may be loaded).

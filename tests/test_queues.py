@@ -868,3 +868,19 @@ def test_forq_queues_prints_json_with_json_before_or_after_list(args):
     call_command("forq_queues", *args, stdout=out)
     listed = {q["name"]: q for q in json.loads(out.getvalue())}
     assert listed["cli-json"]["counts"]["ready"] == 1
+
+
+def test_a_dead_letter_redriven_at_its_claim_is_kept_for_the_named_queues_retention():
+    """A queue whose dead letters go to another queue: the letter the claim moves there (its last
+    attempt used up) expires after that queue's retention, as a message sent there would."""
+    forqapp.configure_queue("redrive-target", retention=timedelta(seconds=90))
+    forqapp.configure_queue("redrive-source", max_attempts=1, dead_letter_queue="redrive-target",
+                            dlq_retention=timedelta(days=6))
+    sent = forqapp.send("redrive-source", "x")
+    assert forqapp.receive("redrive-source", visibility_timeout=timedelta(seconds=1)) is not None
+    time.sleep(1.1)  # its lease ends: its only attempt is used up
+    before = services.now_ms()
+    assert forqapp.receive("redrive-source") is None  # the claim moves it to the named queue
+    moved = row(sent)
+    assert moved.queue == "redrive-target"
+    assert before + 90_000 <= moved.expires_after <= services.now_ms() + 90_000

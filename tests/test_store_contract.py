@@ -609,7 +609,7 @@ def test_fail_says_fatal_unless_the_consumers_own_attempts_are_used_up(st):
     d_fatal, d_spent = take(st, "why", NOW, 2)
     assert st.fail("why", fatal, d_fatal.receipt, NOW, "boom")
     assert st.fail("why", spent, d_spent.receipt, NOW, "boom 3", used_up=True)
-    assert st.move_failed_to_dlq(NOW + 1, HOUR) == 2
+    assert st.move_failed_to_dlq(NOW + 1, HOUR, HOUR) == 2
     assert (row(fatal).failure_reason, row(spent).failure_reason) == ("fatal_error", "max_attempts_reached")
     assert st.peek_message("why-dlq", fatal)[1:] == ("fatal_error", "boom")
     assert st.peek_message("why-dlq", spent)[1:] == ("max_attempts_reached", "boom 3")
@@ -813,7 +813,7 @@ def test_jobs_move_recover_and_delete_in_batches(st):
     expired = put(st, "j", 3, ttl=10)
     d = one(st, "j", NOW, vis=500)  # expired[0], processing: never moved
     assert st.count_expired(NOW + 100, False) == 2
-    assert st.move_expired_to_dlq(NOW + 100, HOUR, batch=1) == 2
+    assert st.move_expired_to_dlq(NOW + 100, HOUR, HOUR, batch=1) == 2
     r = row(expired[1])
     assert (r.queue, r.is_dlq, r.status, r.attempts, r.failure_reason, r.expires_after) == (
         "j-dlq", True, READY, 0, vocab.FailureReason.MESSAGE_EXPIRED, NOW + 100 + HOUR)
@@ -822,7 +822,7 @@ def test_jobs_move_recover_and_delete_in_batches(st):
     assert st.recover_stale(NOW + 1000, 1, batch=1) == 1  # out of attempts: failed
     assert row(d.id).status == FAILED and row(d.id).processing_started_at is None
     assert st.count_failed(False) == 1
-    assert st.move_failed_to_dlq(NOW + 2000, HOUR) == 1
+    assert st.move_failed_to_dlq(NOW + 2000, HOUR, HOUR) == 1
     assert row(d.id).failure_reason == vocab.FailureReason.MAX_ATTEMPTS_REACHED
     (again,) = put(st, "k")
     dk = one(st, "k", NOW, vis=500)
@@ -872,13 +872,36 @@ def test_moves_to_the_dlq_follow_the_queues_own_dlq_retention(st):
     st.queue_put("short", {"dlq_retention_ms": 1_000}, NOW)
     (short,) = put(st, "short", ttl=10)
     (plain,) = put(st, "plain", ttl=10)
-    assert st.move_expired_to_dlq(NOW + 100, HOUR) == 2
+    assert st.move_expired_to_dlq(NOW + 100, HOUR, HOUR) == 2
     assert (row(short).expires_after, row(plain).expires_after) == (NOW + 100 + 1_000, NOW + 100 + HOUR)
     (failing,) = put(st, "short")
     d = one(st, "short", NOW)
     st.fail("short", failing, d.receipt, NOW)
-    assert st.move_failed_to_dlq(NOW + 200, HOUR) == 1
+    assert st.move_failed_to_dlq(NOW + 200, HOUR, HOUR) == 1
     assert row(failing).expires_after == NOW + 200 + 1_000
+
+
+def test_moves_to_a_named_dead_letter_queue_follow_that_queues_retention(st):
+    """A queue whose dead letters go to another queue (``dead_letter_queue``): the letter is kept
+    there as a message sent there is — an ordinary queue's retention (else the global one), a DLQ's
+    own queue's DLQ retention (else the global DLQ one) — not the source's DLQ retention."""
+    st.queue_put("to-plain", {"dead_letter_queue": "plain-target", "dlq_retention_ms": 9_000}, NOW)
+    st.queue_put("plain-target", {"retention_ms": 2_000}, NOW)
+    st.queue_put("to-dlq", {"dead_letter_queue": "other-dlq"}, NOW)
+    st.queue_put("other", {"dlq_retention_ms": 3_000}, NOW)
+    st.queue_put("to-unset", {"dead_letter_queue": "unset-target"}, NOW)  # no row: the global retention
+    (a,) = put(st, "to-plain", ttl=10)
+    (b,) = put(st, "to-dlq", ttl=10)
+    (c,) = put(st, "to-unset", ttl=10)
+    assert st.move_expired_to_dlq(NOW + 100, HOUR, 2 * HOUR) == 3
+    assert (row(a).queue, row(b).queue, row(c).queue) == ("plain-target", "other-dlq", "unset-target")
+    assert (row(a).expires_after, row(b).expires_after, row(c).expires_after) == (
+        NOW + 100 + 2_000, NOW + 100 + 3_000, NOW + 100 + 2 * HOUR)
+    (failing,) = put(st, "to-plain")
+    d = one(st, "to-plain", NOW)
+    st.fail("to-plain", failing, d.receipt, NOW)
+    assert st.move_failed_to_dlq(NOW + 200, HOUR, 2 * HOUR) == 1
+    assert row(failing).expires_after == NOW + 200 + 2_000
 
 
 def test_queue_depths(st):
@@ -974,7 +997,7 @@ def test_nack_and_fail_keep_the_consumers_error_and_fail_sets_its_reason(st):
         FAILED, vocab.FailureReason.FATAL_ERROR, "forqapp.errors.FatalError: no way")
     assert st.fail("errs", plain, d3.receipt, NOW)
     assert (row(plain).failure_reason, row(plain).last_error) == (vocab.FailureReason.FATAL_ERROR, None)
-    assert st.move_failed_to_dlq(NOW + 1, HOUR) == 3
+    assert st.move_failed_to_dlq(NOW + 1, HOUR, HOUR) == 3
     moved = {m: (row(m).queue, row(m).failure_reason, row(m).last_error) for m in (retried, failed, plain)}
     assert moved == {
         retried: ("errs-dlq", vocab.FailureReason.MAX_ATTEMPTS_REACHED, "ValueError: boom"),
@@ -1038,7 +1061,7 @@ def test_sqlite_jobs_read_an_index_not_the_table(name, db):
     from forqapp.store import sqlite as sql
 
     statement = getattr(sql, name)
-    params: dict | list = [1] * statement.count("?") or dict.fromkeys(("now", "batch", "ttl", "max", "cutoff"), 1)
+    params: dict | list = [1] * statement.count("?") or dict.fromkeys(("now", "batch", "ttl", "queue_ttl", "max", "cutoff"), 1)
     connection.ensure_connection()
     plan = [r[3] for r in connection.connection.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
     # (a table or an index, whole: only idx_leases', which is the leases)

@@ -208,7 +208,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     def failed_job(self):
         failed = [m for m in self.live() if m.status == FAILED]
-        assert self.st.move_failed_to_dlq(self.clock, HOUR) == len(failed)
+        assert self.st.move_failed_to_dlq(self.clock, HOUR, HOUR) == len(failed)
         for m in failed:
             m.dead, m.status = True, READY
 

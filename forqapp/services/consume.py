@@ -27,7 +27,7 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
         validation.duration_ms(visibility_timeout, "visibility_timeout", *vocab.VISIBILITY_S)
     now = base.now_ms()
     claimed = st.claim(queue, now, limit, visibility_ms=visibility, max_attempts=pol.max_attempts,
-                       dlq_ttl_ms=pol.dlq_retention_ms, order="random" if random else pol.ordering,
+                       dlq_ttl_ms=_dead_letter_ttl_ms(pol, st.alias), order="random" if random else pol.ordering,
                        max_in_flight=pol.max_in_flight, rate_interval_us=pol.rate_interval_us,
                        group_concurrency=pol.group_concurrency, group_rate_us=pol.group_rate_interval_us,
                        group_batch=group_batch)
@@ -48,6 +48,18 @@ def _claim(queue: str, limit: int, visibility_timeout: Any, random: bool, using:
     if claimed.deliveries:
         metrics.consumed(queue, len(claimed.deliveries))
     return [ReceivedMessage.from_row(d) for d in claimed.deliveries]
+
+
+def _dead_letter_ttl_ms(pol: Any, using: str) -> int:
+    """How long a dead letter of a queue of policy ``pol`` is kept where it goes: its own DLQ's
+    retention; where the queue names another queue, that queue's (a DLQ's: its regular queue's
+    DLQ retention), as a message sent there gets (the jobs' moves count it alike)."""
+    target = pol.dead_letter_queue
+    if target is None:
+        return int(pol.dlq_retention_ms)
+    if vocab.is_dlq(target):
+        return policy(vocab.base_of(target), using=using).dlq_retention_ms
+    return policy(target, using=using).retention_ms
 
 
 def claim(queue: str, *, visibility_timeout: Any = None, random: bool = False,

@@ -109,7 +109,7 @@ def move_expired_to_dlq(*, dry_run: bool = False, using: str | None = None) -> i
     if dry_run:
         return st.count_expired(base.now_ms(), False)
     now = base.now_ms()
-    n = st.move_expired_to_dlq(now, forq_settings.dlq_ttl_ms)
+    n = st.move_expired_to_dlq(now, forq_settings.dlq_ttl_ms, forq_settings.queue_ttl_ms)
     metrics.moved_to_dlq("expired", n)
     st.delete_expired_dedup(now)
     return n
@@ -120,7 +120,7 @@ def move_failed_to_dlq(*, dry_run: bool = False, using: str | None = None) -> in
     st = _store(using)
     if dry_run:
         return st.count_failed(False)
-    n = st.move_failed_to_dlq(base.now_ms(), forq_settings.dlq_ttl_ms)
+    n = st.move_failed_to_dlq(base.now_ms(), forq_settings.dlq_ttl_ms, forq_settings.queue_ttl_ms)
     metrics.moved_to_dlq("failed", n)
     return n
 

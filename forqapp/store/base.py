@@ -809,12 +809,15 @@ class Store(abc.ABC):
     # -- background jobs ---------------------------------------------------------------------
 
     @abc.abstractmethod
-    def move_expired_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
+    def move_expired_to_dlq(self, now: int, dlq_ttl_ms: int, queue_ttl_ms: int, batch: int = BATCH) -> int:
         """Expired regular messages (ready or failed) → their DLQ, reason ``message_expired``,
-        expiring after their queue's ``dlq_retention_ms`` (else ``dlq_ttl_ms``)."""
+        expiring after their queue's ``dlq_retention_ms`` (else ``dlq_ttl_ms``); where their queue
+        names another queue as its ``dead_letter_queue``, after that queue's retention instead (a
+        DLQ's: its regular queue's ``dlq_retention_ms``, else ``dlq_ttl_ms``; a regular queue's
+        ``retention_ms``, else ``queue_ttl_ms``)."""
 
     @abc.abstractmethod
-    def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
+    def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, queue_ttl_ms: int, batch: int = BATCH) -> int:
         """Failed regular messages → their DLQ, reason ``max_attempts_reached`` — or the reason
         they already have (``fatal_error``, set by :meth:`fail`). ``last_error`` goes with them;
         their DLQ retention is as in :meth:`move_expired_to_dlq`."""

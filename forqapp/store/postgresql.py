@@ -886,8 +886,17 @@ DELETE_DLQ_ONE = "DELETE FROM messages WHERE id = %s AND queue = %s AND is_dlq"
 
 # --- background jobs (each skips messages in processing, and rows another job holds) ----------
 
-# A move to the DLQ wakes a consumer waiting on the DLQ. A queue's own DLQ retention, or the global one:
-DLQ_TTL = "COALESCE((SELECT q.dlq_retention_ms FROM forq_queues AS q WHERE q.name = messages.queue), %(ttl)s)"
+# A move to the DLQ wakes a consumer waiting on the DLQ. How long a dead letter is kept where it
+# goes: its queue's own DLQ retention (else the global one); where the queue names another queue
+# (``dead_letter_queue``), that queue's retention (a DLQ's: its regular queue's DLQ retention).
+_N = len(DLQ_SUFFIX)
+DLQ_TTL = f"""COALESCE((SELECT CASE
+    WHEN q.dead_letter_queue IS NULL THEN q.dlq_retention_ms
+    WHEN right(q.dead_letter_queue, {_N}) = '{DLQ_SUFFIX}' THEN (SELECT b.dlq_retention_ms FROM forq_queues AS b
+        WHERE b.name = left(q.dead_letter_queue, -{_N}) COLLATE "default")
+    ELSE COALESCE((SELECT t.retention_ms FROM forq_queues AS t WHERE t.name = q.dead_letter_queue COLLATE "default"),
+                  %(queue_ttl)s) END
+    FROM forq_queues AS q WHERE q.name = messages.queue COLLATE "default"), %(ttl)s)"""
 MOVE_EXPIRED_TO_DLQ = f"""
 WITH moved AS (
     UPDATE messages
@@ -1775,11 +1784,13 @@ class PostgreSQLStore(Store):
 
     # -- background jobs ---------------------------------------------------------------------
 
-    def move_expired_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
-        return self._batched_counted(MOVE_EXPIRED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms}, batch)
+    def move_expired_to_dlq(self, now: int, dlq_ttl_ms: int, queue_ttl_ms: int, batch: int = BATCH) -> int:
+        return self._batched_counted(MOVE_EXPIRED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms, "queue_ttl": queue_ttl_ms},
+                                     batch)
 
-    def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
-        return self._batched_counted(MOVE_FAILED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms}, batch)
+    def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, queue_ttl_ms: int, batch: int = BATCH) -> int:
+        return self._batched_counted(MOVE_FAILED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms, "queue_ttl": queue_ttl_ms},
+                                     batch)
 
     def recover_stale(self, now: int, max_attempts: int, batch: int = BATCH) -> int:
         return self._batched_counted(

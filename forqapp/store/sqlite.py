@@ -739,8 +739,16 @@ MOVES_RUNNING = f"SELECT COUNT(*) FROM forq_move_tasks WHERE status = '{MoveStat
 # it states the index's condition word for word, which is how SQLite knows the index may answer it.
 NOT_LEASED = f"(status = {READY} OR status = {FAILED})"
 
-# A queue's own DLQ retention, or the global one.
-DLQ_TTL = "COALESCE((SELECT dlq_retention_ms FROM forq_queues WHERE name = messages.queue), :ttl)"
+# How long a dead letter is kept where it goes: its queue's own DLQ retention (else the global one);
+# where the queue names another queue (``dead_letter_queue``), that queue's retention (a DLQ's: its
+# regular queue's DLQ retention), as a message sent there gets.
+_N = len(DLQ_SUFFIX)
+DLQ_TTL = f"""COALESCE((SELECT CASE
+    WHEN q.dead_letter_queue IS NULL THEN q.dlq_retention_ms
+    WHEN substr(q.dead_letter_queue, -{_N}) = '{DLQ_SUFFIX}' THEN (SELECT b.dlq_retention_ms FROM forq_queues AS b
+        WHERE b.name = substr(q.dead_letter_queue, 1, length(q.dead_letter_queue) - {_N}))
+    ELSE COALESCE((SELECT t.retention_ms FROM forq_queues AS t WHERE t.name = q.dead_letter_queue), :queue_ttl) END
+    FROM forq_queues AS q WHERE q.name = messages.queue), :ttl)"""
 
 MOVE_EXPIRED_TO_DLQ = f"""
 UPDATE messages
@@ -1777,11 +1785,11 @@ class SQLiteStore(Store):
 
     # -- background jobs ---------------------------------------------------------------------
 
-    def move_expired_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
-        return self._batched(MOVE_EXPIRED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms}, batch)
+    def move_expired_to_dlq(self, now: int, dlq_ttl_ms: int, queue_ttl_ms: int, batch: int = BATCH) -> int:
+        return self._batched(MOVE_EXPIRED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms, "queue_ttl": queue_ttl_ms}, batch)
 
-    def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, batch: int = BATCH) -> int:
-        return self._batched(MOVE_FAILED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms}, batch)
+    def move_failed_to_dlq(self, now: int, dlq_ttl_ms: int, queue_ttl_ms: int, batch: int = BATCH) -> int:
+        return self._batched(MOVE_FAILED_TO_DLQ, {"now": now, "ttl": dlq_ttl_ms, "queue_ttl": queue_ttl_ms}, batch)
 
     def recover_stale(self, now: int, max_attempts: int, batch: int = BATCH) -> int:
         return self._batched(RECOVER_STALE, {"now": now, "max": max_attempts, "cutoff": now}, batch)
