@@ -401,3 +401,35 @@ def test_the_flow_pages_read_of_throttled_claims_counts_each_once(directory, ste
     assert flow._read_multiprocess(str(directory)) == before
     scrape()  # finishes the compaction
     assert flow._read_multiprocess(str(directory)) == before
+
+
+def test_the_flow_pages_read_waits_for_a_scrapes_compaction(directory, monkeypatch):
+    """A scrape's compaction (under the scrapes' lock) that renames its archive while the staff
+    pages read the counter files: the read holds the lock shared, so the compaction waits for it,
+    and the read counts each claim once (it read the archive and the merged files: twice)."""
+    from forqapp.ui import flow
+
+    for pid in range(DEAD, DEAD + 10):
+        write(directory / f"counter_{pid}.db", {
+            _key("forq_claims_throttled", flow.SAMPLE, {"queue_name": "limited", "reason": "rate"}): (3.0, 0.0)})
+    real_glob = flow.glob.glob
+    children = []
+
+    script = ("import os, sys, django; django.setup()\n"
+              "from forqapp.metrics import compaction, top\n"
+              "compaction._step = lambda name: os._exit(9) if name == 'archive renamed' else None\n"
+              "with top.folds(sys.argv[1]):\n    compaction.compact(sys.argv[1])\n")
+
+    def compaction_meanwhile(pattern):
+        # (a process of its own, not a fork: a fork would hold this reader's lock too)
+        child = subprocess.Popen([sys.executable, "-c", script, str(directory)])
+        children.append(child)
+        with __import__("contextlib").suppress(subprocess.TimeoutExpired):
+            child.wait(3)  # (it ends at once when nothing holds it back)
+        return real_glob(pattern)
+
+    monkeypatch.setattr(flow.glob, "glob", compaction_meanwhile)
+    assert flow._read_multiprocess(str(directory)) == {"limited": {"rate": 30}}
+    monkeypatch.setattr(flow.glob, "glob", real_glob)
+    assert [child.wait(30) for child in children] == [9]  # it ran once the read let go, and was killed
+    assert flow._read_multiprocess(str(directory)) == {"limited": {"rate": 30}}

@@ -204,6 +204,23 @@ def folds(directory: str | None) -> Iterator[Folds]:
         os.close(fd)  # (the lock goes with it)
 
 
+@contextlib.contextmanager
+def reading(directory: str) -> Iterator[bool]:
+    """Held while a reader other than the scrape (the staff pages' counts) reads ``directory``'s
+    files: a shared lock on the scrapes' own, so no compaction runs meanwhile (it runs under the
+    scrape's exclusive hold). Whether it was taken (a full disk, a directory gone: not)."""
+    try:
+        fd = os.open(os.path.join(directory, STATE_FILE) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield True
+    finally:
+        os.close(fd)  # (the lock goes with it)
+
+
 def _cannot_keep(exc: OSError) -> None:
     errors.say_unavailable(logger, "/metrics (what the scrapes remember of folded queues)", str(exc),
                            "served without keeping it")

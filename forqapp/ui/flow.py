@@ -64,9 +64,17 @@ def _add(counts: dict[str, dict[str, int]], samples: Any) -> None:
 
 
 def _read_multiprocess(path: str) -> dict[str, dict[str, int]]:
-    """The counter files' sum, as a scrape reads them: a file a compaction merged into an archive
-    already in place is left out (:func:`forqapp.metrics.compaction.left_out`), and a read that
-    lost a file to a compaction running meanwhile is read again."""
+    """The counter files' sum, as a scrape reads them: under the scrapes' lock, shared (no
+    compaction runs meanwhile), a file a compaction left merged into an archive already in place
+    left out (:func:`forqapp.metrics.compaction.left_out`); without the lock (it could not be
+    taken), a read that lost a file to a compaction is read again."""
+    from ..metrics import top
+
+    with top.reading(path):
+        return _read_counters(path)
+
+
+def _read_counters(path: str) -> dict[str, dict[str, int]]:
     from prometheus_client import multiprocess
 
     from ..metrics import compaction
