@@ -29,10 +29,28 @@ SECRET = "test-api-secret-0123456789abcdef-0123"
 METRICS_SECRET = "test-metrics-secret-0123456789abcdef"
 
 
+#: Each pytest-xdist worker takes its servers' ports from a range of its own, below the kernel's
+#: ephemeral ports (32768 on): a port the kernel handed one worker (``bind(0)``) and that worker
+#: let go could be handed to another before either server bound it, and granian binds with
+#: SO_REUSEPORT, so both servers then listened on it and the kernel split the connections between
+#: them (a browser test's static files answered by another worker's API: 404 JSON).
+PORTS_PER_WORKER = 1500
+_next_port = [0]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    first = 20_000 + PORTS_PER_WORKER * (int(worker.removeprefix("gw") or 0) % 8)
+    for _ in range(PORTS_PER_WORKER):
+        port = first + _next_port[0] % PORTS_PER_WORKER
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (a server of this worker, or another program)
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORTS_PER_WORKER - 1}")
 
 
 def database_env() -> dict[str, str]:

@@ -438,11 +438,9 @@ def start_api_server(port: int, **extra: str) -> subprocess.Popen:
 
 
 def free_port() -> int:
-    import socket
+    from .conftest import free_port as worker_port  # (each xdist worker's own range)
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return worker_port()
 
 
 def wait_healthy(url: str, proc: subprocess.Popen) -> None:
