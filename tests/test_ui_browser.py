@@ -569,3 +569,19 @@ def test_a_session_that_ends_while_a_page_is_open_logs_in_back_to_that_page(live
     page.click("button[type=submit]")
     page.wait_for_url(live_ui + "/queues/emails-dlq/")
     page.wait_for_selector("tbody.msg")
+
+
+def test_the_ui_login_page_says_why_a_login_was_refused(live_ui, browser_page, staff_user):
+    """A wrong password, or a username no account has (one past Django's 150 characters too), is
+    named above the form, which keeps what was typed and marks no field; then the right one logs in.
+    (A field's own error — a NUL in the username — cannot be typed in a browser: tests/test_ui.py.)"""
+    page = browser_page
+    for username in ("nobody-here", "u" * 151):
+        log_in(page, live_ui + "/login/", username=username, password="not-the-password")
+        page.wait_for_selector("div.flash.error")
+        assert "correct username and password" in page.inner_text("div.flash.error")
+        assert page.input_value("#id_username") == username
+        assert page.locator("#id_username_error").count() == 0
+    log_in(page, live_ui + "/login/")
+    page.wait_for_url(live_ui + "/")
+    shot(page, "ui-login-refusals")
